@@ -1,0 +1,125 @@
+"""Multi-head self-attention sub-block of a post-LayerNorm BERT layer."""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="bertzoo")
+class SelfAttentionBlock(keras.layers.Layer):
+    """Self-attention, output projection, dropout, residual and LayerNorm.
+
+    Computes `LayerNorm(x + Dropout(Attention(x)))` as in BERT. The number of
+    heads times `head_dim` need not equal the hidden size, so structurally
+    pruned layers (fewer heads, same `head_dim`) are ordinary instances.
+
+    Attention takes the fused `keras.ops.dot_product_attention` path unless
+    attention probabilities are requested (`return_attention_scores=True`) or
+    attention dropout is active during training, which the fused op cannot
+    apply; both paths compute the same function.
+
+    Example:
+    >>> block = SelfAttentionBlock(num_heads=2, head_dim=8)
+    >>> x = keras.ops.ones((1, 4, 16))
+    >>> out, probs = block(x, padding_mask=keras.ops.ones((1, 4), "bool"),
+    ...                    return_attention_scores=True)
+    >>> probs.shape
+    (1, 2, 4, 4)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        head_dim,
+        dropout=0.1,
+        attention_dropout=0.1,
+        layer_norm_epsilon=1e-12,
+        initializer_range=0.02,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.head_dim = int(head_dim)
+        self.dropout = float(dropout)
+        self.attention_dropout = float(attention_dropout)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.initializer_range = float(initializer_range)
+
+        width = self.num_heads * self.head_dim
+        init = keras.initializers.TruncatedNormal(stddev=self.initializer_range)
+        dense = dict(kernel_initializer=init, dtype=self.dtype_policy)
+        self.query_dense = keras.layers.Dense(width, name="query", **dense)
+        self.key_dense = keras.layers.Dense(width, name="key", **dense)
+        self.value_dense = keras.layers.Dense(width, name="value", **dense)
+        self.output_dense = None  # Needs the hidden size: created in build().
+        self._init = init
+        self.probs_dropout = keras.layers.Dropout(self.attention_dropout, dtype=self.dtype_policy)
+        self.output_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
+        )
+
+    def build(self, input_shape):
+        hidden_dim = input_shape[-1]
+        self.output_dense = keras.layers.Dense(
+            hidden_dim, kernel_initializer=self._init, dtype=self.dtype_policy, name="output"
+        )
+        for layer in (self.query_dense, self.key_dense, self.value_dense):
+            layer.build(input_shape)
+        self.output_dense.build(tuple(input_shape[:-1]) + (self.num_heads * self.head_dim,))
+        self.layer_norm.build(input_shape)
+        self.built = True
+
+    def _split_heads(self, x):
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        return ops.reshape(x, (batch, length, self.num_heads, self.head_dim))
+
+    def call(self, x, padding_mask=None, training=None, return_attention_scores=False):
+        query = self._split_heads(self.query_dense(x))
+        key = self._split_heads(self.key_dense(x))
+        value = self._split_heads(self.value_dense(x))
+        mask = None
+        if padding_mask is not None:
+            mask = ops.cast(padding_mask, "bool")[:, None, None, :]  # (B, 1, 1, S)
+
+        use_dropout = bool(training) and self.attention_dropout > 0
+        if return_attention_scores or use_dropout:
+            scale = 1.0 / (self.head_dim**0.5)
+            logits = ops.einsum("btnh,bsnh->bnts", query, key)
+            logits = ops.cast(logits, "float32") * scale
+            if mask is not None:
+                logits = ops.where(mask, logits, ops.full_like(logits, -1e9))
+            probs = ops.softmax(logits, axis=-1)
+            dropped = self.probs_dropout(ops.cast(probs, self.compute_dtype), training=training)
+            context = ops.einsum("bnts,bsnh->btnh", dropped, value)
+        else:
+            probs = None
+            context = ops.dot_product_attention(query, key, value, mask=mask)
+
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        context = ops.reshape(context, (batch, length, self.num_heads * self.head_dim))
+        attended = self.output_dropout(self.output_dense(context), training=training)
+        outputs = self.layer_norm(x + attended)
+        if return_attention_scores:
+            return outputs, probs
+        return outputs
+
+    def compute_output_spec(self, x, padding_mask=None, training=None, return_attention_scores=False):
+        out = keras.KerasTensor(x.shape, dtype=self.compute_dtype)
+        if return_attention_scores:
+            probs = keras.KerasTensor((x.shape[0], self.num_heads, x.shape[1], x.shape[1]), dtype="float32")
+            return out, probs
+        return out
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "head_dim": self.head_dim,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "initializer_range": self.initializer_range,
+            }
+        )
+        return config

@@ -1,0 +1,72 @@
+"""Position-wise feed-forward sub-block of a post-LayerNorm BERT layer."""
+
+import keras
+
+from bertzoo.layers.activations import get_activation
+
+
+@keras.saving.register_keras_serializable(package="bertzoo")
+class FeedForwardBlock(keras.layers.Layer):
+    """`LayerNorm(x + Dropout(W2 · act(W1 · x)))`, BERT's feed-forward block.
+
+    Example:
+    >>> block = FeedForwardBlock(intermediate_dim=64)
+    >>> block(keras.ops.ones((2, 3, 16))).shape
+    (2, 3, 16)
+    """
+
+    def __init__(
+        self,
+        intermediate_dim,
+        activation="gelu_tanh",
+        dropout=0.1,
+        layer_norm_epsilon=1e-12,
+        initializer_range=0.02,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.intermediate_dim = int(intermediate_dim)
+        self.activation = activation
+        self.dropout = float(dropout)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.initializer_range = float(initializer_range)
+        self._activation_fn = get_activation(activation)
+        self._init = keras.initializers.TruncatedNormal(stddev=self.initializer_range)
+        self.intermediate_dense = keras.layers.Dense(
+            self.intermediate_dim,
+            kernel_initializer=self._init,
+            dtype=self.dtype_policy,
+            name="intermediate",
+        )
+        self.output_dense = None  # Needs the hidden size: created in build().
+        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
+        )
+
+    def build(self, input_shape):
+        self.output_dense = keras.layers.Dense(
+            input_shape[-1], kernel_initializer=self._init, dtype=self.dtype_policy, name="output"
+        )
+        self.intermediate_dense.build(input_shape)
+        self.output_dense.build(tuple(input_shape[:-1]) + (self.intermediate_dim,))
+        self.layer_norm.build(input_shape)
+        self.built = True
+
+    def call(self, x, training=None):
+        h = self._activation_fn(self.intermediate_dense(x))
+        h = self.dropout_layer(self.output_dense(h), training=training)
+        return self.layer_norm(x + h)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "intermediate_dim": self.intermediate_dim,
+                "activation": self.activation,
+                "dropout": self.dropout,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "initializer_range": self.initializer_range,
+            }
+        )
+        return config

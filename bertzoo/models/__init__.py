@@ -1,0 +1,1 @@
+"""Backbones and task models."""

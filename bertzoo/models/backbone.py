@@ -1,0 +1,59 @@
+"""Base class for bertzoo backbones: config and preset handling."""
+
+import keras
+
+from bertzoo.saving.preset import Preset
+from bertzoo.saving.preset import save_preset
+
+
+class Backbone(keras.Model):
+    """A functional encoder whose constructor arguments are its config.
+
+    Subclasses build their graph in `__init__` and list their constructor
+    arguments in `get_config()`.
+    """
+
+    source_preset = None
+
+    def get_config(self):
+        config = {"name": self.name, "trainable": self.trainable}
+        if self.dtype_policy.name != keras.config.dtype_policy().name:
+            config["dtype"] = keras.dtype_policies.serialize(self.dtype_policy)
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return cls(**config)
+
+    @classmethod
+    def from_preset(cls, preset, load_weights=True, **kwargs):
+        """Builds the backbone of a built-in preset name or a preset directory.
+
+        `kwargs` override config entries (e.g. `dtype`, `dropout`).
+
+        Example:
+        >>> backbone = bertzoo.BertBackbone.from_preset("tiny", load_weights=False)
+        """
+        preset = Preset.resolve(preset)
+        backbone = preset.build_backbone(**kwargs)
+        if load_weights:
+            preset.load_backbone_weights(backbone)
+        backbone.source_preset = preset.name
+        return backbone
+
+    def save_to_preset(self, directory, tokenizer=None, preprocessor_config=None, metadata=None):
+        """Writes this backbone (and optionally a tokenizer) as a preset directory.
+
+        Example:
+        >>> backbone.save_to_preset("runs/my_backbone", tokenizer=tokenizer)
+        """
+        return save_preset(
+            directory,
+            self,
+            tokenizer=tokenizer,
+            preprocessor_config=preprocessor_config,
+            metadata=metadata,
+        )

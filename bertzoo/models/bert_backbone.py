@@ -1,0 +1,352 @@
+"""The BERT / ALBERT encoder backbone as a Keras functional model."""
+
+import keras
+from keras import ops
+
+from bertzoo.layers.activations import get_activation
+from bertzoo.layers.attention import SelfAttentionBlock
+from bertzoo.layers.embeddings import BertEmbeddings
+from bertzoo.layers.feedforward import FeedForwardBlock
+from bertzoo.models.backbone import Backbone
+from bertzoo.utils.checks import check_positive_int
+from bertzoo.utils.checks import check_rate
+
+SHARING_MODES = ("all", "attention", "ffn")
+
+
+def _per_layer(name, value, num_layers):
+    """Expands an int or a list of ints to one positive int per layer."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != num_layers:
+            raise ValueError(
+                f"`{name}` has {len(value)} entries but num_layers={num_layers}: "
+                "give one value per layer or a single int."
+            )
+        return [check_positive_int(f"{name}[{i}]", v) for i, v in enumerate(value)]
+    return [check_positive_int(name, value)] * num_layers
+
+
+def _compact(values):
+    """An int when all layers agree, else the list (keeps configs readable)."""
+    return values[0] if len(set(values)) == 1 else list(values)
+
+
+@keras.saving.register_keras_serializable(package="bertzoo")
+class BertBackbone(Backbone):
+    """A BERT-family transformer encoder (BERT, the BERT miniatures, ALBERT).
+
+    Post-LayerNorm transformer layers over token + position + segment
+    embeddings, and a tanh pooler on the `[CLS]` position.
+
+    ALBERT is the same network with two switches: `embedding_dim` smaller than
+    `hidden_dim` factorizes the embeddings (a `V x E` table plus an `E -> H`
+    projection), and `num_groups` smaller than `num_layers` shares weights
+    across consecutive layers (`num_groups=1`: one set for all layers).
+    `shared_sublayers` picks what a group shares: `"all"`, only
+    `"attention"`, or only `"ffn"` (the ALBERT paper's ablation); unshared
+    sub-layers get their own weights per layer.
+
+    `num_heads` and `intermediate_dim` may be lists with one entry per layer
+    (structured pruning produces such models); `head_dim` then keeps its
+    meaning, and defaults to `hidden_dim // max(num_heads)`.
+
+    Args:
+        vocabulary_size: number of token ids.
+        num_layers: number of transformer layers `L`.
+        hidden_dim: hidden size `H`.
+        num_heads: attention heads per layer (int or list of `L` ints).
+        intermediate_dim: feed-forward size (int or list of `L` ints).
+        embedding_dim: embedding size `E`; `None` means `E = H`.
+        num_groups: groups of consecutive layers sharing weights; `None` means
+            `num_layers` (no sharing, i.e. BERT).
+        shared_sublayers: what layers of a group share: "all", "attention", "ffn".
+        head_dim: size of each attention head.
+        activation: "gelu_tanh" (default, Google's BERT), "gelu_exact", "relu",
+            "silu" or "tanh".
+        dropout: dropout on embeddings and sub-block outputs.
+        attention_dropout: dropout on attention probabilities; `None` means
+            `dropout`.
+        max_sequence_length: size of the position table.
+        num_segments: size of the segment table.
+        layer_norm_epsilon: LayerNorm epsilon.
+        initializer_range: stddev of the truncated-normal initializer.
+        dtype: dtype or `keras.DTypePolicy` for computations and weights.
+
+    Inputs: a dict with `"token_ids"`, `"segment_ids"` and `"padding_mask"`,
+    each of shape `(batch, sequence_length)`.
+    Outputs: a dict with `"sequence_output"` `(batch, length, H)` and
+    `"pooled_output"` `(batch, H)`. Per-layer hidden states and attention
+    probabilities are available on request through `compute_features()` or a
+    `feature_extractor()` model, at no cost to the default graph.
+
+    Example:
+    >>> backbone = BertBackbone(vocabulary_size=1000, num_layers=2,
+    ...                         hidden_dim=64, num_heads=2, intermediate_dim=128)
+    >>> ids = keras.ops.ones((1, 8), "int32")
+    >>> out = backbone({"token_ids": ids, "segment_ids": ids * 0,
+    ...                 "padding_mask": keras.ops.ones((1, 8), "int32")})
+    >>> out["pooled_output"].shape
+    (1, 64)
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_layers,
+        hidden_dim,
+        num_heads,
+        intermediate_dim,
+        embedding_dim=None,
+        num_groups=None,
+        shared_sublayers="all",
+        head_dim=None,
+        activation="gelu_tanh",
+        dropout=0.1,
+        attention_dropout=None,
+        max_sequence_length=512,
+        num_segments=2,
+        layer_norm_epsilon=1e-12,
+        initializer_range=0.02,
+        dtype=None,
+        **kwargs,
+    ):
+        # === Validate the configuration ===
+        vocabulary_size = check_positive_int("vocabulary_size", vocabulary_size)
+        num_layers = check_positive_int("num_layers", num_layers)
+        hidden_dim = check_positive_int("hidden_dim", hidden_dim)
+        heads = _per_layer("num_heads", num_heads, num_layers)
+        intermediate = _per_layer("intermediate_dim", intermediate_dim, num_layers)
+        if embedding_dim is not None:
+            embedding_dim = check_positive_int("embedding_dim", embedding_dim)
+        num_groups = num_layers if num_groups is None else check_positive_int("num_groups", num_groups)
+        if num_layers % num_groups:
+            raise ValueError(
+                f"`num_layers`={num_layers} is not divisible by `num_groups`={num_groups}: "
+                "each group must hold the same number of consecutive layers."
+            )
+        if shared_sublayers not in SHARING_MODES:
+            raise ValueError(
+                f"Unknown `shared_sublayers`={shared_sublayers!r}. Expected one of {list(SHARING_MODES)}."
+            )
+        if head_dim is None:
+            if hidden_dim % max(heads):
+                raise ValueError(
+                    f"`hidden_dim`={hidden_dim} is not divisible by `num_heads`={max(heads)}: "
+                    "choose a head count that divides the hidden size, or pass `head_dim`."
+                )
+            head_dim = hidden_dim // max(heads)
+        head_dim = check_positive_int("head_dim", head_dim)
+        get_activation(activation)  # Raises a ValueError for unknown names.
+        dropout = check_rate("dropout", dropout)
+        attention_dropout = dropout if attention_dropout is None else check_rate("attention_dropout", attention_dropout)
+        max_sequence_length = check_positive_int("max_sequence_length", max_sequence_length)
+        num_segments = check_positive_int("num_segments", num_segments)
+
+        # Which weight set each layer uses, per sub-block.
+        group_size = num_layers // num_groups
+        group_of = [i // group_size for i in range(num_layers)]
+        layer_ids = list(range(num_layers))
+        attention_index = group_of if shared_sublayers in ("all", "attention") else layer_ids
+        ffn_index = group_of if shared_sublayers in ("all", "ffn") else layer_ids
+        for index, sizes, name in (
+            (attention_index, heads, "num_heads"),
+            (ffn_index, intermediate, "intermediate_dim"),
+        ):
+            for i in range(num_layers):
+                if sizes[i] != sizes[index.index(index[i])]:
+                    raise ValueError(
+                        f"Layers {index.index(index[i])} and {i} share weights, so their "
+                        f"`{name}` must be equal (got {sizes[index.index(index[i])]} and {sizes[i]})."
+                    )
+
+        # === Layers ===
+        common = dict(
+            dropout=dropout,
+            layer_norm_epsilon=layer_norm_epsilon,
+            initializer_range=initializer_range,
+            dtype=dtype,
+        )
+        self.embeddings = BertEmbeddings(
+            vocabulary_size,
+            hidden_dim,
+            embedding_dim=embedding_dim,
+            max_sequence_length=max_sequence_length,
+            num_segments=num_segments,
+            name="embeddings",
+            **common,
+        )
+        self.attention_blocks = [
+            SelfAttentionBlock(
+                heads[attention_index.index(k)],
+                head_dim,
+                attention_dropout=attention_dropout,
+                name=f"attention_{k}",
+                **common,
+            )
+            for k in range(max(attention_index) + 1)
+        ]
+        self.feedforward_blocks = [
+            FeedForwardBlock(
+                intermediate[ffn_index.index(k)],
+                activation=activation,
+                name=f"feedforward_{k}",
+                **common,
+            )
+            for k in range(max(ffn_index) + 1)
+        ]
+        self.pooler = keras.layers.Dense(
+            hidden_dim,
+            activation="tanh",
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=initializer_range),
+            dtype=dtype,
+            name="pooler",
+        )
+        self._attention_index = attention_index
+        self._ffn_index = ffn_index
+
+        # === Functional model ===
+        inputs = {
+            "token_ids": keras.Input(shape=(None,), dtype="int32", name="token_ids"),
+            "segment_ids": keras.Input(shape=(None,), dtype="int32", name="segment_ids"),
+            "padding_mask": keras.Input(shape=(None,), dtype="int32", name="padding_mask"),
+        }
+        features = self.compute_features(inputs)
+        outputs = {
+            "sequence_output": features["sequence_output"],
+            "pooled_output": features["pooled_output"],
+        }
+        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
+
+        # === Config ===
+        self.vocabulary_size = vocabulary_size
+        self.num_layers = num_layers
+        self.hidden_dim = hidden_dim
+        self.num_heads = _compact(heads)
+        self.intermediate_dim = _compact(intermediate)
+        self.embedding_dim = embedding_dim
+        self.num_groups = num_groups
+        self.shared_sublayers = shared_sublayers
+        self.head_dim = head_dim
+        self.activation = activation
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.max_sequence_length = max_sequence_length
+        self.num_segments = num_segments
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.initializer_range = initializer_range
+
+    def layer_blocks(self, index):
+        """Returns the `(attention, feed-forward)` blocks used by layer `index`."""
+        return (
+            self.attention_blocks[self._attention_index[index]],
+            self.feedforward_blocks[self._ffn_index[index]],
+        )
+
+    def compute_features(self, inputs, training=None, return_attention_scores=False):
+        """Runs the encoder and returns every intermediate the caller asks for.
+
+        Works on symbolic inputs (to build models) and on real tensors (inside
+        custom train steps, e.g. distillation).
+
+        Returns a dict with `sequence_output`, `pooled_output`,
+        `hidden_states` (a list of `num_layers + 1` tensors: the embedding
+        output, then each layer's output) and, with
+        `return_attention_scores=True`, `attention_scores` (a list of
+        `num_layers` float32 tensors of shape `(batch, heads, length, length)`,
+        the softmax probabilities).
+        """
+        x = self.embeddings(inputs["token_ids"], inputs["segment_ids"], training=training)
+        mask = inputs["padding_mask"]
+        hidden_states = [x]
+        attention_scores = []
+        for i in range(len(self._attention_index)):
+            attention, feedforward = self.layer_blocks(i)
+            if return_attention_scores:
+                x, probs = attention(x, padding_mask=mask, training=training, return_attention_scores=True)
+                attention_scores.append(probs)
+            else:
+                x = attention(x, padding_mask=mask, training=training)
+            x = feedforward(x, training=training)
+            hidden_states.append(x)
+        features = {
+            "sequence_output": x,
+            "pooled_output": self.pooler(x[:, 0, :]),
+            "hidden_states": hidden_states,
+        }
+        if return_attention_scores:
+            features["attention_scores"] = attention_scores
+        return features
+
+    def feature_extractor(self, return_attention_scores=False):
+        """A functional model, sharing this backbone's weights, that also
+        outputs every layer's hidden states (and attention probabilities).
+
+        Example:
+        >>> extractor = backbone.feature_extractor(return_attention_scores=True)
+        >>> len(extractor(inputs)["hidden_states"]) == backbone.num_layers + 1
+        """
+        inputs = {
+            name: keras.Input(shape=(None,), dtype="int32", name=name)
+            for name in ("token_ids", "segment_ids", "padding_mask")
+        }
+        outputs = self.compute_features(inputs, return_attention_scores=return_attention_scores)
+        return keras.Model(inputs, outputs, name=f"{self.name}_features")
+
+    @property
+    def token_embedding(self):
+        return self.embeddings.token_embedding
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "num_layers": self.num_layers,
+                "hidden_dim": self.hidden_dim,
+                "num_heads": self.num_heads,
+                "intermediate_dim": self.intermediate_dim,
+                "embedding_dim": self.embedding_dim,
+                "num_groups": self.num_groups,
+                "shared_sublayers": self.shared_sublayers,
+                "head_dim": self.head_dim,
+                "activation": self.activation,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "max_sequence_length": self.max_sequence_length,
+                "num_segments": self.num_segments,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "initializer_range": self.initializer_range,
+            }
+        )
+        return config
+
+
+def count_backbone_parameters(config):
+    """Parameter count of a `BertBackbone` config, without building it.
+
+    Lets `list_presets()` report the large presets instantly; the tests check
+    it against built models.
+    """
+    c = dict(config)
+    L, H = c["num_layers"], c["hidden_dim"]
+    E = c.get("embedding_dim") or H
+    heads = _per_layer("num_heads", c["num_heads"], L)
+    inter = _per_layer("intermediate_dim", c["intermediate_dim"], L)
+    head_dim = c.get("head_dim") or H // max(heads)
+    groups = c.get("num_groups") or L
+    mode = c.get("shared_sublayers", "all")
+    group_size = L // groups
+    firsts = range(0, L, group_size)
+    attn_layers = firsts if mode in ("all", "attention") else range(L)
+    ffn_layers = firsts if mode in ("all", "ffn") else range(L)
+    total = (c["vocabulary_size"] + c.get("max_sequence_length", 512) + c.get("num_segments", 2)) * E
+    total += 2 * E  # Embedding LayerNorm.
+    if E != H:
+        total += E * H + H
+    for i in attn_layers:
+        width = heads[i] * head_dim
+        total += 3 * (H * width + width) + width * H + H + 2 * H
+    for i in ffn_layers:
+        total += H * inter[i] + inter[i] + inter[i] * H + H + 2 * H
+    total += H * H + H  # Pooler.
+    return total

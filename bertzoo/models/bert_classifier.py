@@ -1,0 +1,76 @@
+"""Sentence and sentence-pair classification."""
+
+import keras
+
+from bertzoo.models.task import Task
+from bertzoo.saving.preset import register_preset_class
+
+
+@register_preset_class
+@keras.saving.register_keras_serializable(package="bertzoo")
+class BertClassifier(Task):
+    """A BERT classifier: backbone, dropout, and a dense layer over the pooled
+    `[CLS]` output, giving logits (BERT paper, Fig. 4a/4b).
+
+    Args:
+        backbone: a `bertzoo.BertBackbone`.
+        num_classes: number of labels.
+        preprocessor: a `bertzoo.text.BertPreprocessor`, or None for
+            tokenized inputs.
+        dropout: dropout on the pooled output.
+        activation: activation of the output layer; None gives logits, which
+            the default loss expects.
+        class_names: optional label names, used by exports.
+
+    Example:
+    >>> model = bertzoo.BertClassifier.from_preset("tiny", num_classes=2)
+    >>> model.fit(["a gripping, funny film", "dull and far too long"], [1, 0])
+    >>> model.predict(["one more"]).shape
+    (1, 2)
+    """
+
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        preprocessor=None,
+        dropout=0.1,
+        activation=None,
+        class_names=None,
+        **kwargs,
+    ):
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+            raise ValueError(f"`num_classes` must be a positive integer, got {num_classes!r}.")
+        if class_names is not None and len(class_names) != num_classes:
+            raise ValueError(
+                f"`class_names` has {len(class_names)} names but num_classes={num_classes}."
+            )
+        policy = backbone.dtype_policy
+        self.output_dropout = keras.layers.Dropout(dropout, dtype=policy, name="output_dropout")
+        # Mixed-precision models emit float32 logits for a stable loss.
+        head_dtype = "float32" if policy.compute_dtype != "float32" else policy
+        self.output_dense = keras.layers.Dense(
+            num_classes,
+            activation=activation,
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=backbone.initializer_range),
+            dtype=head_dtype,
+            name="logits",
+        )
+        inputs = backbone.input
+        pooled = backbone(inputs)["pooled_output"]
+        outputs = self.output_dense(self.output_dropout(pooled))
+        super().__init__(
+            inputs=inputs, outputs=outputs, backbone=backbone, preprocessor=preprocessor, **kwargs
+        )
+        self.num_classes = num_classes
+        self.dropout = float(dropout)
+        self.activation = keras.activations.serialize(keras.activations.get(activation)) if activation else None
+        self.class_names = list(class_names) if class_names is not None else None
+
+    def task_config(self):
+        return {
+            "num_classes": self.num_classes,
+            "dropout": self.dropout,
+            "activation": self.activation,
+            "class_names": self.class_names,
+        }

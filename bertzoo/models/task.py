@@ -1,0 +1,247 @@
+"""Base class for task models: a backbone, a head, and raw-text handling."""
+
+import keras
+
+from bertzoo.models.bert_backbone import BertBackbone
+from bertzoo.models.schedules import WarmupLinearDecay
+from bertzoo.saving.preset import Preset
+from bertzoo.saving.preset import save_preset
+from bertzoo.utils.device import default_jit_compile
+
+DEFAULT_BATCH_SIZE = 32
+_TOKENIZED_KEYS = ("token_ids", "segment_ids", "padding_mask")
+
+
+def _is_tokenized(x):
+    return isinstance(x, dict) and "token_ids" in x
+
+
+class Task(keras.Model):
+    """A functional model around a backbone, with an optional preprocessor.
+
+    With a preprocessor attached, `fit`, `evaluate` and `predict` accept raw
+    strings (a list, a NumPy array, or a `tf.data.Dataset`), string pairs as a
+    tuple `(first_segments, second_segments)`, or already tokenized dicts; the
+    text is tokenized in `tf.data`, outside the compiled (XLA) step.
+
+    Subclasses build their graph in `__init__`, call
+    `super().__init__(inputs=..., outputs=..., backbone=..., preprocessor=...)`
+    and return their own arguments from `task_config()`.
+    """
+
+    source_preset = None
+
+    def __init__(self, *args, backbone, preprocessor=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+
+    # --- Configuration ----------------------------------------------------
+    def task_config(self):
+        """The subclass's own constructor arguments (JSON-serializable)."""
+        raise NotImplementedError
+
+    def get_config(self):
+        config = {
+            "name": self.name,
+            "trainable": self.trainable,
+            "backbone": keras.layers.serialize(self.backbone),
+            "preprocessor": keras.layers.serialize(self.preprocessor) if self.preprocessor else None,
+        }
+        config.update(self.task_config())
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["backbone"] = keras.layers.deserialize(config["backbone"])
+        if config.get("preprocessor") is not None:
+            config["preprocessor"] = keras.layers.deserialize(config["preprocessor"])
+        return cls(**config)
+
+    # --- Presets ----------------------------------------------------------
+    @classmethod
+    def from_preset(
+        cls,
+        preset,
+        load_weights=True,
+        preprocessor="auto",
+        sequence_length=None,
+        dtype=None,
+        **kwargs,
+    ):
+        """Builds this task from a built-in preset name or a preset directory.
+
+        Weights: a preset saved from the same task class restores the whole
+        model (head included) unless `kwargs` change the head; otherwise the
+        backbone weights are loaded and the head is freshly initialized.
+        `preprocessor="auto"` builds the preset's tokenizer and packer;
+        `preprocessor=None` means inputs arrive tokenized.
+
+        Example:
+        >>> model = bertzoo.BertClassifier.from_preset("tiny", num_classes=2)
+        """
+        preset = Preset.resolve(preset)
+        backbone = preset.build_backbone(**({"dtype": dtype} if dtype is not None else {}))
+        if preprocessor == "auto":
+            overrides = {"sequence_length": sequence_length} if sequence_length else {}
+            preprocessor = preset.build_preprocessor(**overrides)
+        same_task = preset.class_name == cls.__name__
+        task_config = preset.task_config if same_task else {}
+        keeps_head = same_task and all(task_config.get(k) == v for k, v in kwargs.items())
+        task_config.update(kwargs)
+        try:
+            model = cls(backbone=backbone, preprocessor=preprocessor, **task_config)
+        except TypeError as e:
+            raise TypeError(
+                f"{cls.__name__}.from_preset({preset.name!r}) could not build the task head: {e}. "
+                f"Preset {preset.name!r} holds a {preset.class_name}, so pass the head's "
+                f"arguments (e.g. num_classes=2)."
+            ) from e
+        if load_weights:
+            if keeps_head and preset.has_task_weights():
+                preset.load_task_weights(model)
+            else:
+                preset.load_backbone_weights(backbone)
+        model.source_preset = preset.name
+        return model
+
+    def save_to_preset(self, directory, metadata=None):
+        """Writes the task, its backbone and its vocabulary as a preset directory.
+
+        Example:
+        >>> model.save_to_preset("runs/sentiment")
+        >>> again = bertzoo.BertClassifier.from_preset("runs/sentiment")
+        """
+        tokenizer = preprocessor_config = None
+        if self.preprocessor is not None:
+            tokenizer = self.preprocessor.tokenizer
+            preprocessor_config = self.preprocessor.preset_config()
+        return save_preset(
+            directory,
+            self.backbone,
+            task=self,
+            tokenizer=tokenizer,
+            preprocessor_config=preprocessor_config,
+            metadata=metadata,
+        )
+
+    # --- Training defaults ------------------------------------------------
+    def compile(
+        self,
+        optimizer="auto",
+        loss="auto",
+        metrics="auto",
+        jit_compile="auto",
+        **kwargs,
+    ):
+        """Compiles with BERT fine-tuning defaults.
+
+        `optimizer="auto"`: AdamW (weight decay 0.01, not on biases and
+        LayerNorm), peak learning rate 5e-5 with 10% linear warm-up then linear
+        decay to zero over the `fit()` run, global gradient-norm clipping at 1.
+        `jit_compile="auto"`: XLA where it is faster (see
+        `bertzoo.utils.device.default_jit_compile`).
+        """
+        if optimizer == "auto":
+            optimizer = keras.optimizers.AdamW(
+                learning_rate=WarmupLinearDecay(5e-5, warmup_fraction=0.1),
+                weight_decay=0.01,
+                epsilon=1e-6,
+                global_clipnorm=1.0,
+            )
+            optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+        if loss == "auto":
+            loss = self.default_loss()
+        if metrics == "auto":
+            metrics = self.default_metrics()
+        if jit_compile == "auto":
+            jit_compile = default_jit_compile(self.dtype_policy)
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=jit_compile, **kwargs)
+
+    def default_loss(self):
+        return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def default_metrics(self):
+        return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+
+    # --- Raw inputs -------------------------------------------------------
+    def _as_dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
+        """Returns a batched, preprocessed `tf.data.Dataset`, or None when `x`
+        needs no preprocessing (no preprocessor, or already tokenized)."""
+        import tensorflow as tf
+
+        if self.preprocessor is None or _is_tokenized(x):
+            return None
+        batch_size = batch_size or DEFAULT_BATCH_SIZE
+        if isinstance(x, tf.data.Dataset):
+            if y is not None:
+                raise ValueError("`y` must be None when `x` is a tf.data.Dataset: put labels in the dataset.")
+            dataset = x
+            first = tf.nest.flatten(dataset.element_spec)[0]
+            if first.shape.rank == 0:  # Unbatched elements of single strings.
+                dataset = dataset.batch(batch_size)
+        else:
+            if isinstance(x, str):
+                x = [x]
+            if isinstance(x, tuple) and len(x) == 2:  # Sentence pairs.
+                x = (tf.constant(list(x[0])), tf.constant(list(x[1])))
+            elif isinstance(x, list):
+                x = tf.constant(x)
+            data = (x,) + tuple(v for v in (y, sample_weight) if v is not None)
+            if sample_weight is not None and y is None:
+                raise ValueError("`sample_weight` needs `y`.")
+            dataset = tf.data.Dataset.from_tensor_slices(data)
+            if shuffle:
+                dataset = dataset.shuffle(int(dataset.cardinality()), reshuffle_each_iteration=True)
+            dataset = dataset.batch(batch_size)
+        # `lambda *d` keeps pairs whole: element ((a, b), y) -> preprocessor((a, b), y).
+        dataset = dataset.map(lambda *d: self.preprocessor(*d), num_parallel_calls=tf.data.AUTOTUNE)
+        return dataset.prefetch(tf.data.AUTOTUNE)
+
+    def _set_schedule_length(self, dataset, epochs, steps_per_epoch):
+        schedule = getattr(self.optimizer, "_learning_rate", None)
+        if not isinstance(schedule, WarmupLinearDecay) or schedule.total_steps is not None:
+            return
+        steps = steps_per_epoch
+        if steps is None and dataset is not None:
+            cardinality = int(dataset.cardinality())
+            steps = cardinality if cardinality > 0 else None
+        if steps:
+            schedule.total_steps = steps * epochs
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None,
+            validation_data=None, shuffle=True, steps_per_epoch=None, **kwargs):
+        dataset = self._as_dataset(x, y, sample_weight, batch_size, shuffle=shuffle)
+        if dataset is not None:
+            x, y, sample_weight, batch_size = dataset, None, None, None
+        if validation_data is not None and not _is_tokenized(validation_data):
+            val = validation_data
+            if isinstance(val, tuple) and not _is_tokenized(val[0]):
+                val = self._as_dataset(*val)
+            elif not isinstance(val, tuple):
+                val = self._as_dataset(val)
+            validation_data = val if val is not None else validation_data
+        if self.optimizer is not None:
+            import tensorflow as tf
+
+            self._set_schedule_length(x if isinstance(x, tf.data.Dataset) else None, epochs, steps_per_epoch)
+        return super().fit(
+            x=x, y=y, batch_size=batch_size, epochs=epochs, sample_weight=sample_weight,
+            validation_data=validation_data, shuffle=shuffle, steps_per_epoch=steps_per_epoch, **kwargs,
+        )
+
+    def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
+        dataset = self._as_dataset(x, y, sample_weight, batch_size)
+        if dataset is not None:
+            x, y, sample_weight, batch_size = dataset, None, None, None
+        return super().evaluate(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
+
+    def predict(self, x, batch_size=None, **kwargs):
+        dataset = self._as_dataset(x, batch_size=batch_size)
+        if dataset is not None:
+            x, batch_size = dataset, None
+        return super().predict(x, batch_size=batch_size, **kwargs)
+
+
+__all__ = ["Task", "BertBackbone"]

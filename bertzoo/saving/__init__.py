@@ -1,0 +1,1 @@
+"""Presets: built-in definitions and directories on disk."""

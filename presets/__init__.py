@@ -1,0 +1,1 @@
+"""Built-in preset definitions (installed as `bertzoo.builtin_presets`)."""
