@@ -10,3 +10,5 @@ from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.models.task import Task
 from bertzoo.saving.listing import list_presets
 from bertzoo.saving.preset import Preset
+from bertzoo import convert
+from bertzoo.convert import convert_checkpoint

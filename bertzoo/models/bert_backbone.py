@@ -204,6 +204,19 @@ class BertBackbone(Backbone):
         self._attention_index = attention_index
         self._ffn_index = ffn_index
 
+        # Keras checks every functional graph using each layer's *first* call
+        # (`Layer.output`) to learn how many outputs the layer returns. The
+        # default graph calls the attention blocks without probabilities (one
+        # output), so a later `feature_extractor(return_attention_scores=True)`
+        # (two outputs per block) would fail with "Output ... is not connected
+        # to `inputs`". A first symbolic call that returns both outputs, on a
+        # throwaway input outside every model, avoids that; it also builds the
+        # blocks.
+        probe = keras.Input(shape=(None, hidden_dim), name="attention_probe")
+        probe_mask = keras.Input(shape=(None,), dtype="int32", name="attention_probe_mask")
+        for block in self.attention_blocks:
+            block(probe, padding_mask=probe_mask, return_attention_scores=True)
+
         # === Functional model ===
         inputs = {
             "token_ids": keras.Input(shape=(None,), dtype="int32", name="token_ids"),
@@ -216,6 +229,11 @@ class BertBackbone(Backbone):
             "pooled_output": features["pooled_output"],
         }
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
+        if dtype is not None:
+            # Keras's functional constructor ignores `dtype`: without this the
+            # model reports the global policy, `get_config()` drops `dtype`, and
+            # `from_config` / `load_model` rebuild a float32 model.
+            self.dtype_policy = keras.dtype_policies.get(dtype)
 
         # === Config ===
         self.vocabulary_size = vocabulary_size

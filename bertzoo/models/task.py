@@ -2,9 +2,9 @@
 
 import keras
 
-from bertzoo.models.bert_backbone import BertBackbone
 from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.saving.preset import Preset
+from bertzoo.saving.preset import preprocessor_settings
 from bertzoo.saving.preset import save_preset
 from bertzoo.utils.device import default_jit_compile
 
@@ -116,7 +116,7 @@ class Task(keras.Model):
         tokenizer = preprocessor_config = None
         if self.preprocessor is not None:
             tokenizer = self.preprocessor.tokenizer
-            preprocessor_config = self.preprocessor.preset_config()
+            preprocessor_config = preprocessor_settings(self.preprocessor)
         return save_preset(
             directory,
             self.backbone,
@@ -159,6 +159,14 @@ class Task(keras.Model):
             jit_compile = default_jit_compile(self.dtype_policy)
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=jit_compile, **kwargs)
 
+    def compile_from_config(self, config):
+        # Keras skips (with a warning) restoring the compile state of models
+        # that override `compile`; ours only fills in defaults, so restore it.
+        config = keras.saving.deserialize_keras_object(config)
+        self.compile(**config)
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
+
     def default_loss(self):
         return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
@@ -199,33 +207,33 @@ class Task(keras.Model):
         dataset = dataset.map(lambda *d: self.preprocessor(*d), num_parallel_calls=tf.data.AUTOTUNE)
         return dataset.prefetch(tf.data.AUTOTUNE)
 
-    def _set_schedule_length(self, dataset, epochs, steps_per_epoch):
+    def _set_schedule_length(self, x, batch_size, epochs, steps_per_epoch):
+        """Fills in the default schedule's length from what `fit()` was given."""
+        import tensorflow as tf
+
         schedule = getattr(self.optimizer, "_learning_rate", None)
         if not isinstance(schedule, WarmupLinearDecay) or schedule.total_steps is not None:
             return
         steps = steps_per_epoch
-        if steps is None and dataset is not None:
-            cardinality = int(dataset.cardinality())
+        if steps is None and isinstance(x, tf.data.Dataset):
+            cardinality = int(x.cardinality())
             steps = cardinality if cardinality > 0 else None
+        elif steps is None and x is not None:
+            first = x[next(iter(x))] if isinstance(x, dict) else x
+            steps = -(-len(first) // (batch_size or DEFAULT_BATCH_SIZE))
         if steps:
             schedule.total_steps = steps * epochs
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None,
             validation_data=None, shuffle=True, steps_per_epoch=None, **kwargs):
         dataset = self._as_dataset(x, y, sample_weight, batch_size, shuffle=shuffle)
-        if dataset is not None:
-            x, y, sample_weight, batch_size = dataset, None, None, None
-        if validation_data is not None and not _is_tokenized(validation_data):
-            val = validation_data
-            if isinstance(val, tuple) and not _is_tokenized(val[0]):
-                val = self._as_dataset(*val)
-            elif not isinstance(val, tuple):
-                val = self._as_dataset(val)
-            validation_data = val if val is not None else validation_data
+        if dataset is not None:  # Already shuffled, batched and tokenized.
+            x, y, sample_weight, batch_size, shuffle = dataset, None, None, None, False
+        if validation_data is not None:
+            parts = validation_data if isinstance(validation_data, tuple) else (validation_data,)
+            validation_data = self._as_dataset(*parts) or validation_data
         if self.optimizer is not None:
-            import tensorflow as tf
-
-            self._set_schedule_length(x if isinstance(x, tf.data.Dataset) else None, epochs, steps_per_epoch)
+            self._set_schedule_length(x, batch_size, epochs, steps_per_epoch)
         return super().fit(
             x=x, y=y, batch_size=batch_size, epochs=epochs, sample_weight=sample_weight,
             validation_data=validation_data, shuffle=shuffle, steps_per_epoch=steps_per_epoch, **kwargs,
@@ -243,5 +251,3 @@ class Task(keras.Model):
             x, batch_size = dataset, None
         return super().predict(x, batch_size=batch_size, **kwargs)
 
-
-__all__ = ["Task", "BertBackbone"]

@@ -8,6 +8,8 @@ folder: architecture and tokenizer settings, no weights) or a directory:
     task.weights.h5     the whole task model's weights (task presets only)
     vocabulary.txt      one WordPiece token per line
     metadata.json       versions, parameter count, source, date, weight checksums
+    *.safetensors       optional named arrays beside the model (e.g. the
+                        pre-training heads of a converted checkpoint)
 
 Loading only reads JSON, text and HDF5 arrays: no pickle, no code execution.
 Classes named in `config.json` are looked up in a fixed table of bertzoo
@@ -33,6 +35,7 @@ BACKBONE_WEIGHTS_FILE = "model.weights.h5"
 TASK_WEIGHTS_FILE = "task.weights.h5"
 VOCABULARY_FILE = "vocabulary.txt"
 METADATA_FILE = "metadata.json"
+PRETRAINING_HEADS_FILE = "pretraining_heads.safetensors"
 FORMAT_VERSION = 1
 
 _PRESET_CLASSES = {}
@@ -221,6 +224,19 @@ class Preset:
     def load_task_weights(self, task):
         _load_weights(task, self._weights_path(TASK_WEIGHTS_FILE))
 
+    def has_arrays(self, filename=PRETRAINING_HEADS_FILE):
+        return self.directory is not None and (self.directory / filename).is_file()
+
+    def load_arrays(self, filename=PRETRAINING_HEADS_FILE):
+        """Returns `{name: NumPy array}` from a safetensors file of the preset
+        (checksum-verified), e.g. the pre-training heads of a converted
+        checkpoint."""
+        from safetensors.numpy import load_file
+
+        if self.directory is None:
+            raise FileNotFoundError(f"Preset {self.name!r} is a built-in definition: it has no {filename}.")
+        return load_file(str(self._weights_path(filename)))
+
     def warn_random_init(self):
         if self.name not in _warned_random_init:
             _warned_random_init.add(self.name)
@@ -231,6 +247,18 @@ class Preset:
                 "load_weights=False to silence this warning.",
                 stacklevel=3,
             )
+
+
+def preprocessor_settings(preprocessor):
+    """The text settings a preset stores for `preprocessor` (the inverse of
+    `Preset.build_preprocessor`, with the vocabulary kept in its own file)."""
+    tokenizer = preprocessor.tokenizer
+    return {
+        "sequence_length": preprocessor.sequence_length,
+        "truncate": preprocessor.truncate,
+        "lowercase": tokenizer.lowercase,
+        "strip_accents": tokenizer.strip_accents,
+    }
 
 
 def _load_weights(model, path):
@@ -252,11 +280,15 @@ def save_preset(
     preprocessor_config=None,
     metadata=None,
     overwrite=True,
+    extra_arrays=None,
 ):
     """Writes a preset directory atomically (see the module docstring).
 
     `tokenizer` provides `vocabulary.txt`; `preprocessor_config` holds the
     text settings (`sequence_length`, `truncate`, `lowercase`, ...).
+    `extra_arrays` maps file names (ending in `.safetensors`) to
+    `{name: NumPy array}`; each is written with safetensors and checksummed
+    in `metadata.json` like the weights (read back with `Preset.load_arrays`).
     """
     from bertzoo.text.vocabulary import save_vocabulary
 
@@ -275,6 +307,9 @@ def save_preset(
         if task is not None:
             task.save_weights(str(tmp / TASK_WEIGHTS_FILE))
             weight_files.append(TASK_WEIGHTS_FILE)
+        for filename, arrays in (extra_arrays or {}).items():
+            _save_arrays(tmp, filename, arrays)
+            weight_files.append(filename)
         if tokenizer is not None:
             save_vocabulary(tokenizer.get_vocabulary(), tmp / VOCABULARY_FILE)
         info = {
@@ -294,6 +329,19 @@ def save_preset(
         info.update(metadata or {})
         (tmp / METADATA_FILE).write_text(json.dumps(info, indent=2) + "\n")
     return Path(directory)
+
+
+def _save_arrays(directory, filename, arrays):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    reserved = (CONFIG_FILE, BACKBONE_WEIGHTS_FILE, TASK_WEIGHTS_FILE, VOCABULARY_FILE, METADATA_FILE)
+    if Path(filename).name != filename or not filename.endswith(".safetensors") or filename in reserved:
+        raise ValueError(
+            f"extra_arrays file name {filename!r} must be a plain file name ending in "
+            "'.safetensors' (no folders)."
+        )
+    save_file({name: np.ascontiguousarray(a) for name, a in arrays.items()}, str(directory / filename))
 
 
 def _plain_config(backbone):

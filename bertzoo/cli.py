@@ -1,0 +1,85 @@
+"""The `bertzoo` command line (also `python -m bertzoo`).
+
+    bertzoo convert SRC DEST [--overwrite]   checkpoint -> bertzoo preset
+    bertzoo presets                          list the built-in presets
+
+Each subcommand is a function decorated with `@command(...)` that receives
+the parsed arguments and returns an exit status; its options are declared
+with `argument(...)`. Commands import what they need when they run.
+"""
+
+import argparse
+import sys
+
+from bertzoo.version import __version__
+
+_COMMANDS = []
+
+
+def argument(*names, **kwargs):
+    """An option of a subcommand, as for `ArgumentParser.add_argument`."""
+    return names, kwargs
+
+
+def command(name, help, arguments=()):
+    """Registers the decorated `function(args) -> exit status` as a subcommand."""
+
+    def register(function):
+        _COMMANDS.append((name, help, arguments, function))
+        return function
+
+    return register
+
+
+@command(
+    "convert",
+    "Convert a Hugging Face, original TF1 BERT/ALBERT or keras-hub checkpoint into a bertzoo preset.",
+    arguments=(
+        argument("source", metavar="SRC", help="checkpoint directory"),
+        argument("destination", metavar="DEST", help="preset directory to write"),
+        argument("--overwrite", action="store_true", help="replace DEST if it exists"),
+    ),
+)
+def _convert(args):
+    from bertzoo.convert import convert_checkpoint
+
+    result = convert_checkpoint(args.source, args.destination, overwrite=args.overwrite)
+    print(result.summary())
+    return 0
+
+
+@command("presets", "List the built-in presets with their sizes.")
+def _presets(args):
+    from bertzoo.saving.listing import list_presets
+
+    list_presets(verbose=True)
+    return 0
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="bertzoo", description="bertzoo: BERT-family encoders for Keras 3."
+    )
+    parser.add_argument("--version", action="version", version=f"bertzoo {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, help, arguments, function in _COMMANDS:
+        sub = subparsers.add_parser(name, help=help, description=help)
+        for names, kwargs in arguments:
+            sub.add_argument(*names, **kwargs)
+        sub.set_defaults(run=function)
+    return parser
+
+
+def main(argv=None):
+    """Entry point of the `bertzoo` console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except (ValueError, OSError) as e:  # Bad input: a message, not a traceback.
+        print(f"bertzoo {args.command}: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,456 @@
+"""The one mapping from named arrays into a `BertBackbone`, shared by all readers.
+
+Every reader (Hugging Face, original TF1, keras-hub) turns its checkpoint into
+a `SourceModel`: a bertzoo config, the checkpoint's arrays under their own
+names, and a naming table that says which source tensor holds each weight of
+the model under bertzoo's *canonical* names. `build_backbone` is the single
+place where arrays are checked (missing, unexpected, wrong shape) and written
+into a model; `write_preset` stores the result as an ordinary preset.
+
+Canonical names (kernels are `[in, out]`, as Keras stores them; `k` indexes
+`BertBackbone.attention_blocks` / `feedforward_blocks`):
+
+    embeddings/token, embeddings/position, embeddings/segment
+    embeddings/layer_norm/{gamma,beta}, embeddings/projection/{kernel,bias}
+    attention_{k}/{query,key,value,output}/{kernel,bias}
+    attention_{k}/layer_norm/{gamma,beta}
+    feedforward_{k}/{intermediate,output}/{kernel,bias}
+    feedforward_{k}/layer_norm/{gamma,beta}
+    pooler/{kernel,bias}
+
+Pre-training heads, kept beside the model in `pretraining_heads.safetensors`:
+
+    mlm/transform/{kernel,bias}, mlm/layer_norm/{gamma,beta}, mlm/output_bias,
+    mlm/decoder/kernel   (only when not tied to embeddings/token)
+    nsp/{kernel,bias}    (BERT's next-sentence / ALBERT's sentence-order head)
+"""
+
+import collections
+import contextlib
+import dataclasses
+import datetime
+import re
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_SEQUENCE_LENGTH = 128
+_LIST_LIMIT = 20
+
+# Activation names of each source format -> bertzoo names. Google's TF1 code
+# (BERT and ALBERT) implements "gelu" with the tanh approximation; Hugging
+# Face's "gelu" is the exact erf form and "gelu_new" the tanh one.
+HF_ACTIVATIONS = {
+    "gelu": "gelu_exact",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+    "tanh": "tanh",
+}
+TF1_ACTIVATIONS = {"gelu": "gelu_tanh", "relu": "relu", "tanh": "tanh"}
+
+
+class ConversionError(ValueError):
+    """A checkpoint that cannot be converted; the message lists every problem."""
+
+
+@dataclasses.dataclass
+class SourceModel:
+    """A checkpoint read into memory, ready for `build_backbone`.
+
+    Attributes:
+        format: "huggingface", "tf1" or "keras_hub".
+        path: where it came from (None for an in-memory keras-hub object).
+        config: `BertBackbone` constructor arguments.
+        tensors: every array of the checkpoint, by source name, minus `skipped`.
+        table: canonical name template -> `(source name template, transform)`;
+            templates of layer weights hold `{k}` (and any field that
+            `index_fields(k)` returns). Transforms: None, "T" (transpose a
+            PyTorch `[out, in]` matrix) or "reshape" (merge attention-head axes).
+        head_table: source name -> `(canonical head name, transform)`.
+        index_fields: block index -> extra template fields (e.g. ALBERT groups).
+        skipped: source name -> why it is not converted (reported, not hidden).
+        vocabulary: WordPiece tokens, or None.
+        preprocessor: preset preprocessor settings.
+        notes: anything else the user should know.
+        display: source name -> the name as written in the checkpoint, where
+            the reader normalised it (e.g. dropped a `bert.` prefix).
+    """
+
+    format: str
+    path: str
+    config: dict
+    tensors: dict
+    table: dict
+    head_table: dict = dataclasses.field(default_factory=dict)
+    index_fields: object = None
+    skipped: dict = dataclasses.field(default_factory=dict)
+    vocabulary: list = None
+    preprocessor: dict = dataclasses.field(default_factory=dict)
+    notes: list = dataclasses.field(default_factory=list)
+    display: dict = dataclasses.field(default_factory=dict)
+
+    def shown(self, name):
+        return self.display.get(name, name)
+
+
+@dataclasses.dataclass
+class ConversionResult:
+    """What `convert_checkpoint` wrote; `str()` gives a readable summary."""
+
+    path: Path
+    format: str
+    source: str
+    config: dict
+    parameter_count: int
+    heads: dict
+    skipped: dict
+    notes: list
+    has_vocabulary: bool
+
+    def summary(self):
+        c = self.config
+        lines = [
+            f"Converted {self.format} checkpoint {self.source} -> {self.path}",
+            f"  BertBackbone: {c['num_layers']} layers, hidden {c['hidden_dim']}, "
+            f"{c['num_heads']} heads, intermediate {c['intermediate_dim']}, "
+            f"vocabulary {c['vocabulary_size']}, activation {c['activation']}"
+            + (f", embedding_dim {c['embedding_dim']}" if c.get("embedding_dim") else "")
+            + (f", {c['num_groups']} weight group(s)" if c["num_groups"] != c["num_layers"] else "")
+            + f" ({self.parameter_count:,} parameters)",
+        ]
+        if self.heads:
+            from bertzoo.saving.preset import PRETRAINING_HEADS_FILE
+
+            lines.append(f"  pre-training heads kept in {PRETRAINING_HEADS_FILE}:")
+            lines += [f"    {name} <- {source}" for name, source in self.heads.items()]
+        if self.skipped:
+            lines.append("  not converted:")
+            lines += [f"    {name}: {reason}" for name, reason in self.skipped.items()]
+        if not self.has_vocabulary:
+            lines.append("  no vocabulary.txt: pass tokenized inputs (preprocessor=None)")
+        lines += [f"  note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+    def __str__(self):
+        return self.summary()
+
+
+# --- Canonical names ---------------------------------------------------------
+
+
+def _dense_vars(prefix, layer):
+    return {f"{prefix}/kernel": layer.kernel, f"{prefix}/bias": layer.bias}
+
+
+def _norm_vars(prefix, layer):
+    return {f"{prefix}/gamma": layer.gamma, f"{prefix}/beta": layer.beta}
+
+
+def backbone_variables(backbone):
+    """`{canonical name: keras.Variable}` for every weight of a `BertBackbone`."""
+    e = backbone.embeddings
+    variables = {
+        "embeddings/token": e.token_embedding.embeddings,
+        "embeddings/position": e.position_embedding.embeddings,
+        "embeddings/segment": e.segment_embedding.embeddings,
+        **_norm_vars("embeddings/layer_norm", e.layer_norm),
+    }
+    if e.projection is not None:
+        variables.update(_dense_vars("embeddings/projection", e.projection))
+    for k, block in enumerate(backbone.attention_blocks):
+        for part in ("query", "key", "value", "output"):
+            variables.update(_dense_vars(f"attention_{k}/{part}", getattr(block, f"{part}_dense")))
+        variables.update(_norm_vars(f"attention_{k}/layer_norm", block.layer_norm))
+    for k, block in enumerate(backbone.feedforward_blocks):
+        variables.update(_dense_vars(f"feedforward_{k}/intermediate", block.intermediate_dense))
+        variables.update(_dense_vars(f"feedforward_{k}/output", block.output_dense))
+        variables.update(_norm_vars(f"feedforward_{k}/layer_norm", block.layer_norm))
+    variables.update(_dense_vars("pooler", backbone.pooler))
+    if len(variables) != len(backbone.weights):
+        raise RuntimeError(
+            f"bertzoo.convert maps {len(variables)} weights but {type(backbone).__name__} has "
+            f"{len(backbone.weights)}: the canonical naming is out of date with the model."
+        )
+    return variables
+
+
+def head_shapes(config):
+    """Expected shapes of the canonical pre-training head arrays."""
+    H = config["hidden_dim"]
+    E = config.get("embedding_dim") or H
+    V = config["vocabulary_size"]
+    return {
+        "mlm/transform/kernel": (H, E),
+        "mlm/transform/bias": (E,),
+        "mlm/layer_norm/gamma": (E,),
+        "mlm/layer_norm/beta": (E,),
+        "mlm/output_bias": (V,),
+        "mlm/decoder/kernel": (E, V),
+        "nsp/kernel": (H, 2),
+        "nsp/bias": (2,),
+    }
+
+
+_BLOCK = re.compile(r"^(attention|feedforward)_(\d+)/")
+
+
+def source_name(model, canonical):
+    """`(source name, transform)` holding canonical weight `canonical`."""
+    match = _BLOCK.match(canonical)
+    if match is None:
+        template, transform = model.table[canonical]
+        return template, transform
+    k = int(match.group(2))
+    key = f"{match.group(1)}_{{k}}/{canonical[match.end():]}"
+    template, transform = model.table[key]
+    fields = model.index_fields(k) if model.index_fields else {}
+    return template.format(k=k, **fields), transform
+
+
+def transform_array(array, transform, shape):
+    array = np.asarray(array)
+    if transform == "T" and array.ndim == 2:
+        return np.ascontiguousarray(array.T)
+    if transform == "reshape" and array.size == int(np.prod(shape)):
+        return array.reshape(shape)
+    return array
+
+
+def canonical_to_source_shape(shape, transform):
+    return tuple(reversed(shape)) if transform == "T" else tuple(shape)
+
+
+# --- The one place arrays go into a model ------------------------------------
+
+
+def _listing(title, items):
+    items = list(items)
+    if not items:
+        return []
+    shown = items[:_LIST_LIMIT]
+    lines = [f"{title} ({len(items)}):"] + [f"  - {item}" for item in shown]
+    if len(items) > len(shown):
+        lines.append(f"  ... and {len(items) - len(shown)} more")
+    return lines
+
+
+@contextlib.contextmanager
+def _fresh_layer_names():
+    """Auto-names layers as in a fresh process (`dropout`, not `dropout_37`).
+
+    Keras writes every layer's name into `model.weights.h5`, and unnamed
+    layers (our blocks' dropouts, the model itself) are numbered by a
+    per-process counter; without this, converting the same checkpoint twice
+    in one process would give files that differ in those names (never in
+    the arrays). The user's counters are restored afterwards.
+    """
+    try:
+        from keras.src.backend.common import global_state
+    except ImportError:  # A future Keras moved it: names may differ, arrays do not.
+        yield
+        return
+    saved = global_state.get_global_attribute("object_name_uids")
+    global_state.set_global_attribute("object_name_uids", collections.defaultdict(int))
+    try:
+        yield
+    finally:
+        global_state.set_global_attribute("object_name_uids", saved)
+
+
+def build_backbone(model):
+    """Builds the `BertBackbone` of `model.config` and writes its weights.
+
+    Returns `(backbone, heads, head_sources)`: the model, the pre-training
+    head arrays by canonical name and their source names. Raises
+    `ConversionError` listing every missing, unexpected and mis-shaped
+    tensor at once.
+    """
+    from bertzoo.models.bert_backbone import BertBackbone
+
+    origin = f"{model.format} checkpoint {model.path}" if model.path else f"{model.format} model"
+    try:
+        with _fresh_layer_names():
+            backbone = BertBackbone(**model.config)
+    except ValueError as e:
+        raise ConversionError(f"The config of {origin} is not a valid BertBackbone config: {e}") from e
+    variables = backbone_variables(backbone)
+
+    used, missing, mismatched, assignments = set(), [], [], []
+    for canonical, variable in variables.items():
+        name, transform = source_name(model, canonical)
+        if name not in model.tensors:
+            missing.append(name)
+            continue
+        used.add(name)
+        source = np.asarray(model.tensors[name])
+        array = transform_array(source, transform, tuple(variable.shape))
+        if tuple(array.shape) != tuple(variable.shape):
+            expected = canonical_to_source_shape(variable.shape, transform)
+            mismatched.append(
+                f"{model.shown(name)}: shape {tuple(source.shape)}, the config implies {expected}"
+            )
+            continue
+        assignments.append((variable, array))
+
+    heads, head_sources = {}, {}
+    expected_heads = head_shapes(model.config)
+    for name, (canonical, transform) in model.head_table.items():
+        if name not in model.tensors:
+            continue
+        used.add(name)
+        source = np.asarray(model.tensors[name])
+        array = transform_array(source, transform, expected_heads[canonical])
+        if tuple(array.shape) != expected_heads[canonical]:
+            expected = canonical_to_source_shape(expected_heads[canonical], transform)
+            mismatched.append(
+                f"{model.shown(name)} (pre-training head): shape {tuple(source.shape)}, "
+                f"the config implies {expected}"
+            )
+            continue
+        heads[canonical] = np.asarray(array, dtype="float32")
+        head_sources[canonical] = model.shown(name)
+
+    unexpected = sorted(
+        f"{model.shown(name)} {tuple(np.shape(model.tensors[name]))}"
+        for name in model.tensors
+        if name not in used
+    )
+    if missing or unexpected or mismatched:
+        lines = [f"Cannot convert {origin}: its tensors do not match its config."]
+        lines += _listing("Missing tensors", missing)
+        lines += _listing("Tensors whose shape disagrees with the config", mismatched)
+        lines += _listing("Unexpected tensors (not part of this architecture)", unexpected)
+        lines.append(
+            "Check that the config file belongs to these weights (layer count, hidden size, "
+            "vocabulary size, groups) and that the checkpoint is complete. bertzoo converts "
+            "encoders and their pre-training heads, not fine-tuned task heads."
+        )
+        raise ConversionError("\n".join(lines))
+
+    for variable, array in assignments:
+        variable.assign(np.asarray(array, dtype=variable.dtype))
+    return backbone, heads, head_sources
+
+
+def write_preset(model, destination, overwrite=False):
+    """Converts `model` (a `SourceModel`) and writes it as a preset directory."""
+    from bertzoo.saving.preset import PRETRAINING_HEADS_FILE
+    from bertzoo.saving.preset import save_preset
+    from bertzoo.text import BertTokenizer
+
+    backbone, heads, head_sources = build_backbone(model)
+    tokenizer = None
+    if model.vocabulary is not None:
+        settings = model.preprocessor
+        tokenizer = BertTokenizer(
+            model.vocabulary,
+            lowercase=settings.get("lowercase", True),
+            strip_accents=settings.get("strip_accents"),
+        )
+    metadata = {
+        "source": {
+            "format": model.format,
+            "path": model.path,
+            "converted": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        },
+        "conversion": {
+            "pretraining_heads": head_sources,
+            "skipped": dict(model.skipped),
+            "notes": list(model.notes),
+        },
+    }
+    path = save_preset(
+        destination,
+        backbone,
+        tokenizer=tokenizer,
+        preprocessor_config=dict(model.preprocessor),
+        metadata=metadata,
+        overwrite=overwrite,
+        extra_arrays={PRETRAINING_HEADS_FILE: heads} if heads else None,
+    )
+    return ConversionResult(
+        path=path,
+        format=model.format,
+        source=str(model.path) if model.path else "(in-memory model)",
+        config=backbone.get_config(),
+        parameter_count=int(backbone.count_params()),
+        heads=head_sources,
+        skipped=dict(model.skipped),
+        notes=list(model.notes),
+        has_vocabulary=tokenizer is not None,
+    )
+
+
+# --- Helpers shared by the readers -------------------------------------------
+
+
+def map_activation(name, table, origin):
+    if name not in table:
+        raise ConversionError(
+            f"{origin}: hidden_act {name!r} is not supported. Supported: "
+            f"{', '.join(sorted(table))}."
+        )
+    return table[name]
+
+
+def require_keys(config, keys, origin):
+    missing = [key for key in keys if key not in config]
+    if missing:
+        raise ConversionError(f"{origin} lacks the required entries {missing}.")
+
+
+def albert_layout(num_layers, num_groups, inner_group_num, origin):
+    """`(num_layers, num_groups, index_fields)` of an ALBERT encoder in bertzoo terms.
+
+    ALBERT runs layer `i` through group `i * G // L`, and each group applies
+    its `inner_group_num` (R) sub-layers in turn. With R = 1 that is
+    BertBackbone's sharing of consecutive layers. With R > 1 it is only
+    expressible when every group runs once (L == G): then the L * R
+    sub-layers are ordinary unshared layers.
+    """
+    if num_layers % num_groups:
+        raise ConversionError(
+            f"{origin}: num_hidden_layers={num_layers} is not divisible by "
+            f"num_hidden_groups={num_groups}."
+        )
+    R = inner_group_num
+    if R > 1 and num_layers != num_groups:
+        raise ConversionError(
+            f"{origin}: inner_group_num={R} with layers shared across groups "
+            f"(num_hidden_layers={num_layers}, num_hidden_groups={num_groups}) repeats "
+            "interleaved sub-layers, which BertBackbone's consecutive sharing cannot express."
+        )
+    layers, groups = (num_layers, num_groups) if R == 1 else (num_layers * R, num_layers * R)
+    return layers, groups, (lambda k: {"g": k // R, "r": k % R})
+
+
+def check_vocabulary_size(vocabulary, config, origin):
+    if vocabulary is not None and len(vocabulary) != config["vocabulary_size"]:
+        raise ConversionError(
+            f"{origin}: the vocabulary has {len(vocabulary)} tokens but the config's "
+            f"vocabulary size is {config['vocabulary_size']}: they do not belong together."
+        )
+
+
+def default_sequence_length(max_sequence_length):
+    return min(DEFAULT_SEQUENCE_LENGTH, int(max_sequence_length))
+
+
+def dense_rules(canonical, source, transform=None, weight="kernel", bias="bias", sep="/"):
+    """Table entries for a dense layer's kernel and bias."""
+    return {
+        f"{canonical}/kernel": (f"{source}{sep}{weight}", transform),
+        f"{canonical}/bias": (f"{source}{sep}{bias}", None),
+    }
+
+
+def norm_rules(canonical, source, gamma="gamma", beta="beta", sep="/"):
+    """Table entries for a LayerNorm's scale and offset."""
+    return {
+        f"{canonical}/gamma": (f"{source}{sep}{gamma}", None),
+        f"{canonical}/beta": (f"{source}{sep}{beta}", None),
+    }

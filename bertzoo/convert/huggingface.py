@@ -1,0 +1,250 @@
+"""Reads Hugging Face BERT / ALBERT directories (config.json + safetensors).
+
+Weights are read with the safetensors NumPy API, so no PyTorch is needed.
+PyTorch `nn.Linear` weights are stored `[out, in]` and are transposed.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from bertzoo.convert.common import HF_ACTIVATIONS
+from bertzoo.convert.common import ConversionError
+from bertzoo.convert.common import SourceModel
+from bertzoo.convert.common import albert_layout
+from bertzoo.convert.common import check_vocabulary_size
+from bertzoo.convert.common import default_sequence_length
+from bertzoo.convert.common import dense_rules
+from bertzoo.convert.common import map_activation
+from bertzoo.convert.common import norm_rules
+from bertzoo.convert.common import require_keys
+
+SUPPORTED_MODEL_TYPES = ("bert", "albert")
+_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
+
+
+def _linear(canonical, source):
+    return dense_rules(canonical, source, "T", weight="weight", sep=".")
+
+
+def _norm(canonical, source):
+    return norm_rules(canonical, source, gamma="weight", beta="bias", sep=".")
+
+
+_EMBEDDINGS = {
+    "embeddings/token": ("embeddings.word_embeddings.weight", None),
+    "embeddings/position": ("embeddings.position_embeddings.weight", None),
+    "embeddings/segment": ("embeddings.token_type_embeddings.weight", None),
+    **_norm("embeddings/layer_norm", "embeddings.LayerNorm"),
+}
+
+BERT_TABLE = {
+    **_EMBEDDINGS,
+    **_linear("attention_{k}/query", "encoder.layer.{k}.attention.self.query"),
+    **_linear("attention_{k}/key", "encoder.layer.{k}.attention.self.key"),
+    **_linear("attention_{k}/value", "encoder.layer.{k}.attention.self.value"),
+    **_linear("attention_{k}/output", "encoder.layer.{k}.attention.output.dense"),
+    **_norm("attention_{k}/layer_norm", "encoder.layer.{k}.attention.output.LayerNorm"),
+    **_linear("feedforward_{k}/intermediate", "encoder.layer.{k}.intermediate.dense"),
+    **_linear("feedforward_{k}/output", "encoder.layer.{k}.output.dense"),
+    **_norm("feedforward_{k}/layer_norm", "encoder.layer.{k}.output.LayerNorm"),
+    **_linear("pooler", "pooler.dense"),
+}
+
+_ALBERT_LAYER = "encoder.albert_layer_groups.{g}.albert_layers.{r}"
+ALBERT_TABLE = {
+    **_EMBEDDINGS,
+    **_linear("embeddings/projection", "encoder.embedding_hidden_mapping_in"),
+    **_linear("attention_{k}/query", f"{_ALBERT_LAYER}.attention.query"),
+    **_linear("attention_{k}/key", f"{_ALBERT_LAYER}.attention.key"),
+    **_linear("attention_{k}/value", f"{_ALBERT_LAYER}.attention.value"),
+    **_linear("attention_{k}/output", f"{_ALBERT_LAYER}.attention.dense"),
+    **_norm("attention_{k}/layer_norm", f"{_ALBERT_LAYER}.attention.LayerNorm"),
+    **_linear("feedforward_{k}/intermediate", f"{_ALBERT_LAYER}.ffn"),
+    **_linear("feedforward_{k}/output", f"{_ALBERT_LAYER}.ffn_output"),
+    **_norm("feedforward_{k}/layer_norm", f"{_ALBERT_LAYER}.full_layer_layer_norm"),
+    **_linear("pooler", "pooler"),
+}
+
+# Pre-training heads: (masked-LM prefix, sentence head prefix) per model type.
+_HEAD_PREFIXES = {
+    "bert": ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
+             "cls.predictions", "cls.seq_relationship"),
+    "albert": ("predictions.dense", "predictions.LayerNorm", "predictions", "sop_classifier.classifier"),
+}
+
+
+def _head_table(model_type):
+    dense, norm, predictions, sentence = _HEAD_PREFIXES[model_type]
+    return {
+        f"{dense}.weight": ("mlm/transform/kernel", "T"),
+        f"{dense}.bias": ("mlm/transform/bias", None),
+        f"{norm}.weight": ("mlm/layer_norm/gamma", None),
+        f"{norm}.bias": ("mlm/layer_norm/beta", None),
+        f"{predictions}.bias": ("mlm/output_bias", None),
+        f"{predictions}.decoder.weight": ("mlm/decoder/kernel", "T"),
+        f"{sentence}.weight": ("nsp/kernel", "T"),
+        f"{sentence}.bias": ("nsp/bias", None),
+    }
+
+
+def is_huggingface_config(config):
+    return isinstance(config, dict) and "model_type" in config
+
+
+def _load_tensors(path):
+    from safetensors.numpy import load_file
+
+    single = path / "model.safetensors"
+    index = path / "model.safetensors.index.json"
+    if single.is_file():
+        files = [single]
+    elif index.is_file():
+        weight_map = json.loads(index.read_text()).get("weight_map", {})
+        files = [path / name for name in sorted(set(weight_map.values()))]
+    else:
+        others = [n for n in ("pytorch_model.bin", "tf_model.h5", "flax_model.msgpack") if (path / n).is_file()]
+        found = f" It has {', '.join(others)}, which bertzoo does not read (no PyTorch/Flax)." if others else ""
+        raise ConversionError(
+            f"{path} has a Hugging Face config.json but no model.safetensors (or "
+            f"model.safetensors.index.json).{found} Save the model with "
+            "`save_pretrained(..., safe_serialization=True)` to get a safetensors file."
+        )
+    tensors = {}
+    for file in files:
+        if not file.is_file():
+            raise ConversionError(f"{file} is listed in {index.name} but missing.")
+        tensors.update(load_file(str(file)))
+    return tensors
+
+
+def _normalise(names, model_type):
+    """Maps normalised names (no `bert.`/`albert.` prefix, LayerNorm
+    `weight`/`bias` instead of the legacy `gamma`/`beta`) to the stored ones."""
+    prefix = f"{model_type}."
+    mapping = {}
+    for name in names:
+        new = name[len(prefix):] if name.startswith(prefix) else name
+        if new.endswith(".gamma"):
+            new = new[: -len("gamma")] + "weight"
+        elif new.endswith(".beta"):
+            new = new[: -len("beta")] + "bias"
+        if new in mapping:
+            raise ConversionError(
+                f"The checkpoint holds both {mapping[new]!r} and {name!r}, which name the same weight."
+            )
+        mapping[new] = name
+    return mapping
+
+
+def read(path):
+    """Reads a Hugging Face BERT or ALBERT directory into a `SourceModel`."""
+    path = Path(path)
+    origin = f"{path / 'config.json'}"
+    hf = json.loads((path / "config.json").read_text())
+    model_type = hf.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ConversionError(
+            f"{origin} has model_type {model_type!r}; bertzoo converts {list(SUPPORTED_MODEL_TYPES)}."
+        )
+    require_keys(
+        hf,
+        ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"],
+        origin,
+    )
+    albert = model_type == "albert"
+    if hf.get("position_embedding_type", "absolute") != "absolute":
+        raise ConversionError(
+            f"{origin}: position_embedding_type={hf['position_embedding_type']!r} is not supported "
+            "(bertzoo models use learned absolute positions)."
+        )
+    config = {
+        "vocabulary_size": hf["vocab_size"],
+        "num_layers": hf["num_hidden_layers"],
+        "hidden_dim": hf["hidden_size"],
+        "num_heads": hf["num_attention_heads"],
+        "intermediate_dim": hf["intermediate_size"],
+        "activation": map_activation(hf.get("hidden_act", "gelu_new" if albert else "gelu"), HF_ACTIVATIONS, origin),
+        "dropout": float(hf.get("hidden_dropout_prob", 0.0 if albert else 0.1)),
+        "attention_dropout": float(hf.get("attention_probs_dropout_prob", 0.0 if albert else 0.1)),
+        "max_sequence_length": hf.get("max_position_embeddings", 512),
+        "num_segments": hf.get("type_vocab_size", 2),
+        "layer_norm_epsilon": float(hf.get("layer_norm_eps", 1e-12)),
+        "initializer_range": float(hf.get("initializer_range", 0.02)),
+    }
+    index_fields = None
+    if albert:
+        embedding_dim = hf.get("embedding_size", 128)
+        if embedding_dim == hf["hidden_size"]:
+            raise ConversionError(
+                f"{origin}: embedding_size equals hidden_size ({embedding_dim}); Hugging Face ALBERT "
+                "still applies embedding_hidden_mapping_in there, which BertBackbone (no "
+                "projection when embedding_dim == hidden_dim) cannot hold."
+            )
+        layers, groups, index_fields = albert_layout(
+            hf["num_hidden_layers"], hf.get("num_hidden_groups", 1), hf.get("inner_group_num", 1), origin
+        )
+        config.update(num_layers=layers, num_groups=groups, shared_sublayers="all", embedding_dim=embedding_dim)
+
+    stored = _load_tensors(path)
+    names = _normalise(stored, model_type)
+    tensors = {name: stored[original] for name, original in names.items()}
+    display = {name: original for name, original in names.items() if name != original}
+
+    skipped = {}
+    for name in _BUFFERS:
+        if name in tensors:
+            del tensors[name]
+            skipped[names[name]] = "a constant buffer (position/segment ids), not a weight"
+    _, _, predictions, _ = _HEAD_PREFIXES[model_type]
+    decoder, bias = f"{predictions}.decoder.weight", f"{predictions}.bias"
+    token = tensors.get("embeddings.word_embeddings.weight")
+    if decoder in tensors and token is not None and np.array_equal(tensors[decoder], token):
+        del tensors[decoder]
+        skipped[names[decoder]] = "tied to the token embedding (the masked-LM decoder reuses it)"
+    decoder_bias = f"{predictions}.decoder.bias"
+    if decoder_bias in tensors:
+        if bias not in tensors:
+            tensors[bias] = tensors.pop(decoder_bias)
+            display[bias] = names[decoder_bias]
+        elif np.array_equal(tensors[decoder_bias], tensors[bias]):
+            del tensors[decoder_bias]
+            skipped[names[decoder_bias]] = f"a copy of {names[bias]} (kept as mlm/output_bias)"
+
+    vocabulary, notes = None, []
+    if (path / "vocab.txt").is_file():
+        from bertzoo.text import load_vocabulary
+
+        vocabulary = load_vocabulary(path / "vocab.txt")
+        check_vocabulary_size(vocabulary, config, origin)
+    elif (path / "spiece.model").is_file():
+        notes.append(
+            "spiece.model is a SentencePiece vocabulary, which bertzoo's WordPiece tokenizer "
+            "cannot use: the preset has no vocabulary."
+        )
+
+    tokenizer_config = {}
+    if (path / "tokenizer_config.json").is_file():
+        tokenizer_config = json.loads((path / "tokenizer_config.json").read_text())
+    preprocessor = {
+        "sequence_length": default_sequence_length(config["max_sequence_length"]),
+        "lowercase": bool(tokenizer_config.get("do_lower_case", True)),
+    }
+    if tokenizer_config.get("strip_accents") is not None:
+        preprocessor["strip_accents"] = bool(tokenizer_config["strip_accents"])
+
+    return SourceModel(
+        format="huggingface",
+        path=str(path.resolve()),
+        config=config,
+        tensors=tensors,
+        table=ALBERT_TABLE if albert else BERT_TABLE,
+        head_table=_head_table(model_type),
+        index_fields=index_fields,
+        skipped=skipped,
+        vocabulary=vocabulary,
+        preprocessor=preprocessor,
+        notes=notes,
+        display=display,
+    )

@@ -1,0 +1,208 @@
+"""Reads original TF1 checkpoints of google-research/bert and /albert.
+
+A directory holds `bert_config.json` (or `albert_config.json`), a checkpoint
+(`bert_model.ckpt.index` + `.data-*`, or any single `*.index`) and, for BERT,
+`vocab.txt`. Kernels are already `[in, out]`. Optimizer slots (`adam_m`,
+`adam_v`) and `global_step` are skipped; the masked-LM and next-sentence
+(ALBERT: sentence-order) heads under `cls/` are kept.
+"""
+
+import json
+from pathlib import Path
+
+from bertzoo.convert.common import TF1_ACTIVATIONS
+from bertzoo.convert.common import ConversionError
+from bertzoo.convert.common import SourceModel
+from bertzoo.convert.common import albert_layout
+from bertzoo.convert.common import check_vocabulary_size
+from bertzoo.convert.common import default_sequence_length
+from bertzoo.convert.common import dense_rules
+from bertzoo.convert.common import map_activation
+from bertzoo.convert.common import norm_rules
+from bertzoo.convert.common import require_keys
+
+CONFIG_FILES = ("bert_config.json", "albert_config.json")
+OPTIMIZER_SLOTS = ("adam_m", "adam_v")
+
+_EMBEDDINGS = {
+    "embeddings/token": ("bert/embeddings/word_embeddings", None),
+    "embeddings/position": ("bert/embeddings/position_embeddings", None),
+    "embeddings/segment": ("bert/embeddings/token_type_embeddings", None),
+    **norm_rules("embeddings/layer_norm", "bert/embeddings/LayerNorm"),
+}
+_POOLER = dense_rules("pooler", "bert/pooler/dense")
+
+_LAYER = "bert/encoder/layer_{k}"
+BERT_TABLE = {
+    **_EMBEDDINGS,
+    **dense_rules("attention_{k}/query", f"{_LAYER}/attention/self/query"),
+    **dense_rules("attention_{k}/key", f"{_LAYER}/attention/self/key"),
+    **dense_rules("attention_{k}/value", f"{_LAYER}/attention/self/value"),
+    **dense_rules("attention_{k}/output", f"{_LAYER}/attention/output/dense"),
+    **norm_rules("attention_{k}/layer_norm", f"{_LAYER}/attention/output/LayerNorm"),
+    **dense_rules("feedforward_{k}/intermediate", f"{_LAYER}/intermediate/dense"),
+    **dense_rules("feedforward_{k}/output", f"{_LAYER}/output/dense"),
+    **norm_rules("feedforward_{k}/layer_norm", f"{_LAYER}/output/LayerNorm"),
+    **_POOLER,
+}
+
+_INNER = "bert/encoder/transformer/group_{g}/inner_group_{r}"
+ALBERT_TABLE = {
+    **_EMBEDDINGS,
+    **dense_rules("embeddings/projection", "bert/encoder/embedding_hidden_mapping_in"),
+    **dense_rules("attention_{k}/query", f"{_INNER}/attention_1/self/query"),
+    **dense_rules("attention_{k}/key", f"{_INNER}/attention_1/self/key"),
+    **dense_rules("attention_{k}/value", f"{_INNER}/attention_1/self/value"),
+    **dense_rules("attention_{k}/output", f"{_INNER}/attention_1/output/dense"),
+    **norm_rules("attention_{k}/layer_norm", f"{_INNER}/LayerNorm"),
+    **dense_rules("feedforward_{k}/intermediate", f"{_INNER}/ffn_1/intermediate/dense"),
+    **dense_rules("feedforward_{k}/output", f"{_INNER}/ffn_1/intermediate/output/dense"),
+    **norm_rules("feedforward_{k}/layer_norm", f"{_INNER}/LayerNorm_1"),
+    **_POOLER,
+}
+
+HEAD_TABLE = {
+    "cls/predictions/transform/dense/kernel": ("mlm/transform/kernel", None),
+    "cls/predictions/transform/dense/bias": ("mlm/transform/bias", None),
+    "cls/predictions/transform/LayerNorm/gamma": ("mlm/layer_norm/gamma", None),
+    "cls/predictions/transform/LayerNorm/beta": ("mlm/layer_norm/beta", None),
+    "cls/predictions/output_bias": ("mlm/output_bias", None),
+    # Stored [2, hidden] (it is used with transpose_b=True).
+    "cls/seq_relationship/output_weights": ("nsp/kernel", "T"),
+    "cls/seq_relationship/output_bias": ("nsp/bias", None),
+}
+
+
+def find_config(path):
+    for name in CONFIG_FILES:
+        if (path / name).is_file():
+            return path / name
+    return None
+
+
+def find_checkpoint(path):
+    """The checkpoint prefix in `path`, or None when there is none."""
+    import tensorflow as tf
+
+    latest = tf.train.latest_checkpoint(str(path))
+    if latest:
+        return latest
+    indexes = sorted(path.glob("*.index"))
+    if len(indexes) > 1:
+        raise ConversionError(
+            f"{path} holds several TF checkpoints ({', '.join(p.name for p in indexes)}); "
+            "keep one, or add a `checkpoint` file naming the one to convert."
+        )
+    return str(indexes[0])[: -len(".index")] if indexes else None
+
+
+def read(path):
+    """Reads an original BERT or ALBERT TF1 checkpoint directory into a `SourceModel`."""
+    import tensorflow as tf
+
+    path = Path(path)
+    config_path = find_config(path)
+    if config_path is None:
+        raise ConversionError(f"{path} has no {' or '.join(CONFIG_FILES)}.")
+    origin = str(config_path)
+    prefix = find_checkpoint(path)
+    if prefix is None:
+        raise ConversionError(
+            f"{path} has {config_path.name} but no TF checkpoint (e.g. bert_model.ckpt.index "
+            "and bert_model.ckpt.data-00000-of-00001)."
+        )
+    raw = json.loads(config_path.read_text())
+    require_keys(
+        raw,
+        ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"],
+        origin,
+    )
+    reader = tf.train.load_checkpoint(prefix)
+    shapes = reader.get_variable_to_shape_map()
+    if any(name.endswith(".ATTRIBUTES/VARIABLE_VALUE") for name in shapes):
+        raise ConversionError(
+            f"{prefix} is an object-based TF2 checkpoint (e.g. TF Model Garden), not an original "
+            "TF1 BERT/ALBERT checkpoint (variables like bert/encoder/layer_0/...); bertzoo does "
+            "not read that layout."
+        )
+    albert = (
+        config_path.name == "albert_config.json"
+        or "embedding_size" in raw
+        or any(name.startswith("bert/encoder/transformer/") for name in shapes)
+    )
+    if raw.get("net_structure_type", 0) != 0:
+        raise ConversionError(f"{origin}: net_structure_type={raw['net_structure_type']} is not supported.")
+    config = {
+        "vocabulary_size": raw["vocab_size"],
+        "num_layers": raw["num_hidden_layers"],
+        "hidden_dim": raw["hidden_size"],
+        "num_heads": raw["num_attention_heads"],
+        "intermediate_dim": raw["intermediate_size"],
+        "activation": map_activation(raw.get("hidden_act", "gelu"), TF1_ACTIVATIONS, origin),
+        "dropout": float(raw.get("hidden_dropout_prob", 0.1)),
+        "attention_dropout": float(raw.get("attention_probs_dropout_prob", 0.1)),
+        "max_sequence_length": raw.get("max_position_embeddings", 512),
+        "num_segments": raw.get("type_vocab_size", 16),
+        # tf.contrib.layers.layer_norm, used by both code bases, fixes epsilon at 1e-12.
+        "layer_norm_epsilon": 1e-12,
+        "initializer_range": float(raw.get("initializer_range", 0.02)),
+    }
+    index_fields = None
+    if albert:
+        embedding_dim = raw.get("embedding_size", raw["hidden_size"])
+        layers, groups, index_fields = albert_layout(
+            raw["num_hidden_layers"], raw.get("num_hidden_groups", 1), raw.get("inner_group_num", 1), origin
+        )
+        config.update(
+            num_layers=layers,
+            num_groups=groups,
+            shared_sublayers="all",
+            # ALBERT's code adds embedding_hidden_mapping_in only when E != H.
+            embedding_dim=None if embedding_dim == raw["hidden_size"] else embedding_dim,
+        )
+
+    tensors, slots = {}, []
+    for name in sorted(shapes):
+        if name == "global_step" or name.rsplit("/", 1)[-1] in OPTIMIZER_SLOTS:
+            slots.append(name)
+        else:
+            tensors[name] = reader.get_tensor(name)
+    skipped = {}
+    if slots:
+        skipped[f"{len(slots)} optimizer variables (*/adam_m, */adam_v, global_step)"] = (
+            "training state, not model weights"
+        )
+
+    vocabulary, notes = None, []
+    if (path / "vocab.txt").is_file():
+        from bertzoo.text import load_vocabulary
+
+        vocabulary = load_vocabulary(path / "vocab.txt")
+        check_vocabulary_size(vocabulary, config, origin)
+    elif any(path.glob("*.model")):
+        notes.append(
+            "the SentencePiece vocabulary (*.model) cannot be used by bertzoo's WordPiece "
+            "tokenizer: the preset has no vocabulary."
+        )
+    # Google's directories say "uncased_..." or "cased_..." (BERT) and ALBERT is uncased.
+    name = path.resolve().name.lower()
+    lowercase = not ("cased" in name and "uncased" not in name)
+    if vocabulary is not None and "cased" not in name:
+        notes.append("lowercase=True assumed (the directory name does not say cased/uncased).")
+
+    return SourceModel(
+        format="tf1",
+        path=str(path.resolve()),
+        config=config,
+        tensors=tensors,
+        table=ALBERT_TABLE if albert else BERT_TABLE,
+        head_table=HEAD_TABLE,
+        index_fields=index_fields,
+        skipped=skipped,
+        vocabulary=vocabulary,
+        preprocessor={
+            "sequence_length": default_sequence_length(config["max_sequence_length"]),
+            "lowercase": lowercase,
+        },
+        notes=notes,
+    )

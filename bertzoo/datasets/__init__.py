@@ -1,0 +1,6 @@
+"""Small text-classification datasets for examples, benchmarks and tests."""
+
+from bertzoo.datasets.sentiment import find_shared_sentiment
+from bertzoo.datasets.sentiment import load_rated_sentences
+from bertzoo.datasets.sentiment import split
+from bertzoo.datasets.sentiment import synthetic_sentiment

@@ -1,0 +1,99 @@
+"""Binary sentiment data: human-rated sentences on disk, or a generated set.
+
+`load_rated_sentences` reads tab-separated `id<TAB>rating<TAB>text` files with
+one header line (the layout of the VADER ground-truth files), labelling
+`rating > 0` as positive and dropping neutral (`rating == 0`) rows.
+
+`synthetic_sentiment` generates a labelled set from small word lists, so
+examples run offline on a fresh machine with no data at all. It is easy on
+purpose (the label follows from the words); use real data for real figures.
+"""
+
+import csv
+import os
+from pathlib import Path
+
+import numpy as np
+
+
+def load_rated_sentences(path, max_rows=None):
+    """Returns `(texts, labels)` from a rated-sentences TSV file.
+
+    Example:
+    >>> texts, labels = load_rated_sentences("../shared/data/sentiment/amazon.tsv")
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: expected a TSV file id<TAB>rating<TAB>text.")
+    texts, labels = [], []
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = next(reader, None)
+        if header is None or [h.strip().lower() for h in header[:3]] != ["id", "rating", "text"]:
+            raise ValueError(f"{path}: expected a header line 'id<TAB>rating<TAB>text', got {header!r}.")
+        for line_number, row in enumerate(reader, start=2):
+            if len(row) < 3:
+                raise ValueError(f"{path}:{line_number}: expected 3 tab-separated fields, got {len(row)}.")
+            rating = float(row[1])
+            if rating == 0:
+                continue
+            texts.append("\t".join(row[2:]).strip())
+            labels.append(int(rating > 0))
+            if max_rows and len(texts) >= max_rows:
+                break
+    return texts, np.asarray(labels, dtype="int32")
+
+
+def split(texts, labels, test_fraction=0.2, seed=0):
+    """A seeded shuffle-split into `(train_texts, train_labels), (test_texts, test_labels)`."""
+    order = np.random.default_rng(seed).permutation(len(texts))
+    n_test = int(round(len(texts) * test_fraction))
+    test, train = order[:n_test], order[n_test:]
+    texts = np.asarray(texts, dtype=object)
+    labels = np.asarray(labels)
+    return (list(texts[train]), labels[train]), (list(texts[test]), labels[test])
+
+
+def find_shared_sentiment(name="amazon"):
+    """Path of `../shared/data/sentiment/NAME.tsv` next to the checkout, or None.
+
+    `BERTZOO_SHARED` overrides the location of the shared folder.
+    """
+    root = os.environ.get("BERTZOO_SHARED")
+    candidates = [Path(root)] if root else []
+    candidates += [Path.cwd().parent / "shared", Path(__file__).resolve().parents[3] / "shared"]
+    for base in candidates:
+        path = base / "data" / "sentiment" / f"{name}.tsv"
+        if path.is_file():
+            return path
+    return None
+
+
+_POSITIVE = "good great wonderful delightful superb lovely brilliant charming moving excellent".split()
+_NEGATIVE = "bad awful boring dreadful clumsy tedious dull painful weak terrible".split()
+_SUBJECTS = "the film|this book|the meal|our stay|the concert|that phone|the plot|the service".split("|")
+_TEMPLATES = (
+    "{s} was {w}.",
+    "honestly, {s} felt {w} from start to finish",
+    "i thought {s} was {w} and so did my friends",
+    "{s}? {w}, really {w}.",
+    "what a {w} experience {s} turned out to be",
+)
+
+
+def synthetic_sentiment(num_examples=512, seed=0):
+    """A generated binary sentiment set: `(texts, labels)`.
+
+    Example:
+    >>> texts, labels = synthetic_sentiment(8)
+    """
+    rng = np.random.default_rng(seed)
+    texts, labels = [], []
+    for _ in range(num_examples):
+        label = int(rng.integers(2))
+        word = rng.choice(_POSITIVE if label else _NEGATIVE)
+        template = _TEMPLATES[int(rng.integers(len(_TEMPLATES)))]
+        subject = _SUBJECTS[int(rng.integers(len(_SUBJECTS)))]
+        texts.append(template.format(s=subject, w=word))
+        labels.append(label)
+    return texts, np.asarray(labels, dtype="int32")

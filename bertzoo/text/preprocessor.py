@@ -1,0 +1,152 @@
+"""Turns raw text (one segment or a pair) into BERT model inputs."""
+
+import keras
+import tensorflow as tf
+from keras_hub.layers import MultiSegmentPacker
+
+from bertzoo.text.tokenizer import BertTokenizer
+from bertzoo.text.tokenizer import to_string_tensor
+
+TRUNCATE_MODES = ("round_robin", "waterfall")
+
+
+@keras.saving.register_keras_serializable(package="bertzoo")
+class BertPreprocessor(keras.layers.Layer):
+    """Tokenizes and packs text into `token_ids`, `segment_ids`, `padding_mask`.
+
+    One segment becomes `[CLS] A [SEP]`; a pair `(a, b)` becomes
+    `[CLS] A [SEP] B [SEP]` with segment ids 0 for the first part (including
+    `[CLS]` and the first `[SEP]`) and 1 for the second. Sequences are padded
+    with the `[PAD]` id to `sequence_length`; `padding_mask` is True on real
+    tokens. Inputs too long are truncated (specials are always kept):
+
+    - `"round_robin"`: the segments take one token each in turn until the
+      budget is used, so a long segment cannot crowd out a short one.
+    - `"waterfall"`: the first segment takes what it needs, the second gets
+      what is left (possibly nothing).
+
+    `call(x, y=None, sample_weight=None)` returns
+    `keras.utils.pack_x_y_sample_weight(features, y, sample_weight)`, so the
+    layer maps directly over a `tf.data.Dataset` of `text` or `(text, label)`
+    elements. A dataset of unlabelled pairs must be mapped with
+    `lambda a, b: preprocessor((a, b))`, since tf.data would pass `b` as `y`.
+
+    This is a `tf.data` layer: run it in the input pipeline (or eagerly), not
+    inside a jit-compiled (XLA) model. Eager and `tf.data` outputs are identical.
+
+    Args:
+        tokenizer: a `BertTokenizer`.
+        sequence_length: output length, an integer >= 3.
+        truncate: `"round_robin"` (default) or `"waterfall"`.
+
+    Example:
+
+    >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "fox", "ran"]
+    >>> preprocessor = BertPreprocessor(BertTokenizer(vocab), sequence_length=8)
+    >>> out = preprocessor(("the fox", "ran"))
+    >>> out["token_ids"].numpy().tolist()
+    [2, 5, 6, 3, 7, 3, 0, 0]
+    >>> out["segment_ids"].numpy().tolist()
+    [0, 0, 0, 0, 1, 1, 0, 0]
+    >>> ds = tf.data.Dataset.from_tensor_slices((["the fox"], [1])).batch(1)
+    >>> features, label = next(iter(ds.map(preprocessor)))
+    """
+
+    def __init__(self, tokenizer, sequence_length=128, truncate="round_robin", **kwargs):
+        super().__init__(**kwargs)
+        self._convert_input_args = False
+        self._allow_non_tensor_positional_args = True
+        if not isinstance(tokenizer, BertTokenizer):
+            raise ValueError(
+                "`tokenizer` must be a bertzoo BertTokenizer, got "
+                f"{type(tokenizer).__name__}. Build one with BertTokenizer(vocabulary)."
+            )
+        if (
+            isinstance(sequence_length, bool)
+            or not isinstance(sequence_length, int)
+            or sequence_length < 3
+        ):
+            raise ValueError(
+                f"`sequence_length` must be an integer >= 3 (room for [CLS], [SEP], [SEP]), "
+                f"got {sequence_length!r}. Pass e.g. sequence_length=128."
+            )
+        if truncate not in TRUNCATE_MODES:
+            raise ValueError(
+                f"Unknown `truncate` mode {truncate!r}. Use 'round_robin' (split the "
+                "budget evenly between segments) or 'waterfall' (first segment first)."
+            )
+        self.tokenizer = tokenizer
+        self.sequence_length = sequence_length
+        self.truncate = truncate
+        self.packer = MultiSegmentPacker(
+            sequence_length=sequence_length,
+            start_value=tokenizer.cls_token_id,
+            end_value=tokenizer.sep_token_id,
+            pad_value=tokenizer.pad_token_id,
+            truncate=truncate,
+        )
+        self.built = True
+
+    def _segments(self, x):
+        """Canonicalizes `x` to a tuple of 1 or 2 string tensors of equal rank."""
+        segments = x if isinstance(x, tuple) else (x,)
+        if not 1 <= len(segments) <= 2:
+            raise ValueError(
+                f"BertPreprocessor takes one segment or a pair (a, b), got {len(segments)} "
+                "segments. Join the extra segments into one string, or pass a tuple of two."
+            )
+        tensors = []
+        for i, segment in enumerate(segments):
+            if isinstance(segment, tf.RaggedTensor):
+                raise ValueError(f"Segment {i} is a RaggedTensor; pass a dense string tensor.")
+            segment = to_string_tensor(segment, f"BertPreprocessor (segment {i})")
+            if segment.shape.rank not in (0, 1):
+                raise ValueError(
+                    f"Segment {i} has shape {segment.shape}; pass a single string or a 1-D "
+                    "batch of strings. For pairs, pass a tuple (first_texts, second_texts)."
+                )
+            tensors.append(segment)
+        if len(tensors) == 2:
+            a, b = tensors
+            if a.shape.rank != b.shape.rank or not a.shape.is_compatible_with(b.shape):
+                raise ValueError(
+                    f"The two segments must have the same shape, got {a.shape} and {b.shape}."
+                )
+        return tuple(tensors)
+
+    def call(self, x, y=None, sample_weight=None):
+        segments = self._segments(x)
+        token_segments = tuple(self.tokenizer.tokenize(segment) for segment in segments)
+        token_ids, segment_ids = self.packer(token_segments)
+        # Outside tf.data the packer runs in python and returns arrays; make
+        # both paths give int32 tensors with a static last dimension (also for
+        # an empty batch, where the python path loses it).
+        shape = (
+            [self.sequence_length] if segments[0].shape.rank == 0 else [-1, self.sequence_length]
+        )
+        token_ids = tf.reshape(tf.cast(token_ids, tf.int32), shape)
+        segment_ids = tf.reshape(tf.cast(segment_ids, tf.int32), shape)
+        features = {
+            "token_ids": token_ids,
+            "segment_ids": segment_ids,
+            "padding_mask": tf.not_equal(token_ids, self.tokenizer.pad_token_id),
+        }
+        return keras.utils.pack_x_y_sample_weight(features, y, sample_weight)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "tokenizer": keras.saving.serialize_keras_object(self.tokenizer),
+                "sequence_length": self.sequence_length,
+                "truncate": self.truncate,
+            }
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("tokenizer"), dict):
+            config["tokenizer"] = keras.saving.deserialize_keras_object(config["tokenizer"])
+        return cls(**config)

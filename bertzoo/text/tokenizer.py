@@ -1,0 +1,353 @@
+"""BERT WordPiece tokenization as a Keras layer.
+
+Pre-tokenization follows the reference BERT `BasicTokenizer` and the HF
+`tokenizers` `BertNormalizer` + `BertPreTokenizer`, written with TensorFlow
+string ops so it runs inside `tf.data` graphs. The WordPiece step itself is
+`tensorflow_text.FastWordpieceTokenizer`. Where the two references disagree we
+follow HF `tokenizers`, which is what checkpoints are usually served with
+(capital sigma always lower-cases to "σ"; private-use characters are deleted),
+except for its CJK Extension E range, which starts 256 code points late there;
+we use BERT's range.
+
+Why not `keras_hub.tokenizers.WordPieceTokenizer` for the whole pipeline: its
+pre-tokenization differs from BERT's on real-world text. It splits words at
+zero-width and other format characters (BERT deletes them, so "co\u00adop"
+with a soft hyphen stays one word, and so do emoji ZWJ sequences), does not
+treat non-ASCII spaces such as U+00A0 as whitespace, lower-cases with NFKC case
+folding ("straße" becomes "strasse", "…" becomes "...", Hangul jamo are
+re-composed after accent stripping), and caps words at 100 UTF-8 bytes instead
+of 100 characters. `tests/text/test_text_tokenizer.py` pins these cases.
+"""
+
+import os
+import types
+
+import keras
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from bertzoo.text.vocabulary import check_vocabulary
+from bertzoo.text.vocabulary import load_vocabulary
+
+PAD_TOKEN = "[PAD]"
+UNK_TOKEN = "[UNK]"
+CLS_TOKEN = "[CLS]"
+SEP_TOKEN = "[SEP]"
+MASK_TOKEN = "[MASK]"
+SPECIAL_TOKENS = (PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)
+SUFFIX_INDICATOR = "##"
+
+# RE2 patterns. Whitespace is what BERT's `_is_whitespace` accepts (tab, newline,
+# carriage return, category Zs) plus the line/paragraph separators, which BERT's
+# later `str.split()` also splits on.
+_WHITESPACE = r"[\t\n\r\p{Zs}\x{2028}\x{2029}]"
+# BERT's `_clean_text` deletes control and format characters outright (it does
+# not split at them). Private-use characters (Co) are deleted too, as HF
+# `tokenizers` does; the reference BERT code would map their word to [UNK].
+_DELETED = r"[\p{Cc}\p{Cf}\p{Co}\x{FFFD}]"
+# BERT counts every non-alphanumeric printable ASCII character as punctuation,
+# plus everything in the Unicode P* categories.
+_PUNCTUATION = r"[!-/:-@\[-`{-~\p{P}]"
+# The ideograph blocks of BERT's `_is_chinese_char`; each becomes its own word.
+_CJK = (
+    r"[\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2B73F}"
+    r"\x{2B740}-\x{2B81F}\x{2B820}-\x{2CEAF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}]"
+)
+_ACCENTS = r"\p{Mn}"
+
+
+def pretokenize(text, lowercase=True, strip_accents=None, split_on_cjk=True):
+    """Normalizes and splits strings into words the way BERT does.
+
+    Args:
+        text: string tensor of any rank (rank 0 is treated as a batch of one).
+        lowercase: lower-case the text.
+        strip_accents: NFD-decompose and drop combining marks (category Mn).
+            `None` follows `lowercase`, like BERT uncased.
+        split_on_cjk: make every CJK ideograph a word of its own.
+
+    Returns:
+        A `tf.RaggedTensor` of words with one more dimension than `text`.
+    """
+    if strip_accents is None:
+        strip_accents = lowercase
+    text = tf.convert_to_tensor(text)
+    if text.shape.rank == 0:
+        text = tf.expand_dims(text, 0)
+    # Invalid UTF-8 becomes U+FFFD, which the cleaning step deletes, so raw byte
+    # input can never make the later Unicode ops fail.
+    text = tf.strings.unicode_transcode(
+        text, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+    )
+    # Order matters: tab/newline/CR are control characters too, so they must
+    # become spaces before control characters are deleted.
+    text = tf.strings.regex_replace(text, _WHITESPACE, " ")
+    text = tf.strings.regex_replace(text, _DELETED, "")
+    if lowercase:
+        # Per-character lower-casing as in HF `tokenizers`: ICU (like Python's
+        # `str.lower()`) would turn a word-final capital sigma into final "ς",
+        # HF always gives "σ", so map it first. Not `tf_text.case_fold_utf8`:
+        # that is NFKC case folding ("ß" -> "ss", "ﬁ" -> "fi", re-composes
+        # Hangul jamo).
+        text = tf.strings.regex_replace(text, "\u03a3", "\u03c3")
+        text = tf.strings.lower(text, encoding="utf-8")
+    if strip_accents:
+        text = tf_text.normalize_utf8(text, "NFD")
+        text = tf.strings.regex_replace(text, _ACCENTS, "")
+    keep = f"{_PUNCTUATION}|{_CJK}" if split_on_cjk else _PUNCTUATION
+    return tf_text.regex_split(text, delim_regex_pattern=f" |{keep}", keep_delim_regex_pattern=keep)
+
+
+def to_string_tensor(value, what):
+    """`value` as a string tensor; ValueError naming `what` if it is not text."""
+    if isinstance(value, (list, tuple)) and len(value) == 0:
+        return tf.constant([], dtype=tf.string)
+    try:
+        tensor = tf.convert_to_tensor(value)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{what} expects strings, got {type(value).__name__}: {e}") from None
+    if tensor.dtype != tf.string:
+        raise ValueError(
+            f"{what} expects strings, got a {tensor.dtype.name} tensor. Pass raw text; "
+            "to turn token ids back into text use BertTokenizer.detokenize."
+        )
+    return tensor
+
+
+@keras.saving.register_keras_serializable(package="bertzoo")
+class BertTokenizer(keras.layers.Layer):
+    """BERT WordPiece tokenizer layer: strings in, int32 token ids out.
+
+    Applies BERT's rules: deletes control characters, optionally lower-cases
+    and strips accents, splits on whitespace, punctuation and CJK ideographs,
+    maps words longer than `max_chars_per_word` characters to `[UNK]`, then
+    splits each word into the longest matching vocabulary pieces (`##`-prefixed
+    after the first). A word that cannot be covered by pieces becomes `[UNK]`.
+
+    Runs eagerly and inside `tf.data` / `tf.function` with identical ids. A
+    batch of strings gives a `tf.RaggedTensor` of shape `[batch, None]`; a
+    single string gives a dense 1-D `tf.Tensor`.
+
+    Args:
+        vocabulary: list of token strings, or the path of a `vocab.txt` with one
+            token per line. Must contain `[PAD]`, `[UNK]`, `[CLS]`, `[SEP]` and
+            `[MASK]`.
+        lowercase: lower-case inputs (BERT "uncased" checkpoints).
+        strip_accents: remove accents ("café" -> "cafe"). `None` (default)
+            follows `lowercase`, matching BERT uncased / HF `tokenizers`.
+        max_chars_per_word: words with more characters than this become
+            `[UNK]` (BERT's `max_input_chars_per_word`).
+        split_on_cjk: make every CJK ideograph its own word (BERT's
+            `tokenize_chinese_chars`).
+
+    Example:
+
+    >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+    ...          "the", "fox", "run", "##s", "."]
+    >>> tokenizer = BertTokenizer(vocab)
+    >>> tokenizer(["The fox runs.", "fox"]).to_list()
+    [[5, 6, 7, 8, 9], [6]]
+    >>> tokenizer.detokenize([[5, 6, 7, 8]]).numpy()
+    array([b'the fox runs'], dtype=object)
+    """
+
+    def __init__(
+        self,
+        vocabulary,
+        lowercase=True,
+        strip_accents=None,
+        max_chars_per_word=100,
+        split_on_cjk=True,
+        **kwargs,
+    ):
+        kwargs.setdefault("dtype", "int32")
+        super().__init__(**kwargs)
+        # Strings and python lists are valid inputs: keep Keras from trying to
+        # convert them to backend float tensors.
+        self._convert_input_args = False
+        self._allow_non_tensor_positional_args = True
+        for name, value in (("lowercase", lowercase), ("split_on_cjk", split_on_cjk)):
+            if not isinstance(value, bool):
+                raise ValueError(f"`{name}` must be True or False, got {value!r}.")
+        if strip_accents is not None and not isinstance(strip_accents, bool):
+            raise ValueError(
+                f"`strip_accents` must be True, False or None (follow `lowercase`), "
+                f"got {strip_accents!r}."
+            )
+        if (
+            isinstance(max_chars_per_word, bool)
+            or not isinstance(max_chars_per_word, int)
+            or max_chars_per_word < 1
+        ):
+            raise ValueError(
+                f"`max_chars_per_word` must be a positive integer, got {max_chars_per_word!r}."
+            )
+        if isinstance(vocabulary, (str, os.PathLike)):
+            source = f"file '{os.fspath(vocabulary)}'"
+            vocabulary = load_vocabulary(vocabulary)
+        else:
+            source = "vocabulary list"
+            if vocabulary is None or isinstance(vocabulary, (bytes, dict)):
+                raise ValueError(
+                    "`vocabulary` must be a list of token strings or the path of a "
+                    f"vocab.txt file, got {type(vocabulary).__name__}."
+                )
+            vocabulary = list(vocabulary)
+            check_vocabulary(vocabulary, source)
+        # Immutable containers: the WordPiece model below is built from this
+        # list once, so later edits would silently desynchronize them.
+        self._vocabulary = tuple(vocabulary)
+        self.lowercase = lowercase
+        self.strip_accents = strip_accents
+        self.max_chars_per_word = max_chars_per_word
+        self.split_on_cjk = split_on_cjk
+        self._token_to_id = types.MappingProxyType({t: i for i, t in enumerate(vocabulary)})
+        for token in SPECIAL_TOKENS:
+            if token not in self._token_to_id:
+                raise ValueError(
+                    f"The {source} has no '{token}' token, which BERT models need "
+                    f"({', '.join(SPECIAL_TOKENS)}). Add it to the vocabulary (the "
+                    "BERT layout puts [PAD] at 0 and [UNK], [CLS], [SEP], [MASK] at "
+                    "100-103), or build one with bertzoo.text.build_vocabulary()."
+                )
+        # Built here, eagerly: tf-text resources cannot be created while tf.data
+        # traces a map function.
+        self._wordpiece = tf_text.FastWordpieceTokenizer(
+            vocab=vocabulary,
+            suffix_indicator=SUFFIX_INDICATOR,
+            unknown_token=UNK_TOKEN,
+            no_pretokenization=True,
+            support_detokenization=True,
+            # Lengths are limited in characters below (as BERT does); a UTF-8
+            # character is at most 4 bytes, so this byte cap never triggers first.
+            max_bytes_per_word=4 * max_chars_per_word,
+            token_out_type=tf.int32,
+        )
+        self.built = True
+
+    # --- Vocabulary -------------------------------------------------------
+    def vocabulary_size(self):
+        """Number of tokens in the vocabulary."""
+        return len(self._vocabulary)
+
+    def get_vocabulary(self):
+        """The vocabulary as a list of strings (a copy), in id order."""
+        return list(self._vocabulary)
+
+    def token_to_id(self, token):
+        """Id of `token`; ValueError if it is not in the vocabulary."""
+        try:
+            return self._token_to_id[token]
+        except (KeyError, TypeError):
+            raise ValueError(f"Token {token!r} is not in the vocabulary.") from None
+
+    def id_to_token(self, id):
+        """Token string for integer `id`; ValueError if out of range."""
+        if isinstance(id, bool) or not hasattr(id, "__index__"):
+            raise ValueError(f"`id` must be an integer, got {id!r}.")
+        id = int(id)
+        if not 0 <= id < len(self._vocabulary):
+            raise ValueError(f"`id` must be in [0, {len(self._vocabulary) - 1}], got {id}.")
+        return self._vocabulary[id]
+
+    @property
+    def pad_token_id(self):
+        return self._token_to_id[PAD_TOKEN]
+
+    @property
+    def unk_token_id(self):
+        return self._token_to_id[UNK_TOKEN]
+
+    @property
+    def cls_token_id(self):
+        return self._token_to_id[CLS_TOKEN]
+
+    @property
+    def sep_token_id(self):
+        return self._token_to_id[SEP_TOKEN]
+
+    @property
+    def mask_token_id(self):
+        return self._token_to_id[MASK_TOKEN]
+
+    # --- Tokenization -----------------------------------------------------
+    def tokenize(self, strings):
+        """Token ids for `strings`.
+
+        Args:
+            strings: a python string, a list of strings, or a string tensor.
+
+        Returns:
+            int32 ids: a dense 1-D tensor for a single string, otherwise a
+            `tf.RaggedTensor` with one more (ragged) dimension than the input.
+        """
+        if isinstance(strings, tf.RaggedTensor):
+            raise ValueError(
+                "BertTokenizer.tokenize expects a dense string tensor or a list of "
+                "strings, got a RaggedTensor. Pass `x.flat_values` and rebuild the "
+                "ragged structure, or join the pieces into strings first."
+            )
+        strings = to_string_tensor(strings, "BertTokenizer.tokenize")
+        scalar = strings.shape.rank == 0
+        words = pretokenize(strings, self.lowercase, self.strip_accents, self.split_on_cjk)
+        too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > self.max_chars_per_word
+        # The literal word "[UNK]" cannot come out of `pretokenize` (brackets are
+        # punctuation), so replacing a word with it means exactly one [UNK] id.
+        words = words.with_flat_values(tf.where(too_long, UNK_TOKEN, words.flat_values))
+        ids = self._wordpiece.tokenize(words).merge_dims(-2, -1)
+        if scalar:
+            return ids[0]
+        return ids
+
+    def detokenize(self, ids):
+        """Joins token ids back into strings.
+
+        `##` pieces are glued to the previous piece and words are joined with
+        single spaces. This is not an exact inverse of `tokenize` (case, accents
+        and spacing around punctuation are lost); special tokens are kept.
+
+        Args:
+            ids: a 1-D sequence of ids (one string out), or a batch of them as a
+                nested list, dense tensor or `tf.RaggedTensor`.
+        """
+        if not isinstance(ids, (tf.Tensor, tf.RaggedTensor)):
+            if isinstance(ids, (list, tuple)) and any(isinstance(x, (list, tuple)) for x in ids):
+                ids = tf.ragged.constant(ids, dtype=tf.int32)
+            else:
+                ids = tf.convert_to_tensor(ids)
+        if not ids.dtype.is_integer:
+            raise ValueError(f"`detokenize` expects integer token ids, got {ids.dtype.name}.")
+        ids = tf.cast(ids, tf.int32)
+        if ids.shape.rank == 0:
+            raise ValueError("`detokenize` expects a sequence of ids, got a scalar.")
+        if tf.executing_eagerly():
+            flat = ids.flat_values if isinstance(ids, tf.RaggedTensor) else ids
+            if tf.size(flat) > 0:
+                low, high = int(tf.reduce_min(flat)), int(tf.reduce_max(flat))
+                if low < 0 or high >= len(self._vocabulary):
+                    raise ValueError(
+                        f"Token ids must be in [0, {len(self._vocabulary) - 1}], "
+                        f"got values in [{low}, {high}]."
+                    )
+        if ids.shape.rank == 1:
+            return self._wordpiece.detokenize(ids[tf.newaxis])[0]
+        return self._wordpiece.detokenize(ids)
+
+    def call(self, inputs):
+        return self.tokenize(inputs)
+
+    def compute_output_spec(self, inputs):
+        return keras.KerasTensor(tuple(inputs.shape) + (None,), dtype="int32", ragged=True)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocabulary": list(self._vocabulary),
+                "lowercase": self.lowercase,
+                "strip_accents": self.strip_accents,
+                "max_chars_per_word": self.max_chars_per_word,
+                "split_on_cjk": self.split_on_cjk,
+            }
+        )
+        return config

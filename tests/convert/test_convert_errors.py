@@ -1,0 +1,146 @@
+"""Bad input gives an error that lists what is wrong, and writes nothing."""
+
+import json
+
+import pytest
+
+import bertzoo
+from bertzoo.convert import ConversionError
+
+
+@pytest.fixture
+def tiny(ref, rng):
+    return ref.random_model(rng, num_layers=2)
+
+
+def convert_fails(source, destination, match, error=ConversionError):
+    with pytest.raises(error, match=match):
+        bertzoo.convert_checkpoint(source, destination)
+    # Nothing half-written: no destination, no temporary sibling left behind.
+    assert not destination.exists()
+    assert not [p for p in destination.parent.iterdir() if p.name.startswith(f".{destination.name}.")]
+
+
+def test_a_directory_of_no_known_layout(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "weights.bin").write_bytes(b"\0")
+    convert_fails(tmp_path / "src", tmp_path / "out", r"not a checkpoint bertzoo can convert.*weights\.bin(.|\n)*Hugging Face")
+
+
+def test_missing_paths_files_and_existing_presets(tmp_path, ref, tiny):
+    convert_fails(tmp_path / "nowhere", tmp_path / "out", "does not exist", FileNotFoundError)
+    (tmp_path / "file.txt").write_text("x")
+    convert_fails(tmp_path / "file.txt", tmp_path / "out", "is a file")
+    source = ref.write_hf(tmp_path / "hf", ref.hf_config(tiny), ref.hf_bert_arrays(tiny, heads=False))
+    preset = bertzoo.convert_checkpoint(source, tmp_path / "preset").path
+    convert_fails(preset, tmp_path / "out", "already a bertzoo preset")
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        bertzoo.convert_checkpoint(source, preset)
+    assert bertzoo.convert_checkpoint(source, preset, overwrite=True).path == preset
+
+
+def test_config_that_disagrees_with_the_tensor_shapes(tmp_path, ref, tiny):
+    source = ref.write_hf(
+        tmp_path / "hf", ref.hf_config(tiny, intermediate_size=40), ref.hf_bert_arrays(tiny, heads=False)
+    )
+    convert_fails(
+        source,
+        tmp_path / "out",
+        r"shape disagrees with the config \(6\)(.|\n)*"
+        r"encoder\.layer\.0\.intermediate\.dense\.weight: shape \(32, 16\), the config implies \(40, 16\)",
+    )
+
+
+def test_missing_tensors_are_listed(tmp_path, ref, tiny):
+    arrays = ref.hf_bert_arrays(tiny, heads=False)
+    del arrays["encoder.layer.1.attention.self.key.weight"], arrays["pooler.dense.bias"]
+    source = ref.write_hf(tmp_path / "hf", ref.hf_config(tiny), arrays)
+    convert_fails(
+        source,
+        tmp_path / "out",
+        r"Missing tensors \(2\):\n  - encoder\.layer\.1\.attention\.self\.key\.weight\n  - pooler\.dense\.bias",
+    )
+
+
+def test_unexpected_tensors_are_listed(tmp_path, ref, tiny):
+    arrays = ref.hf_bert_arrays(tiny, prefix="bert.", heads=False)
+    # A third layer the config does not know, and a fine-tuned task head.
+    arrays["bert.encoder.layer.2.attention.self.query.weight"] = arrays["bert.encoder.layer.0.attention.self.query.weight"]
+    arrays["classifier.weight"] = arrays["bert.pooler.dense.weight"][:2]
+    source = ref.write_hf(tmp_path / "hf", ref.hf_config(tiny), arrays)
+    convert_fails(
+        source,
+        tmp_path / "out",
+        r"Unexpected tensors \(not part of this architecture\) \(2\):\n"
+        r"  - bert\.encoder\.layer\.2\.attention\.self\.query\.weight \(16, 16\)\n  - classifier\.weight \(2, 16\)",
+    )
+
+
+def test_tf1_missing_and_unexpected_tensors(tmp_path, ref, tiny):
+    arrays = ref.tf1_arrays(tiny, optimizer_slots=False)
+    del arrays["bert/encoder/layer_1/output/LayerNorm/beta"]
+    arrays["bert/encoder/layer_7/output/LayerNorm/beta"] = arrays["bert/encoder/layer_0/output/LayerNorm/beta"]
+    source = ref.write_tf1(tmp_path / "tf1", ref.tf1_config(tiny), arrays)
+    convert_fails(
+        source,
+        tmp_path / "out",
+        r"Missing tensors \(1\):\n  - bert/encoder/layer_1/output/LayerNorm/beta(.|\n)*"
+        r"Unexpected tensors.*\n  - bert/encoder/layer_7/output/LayerNorm/beta \(16,\)",
+    )
+
+
+def test_pretraining_head_with_a_wrong_shape(tmp_path, ref, tiny):
+    arrays = ref.tf1_arrays(tiny, optimizer_slots=False)
+    arrays["cls/predictions/output_bias"] = arrays["cls/predictions/output_bias"][:10]
+    source = ref.write_tf1(tmp_path / "tf1", ref.tf1_config(tiny), arrays)
+    convert_fails(
+        source, tmp_path / "out", r"cls/predictions/output_bias \(pre-training head\): shape \(10,\), the config implies \(40,\)"
+    )
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"model_type": "roberta"}, r"model_type 'roberta'; bertzoo converts \['bert', 'albert'\]"),
+        ({"hidden_act": "mish"}, r"hidden_act 'mish' is not supported"),
+        ({"position_embedding_type": "relative_key"}, r"position_embedding_type='relative_key'"),
+        ({"num_attention_heads": 3}, r"not a valid BertBackbone config.*not divisible"),
+        ({"vocab_size": None}, r"lacks the required entries \['vocab_size'\]"),
+    ],
+)
+def test_bad_hugging_face_configs(tmp_path, ref, tiny, change, match):
+    config = {k: v for k, v in {**ref.hf_config(tiny), **change}.items() if v is not None}
+    source = ref.write_hf(tmp_path / "hf", config, ref.hf_bert_arrays(tiny, heads=False))
+    convert_fails(source, tmp_path / "out", match)
+
+
+def test_hugging_face_without_safetensors(tmp_path, ref, tiny):
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(ref.hf_config(tiny)))
+    (tmp_path / "hf" / "pytorch_model.bin").write_bytes(b"\0")
+    convert_fails(tmp_path / "hf", tmp_path / "out", r"no model\.safetensors.*pytorch_model\.bin")
+
+
+def test_vocabulary_that_does_not_match_the_config(tmp_path, ref, tiny):
+    source = ref.write_hf(
+        tmp_path / "hf", ref.hf_config(tiny), ref.hf_bert_arrays(tiny), vocabulary=ref.tiny_vocabulary(30)
+    )
+    convert_fails(source, tmp_path / "out", r"vocabulary has 30 tokens but the config's vocabulary size is 40")
+
+
+def test_tf1_config_without_a_checkpoint(tmp_path, ref, tiny):
+    (tmp_path / "tf1").mkdir()
+    (tmp_path / "tf1" / "bert_config.json").write_text(json.dumps(ref.tf1_config(tiny)))
+    convert_fails(tmp_path / "tf1", tmp_path / "out", r"bert_config\.json but no TF checkpoint")
+
+
+def test_albert_inner_groups_that_bertzoo_cannot_express(tmp_path, ref, rng):
+    model = ref.random_model(rng, num_layers=2, num_sets=2, embedding=8)
+    config = ref.hf_config(model, "albert", num_hidden_layers=4, num_hidden_groups=1, inner_group_num=2)
+    source = ref.write_hf(tmp_path / "hf", config, ref.hf_albert_arrays(model, inner_group_num=2))
+    convert_fails(source, tmp_path / "out", r"inner_group_num=2 with layers shared across groups")
+
+
+def test_keras_hub_objects_of_other_architectures():
+    with pytest.raises(ConversionError, match="keras-hub BertBackbone and AlbertBackbone models, got object"):
+        bertzoo.convert.read_checkpoint(object())

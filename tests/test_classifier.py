@@ -1,0 +1,199 @@
+"""BertClassifier on raw strings, presets on disk, and their error paths."""
+
+import json
+import os
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import bertzoo
+from bertzoo.saving import preset as preset_lib
+
+POSITIVE = ["bright", "sunny", "warm", "happy", "calm", "kind"]
+NEGATIVE = ["dark", "rainy", "cold", "angry", "noisy", "cruel"]
+FILLER = ["the", "day", "was", "very", "quite", "and", "a", "morning", "felt"]
+
+
+def separable_task(n, seed):
+    """Sentences whose label is decided by which word list they draw from."""
+    rng = np.random.default_rng(seed)
+    texts, labels = [], []
+    for _ in range(n):
+        label = int(rng.integers(2))
+        words = list(rng.choice(FILLER, size=4)) + [rng.choice(POSITIVE if label else NEGATIVE)]
+        rng.shuffle(words)
+        texts.append(" ".join(words))
+        labels.append(label)
+    return texts, np.array(labels, "int32")
+
+
+def tiny_classifier(**kwargs):
+    return bertzoo.BertClassifier.from_preset(
+        "tiny", num_classes=2, load_weights=False, sequence_length=40, **kwargs
+    )
+
+
+@pytest.fixture(scope="module")
+def trained():
+    keras_seed = 1
+    import keras
+
+    keras.utils.set_random_seed(keras_seed)
+    model = tiny_classifier()
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    texts, labels = separable_task(1024, seed=0)
+    model.fit(texts, labels, batch_size=32, epochs=8, verbose=0)  # 256 steps
+    return model
+
+
+def test_learns_a_separable_task_from_raw_strings(trained):
+    texts, labels = separable_task(256, seed=1)
+    _, accuracy = trained.evaluate(texts, labels, verbose=0)
+    assert accuracy > 0.9
+
+
+def test_preset_round_trip_restores_identical_predictions(trained, tmp_path):
+    texts, _ = separable_task(40, seed=2)
+    before = trained.predict(texts, verbose=0)
+    trained.save_to_preset(tmp_path / "sentiment")
+    files = sorted(p.name for p in (tmp_path / "sentiment").iterdir())
+    assert files == ["config.json", "metadata.json", "model.weights.h5", "task.weights.h5", "vocabulary.txt"]
+    again = bertzoo.BertClassifier.from_preset(tmp_path / "sentiment")
+    for a, b in zip(again.weights, trained.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    again.compile(jit_compile=trained.jit_compile)  # Same kernels, so bit-identical.
+    np.testing.assert_array_equal(again.predict(texts, verbose=0), before)
+    metadata = json.loads((tmp_path / "sentiment" / "metadata.json").read_text())
+    assert metadata["parameter_count"] == trained.count_params()
+    assert metadata["source_preset"] == "tiny"
+    assert metadata["bertzoo_version"] == bertzoo.__version__
+    # A preset's backbone also loads alone, with the same weights.
+    backbone = bertzoo.BertBackbone.from_preset(tmp_path / "sentiment")
+    for a, b in zip(backbone.weights, trained.backbone.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_new_head_on_a_task_preset_keeps_the_backbone(trained, tmp_path):
+    trained.save_to_preset(tmp_path / "p")
+    three = bertzoo.BertClassifier.from_preset(tmp_path / "p", num_classes=3)
+    assert three.output_shape == (None, 3)
+    np.testing.assert_array_equal(
+        three.backbone.embeddings.token_embedding.embeddings.numpy(),
+        trained.backbone.embeddings.token_embedding.embeddings.numpy(),
+    )
+
+
+def test_accepts_pairs_datasets_and_tokenized_inputs():
+    model = tiny_classifier()
+    model.compile()
+    a, labels = separable_task(8, seed=3)
+    b = list(reversed(a))
+    pair_logits = model.predict((a, b), verbose=0)
+    assert pair_logits.shape == (8, 2)
+    # Tokenized dicts skip the preprocessor and give the same logits.
+    features = model.preprocessor((tf.constant(a), tf.constant(b)))
+    np.testing.assert_allclose(model.predict(features, verbose=0), pair_logits, atol=1e-6)
+    # A single string is a batch of one.
+    assert model.predict("just one", verbose=0).shape == (1, 2)
+    dataset = tf.data.Dataset.from_tensor_slices(((a, b), labels)).batch(4)
+    history = model.fit(dataset, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    unbatched = tf.data.Dataset.from_tensor_slices((a, labels))
+    loss, _ = model.evaluate(unbatched, verbose=0)
+    assert np.isfinite(loss)
+
+
+def test_default_compile_uses_bert_fine_tuning_recipe():
+    model = tiny_classifier()
+    model.compile()
+    optimizer = model.optimizer
+    assert type(optimizer).__name__ == "AdamW"
+    schedule = optimizer._learning_rate
+    assert isinstance(schedule, bertzoo.WarmupLinearDecay)
+    assert 2e-5 <= schedule.peak_learning_rate <= 5e-5
+    texts, labels = separable_task(64, seed=4)
+    model.fit(texts, labels, batch_size=16, epochs=2, verbose=0)
+    assert schedule.total_steps == 8  # 4 batches x 2 epochs, filled in by fit().
+    assert float(schedule(0)) == 0.0
+    assert float(schedule(1)) == pytest.approx(5e-5)  # Warm-up is 10% of 8 -> 1 step.
+    assert float(schedule(8)) == 0.0
+
+
+def test_builtin_preset_warns_once_about_random_weights():
+    preset_lib._warned_random_init.discard("tiny")
+    with pytest.warns(UserWarning, match="randomly initialized"):
+        bertzoo.BertClassifier.from_preset("tiny", num_classes=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bertzoo.BertClassifier.from_preset("tiny", num_classes=2)
+        preset_lib._warned_random_init.discard("tiny")
+        bertzoo.BertClassifier.from_preset("tiny", num_classes=2, load_weights=False)
+
+
+def test_builtin_preset_tokenizes_offline():
+    model = tiny_classifier()
+    features = model.preprocessor(tf.constant(["Offline, naïve café — 42!"]))
+    ids = features["token_ids"].numpy()[0]
+    unk = model.preprocessor.tokenizer.unk_token_id
+    assert ids[0] == model.preprocessor.tokenizer.cls_token_id
+    assert unk not in ids
+
+
+def test_unknown_preset_suggests_close_names():
+    with pytest.raises(ValueError, match="Did you mean 'base'"):
+        bertzoo.BertClassifier.from_preset("bsae", num_classes=2)
+
+
+def test_missing_head_argument_is_explained():
+    with pytest.raises(TypeError, match="num_classes"):
+        bertzoo.BertClassifier.from_preset("tiny", load_weights=False)
+
+
+@pytest.fixture
+def saved(tmp_path):
+    model = tiny_classifier()
+    model.save_to_preset(tmp_path / "p")
+    return tmp_path / "p"
+
+
+def test_missing_file_is_reported(saved):
+    (saved / "task.weights.h5").unlink()
+    (saved / "model.weights.h5").unlink()
+    os.remove(saved / "config.json")
+    with pytest.raises(FileNotFoundError, match="config.json is missing"):
+        bertzoo.BertClassifier.from_preset(saved)
+
+
+def test_truncated_weights_are_reported(saved):
+    path = saved / "task.weights.h5"
+    path.write_bytes(path.read_bytes()[:1000])
+    with pytest.raises(ValueError, match="truncated"):
+        bertzoo.BertClassifier.from_preset(saved)
+
+
+def test_vocabulary_that_does_not_match_the_embeddings_is_reported(saved):
+    lines = (saved / "vocabulary.txt").read_text().splitlines()
+    (saved / "vocabulary.txt").write_text("\n".join(lines[:-5]) + "\n")
+    with pytest.raises(ValueError, match="30517 tokens but .* vocabulary_size=30522"):
+        bertzoo.BertClassifier.from_preset(saved)
+
+
+def test_failed_save_keeps_the_existing_preset(saved, monkeypatch):
+    before = {p.name: p.read_bytes() for p in saved.iterdir()}
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("bertzoo.text.vocabulary.save_vocabulary", broken)
+    with pytest.raises(OSError, match="disk full"):
+        tiny_classifier().save_to_preset(saved)
+    assert {p.name: p.read_bytes() for p in saved.iterdir()} == before
+    assert [p.name for p in saved.parent.iterdir()] == ["p"]  # No temp dirs left behind.
+
+
+def test_bad_num_classes():
+    backbone = bertzoo.BertBackbone.from_preset("tiny", load_weights=False)
+    with pytest.raises(ValueError, match="num_classes"):
+        bertzoo.BertClassifier(backbone, num_classes=0)
