@@ -114,7 +114,9 @@ def test_default_compile_uses_bert_fine_tuning_recipe():
     assert isinstance(schedule, bertzoo.WarmupLinearDecay)
     assert 2e-5 <= schedule.peak_learning_rate <= 5e-5
     texts, labels = separable_task(64, seed=4)
-    model.fit(texts, labels, batch_size=16, epochs=2, verbose=0)
+    history = model.fit(texts, labels, batch_size=16, epochs=2, verbose=0,
+                        validation_data=(texts[:8], labels[:8]))
+    assert len(history.history["val_accuracy"]) == 2  # Raw-string validation data works.
     assert schedule.total_steps == 8  # 4 batches x 2 epochs, filled in by fit().
     assert float(schedule(0)) == 0.0
     assert float(schedule(1)) == pytest.approx(5e-5)  # Warm-up is 10% of 8 -> 1 step.

@@ -328,3 +328,26 @@ def test_layer_config_round_trip(rng, case):
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
     assert type(restored) is type(layer)
     assert restored.get_config() == config
+
+
+# --- Mixed precision -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make_block",
+    [lambda d: SelfAttentionBlock(2, 8, dtype=d), lambda d: FeedForwardBlock(32, dtype=d)],
+    ids=["attention", "feedforward"],
+)
+def test_blocks_under_mixed_float16_keep_float32_weights_and_normalize_in_float32(rng, make_block):
+    # Residual streams of magnitude ~300 have a variance (~9e4) beyond float16's
+    # range (65504): a LayerNorm computed in float16 would overflow.
+    x = (300.0 * rng.normal(size=(2, 5, 16))).astype("float16")
+    block = make_block("mixed_float16")
+    out = block(x)
+    assert {v.dtype for v in block.weights} == {"float32"}
+    assert ops.dtype(out) == "float16"
+    reference = make_block("float32")
+    reference(x.astype("float32"))
+    reference.set_weights(block.get_weights())
+    expected = n(reference(x.astype("float32")))
+    np.testing.assert_allclose(n(out).astype("float32"), expected, atol=0.02)

@@ -52,8 +52,10 @@ class SelfAttentionBlock(keras.layers.Layer):
         self.value_dense = keras.layers.Dense(width, name="value", **dense)
         self.output_dense = None  # Needs the hidden size: created in build().
         self._init = init
-        self.probs_dropout = keras.layers.Dropout(self.attention_dropout, dtype=self.dtype_policy)
-        self.output_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.probs_dropout = keras.layers.Dropout(
+            self.attention_dropout, dtype=self.dtype_policy, name="probs_dropout"
+        )
+        self.output_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="output_dropout")
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )

@@ -39,7 +39,7 @@ class FeedForwardBlock(keras.layers.Layer):
             name="intermediate",
         )
         self.output_dense = None  # Needs the hidden size: created in build().
-        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )

@@ -16,10 +16,11 @@ class Backbone(keras.Model):
     source_preset = None
 
     def get_config(self):
-        config = {"name": self.name, "trainable": self.trainable}
-        if self.dtype_policy.name != keras.config.dtype_policy().name:
-            config["dtype"] = keras.dtype_policies.serialize(self.dtype_policy)
-        return config
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+        }
 
     @classmethod
     def from_config(cls, config):

@@ -6,14 +6,57 @@ from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.saving.preset import Preset
 from bertzoo.saving.preset import preprocessor_settings
 from bertzoo.saving.preset import save_preset
-from bertzoo.utils.device import default_jit_compile
+from bertzoo.utils.device import resolve_jit_compile
 
 DEFAULT_BATCH_SIZE = 32
 _TOKENIZED_KEYS = ("token_ids", "segment_ids", "padding_mask")
 
 
 def _is_tokenized(x):
+    """True for feature dicts, and for datasets whose elements are (or start with) one."""
+    import tensorflow as tf
+
+    if isinstance(x, tf.data.Dataset):
+        spec = x.element_spec
+        x = spec[0] if isinstance(spec, tuple) else spec
     return isinstance(x, dict) and "token_ids" in x
+
+
+def bert_optimizer(learning_rate=5e-5):
+    """AdamW as BERT is fine-tuned: weight decay 0.01 (not on biases and
+    LayerNorm), `WarmupLinearDecay` to `learning_rate` with 10% warm-up,
+    global gradient-norm clipping at 1. `compile(optimizer="auto")` uses it.
+
+    Example:
+    >>> model.compile(optimizer=bert_optimizer(1e-3))
+    """
+    optimizer = keras.optimizers.AdamW(
+        learning_rate=WarmupLinearDecay(learning_rate, warmup_fraction=0.1),
+        weight_decay=0.01,
+        epsilon=1e-6,
+        global_clipnorm=1.0,
+    )
+    optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+    return optimizer
+
+
+def set_schedule_length(optimizer, x, batch_size, epochs, steps_per_epoch):
+    """Fills in the length of `optimizer`'s `WarmupLinearDecay` (when unset)
+    from what `fit()` was given."""
+    import tensorflow as tf
+
+    schedule = getattr(optimizer, "_learning_rate", None)
+    if not isinstance(schedule, WarmupLinearDecay) or schedule.total_steps is not None:
+        return
+    steps = steps_per_epoch
+    if steps is None and isinstance(x, tf.data.Dataset):
+        cardinality = int(x.cardinality())
+        steps = cardinality if cardinality > 0 else None
+    elif steps is None and x is not None:
+        first = x[next(iter(x))] if isinstance(x, dict) else x
+        steps = -(-len(first) // (batch_size or DEFAULT_BATCH_SIZE))
+    if steps:
+        schedule.total_steps = steps * epochs
 
 
 class Task(keras.Model):
@@ -126,6 +169,33 @@ class Task(keras.Model):
             metadata=metadata,
         )
 
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, overwrite=False,
+               sequence_length=None, **kwargs):
+        """Exports the model for serving (overrides `keras.Model.export`).
+
+        `format="tf_saved_model"`: a SavedModel whose `serving_default`
+        signature takes raw strings (the tokenizer is in the graph) and
+        returns predictions, plus `serving_pairs` and `serving_tokenized`;
+        see `bertzoo.export_saved_model`. `"onnx"` / `"litert"`: one file
+        taking token ids of a fixed length; see `bertzoo.export.export_portable`.
+        Writes atomically and refuses to replace `filepath` unless
+        `overwrite=True`. `input_signature` is not accepted: the signatures
+        are fixed (use `keras.export.ExportArchive` for custom ones).
+
+        Example:
+        >>> model.export("serving/sentiment/1")
+        >>> model.export("sentiment.onnx", format="onnx")
+        """
+        from bertzoo.export import export_model
+
+        if input_signature is not None:
+            raise ValueError(
+                "Task.export writes fixed serving signatures and takes no `input_signature`; for a "
+                "custom one use keras.export.ExportArchive, or keras.Model.export(model, ...)."
+            )
+        return export_model(self, filepath, format=format, overwrite=overwrite, sequence_length=sequence_length,
+                            verbose=bool(verbose), **kwargs)
+
     # --- Training defaults ------------------------------------------------
     def compile(
         self,
@@ -141,22 +211,18 @@ class Task(keras.Model):
         LayerNorm), peak learning rate 5e-5 with 10% linear warm-up then linear
         decay to zero over the `fit()` run, global gradient-norm clipping at 1.
         `jit_compile="auto"`: XLA where it is faster (see
-        `bertzoo.utils.device.default_jit_compile`).
+        `bertzoo.utils.device.default_jit_compile`); never under a
+        multi-replica `tf.distribute` strategy, where Keras cannot use it.
         """
         if optimizer == "auto":
-            optimizer = keras.optimizers.AdamW(
-                learning_rate=WarmupLinearDecay(5e-5, warmup_fraction=0.1),
-                weight_decay=0.01,
-                epsilon=1e-6,
-                global_clipnorm=1.0,
-            )
-            optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+            optimizer = bert_optimizer()
         if loss == "auto":
             loss = self.default_loss()
         if metrics == "auto":
             metrics = self.default_metrics()
-        if jit_compile == "auto":
-            jit_compile = default_jit_compile(self.dtype_policy)
+        # The model, not `self.dtype_policy`: a bfloat16 or int8 backbone sits
+        # under a float32 task policy, and the strategy decides too.
+        jit_compile = resolve_jit_compile(jit_compile, self, getattr(self, "distribute_strategy", None))
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=jit_compile, **kwargs)
 
     def compile_from_config(self, config):
@@ -208,21 +274,7 @@ class Task(keras.Model):
         return dataset.prefetch(tf.data.AUTOTUNE)
 
     def _set_schedule_length(self, x, batch_size, epochs, steps_per_epoch):
-        """Fills in the default schedule's length from what `fit()` was given."""
-        import tensorflow as tf
-
-        schedule = getattr(self.optimizer, "_learning_rate", None)
-        if not isinstance(schedule, WarmupLinearDecay) or schedule.total_steps is not None:
-            return
-        steps = steps_per_epoch
-        if steps is None and isinstance(x, tf.data.Dataset):
-            cardinality = int(x.cardinality())
-            steps = cardinality if cardinality > 0 else None
-        elif steps is None and x is not None:
-            first = x[next(iter(x))] if isinstance(x, dict) else x
-            steps = -(-len(first) // (batch_size or DEFAULT_BATCH_SIZE))
-        if steps:
-            schedule.total_steps = steps * epochs
+        set_schedule_length(self.optimizer, x, batch_size, epochs, steps_per_epoch)
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None,
             validation_data=None, shuffle=True, steps_per_epoch=None, **kwargs):

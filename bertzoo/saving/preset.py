@@ -3,7 +3,8 @@
 A preset is either a built-in name (a definition in the top-level `presets/`
 folder: architecture and tokenizer settings, no weights) or a directory:
 
-    config.json         class, backbone config, task config, preprocessor config
+    config.json         class, backbone config, task config, preprocessor config,
+                        and the quantization (mode, layers) of a quantized model
     model.weights.h5    backbone weights
     task.weights.h5     the whole task model's weights (task presets only)
     vocabulary.txt      one WordPiece token per line
@@ -219,10 +220,21 @@ class Preset:
         if not self.has_weights():
             self.warn_random_init()
             return
+        self._quantize_like_saved(backbone)
         _load_weights(backbone, self._weights_path(BACKBONE_WEIGHTS_FILE))
 
     def load_task_weights(self, task):
+        self._quantize_like_saved(task)
         _load_weights(task, self._weights_path(TASK_WEIGHTS_FILE))
+
+    def _quantize_like_saved(self, model):
+        # Quantized weights (int8 kernels + scales) only load into layers
+        # quantized the same way: redo the recorded quantization first.
+        spec = self.config.get("quantization")
+        if spec:
+            from bertzoo.compression.quantization import apply_quantization_spec
+
+            apply_quantization_spec(model, spec)
 
     def has_arrays(self, filename=PRETRAINING_HEADS_FILE):
         return self.directory is not None and (self.directory / filename).is_file()
@@ -300,6 +312,11 @@ def save_preset(
         "task": task.task_config() if task is not None else None,
         "preprocessor": preprocessor_config,
     }
+    from bertzoo.compression.quantization import quantization_spec
+
+    quantization = quantization_spec(model)
+    if quantization:
+        config["quantization"] = quantization
     with atomic_directory(directory, overwrite=overwrite) as tmp:
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
         backbone.save_weights(str(tmp / BACKBONE_WEIGHTS_FILE))
