@@ -1,6 +1,8 @@
 """The `bertzoo` command line (also `python -m bertzoo`).
 
     bertzoo convert SRC DEST [--overwrite]   checkpoint -> bertzoo preset
+    bertzoo export PRESET_DIR OUT_DIR [--overwrite]
+                                             preset -> SavedModel for serving
     bertzoo presets                          list the built-in presets
 
 Each subcommand is a function decorated with `@command(...)` that receives
@@ -45,6 +47,50 @@ def _convert(args):
 
     result = convert_checkpoint(args.source, args.destination, overwrite=args.overwrite)
     print(result.summary())
+    return 0
+
+
+@command(
+    "export",
+    "Export a task preset for serving: a TensorFlow SavedModel taking raw strings (or ONNX / LiteRT).",
+    arguments=(
+        argument("preset", metavar="PRESET_DIR", help="task preset directory (e.g. from save_to_preset)"),
+        argument("output", metavar="OUT_DIR", help="export directory, e.g. serving/sentiment/1 (a file for onnx/litert)"),
+        argument("--format", default="tf_saved_model", choices=("tf_saved_model", "onnx", "litert"),
+                 help="export format (default: tf_saved_model)"),
+        argument("--sequence-length", type=int, default=None,
+                 help="tokens per text (default: the preset's sequence_length)"),
+        argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists"),
+    ),
+)
+def _export(args):
+    from bertzoo.export import describe_export
+    from bertzoo.export import export_model
+    from bertzoo.models.bert_backbone import BertBackbone
+    from bertzoo.saving.preset import _PRESET_CLASSES
+    from bertzoo.saving.preset import Preset
+
+    preset = Preset.resolve(args.preset)
+    if preset.directory is None:
+        raise ValueError(
+            f"{args.preset!r} is a built-in preset definition without weights; export a preset "
+            "directory (a fine-tuned task written by save_to_preset, or a converted checkpoint)."
+        )
+    extra = {}
+    if preset.class_name == "BertBackbone":  # Serves features (sequence/pooled outputs).
+        model = BertBackbone.from_preset(preset)
+        if args.format == "tf_saved_model":
+            extra["preprocessor"] = preset.build_preprocessor()
+    elif preset.class_name in _PRESET_CLASSES:
+        model = _PRESET_CLASSES[preset.class_name].from_preset(preset)
+    else:
+        raise ValueError(f"{args.preset} holds a {preset.class_name}, which this bertzoo cannot build.")
+    try:
+        path = export_model(model, args.output, format=args.format, overwrite=args.overwrite,
+                            sequence_length=args.sequence_length, **extra)
+    except ImportError as e:  # e.g. ONNX without tf2onnx: a message, not a traceback.
+        raise ValueError(str(e)) from e
+    print(describe_export(path) if args.format == "tf_saved_model" else f"Wrote {path}")
     return 0
 
 

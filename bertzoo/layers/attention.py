@@ -4,6 +4,12 @@ import keras
 from keras import ops
 
 
+def _flatten(x):
+    """`(..., hidden)` -> `(rows, hidden)`, keeping a static hidden size."""
+    hidden = x.shape[-1] if x.shape[-1] is not None else ops.shape(x)[-1]
+    return ops.reshape(x, (-1, hidden))
+
+
 @keras.saving.register_keras_serializable(package="bertzoo")
 class SelfAttentionBlock(keras.layers.Layer):
     """Self-attention, output projection, dropout, residual and LayerNorm.
@@ -71,14 +77,19 @@ class SelfAttentionBlock(keras.layers.Layer):
         self.layer_norm.build(input_shape)
         self.built = True
 
-    def _split_heads(self, x):
-        batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        return ops.reshape(x, (batch, length, self.num_heads, self.head_dim))
-
     def call(self, x, padding_mask=None, training=None, return_attention_scores=False):
-        query = self._split_heads(self.query_dense(x))
-        key = self._split_heads(self.key_dense(x))
-        value = self._split_heads(self.value_dense(x))
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        # The dense layers see a (batch * length, hidden) matrix: without XLA,
+        # TensorFlow's oneDNN pass then fuses each matmul with its bias add,
+        # which a 3-D input (matmul via tensordot's reshapes) misses. Same math.
+        flat = _flatten(x)
+
+        def split_heads(t):
+            return ops.reshape(t, (batch, length, self.num_heads, self.head_dim))
+
+        query = split_heads(self.query_dense(flat))
+        key = split_heads(self.key_dense(flat))
+        value = split_heads(self.value_dense(flat))
         mask = None
         if padding_mask is not None:
             mask = ops.cast(padding_mask, "bool")[:, None, None, :]  # (B, 1, 1, S)
@@ -97,10 +108,9 @@ class SelfAttentionBlock(keras.layers.Layer):
             probs = None
             context = ops.dot_product_attention(query, key, value, mask=mask)
 
-        batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        context = ops.reshape(context, (batch, length, self.num_heads * self.head_dim))
+        context = ops.reshape(context, (-1, self.num_heads * self.head_dim))
         attended = self.output_dropout(self.output_dense(context), training=training)
-        outputs = self.layer_norm(x + attended)
+        outputs = ops.reshape(self.layer_norm(flat + attended), ops.shape(x))
         if return_attention_scores:
             return outputs, probs
         return outputs

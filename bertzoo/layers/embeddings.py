@@ -42,7 +42,8 @@ class PositionEmbedding(keras.layers.Layer):
             )
         length = ops.shape(inputs)[1]
         return ops.cast(
-            ops.slice(self.embeddings, (0, 0), (length, self.embedding_dim)),
+            # convert_to_tensor: JAX >= 0.7 no longer takes a Keras variable here.
+            ops.slice(ops.convert_to_tensor(self.embeddings), (0, 0), (length, self.embedding_dim)),
             self.compute_dtype,
         )
 

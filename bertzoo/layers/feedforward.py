@@ -1,8 +1,10 @@
 """Position-wise feed-forward sub-block of a post-LayerNorm BERT layer."""
 
 import keras
+from keras import ops
 
 from bertzoo.layers.activations import get_activation
+from bertzoo.layers.attention import _flatten
 
 
 @keras.saving.register_keras_serializable(package="bertzoo")
@@ -54,9 +56,11 @@ class FeedForwardBlock(keras.layers.Layer):
         self.built = True
 
     def call(self, x, training=None):
-        h = self._activation_fn(self.intermediate_dense(x))
+        # 2-D matmuls for oneDNN's matmul + bias fusion, as in SelfAttentionBlock.
+        flat = _flatten(x)
+        h = self._activation_fn(self.intermediate_dense(flat))
         h = self.dropout_layer(self.output_dense(h), training=training)
-        return self.layer_norm(x + h)
+        return ops.reshape(self.layer_norm(flat + h), ops.shape(x))
 
     def get_config(self):
         config = super().get_config()

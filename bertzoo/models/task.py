@@ -12,6 +12,21 @@ DEFAULT_BATCH_SIZE = 32
 _TOKENIZED_KEYS = ("token_ids", "segment_ids", "padding_mask")
 
 
+def _int_features(data):
+    """Casts bool features (the preprocessor's `padding_mask`) to int32, the
+    dtype the models' inputs declare. Under a multi-replica `tf.distribute`
+    strategy Keras builds the model from the first batch averaged across
+    replicas, which TensorFlow cannot do for bool tensors."""
+    import tensorflow as tf
+
+    def cast(features):
+        return tf.nest.map_structure(lambda t: tf.cast(t, tf.int32) if t.dtype == tf.bool else t, features)
+
+    if isinstance(data, tuple):
+        return (cast(data[0]),) + data[1:]
+    return cast(data)
+
+
 def _is_tokenized(x):
     """True for feature dicts, and for datasets whose elements are (or start with) one."""
     import tensorflow as tf
@@ -146,8 +161,14 @@ class Task(keras.Model):
                 preset.load_task_weights(model)
             else:
                 preset.load_backbone_weights(backbone)
+                model._load_preset_extras(preset)
         model.source_preset = preset.name
         return model
+
+    def _load_preset_extras(self, preset):
+        """Hook: loads head weights a preset keeps beside the backbone (e.g.
+        converted pre-training heads) when the task weights are not restored.
+        Does nothing by default."""
 
     def save_to_preset(self, directory, metadata=None):
         """Writes the task, its backbone and its vocabulary as a preset directory.
@@ -256,12 +277,7 @@ class Task(keras.Model):
             if first.shape.rank == 0:  # Unbatched elements of single strings.
                 dataset = dataset.batch(batch_size)
         else:
-            if isinstance(x, str):
-                x = [x]
-            if isinstance(x, tuple) and len(x) == 2:  # Sentence pairs.
-                x = (tf.constant(list(x[0])), tf.constant(list(x[1])))
-            elif isinstance(x, list):
-                x = tf.constant(x)
+            x, y = self._raw_to_tensors(x, y)
             data = (x,) + tuple(v for v in (y, sample_weight) if v is not None)
             if sample_weight is not None and y is None:
                 raise ValueError("`sample_weight` needs `y`.")
@@ -269,9 +285,29 @@ class Task(keras.Model):
             if shuffle:
                 dataset = dataset.shuffle(int(dataset.cardinality()), reshuffle_each_iteration=True)
             dataset = dataset.batch(batch_size)
-        # `lambda *d` keeps pairs whole: element ((a, b), y) -> preprocessor((a, b), y).
-        dataset = dataset.map(lambda *d: self.preprocessor(*d), num_parallel_calls=tf.data.AUTOTUNE)
+        # `lambda *d` keeps pairs whole: element ((a, b), y) -> _preprocess((a, b), y).
+        dataset = dataset.map(lambda *d: _int_features(self._preprocess(*d)), num_parallel_calls=tf.data.AUTOTUNE)
         return dataset.prefetch(tf.data.AUTOTUNE)
+
+    def _raw_to_tensors(self, x, y):
+        """Hook: raw Python inputs (and labels) -> values for
+        `tf.data.Dataset.from_tensor_slices`. Tasks whose raw inputs have
+        another shape (lists of words, lists of choices) override it."""
+        import tensorflow as tf
+
+        if isinstance(x, str):
+            x = [x]
+        if isinstance(x, tuple) and len(x) == 2:  # Sentence pairs.
+            x = (tf.constant(list(x[0])), tf.constant(list(x[1])))
+        elif isinstance(x, list):
+            x = tf.constant(x)
+        return x, y
+
+    def _preprocess(self, x, y=None, sample_weight=None):
+        """Hook: one batch of raw inputs -> `(features, y, sample_weight)`,
+        run in `tf.data`. Tasks that build inputs or labels differently (span
+        labels, masking, choices) override it."""
+        return self.preprocessor(x, y, sample_weight)
 
     def _set_schedule_length(self, x, batch_size, epochs, steps_per_epoch):
         set_schedule_length(self.optimizer, x, batch_size, epochs, steps_per_epoch)

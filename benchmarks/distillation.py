@@ -1,0 +1,142 @@
+"""Distillation figures on real sentiment data (issue: distillation trainer).
+
+    python -m benchmarks.distillation [--train-size 1500] [--teacher-epochs 2] [--epochs 3]
+
+Teacher: ../shared/models/all-MiniLM-L6-v2 converted and fine-tuned on
+../shared/data/sentiment/amazon.tsv (fixed seeded 80/20 split, training set
+subsampled to --train-size with the same seed). Student: one layer of the
+teacher's width, initialised from the teacher's last layer (every 6th layer,
+DistilBERT-style), embeddings, pooler and head; about a fifth of the teacher's
+non-embedding parameters. The same student, from the same initialisation, is
+trained twice for the same epochs and learning rate: distilled (soft targets,
+hidden states, attention, embeddings) and on the hard labels alone. Prints the
+table and appends one row per model to benchmarks/results.jsonl. Latencies are
+CPU medians of several runs of one forward pass on tokenized inputs, teacher
+and student measured in the same process, so the speedups are same-run ratios.
+"""
+
+import argparse
+import importlib.util
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+
+from benchmarks.results import append_results
+from benchmarks.results import print_table
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("distill_to_small", ROOT / "examples" / "distill_to_small.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", default=None, help="default: ../shared/data/sentiment/amazon.tsv")
+    parser.add_argument("--train-size", type=int, default=1500, help="0: the whole training split")
+    parser.add_argument("--test-size", type=int, default=0, help="0: the whole test split")
+    parser.add_argument("--teacher-epochs", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=3, help="student epochs (both students)")
+    parser.add_argument("--student-layers", type=int, default=1)
+    parser.add_argument("--learning-rate", type=float, default=2e-4, help="student peak learning rate")
+    parser.add_argument("--sequence-length", type=int, default=64)
+    parser.add_argument("--latency-runs", type=int, default=9)
+    parser.add_argument("--output", default=None, help="default: a temporary directory")
+    args = parser.parse_args(argv)
+
+    from bertzoo.compression.distillation import Distiller
+    from bertzoo.compression.distillation import init_student_from_teacher
+    from bertzoo.datasets import find_shared_sentiment
+    from bertzoo.models.task import bert_optimizer
+
+    example = _example()
+    data = args.data or find_shared_sentiment("amazon")
+    if data is None or example.find_minilm() is None:
+        raise SystemExit("Needs ../shared/data/sentiment and ../shared/models/all-MiniLM-L6-v2 next to the checkout.")
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        output = Path(args.output or tmp)
+        common = ["--data", str(data), "--train-size", str(args.train_size), "--test-size", str(args.test_size),
+                  "--sequence-length", str(args.sequence_length), "--teacher-epochs", str(args.teacher_epochs)]
+        ex_args = example.parse_args(common)
+        keras.utils.set_random_seed(0)
+        train, test, source = example.load_data(ex_args)
+        print(f"Data: {source}")
+        teacher, teacher_source, _ = example.build_teacher(ex_args, train, output)
+
+        def fresh_student():
+            return init_student_from_teacher(teacher, {"num_layers": args.student_layers})
+
+        students = {}
+        keras.utils.set_random_seed(1)
+        distilled = fresh_student()
+        distiller = Distiller(teacher, distilled, temperature=2.0, alpha=0.5)
+        distiller.compile(optimizer=bert_optimizer(args.learning_rate))
+        print(f"Distilling: layer pairs {distiller.layer_pairs}")
+        t0 = time.perf_counter()
+        distiller.fit(*train, epochs=args.epochs, batch_size=32)
+        students["student, distilled"] = (distilled, time.perf_counter() - t0)
+
+        keras.utils.set_random_seed(1)
+        hard = fresh_student()
+        hard.compile(optimizer=bert_optimizer(args.learning_rate))
+        print("Training the same student on the hard labels alone")
+        t0 = time.perf_counter()
+        hard.fit(*train, epochs=args.epochs, batch_size=32)
+        students["student, hard labels only"] = (hard, time.perf_counter() - t0)
+
+        preprocessor = teacher.preprocessor
+        rows = []
+        teacher_predictions = None
+        for name, model in [("teacher: " + teacher_source, teacher)] + [(k, v[0]) for k, v in students.items()]:
+            directory = output / f"preset_{len(rows)}"
+            model.compile(jit_compile="auto")  # Also drops the training optimizer's state from the preset.
+            model.save_to_preset(directory)
+            total, non_embedding = example.count_parameters(model)
+            figures = example.measure(model, test, preprocessor, 32, args.latency_runs)
+            predictions = figures.pop("predictions")
+            if teacher_predictions is None:
+                teacher_predictions = predictions
+            rows.append({
+                "model": name, "layers": model.backbone.num_layers, "hidden": model.backbone.hidden_dim,
+                "parameters": total, "non_embedding_parameters": non_embedding,
+                "preset_mb": round(example.directory_bytes(directory) / 1e6, 2),
+                "accuracy": round(figures["accuracy"], 4),
+                "agreement_with_teacher": round(float(np.mean(predictions == teacher_predictions)), 4),
+                "latency_b1_ms": round(figures["latency_b1_ms"], 2),
+                "latency_b32_ms": round(figures["latency_b32_ms"], 2),
+                "train_seconds": round(students[name][1], 1) if name in students else None,
+            })
+    t = rows[0]
+    for row in rows:
+        row["accuracy_pct_of_teacher"] = round(100 * row["accuracy"] / t["accuracy"], 1)
+        row["non_embedding_fraction"] = round(row["non_embedding_parameters"] / t["non_embedding_parameters"], 3)
+        row["speedup_b1"] = round(t["latency_b1_ms"] / row["latency_b1_ms"], 2)
+        row["speedup_b32"] = round(t["latency_b32_ms"] / row["latency_b32_ms"], 2)
+        row.update({"data": source, "train_examples": len(train[0]), "test_examples": len(test[0]),
+                    "teacher_epochs": args.teacher_epochs, "student_epochs": args.epochs,
+                    "student_learning_rate": args.learning_rate, "sequence_length": args.sequence_length,
+                    "latency_runs": args.latency_runs, "cpu_cores": os.cpu_count()})
+    columns = ["model", "layers", "hidden", "parameters", "non_embedding_fraction", "preset_mb", "accuracy",
+               "accuracy_pct_of_teacher", "agreement_with_teacher", "latency_b1_ms", "latency_b32_ms",
+               "speedup_b1", "speedup_b32"]
+    print(f"\nData: {source}")
+    print_table(rows, columns)
+    print(f"Total {time.perf_counter() - started:.0f} s, load average {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} cores")
+    append_results("distillation", rows, command="python -m benchmarks.distillation " + " ".join(argv))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,408 @@
+"""The libraries `benchmarks.run` times, and the worker process that times one.
+
+Each (library, mode, dtype) is timed in its own process, started by
+`benchmarks.run`: TensorFlow and PyTorch then never share a process (their
+thread pools and oneDNN builds), memory is returned between configurations,
+and the global Keras dtype policy of one library cannot leak into another.
+
+A worker builds the model from the bertzoo preset's configuration with seeded
+random weights, computes a float32 reference output, then builds each
+variant of the requested dtype from those same weights (cast to bfloat16 or
+quantized to int8), checks its output against the reference, and times it:
+`warmup` untimed calls (the first one traces/compiles), then `runs` timed
+calls. It prints one `BENCH {json}` line per variant.
+
+Libraries:
+- `bertzoo`: `bertzoo.BertBackbone` / `bertzoo.BertClassifier` (Task.compile
+  defaults: AdamW with warm-up, gradient clipping).
+- `keras_hub`: `keras_hub.models.BertBackbone` / `BertTextClassifier`
+  (its own compile defaults).
+- `transformers`: Hugging Face's PyTorch `BertModel` /
+  `BertForSequenceClassification` (AdamW, gradient clipping), eager,
+  `torch.inference_mode()` for inference; int8 is PyTorch's dynamic
+  quantization of the Linear layers, bfloat16 training is `torch.autocast`.
+
+Keras inference is `predict_on_batch` on a model compiled with
+`jit_compile=True/False`; training is `train_on_batch`. int8 is
+`keras.Model.quantize("int8")` (what `bertzoo.quantize` does) and is timed for
+inference only: no library here trains int8 models.
+"""
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+DTYPES = ("float32", "bfloat16", "int8")
+MODES = ("inference", "training")
+NUM_CLASSES = 2
+
+
+def backbone_config(preset):
+    """The built-in bertzoo preset's backbone configuration (a plain dict).
+
+    Read from the preset file rather than through `bertzoo`, so that the
+    PyTorch worker does not import TensorFlow.
+    """
+    folder = Path(__file__).resolve().parents[1] / "presets"
+    names = sorted(p.stem for p in folder.glob("*.json"))
+    if preset not in names:
+        raise SystemExit(f"Unknown preset {preset!r}: choose one of {names}.")
+    config = dict(json.loads((folder / f"{preset}.json").read_text())["backbone"])
+    if config.get("embedding_dim") or config.get("num_groups") or config.get("activation", "gelu_tanh") != "gelu_tanh":
+        raise SystemExit(f"Preset {preset!r} is not a plain BERT (needs gelu_tanh, no factorization or sharing).")
+    return config
+
+
+def make_inputs(batch, length, vocabulary_size, seed=0):
+    """A full-length batch: random ids, two segments, no padding."""
+    rng = np.random.default_rng(seed)
+    return {
+        "token_ids": rng.integers(1, vocabulary_size, (batch, length)).astype("int32"),
+        "segment_ids": (np.arange(length)[None, :] >= length // 2).repeat(batch, 0).astype("int32"),
+        "padding_mask": np.ones((batch, length), "int32"),
+    }
+
+
+def _versions(*names):
+    import importlib.metadata as md
+
+    found = {}
+    for name in names:
+        try:
+            found[name] = md.version(name)
+        except md.PackageNotFoundError:
+            pass
+    return found
+
+
+def missing(library):
+    """Why `library` cannot be timed here, or None when it can."""
+    import importlib.util
+
+    needs = {"bertzoo": ["bertzoo", "tensorflow"], "keras_hub": ["keras_hub", "tensorflow"],
+             "transformers": ["transformers", "torch"]}[library]
+    absent = [name for name in needs if importlib.util.find_spec(name) is None]
+    if absent:
+        return f"not installed ({', '.join(absent)}); `pip install {' '.join(absent)}` to include it"
+    return None
+
+
+def _compare(output, reference):
+    """Relative L2 error, max absolute difference and cosine similarity."""
+    a = np.asarray(output, "float64").ravel()
+    b = np.asarray(reference, "float64").ravel()
+    norm = np.linalg.norm(b) + 1e-30
+    return {
+        "relative_error": float(np.linalg.norm(a - b) / norm),
+        "max_abs_diff": float(np.max(np.abs(a - b))),
+        "cosine": float(a @ b / (np.linalg.norm(a) * norm)),
+    }
+
+
+def _timed(fn, runs, warmup):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+# --- Keras libraries ------------------------------------------------------
+
+
+class KerasLibrary:
+    """Shared code of bertzoo and keras-hub: both are Keras 3 models."""
+
+    name = None
+
+    def versions(self):
+        return _versions("keras", "tensorflow", "keras-hub", "bertzoo")
+
+    def variants(self, mode, dtype):
+        return [{"xla": False}, {"xla": True}]
+
+    def default_xla(self, model):
+        raise NotImplementedError
+
+    def _policy(self, mode, dtype):
+        if dtype == "bfloat16":
+            return "bfloat16" if mode == "inference" else "mixed_bfloat16"
+        return "float32"
+
+    def prepare(self, mode, dtype, config):
+        """Builds `(reference, model)`: the float32 model (None for training)
+        and the `dtype` model holding the same seeded weights."""
+        import keras
+
+        keras.utils.set_random_seed(0)
+        reference = self.build(mode, "float32", config) if mode == "inference" else None
+        keras.utils.set_random_seed(0)
+        model = self.build(mode, self._policy(mode, dtype), config)
+        if reference is not None:
+            model.set_weights(reference.get_weights())
+        if dtype == "int8":
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=r".*does not have a `quantize` method.*")
+                model.quantize("int8")
+        return reference, model
+
+    def output(self, model, inputs):
+        out = model.predict_on_batch(inputs)
+        return out["sequence_output"] if isinstance(out, dict) else out
+
+    def inference(self, model, inputs, xla):
+        model.compile(jit_compile=xla)
+        return lambda: model.predict_on_batch(inputs)  # NumPy out: the work is done.
+
+    def training(self, model, inputs, labels, xla):
+        self.compile_for_training(model, xla)
+        return lambda: model.train_on_batch(inputs, labels)
+
+
+class Bertzoo(KerasLibrary):
+    name = "bertzoo"
+
+    def build(self, mode, policy, config):
+        import bertzoo
+
+        backbone = bertzoo.BertBackbone(**config, dtype=policy)
+        if mode == "inference":
+            return backbone
+        return bertzoo.BertClassifier(backbone, NUM_CLASSES)
+
+    def default_xla(self, model):
+        from bertzoo.utils.device import default_jit_compile
+
+        return default_jit_compile(model)
+
+    def compile_for_training(self, model, xla):
+        model.compile(jit_compile=xla)  # bertzoo's defaults otherwise.
+
+
+class KerasHub(KerasLibrary):
+    name = "keras_hub"
+
+    def build(self, mode, policy, config):
+        import keras_hub
+
+        backbone = keras_hub.models.BertBackbone(
+            vocabulary_size=config["vocabulary_size"],
+            num_layers=config["num_layers"],
+            num_heads=config["num_heads"],
+            hidden_dim=config["hidden_dim"],
+            intermediate_dim=config["intermediate_dim"],
+            max_sequence_length=config["max_sequence_length"],
+            num_segments=config["num_segments"],
+            dtype=policy,
+        )
+        if mode == "inference":
+            return backbone
+        return keras_hub.models.BertTextClassifier(backbone, NUM_CLASSES, preprocessor=None)
+
+    def default_xla(self, model):
+        return bool(model._resolve_auto_jit_compile())  # Keras's "auto".
+
+    def compile_for_training(self, model, xla):
+        model.compile(jit_compile=xla)  # keras-hub's defaults otherwise.
+
+
+# --- PyTorch --------------------------------------------------------------
+
+
+class Transformers:
+    name = "transformers"
+
+    def versions(self):
+        return _versions("torch", "transformers")
+
+    def variants(self, mode, dtype):
+        return [{"xla": False}]
+
+    def default_xla(self, model):
+        return False
+
+    def prepare(self, mode, dtype, config):
+        import copy
+
+        import torch
+        import transformers
+
+        torch.manual_seed(0)
+        hf_config = transformers.BertConfig(
+            vocab_size=config["vocabulary_size"],
+            hidden_size=config["hidden_dim"],
+            num_hidden_layers=config["num_layers"],
+            num_attention_heads=config["num_heads"],
+            intermediate_size=config["intermediate_dim"],
+            max_position_embeddings=config["max_sequence_length"],
+            type_vocab_size=config["num_segments"],
+            hidden_act="gelu_pytorch_tanh",  # bertzoo's default gelu_tanh.
+            num_labels=NUM_CLASSES,
+        )
+        cls = transformers.BertModel if mode == "inference" else transformers.BertForSequenceClassification
+        model = cls(hf_config).eval()
+        reference = copy.deepcopy(model) if mode == "inference" else None
+        if mode == "inference" and dtype == "bfloat16":
+            model = model.to(torch.bfloat16)
+        if dtype == "int8":
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+        self._autocast = mode == "training" and dtype == "bfloat16"
+        return reference, model
+
+    def _torch_inputs(self, inputs):
+        import torch
+
+        return {
+            "input_ids": torch.from_numpy(inputs["token_ids"]).long(),
+            "token_type_ids": torch.from_numpy(inputs["segment_ids"]).long(),
+            "attention_mask": torch.from_numpy(inputs["padding_mask"]).long(),
+        }
+
+    def output(self, model, inputs):
+        import torch
+
+        with torch.inference_mode():
+            out = model(**self._torch_inputs(inputs))
+        value = out.last_hidden_state if hasattr(out, "last_hidden_state") else out.logits
+        return value.float().numpy()
+
+    def inference(self, model, inputs, xla):
+        import torch
+
+        features = self._torch_inputs(inputs)
+
+        def run():
+            with torch.inference_mode():
+                model(**features).last_hidden_state.float().numpy()
+
+        return run
+
+    def training(self, model, inputs, labels, xla):
+        import torch
+
+        features = self._torch_inputs(inputs)
+        labels = torch.from_numpy(np.asarray(labels)).long()
+        model.train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01)
+
+        def step():
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self._autocast):
+                loss = model(**features, labels=labels).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            return float(loss)
+
+        return step
+
+
+LIBRARIES = {cls.name: cls for cls in (Bertzoo, KerasHub, Transformers)}
+
+
+# --- Matmul peak ----------------------------------------------------------
+
+
+def matmul_peak(size=2048, runs=10):
+    """GFLOP/s (GOP/s for int8) of a `size`^3 TensorFlow matmul per dtype,
+    the best of with and without XLA, each a median of `runs` calls."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((size, size)).astype("float32")
+    b = rng.standard_normal((size, size)).astype("float32")
+    peaks = {}
+    for dtype in DTYPES:
+        best = {}
+        for xla in (False, True):
+            if dtype == "int8":
+                x, y = tf.constant((a * 20).astype("int8")), tf.constant((b * 20).astype("int8"))
+                fn = tf.function(lambda x, y: tf.linalg.matmul(x, y, output_type=tf.int32), jit_compile=xla)
+            else:
+                x, y = tf.cast(a, dtype), tf.cast(b, dtype)
+                fn = tf.function(tf.matmul, jit_compile=xla)
+            times = _timed(lambda: fn(x, y).numpy(), runs, warmup=2)
+            best["xla" if xla else "no_xla"] = round(2 * size**3 / statistics.median(times) / 1e9, 1)
+        peaks[dtype] = {"gflops": max(best.values()), **best}
+    return peaks
+
+
+# --- Worker ---------------------------------------------------------------
+
+
+def run_worker(library, mode, dtype, preset, batch, length, runs, warmup):
+    """Times every variant of one (library, mode, dtype); yields result dicts."""
+    lib = LIBRARIES[library]()
+    config = backbone_config(preset)
+    inputs = make_inputs(batch, length, config["vocabulary_size"])
+    labels = np.arange(batch) % NUM_CLASSES
+    base = {"library": library, "mode": mode, "dtype": dtype, "versions": lib.versions()}
+    reference, model = lib.prepare(mode, dtype, config)
+    check = None
+    if reference is not None:
+        check = _compare(lib.output(model, inputs), lib.output(reference, inputs))
+    del reference
+    gc.collect()
+    default = lib.default_xla(model)
+    for variant in lib.variants(mode, dtype):
+        load_before = os.getloadavg()[0]
+        if mode == "inference":
+            fn = lib.inference(model, inputs, variant["xla"])
+        else:
+            fn = lib.training(model, inputs, labels, variant["xla"])
+        compile_start = time.perf_counter()
+        fn()
+        first_call_s = time.perf_counter() - compile_start
+        times = _timed(fn, runs, max(warmup - 1, 0))
+        yield {
+            **base,
+            **variant,
+            "default": variant["xla"] == default,
+            "times_s": [round(t, 4) for t in times],
+            "median_s": statistics.median(times),
+            "min_s": min(times),
+            "first_call_s": round(first_call_s, 2),
+            "load_before": round(load_before, 2),
+            "load_after": round(os.getloadavg()[0], 2),
+            "check_vs_float32": check,
+        }
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="One benchmarks.run worker (started by benchmarks.run).")
+    parser.add_argument("--library", choices=sorted(LIBRARIES) + ["matmul"], required=True)
+    parser.add_argument("--mode", choices=MODES, default="inference")
+    parser.add_argument("--dtype", choices=DTYPES, default="float32")
+    parser.add_argument("--preset", default="base")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--sequence-length", type=int, default=128)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if args.library == "matmul":
+        print("BENCH " + json.dumps({"library": "matmul", "peaks": matmul_peak()}), flush=True)
+        return
+    for row in run_worker(args.library, args.mode, args.dtype, args.preset, args.batch_size,
+                          args.sequence_length, args.runs, args.warmup):
+        print("BENCH " + json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

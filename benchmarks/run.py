@@ -1,0 +1,306 @@
+"""bertzoo against its peers: BERT inference and training-step throughput.
+
+Times BERT-base (the `base` preset's shape, seeded random weights) on a
+full-length batch (default 8 x 128) for bertzoo, keras-hub's `BertBackbone`
+and, when installed, Hugging Face transformers' PyTorch `BertModel`, in
+float32, bfloat16 and int8 (inference only), with and without XLA for the
+Keras libraries. Every configuration runs in its own worker process
+(`benchmarks.peers`); its figure is the median of `--runs` timed calls after
+warm-up. The same run measures a TensorFlow matmul peak per dtype, so each
+configuration's achieved GFLOP/s (analytic BERT FLOPs, training = 3x
+forward) is also given as a share of what this machine's matmuls reach.
+
+Usage:
+    python -m benchmarks.run                       # everything, ~15 min on 2 cores
+    python -m benchmarks.run --models bertzoo,keras_hub --dtypes bfloat16 --modes inference
+    python -m benchmarks.run --preset tiny --runs 3  # a quick smoke run
+
+Prints a Markdown table (the README's), appends one JSON line per
+configuration plus a summary line to benchmarks/results.jsonl (date,
+machine, load average, command), and draws a PNG chart (`--chart`).
+Libraries that are not installed are skipped with a note. Optional peer:
+`pip install torch transformers` (measurement only, not a bertzoo
+dependency).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.peers import DTYPES
+from benchmarks.peers import LIBRARIES
+from benchmarks.peers import MODES
+from benchmarks.peers import backbone_config
+from benchmarks.peers import missing
+from benchmarks.results import RESULTS_FILE
+from benchmarks.results import append_results
+from benchmarks.results import machine
+from benchmarks.results import print_table
+
+DEFAULT_CHART = Path(__file__).resolve().parent / "out" / "peers.png"
+LABELS = {"bertzoo": "bertzoo", "keras_hub": "keras-hub", "transformers": "HF transformers (PyTorch)"}
+COLUMNS = ["mode", "dtype", "library", "XLA", "median ms", "seq/s", "GFLOP/s", "% of peak",
+           "vs best peer", "error vs fp32"]
+
+
+def encoder_flops(config, batch, length, mode):
+    """Multiply-add FLOPs (x2) of one BERT forward, or of a training step
+    (forward + backward, taken as 3x the forward, the usual estimate).
+
+    Per layer: Q, K, V and output projections, the two attention products
+    (scores and context) and the two feed-forward matmuls; plus the pooler.
+    Embedding lookups, softmax, LayerNorm and GELU are not counted.
+    """
+    hidden, inner, layers = config["hidden_dim"], config["intermediate_dim"], config["num_layers"]
+    heads = config["num_heads"]
+    head_dim = config.get("head_dim") or hidden // heads
+    width = heads * head_dim
+    tokens = batch * length
+    per_layer = (
+        2 * tokens * 4 * hidden * width  # Q, K, V, output.
+        + 2 * 2 * batch * heads * length * length * head_dim  # QK^T and PV.
+        + 2 * 2 * tokens * hidden * inner  # Feed-forward.
+    )
+    forward = layers * per_layer + 2 * batch * hidden * hidden
+    return forward * (3 if mode == "training" else 1)
+
+
+def wait_for_load(threshold, max_wait):
+    """Sleeps until the 1-minute load average is below `threshold` (at most
+    `max_wait` seconds); returns the load average then."""
+    deadline = time.monotonic() + max_wait
+    load = os.getloadavg()[0]
+    while load >= threshold and time.monotonic() < deadline:
+        print(f"load average {load:.2f} >= {threshold}: waiting...", flush=True)
+        time.sleep(30)
+        load = os.getloadavg()[0]
+    return load
+
+
+def run_worker(args, **worker_args):
+    """Runs one `benchmarks.peers` worker; returns (rows, error or None)."""
+    command = [sys.executable, "-m", "benchmarks.peers"]
+    for key, value in worker_args.items():
+        command += [f"--{key.replace('_', '-')}", str(value)]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore"}
+    root = Path(__file__).resolve().parents[1]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=root,
+                              timeout=args.worker_timeout)
+    except subprocess.TimeoutExpired:
+        return [], f"timed out after {args.worker_timeout} s"
+    rows = [json.loads(line[6:]) for line in done.stdout.splitlines() if line.startswith("BENCH ")]
+    if done.returncode != 0:
+        tail = [line for line in done.stderr.strip().splitlines() if line.strip()][-1:] or ["?"]
+        return rows, f"worker failed (exit {done.returncode}): {tail[0][:300]}"
+    return rows, None
+
+
+def add_figures(rows, config, args, peaks):
+    """Throughput, GFLOP/s, share of the matmul peak, and ratios to peers."""
+    for row in rows:
+        row["seq_per_s"] = args.batch_size / row["median_s"]
+        row["gflops"] = encoder_flops(config, args.batch_size, args.sequence_length, row["mode"]) / row["median_s"] / 1e9
+        peak = peaks.get(row["dtype"], {}).get("gflops")
+        row["peak_gflops"] = peak
+        row["utilization"] = row["gflops"] / peak if peak else None
+    for row in rows:
+        peers = [r["seq_per_s"] for r in rows
+                 if r["library"] != row["library"] and r["library"] != "bertzoo"
+                 and (r["mode"], r["dtype"]) == (row["mode"], row["dtype"])]
+        row["vs_best_peer"] = row["seq_per_s"] / max(peers) if peers and row["library"] == "bertzoo" else None
+
+
+def summarize(rows):
+    """Per mode: bertzoo's best configuration against the best peer's."""
+    summary = []
+    for mode in MODES:
+        ours = [r for r in rows if r["mode"] == mode and r["library"] == "bertzoo"]
+        theirs = [r for r in rows if r["mode"] == mode and r["library"] != "bertzoo"]
+        if not ours or not theirs:
+            continue
+        best = max(ours, key=lambda r: r["seq_per_s"])
+        peer = max(theirs, key=lambda r: r["seq_per_s"])
+        summary.append({
+            "mode": mode,
+            "bertzoo_best": _describe(best),
+            "bertzoo_seq_per_s": round(best["seq_per_s"], 2),
+            "peer_best": _describe(peer),
+            "peer_seq_per_s": round(peer["seq_per_s"], 2),
+            "ratio": round(best["seq_per_s"] / peer["seq_per_s"], 2),
+        })
+    return summary
+
+
+def _describe(row):
+    xla = "" if row["library"] == "transformers" else (", XLA" if row["xla"] else ", no XLA")
+    return f"{LABELS[row['library']]} {row['dtype']}{xla}"
+
+
+def table_rows(rows):
+    table = []
+    for r in rows:
+        check = r.get("check_vs_float32") or {}
+        table.append({
+            "mode": r["mode"],
+            "dtype": r["dtype"],
+            "library": LABELS[r["library"]],
+            "XLA": "-" if r["library"] == "transformers" else ("yes" if r["xla"] else "no") + (" (default)" if r["default"] else ""),
+            "median ms": round(r["median_s"] * 1000, 1),
+            "seq/s": round(r["seq_per_s"], 2),
+            "GFLOP/s": round(r["gflops"], 1),
+            "% of peak": f"{100 * r['utilization']:.0f}%" if r["utilization"] else "",
+            "vs best peer": f"{r['vs_best_peer']:.2f}x" if r["vs_best_peer"] else "",
+            "error vs fp32": f"{check['relative_error']:.1e}" if check else "",
+        })
+    return table
+
+
+def draw_chart(rows, path, title):
+    """Grouped bars: best sequences/s of each library per (mode, dtype)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = [m for m in MODES if any(r["mode"] == m for r in rows)]
+    fig, axes = plt.subplots(1, len(modes), figsize=(6 * len(modes), 4.5), squeeze=False)
+    libraries = [name for name in LIBRARIES if any(r["library"] == name for r in rows)]
+    colors = {"bertzoo": "#1f77b4", "keras_hub": "#ff7f0e", "transformers": "#2ca02c"}
+    for ax, mode in zip(axes[0], modes):
+        dtypes = [d for d in DTYPES if any(r["mode"] == mode and r["dtype"] == d for r in rows)]
+        width = 0.8 / max(len(libraries), 1)
+        for i, name in enumerate(libraries):
+            values, labels = [], []
+            for dtype in dtypes:
+                found = [r for r in rows if (r["mode"], r["dtype"], r["library"]) == (mode, dtype, name)]
+                best = max(found, key=lambda r: r["seq_per_s"]) if found else None
+                values.append(best["seq_per_s"] if best else 0.0)
+                labels.append("" if best is None or name == "transformers" else ("XLA" if best["xla"] else "no XLA"))
+            xs = [j + (i - (len(libraries) - 1) / 2) * width for j in range(len(dtypes))]
+            bars = ax.bar(xs, values, width, label=LABELS[name], color=colors[name])
+            for bar, value, label in zip(bars, values, labels):
+                if value:
+                    text = f"{value:.1f}" + (f"\n{label}" if label else "")
+                    ax.annotate(text, (bar.get_x() + bar.get_width() / 2, value), ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(dtypes)), dtypes)
+        ax.set_ylabel("sequences / s (higher is better)")
+        ax.set_title(f"{mode}")
+        ax.margins(y=0.2)
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _csv(value, allowed, flag):
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [v for v in items if v not in allowed]
+    if unknown or not items:
+        raise SystemExit(f"{flag}: unknown {unknown or value!r}; choose from {', '.join(allowed)}.")
+    return items
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=",".join(LIBRARIES), help=f"comma list of {', '.join(LIBRARIES)}")
+    parser.add_argument("--dtypes", default=",".join(DTYPES), help="comma list of float32, bfloat16, int8")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma list of inference, training")
+    parser.add_argument("--runs", type=int, default=5, help="timed calls per configuration; the median is reported")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed calls first (the first compiles)")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--sequence-length", type=int, default=128)
+    parser.add_argument("--preset", default="base", help="bertzoo preset giving the model shape (default base)")
+    parser.add_argument("--chart", default=str(DEFAULT_CHART), help="PNG to draw ('' for none)")
+    parser.add_argument("--results", type=Path, default=RESULTS_FILE, help="JSON lines file to append to")
+    parser.add_argument("--wait-for-load", type=float, default=None, metavar="LOAD",
+                        help="first wait until the 1-min load average is below LOAD")
+    parser.add_argument("--max-wait", type=float, default=900, help="seconds to wait for the load at most")
+    parser.add_argument("--worker-timeout", type=int, default=1800)
+    args = parser.parse_args(argv)
+    models = _csv(args.models, list(LIBRARIES), "--models")
+    dtypes = _csv(args.dtypes, list(DTYPES), "--dtypes")
+    modes = _csv(args.modes, list(MODES), "--modes")
+    if args.runs < 1 or args.batch_size < 1 or args.sequence_length < 1:
+        raise SystemExit("--runs, --batch-size and --sequence-length must be positive.")
+    config = backbone_config(args.preset)
+    if args.sequence_length > config["max_sequence_length"]:
+        raise SystemExit(f"--sequence-length exceeds the preset's max_sequence_length ({config['max_sequence_length']}).")
+    command = "python -m benchmarks.run " + " ".join(sys.argv[1:] if argv is None else argv)
+
+    if args.wait_for_load is not None:
+        wait_for_load(args.wait_for_load, args.max_wait)
+    start_load = os.getloadavg()
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    print(f"{machine()}; {date}; load average {start_load[0]:.2f}; preset {args.preset}, "
+          f"batch {args.batch_size} x length {args.sequence_length}, median of {args.runs}", flush=True)
+
+    notes = []
+    peak_rows, error = run_worker(args, library="matmul")
+    peaks = peak_rows[0]["peaks"] if peak_rows else {}
+    if error:
+        notes.append(f"matmul peak: {error}")
+    print("TensorFlow 2048^3 matmul peak: " + ", ".join(f"{d} {p['gflops']} G(FL)OP/s" for d, p in peaks.items()), flush=True)
+
+    available = {}
+    for name in models:
+        reason = missing(name)
+        if reason:
+            notes.append(f"{LABELS[name]} skipped: {reason}")
+        else:
+            available[name] = True
+    rows = []
+    for mode in modes:
+        for dtype in dtypes:
+            if mode == "training" and dtype == "int8":
+                notes.append("int8 training skipped: the int8 paths here (Keras quantize, PyTorch dynamic quantization) are inference-only")
+                continue
+            for name in available:
+                print(f"... {mode} {dtype} {LABELS[name]}", flush=True)
+                found, error = run_worker(args, library=name, mode=mode, dtype=dtype, preset=args.preset,
+                                          batch_size=args.batch_size, sequence_length=args.sequence_length,
+                                          runs=args.runs, warmup=args.warmup)
+                rows.extend(found)
+                if error:
+                    notes.append(f"{LABELS[name]} {mode} {dtype}: {error}")
+    notes = list(dict.fromkeys(notes))
+    if not rows:
+        raise SystemExit("Nothing was timed: " + "; ".join(notes))
+    add_figures(rows, config, args, peaks)
+    summary = summarize(rows)
+    end_load = os.getloadavg()
+
+    print()
+    print_table(table_rows(rows), COLUMNS)
+    print()
+    for s in summary:
+        print(f"{s['mode']}: best bertzoo {s['bertzoo_seq_per_s']} seq/s ({s['bertzoo_best']}) vs best peer "
+              f"{s['peer_seq_per_s']} seq/s ({s['peer_best']}): {s['ratio']}x")
+    for note in notes:
+        print(f"note: {note}")
+    print(f"load average: {start_load[0]:.2f} at start, {end_load[0]:.2f} at end")
+
+    setup = {"preset": args.preset, "batch": args.batch_size, "length": args.sequence_length,
+             "runs": args.runs, "warmup": args.warmup, "peaks": peaks,
+             "load_start": round(start_load[0], 2), "load_end": round(end_load[0], 2)}
+    records = [{**setup, "kind": "configuration", **r} for r in rows]
+    records.append({**setup, "kind": "summary", "summary": summary, "notes": notes})
+    append_results("peers", records, command, path=args.results)
+    print(f"appended {len(records)} lines to {args.results}")
+    if args.chart:
+        title = (f"BERT {args.preset} ({args.batch_size}x{args.sequence_length}) on {machine()}, {date}, "
+                 f"load {start_load[0]:.1f}-{end_load[0]:.1f}; median of {args.runs}")
+        draw_chart(rows, Path(args.chart), title)
+        print(f"chart: {args.chart}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""Pruning schedules: when to prune, and to which sparsity.
+
+The semantics follow tensorflow-model-optimization's schedules (reimplemented
+on `keras.ops`, so they run inside a compiled train step on every backend):
+a schedule called with a step returns `(should_prune, sparsity)`.
+`should_prune` is true on the steps `begin_step, begin_step + frequency, ...`
+that are not past `end_step` (`end_step=-1`: no end); between those steps
+the masks stay as they are.
+"""
+
+import keras
+from keras import ops
+
+
+def _check_sparsity(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(
+            f"`{name}` must be a sparsity in [0, 1) (the fraction of weights set to zero), "
+            f"got {value!r}."
+        )
+    return float(value)
+
+
+def _check_steps(begin_step, end_step, frequency, allow_no_end):
+    for name, value in (("begin_step", begin_step), ("end_step", end_step), ("frequency", frequency)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"`{name}` must be an integer, got {value!r}.")
+    if begin_step < 0:
+        raise ValueError(f"`begin_step` must be >= 0, got {begin_step}.")
+    if frequency <= 0:
+        raise ValueError(f"`frequency` must be a positive number of steps, got {frequency}.")
+    if allow_no_end and end_step == -1:
+        return
+    if end_step < begin_step or (not allow_no_end and end_step == begin_step):
+        relation = "before" if end_step < begin_step else "at"
+        fix = "-1 for no end, or a step after `begin_step`" if allow_no_end else "a step after `begin_step`"
+        raise ValueError(
+            f"`end_step`={end_step} is {relation} `begin_step`={begin_step}: pass {fix}."
+        )
+
+
+class PruningSchedule:
+    """Base class: `schedule(step)` returns `(should_prune, sparsity)` tensors.
+
+    Subclasses implement `sparsity_at(step)` (a float tensor) and
+    `get_config()`, and have a `final_sparsity` attribute; `begin_step`,
+    `end_step` and `frequency` decide the pruning steps.
+    """
+
+    begin_step = 0
+    end_step = -1
+    frequency = 1
+
+    def should_prune(self, step):
+        step = ops.cast(step, "int64")
+        in_range = step >= self.begin_step
+        if self.end_step != -1:
+            in_range = ops.logical_and(in_range, step <= self.end_step)
+        on_turn = ops.equal(ops.mod(step - self.begin_step, self.frequency), 0)
+        return ops.logical_and(in_range, on_turn)
+
+    def sparsity_at(self, step):
+        raise NotImplementedError
+
+    def __call__(self, step):
+        return self.should_prune(step), self.sparsity_at(step)
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
+        return f"{type(self).__name__}({args})"
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self.get_config() == other.get_config()
+
+
+@keras.saving.register_keras_serializable(package="bertzoo")
+class PolynomialDecay(PruningSchedule):
+    """Sparsity rising from `initial_sparsity` to `final_sparsity` along a
+    polynomial curve between `begin_step` and `end_step` (Zhu & Gupta, 2017):
+
+        p = clip((step - begin_step) / (end_step - begin_step), 0, 1)
+        sparsity = final_sparsity + (initial_sparsity - final_sparsity) * (1 - p) ** power
+
+    Masks are recomputed every `frequency` steps from `begin_step` to
+    `end_step` included, and kept fixed afterwards.
+
+    Example:
+    >>> schedule = bertzoo.PolynomialDecay(initial_sparsity=0.0, final_sparsity=0.9,
+    ...                                    begin_step=0, end_step=2000, frequency=100)
+    >>> should_prune, sparsity = schedule(1000)   # True, 0.7875
+    """
+
+    def __init__(self, initial_sparsity, final_sparsity, begin_step, end_step, power=3, frequency=100):
+        self.initial_sparsity = _check_sparsity("initial_sparsity", initial_sparsity)
+        self.final_sparsity = _check_sparsity("final_sparsity", final_sparsity)
+        _check_steps(begin_step, end_step, frequency, allow_no_end=False)
+        if isinstance(power, bool) or not isinstance(power, (int, float)) or power <= 0:
+            raise ValueError(f"`power` must be a positive number, got {power!r}.")
+        self.begin_step = begin_step
+        self.end_step = end_step
+        self.power = power
+        self.frequency = frequency
+
+    def sparsity_at(self, step):
+        step = ops.cast(step, "float32")
+        progress = (step - self.begin_step) / float(self.end_step - self.begin_step)
+        progress = ops.clip(progress, 0.0, 1.0)
+        delta = self.initial_sparsity - self.final_sparsity
+        return self.final_sparsity + delta * ops.power(1.0 - progress, float(self.power))
+
+    def get_config(self):
+        return {
+            "initial_sparsity": self.initial_sparsity,
+            "final_sparsity": self.final_sparsity,
+            "begin_step": self.begin_step,
+            "end_step": self.end_step,
+            "power": self.power,
+            "frequency": self.frequency,
+        }
+
+
+@keras.saving.register_keras_serializable(package="bertzoo")
+class ConstantSparsity(PruningSchedule):
+    """Prunes to `target_sparsity` every `frequency` steps from `begin_step`
+    (until `end_step`; `-1` means until training stops).
+
+    Example:
+    >>> schedule = bertzoo.ConstantSparsity(0.8, begin_step=0, frequency=50)
+    """
+
+    def __init__(self, target_sparsity, begin_step, end_step=-1, frequency=100):
+        self.target_sparsity = _check_sparsity("target_sparsity", target_sparsity)
+        _check_steps(begin_step, end_step, frequency, allow_no_end=True)
+        self.begin_step = begin_step
+        self.end_step = end_step
+        self.frequency = frequency
+
+    @property
+    def final_sparsity(self):
+        return self.target_sparsity
+
+    def sparsity_at(self, step):
+        return ops.full((), self.target_sparsity, "float32")
+
+    def get_config(self):
+        return {
+            "target_sparsity": self.target_sparsity,
+            "begin_step": self.begin_step,
+            "end_step": self.end_step,
+            "frequency": self.frequency,
+        }
+
+
+def check_schedule(schedule):
+    """Returns `schedule` if it is a `PruningSchedule`, else raises a ValueError."""
+    if isinstance(schedule, PruningSchedule):
+        return schedule
+    raise ValueError(
+        f"`schedule` must be a pruning schedule such as bertzoo.PolynomialDecay(...) or "
+        f"bertzoo.ConstantSparsity(...), got {schedule!r}."
+    )

@@ -1,0 +1,289 @@
+"""Structured pruning: remove whole attention heads and feed-forward neurons.
+
+Importance follows Michel et al. (2019), "Are Sixteen Heads Really Better
+than One?": put a gate `g` (= 1) on each head's output and on each FFN neuron,
+and score it by `|dL/dg|` accumulated over calibration batches. A gate
+multiplies one block of rows of the following output projection `W`, so
+`dL/dg = sum(W * dL/dW)` over those rows: the scores come from ordinary
+kernel gradients, with no change to the model.
+
+The least important heads / neurons are removed and a smaller dense
+`BertBackbone` is rebuilt (per-layer `num_heads` and `intermediate_dim`,
+same `head_dim`) holding slices of the original weights. It computes exactly
+what the original model computes with those heads' and neurons' outputs
+zeroed, and it is genuinely smaller and faster.
+"""
+
+import keras
+import numpy as np
+
+from bertzoo.compression.model_copy import quantization_mode
+from bertzoo.models.bert_backbone import BertBackbone
+from bertzoo.models.bert_backbone import _per_layer
+
+
+def _backbone_of(model):
+    backbone = getattr(model, "backbone", model)
+    if not isinstance(backbone, BertBackbone):
+        raise ValueError(
+            f"Structured pruning needs a bertzoo.BertBackbone or a task built on one, got "
+            f"{type(model).__name__}."
+        )
+    if quantization_mode(model):
+        raise ValueError(
+            f"{type(model).__name__} '{model.name}' is quantized: prune heads and neurons of the "
+            "float model, then quantize the result."
+        )
+    return backbone
+
+
+def _calibration_batches(model, data, steps):
+    import tensorflow as tf
+
+    if hasattr(model, "_as_dataset"):
+        parts = data if isinstance(data, tuple) else (data,)
+        dataset = model._as_dataset(*parts)
+        if dataset is not None:
+            data = dataset
+    if isinstance(data, tuple) and len(data) in (2, 3):
+        data = tf.data.Dataset.from_tensor_slices(data).batch(32)
+    if not isinstance(data, tf.data.Dataset):
+        raise ValueError(
+            "`data` must be a tf.data.Dataset of (inputs, labels) batches, or a tuple "
+            "(inputs, labels) with inputs as raw strings (for a task with a preprocessor) "
+            f"or a tokenized dict; got {type(data).__name__}."
+        )
+    if steps is not None:
+        data = data.take(steps)
+    return data
+
+
+def head_and_neuron_importance(model, data, steps=None):
+    """Scores every attention head and FFN neuron of a task model on `data`.
+
+    Returns `{"heads": [...], "neurons": [...]}`: one NumPy array per layer
+    (`num_heads[i]` and `intermediate_dim[i]` entries), higher meaning more
+    important. Layers sharing weights (ALBERT) share their scores.
+
+    Args:
+        model: a bertzoo task (e.g. `BertClassifier`); its loss (the compiled
+            one, or the task's default) is what the scores are gradients of.
+        data: labelled calibration data: a `tf.data.Dataset` of
+            `(inputs, labels)` batches, or `(inputs, labels)` with raw
+            strings or a tokenized dict as inputs.
+        steps: number of batches to use (default: all).
+
+    Example:
+    >>> scores = bertzoo.compression.head_and_neuron_importance(model, (texts, labels), steps=20)
+    >>> scores["heads"][0]        # layer 0, one score per head
+    """
+    import tensorflow as tf
+
+    backbone = _backbone_of(model)
+    if model is backbone or not hasattr(model, "default_loss"):
+        raise ValueError(
+            "Scoring heads and neurons needs a task model with a loss (e.g. BertClassifier) and "
+            "labelled data; for a bare backbone pass precomputed `importance=` instead."
+        )
+    loss_fn = getattr(model, "loss", None)
+    if loss_fn in (None, "auto"):
+        loss_fn = model.default_loss()
+    elif isinstance(loss_fn, str):
+        loss_fn = keras.losses.get(loss_fn)
+    attention_kernels = [block.output_dense._kernel for block in backbone.attention_blocks]
+    ffn_kernels = [block.output_dense._kernel for block in backbone.feedforward_blocks]
+    kernels = attention_kernels + ffn_kernels
+
+    @tf.function(reduce_retracing=True)
+    def gate_gradients(x, y):
+        with tf.GradientTape() as tape:
+            outputs = model(x, training=False)
+            loss = loss_fn(y, outputs)
+        grads = tape.gradient(loss, kernels)
+        return [tf.reduce_sum(tf.cast(k, "float32") * tf.cast(g, "float32"), axis=1) for k, g in zip(kernels, grads)]
+
+    head_scores = [np.zeros(block.num_heads) for block in backbone.attention_blocks]
+    neuron_scores = [np.zeros(block.intermediate_dim) for block in backbone.feedforward_blocks]
+    batches = 0
+    for batch in _calibration_batches(model, data, steps):
+        if not isinstance(batch, tuple) or len(batch) < 2:
+            raise ValueError("Calibration data must yield (inputs, labels) batches: the scores are loss gradients.")
+        rows = [r.numpy() for r in gate_gradients(batch[0], batch[1])]
+        for k, block in enumerate(backbone.attention_blocks):
+            head_scores[k] += np.abs(rows[k].reshape(block.num_heads, block.head_dim).sum(axis=1))
+        for k in range(len(ffn_kernels)):
+            neuron_scores[k] += np.abs(rows[len(attention_kernels) + k])
+        batches += 1
+    if batches == 0:
+        raise ValueError("`data` yielded no batches: structured pruning needs calibration data.")
+    return {
+        "heads": [head_scores[k].copy() for k in backbone._attention_index],
+        "neurons": [neuron_scores[k].copy() for k in backbone._ffn_index],
+    }
+
+
+def _heads_per_layer(heads_to_keep, heads):
+    num_layers = len(heads)
+    if heads_to_keep is None:
+        return list(heads)
+    values = heads_to_keep if isinstance(heads_to_keep, (list, tuple)) else [heads_to_keep] * num_layers
+    if len(values) != num_layers:
+        raise ValueError(
+            f"`heads_to_keep` has {len(values)} entries but the model has {num_layers} layers: "
+            "give one count per layer or a single int."
+        )
+    for i, (keep, total) in enumerate(zip(values, heads)):
+        if isinstance(keep, bool) or not isinstance(keep, (int, np.integer)):
+            raise ValueError(f"`heads_to_keep` must hold integers, got {keep!r} for layer {i}.")
+        if keep < 1:
+            raise ValueError(
+                f"heads_to_keep={keep} would leave layer {i} with zero attention heads: "
+                "keep at least 1 head per layer."
+            )
+        if keep > total:
+            raise ValueError(f"heads_to_keep={keep} for layer {i}, which has only {total} heads.")
+    return [int(v) for v in values]
+
+
+def _neurons_per_layer(ffn_keep_ratio, intermediate):
+    num_layers = len(intermediate)
+    if ffn_keep_ratio is None:
+        return list(intermediate)
+    ratios = ffn_keep_ratio if isinstance(ffn_keep_ratio, (list, tuple)) else [ffn_keep_ratio] * num_layers
+    if len(ratios) != num_layers:
+        raise ValueError(
+            f"`ffn_keep_ratio` has {len(ratios)} entries but the model has {num_layers} layers: "
+            "give one ratio per layer or a single float."
+        )
+    counts = []
+    for i, (ratio, total) in enumerate(zip(ratios, intermediate)):
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 < ratio <= 1.0:
+            raise ValueError(
+                f"`ffn_keep_ratio` must be in (0, 1] (the fraction of feed-forward neurons kept), "
+                f"got {ratio!r} for layer {i}."
+            )
+        counts.append(max(1, int(round(ratio * total))))
+    return counts
+
+
+def _check_shared(index, counts, what, num_groups):
+    for i, block in enumerate(index):
+        first = index.index(block)
+        if counts[i] != counts[first]:
+            raise ValueError(
+                f"Layers {first} and {i} share their {what} weights (ALBERT, num_groups={num_groups}), "
+                f"so they must keep the same number of {what} units (got {counts[first]} and {counts[i]})."
+            )
+
+
+def _top(scores, count, what, layer):
+    scores = np.asarray(scores, dtype="float64")
+    if scores.ndim != 1:
+        raise ValueError(f"importance[{what!r}][{layer}] must be a 1-D array, got shape {scores.shape}.")
+    return np.sort(np.argsort(-scores, kind="stable")[:count])
+
+
+def prune_heads_and_neurons(model, heads_to_keep=None, ffn_keep_ratio=None, data=None, importance=None, steps=None):
+    """Removes the least important attention heads and FFN neurons and
+    returns a smaller dense model of the same class.
+
+    Args:
+        model: a bertzoo task or `BertBackbone` (float, not quantized).
+        heads_to_keep: heads kept per layer: an int, a list with one int per
+            layer, or None (keep all).
+        ffn_keep_ratio: fraction of feed-forward neurons kept per layer: a
+            float in (0, 1], a per-layer list, or None (keep all).
+        data: labelled calibration data for the importance scores (see
+            `head_and_neuron_importance`); not needed with `importance`.
+        importance: precomputed scores, `{"heads": [...], "neurons": [...]}`
+            with one array per layer (e.g. from `head_and_neuron_importance`).
+        steps: calibration batches to use (default: all).
+
+    The result's backbone has per-layer `num_heads` / `intermediate_dim`
+    lists in its config, so it saves to a preset and loads back like any
+    model. Shared-weight (ALBERT) layers are pruned together: layers sharing
+    a block must keep the same counts.
+
+    Example:
+    >>> small = bertzoo.prune_heads_and_neurons(model, heads_to_keep=8, ffn_keep_ratio=0.5,
+    ...                                         data=(texts, labels))
+    >>> small.save_to_preset("runs/pruned")
+    """
+    backbone = _backbone_of(model)
+    num_layers = backbone.num_layers
+    heads = _per_layer("num_heads", backbone.num_heads, num_layers)
+    intermediate = _per_layer("intermediate_dim", backbone.intermediate_dim, num_layers)
+    keep_heads = _heads_per_layer(heads_to_keep, heads)
+    keep_neurons = _neurons_per_layer(ffn_keep_ratio, intermediate)
+    _check_shared(backbone._attention_index, keep_heads, "attention", backbone.num_groups)
+    _check_shared(backbone._ffn_index, keep_neurons, "feed-forward", backbone.num_groups)
+
+    if importance is None:
+        if keep_heads == heads and keep_neurons == intermediate:
+            importance = {"heads": [np.zeros(h) for h in heads], "neurons": [np.zeros(n) for n in intermediate]}
+        elif data is None:
+            raise ValueError(
+                "prune_heads_and_neurons needs calibration `data` (labelled batches) to score "
+                "heads and neurons, or precomputed `importance=`."
+            )
+        else:
+            importance = head_and_neuron_importance(model, data, steps=steps)
+    for key, sizes in (("heads", heads), ("neurons", intermediate)):
+        scores = importance.get(key) if isinstance(importance, dict) else None
+        if scores is None or len(scores) != num_layers:
+            raise ValueError(f"`importance[{key!r}]` must hold one array per layer ({num_layers}).")
+        for i, (s, n) in enumerate(zip(scores, sizes)):
+            if np.shape(s) != (n,):
+                raise ValueError(f"`importance[{key!r}][{i}]` has shape {np.shape(s)}, expected ({n},).")
+
+    # Per block (shared blocks use the first layer that uses them).
+    head_keep = {}
+    for i, block in enumerate(backbone._attention_index):
+        head_keep.setdefault(block, _top(importance["heads"][i], keep_heads[i], "heads", i))
+    neuron_keep = {}
+    for i, block in enumerate(backbone._ffn_index):
+        neuron_keep.setdefault(block, _top(importance["neurons"][i], keep_neurons[i], "neurons", i))
+
+    config = backbone.get_config()
+    config.update(num_heads=keep_heads, intermediate_dim=keep_neurons, head_dim=backbone.head_dim)
+    small = type(backbone).from_config(config)
+    _copy_sliced(backbone, small, head_keep, neuron_keep)
+
+    if model is backbone:
+        small.source_preset = getattr(backbone, "source_preset", None)
+        return small
+    task_config = model.get_config()
+    preprocessor = task_config.get("preprocessor")
+    task_config["backbone"] = small
+    task_config["preprocessor"] = keras.layers.deserialize(preprocessor) if preprocessor else None
+    task = type(model)(**task_config)
+    for layer in model.layers:
+        if layer is backbone or not layer.weights:
+            continue
+        task.get_layer(layer.name).set_weights(layer.get_weights())
+    task.source_preset = getattr(model, "source_preset", None)
+    return task
+
+
+def _copy_sliced(source, target, head_keep, neuron_keep):
+    def get(layer):
+        return [keras.ops.convert_to_numpy(w) for w in layer.weights]
+
+    target.embeddings.set_weights(get(source.embeddings))
+    target.pooler.set_weights(get(source.pooler))
+    head_dim = source.head_dim
+    for k, (old, new) in enumerate(zip(source.attention_blocks, target.attention_blocks)):
+        cols = (head_keep[k][:, None] * head_dim + np.arange(head_dim)[None, :]).reshape(-1)
+        for name in ("query_dense", "key_dense", "value_dense"):
+            kernel, bias = get(getattr(old, name))
+            getattr(new, name).set_weights([kernel[:, cols], bias[cols]])
+        kernel, bias = get(old.output_dense)
+        new.output_dense.set_weights([kernel[cols, :], bias])
+        new.layer_norm.set_weights(get(old.layer_norm))
+    for k, (old, new) in enumerate(zip(source.feedforward_blocks, target.feedforward_blocks)):
+        rows = neuron_keep[k]
+        kernel, bias = get(old.intermediate_dense)
+        new.intermediate_dense.set_weights([kernel[:, rows], bias[rows]])
+        kernel, bias = get(old.output_dense)
+        new.output_dense.set_weights([kernel[rows, :], bias])
+        new.layer_norm.set_weights(get(old.layer_norm))

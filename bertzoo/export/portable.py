@@ -1,0 +1,119 @@
+"""ONNX and LiteRT export of the tokenized model (through Keras's exporters).
+
+These formats cannot hold the tokenizer (its TF Text string ops have no
+ONNX / LiteRT builtin equivalent), so the exported model takes
+`token_ids`, `segment_ids`, `padding_mask` (int32, `[batch, sequence_length]`)
+and returns the model's raw outputs (a classifier: logits). The batch size is
+variable; the sequence length is fixed at export time (see
+`export_portable`). Tokenize with `bertzoo.text.BertPreprocessor` (or any
+WordPiece tokenizer with the same vocabulary) on the client.
+
+What converts: float32 models to both formats; Keras int8 models
+(`model.quantize("int8")`) to ONNX. Refused with an explanation:
+mixed-precision (bfloat16/float16) models (export the float32 model) and
+Keras int8 models to LiteRT (use LiteRT's own dynamic-range quantization,
+`optimizations=[tf.lite.Optimize.DEFAULT]`, on the float32 model).
+"""
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import keras
+
+from bertzoo.export.saved_model import TOKENIZED_KEYS
+from bertzoo.export.saved_model import _backbone_of
+from bertzoo.export.saved_model import quantization_modes
+
+PORTABLE_FORMATS = {
+    "onnx": {"suffix": ".onnx", "modules": ("tf2onnx", "onnx")},
+    "litert": {"suffix": ".tflite", "modules": ()},
+}
+
+
+def export_portable(model, path, format, overwrite=False, sequence_length=None, verbose=False, **kwargs):
+    """Writes the tokenized model as one ONNX (`.onnx`) or LiteRT (`.tflite`) file.
+
+    The sequence length is fixed (dynamic lengths break tf2onnx's conversion
+    of the attention reshapes and need TF "select" ops in LiteRT): clients pad
+    or truncate every row to `sequence_length` tokens. The batch size is free.
+
+    Args:
+        model: a `bertzoo.Task` or `BertBackbone`.
+        path: the file to write; written atomically.
+        format: `"onnx"` (needs `pip install "bertzoo[export]"`: tf2onnx and
+            onnx) or `"litert"` (TensorFlow's converter; nothing extra).
+        overwrite: replace an existing file.
+        sequence_length: the fixed input length. Default: the preprocessor's
+            `sequence_length`, else the backbone's `max_sequence_length`.
+        verbose: let Keras's exporter print what it does.
+        **kwargs: passed to `keras.Model.export` (e.g. `opset_version` for
+            ONNX, `optimizations` for LiteRT).
+
+    Example:
+    >>> model.export("sentiment.onnx", format="onnx")
+    >>> import onnxruntime
+    >>> session = onnxruntime.InferenceSession("sentiment.onnx")
+    >>> features = model.preprocessor(["great", "awful"])
+    >>> (logits,) = session.run(None, {k: v.numpy().astype("int32") for k, v in features.items()})
+    """
+    if format not in PORTABLE_FORMATS:
+        raise ValueError(f"Unknown portable format {format!r}; use one of {sorted(PORTABLE_FORMATS)}.")
+    if not isinstance(overwrite, bool):
+        raise ValueError(f"`overwrite` must be True or False, got {overwrite!r}.")
+    backbone = _backbone_of(model)
+    _check_convertible(model, backbone, format)
+    missing = [m for m in PORTABLE_FORMATS[format]["modules"] if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ImportError(
+            f"{format} export needs {' and '.join(missing)}: pip install \"bertzoo[export]\" "
+            f"(or pip install {' '.join(missing)})."
+        )
+    if sequence_length is None:
+        preprocessor = getattr(model, "preprocessor", None)
+        sequence_length = preprocessor.sequence_length if preprocessor is not None else backbone.max_sequence_length
+    if isinstance(sequence_length, bool) or not isinstance(sequence_length, int) or sequence_length < 1:
+        raise ValueError(f"`sequence_length` must be a positive integer, got {sequence_length!r}.")
+    if sequence_length > backbone.max_sequence_length:
+        raise ValueError(
+            f"sequence_length={sequence_length} is longer than the backbone's max_sequence_length="
+            f"{backbone.max_sequence_length}."
+        )
+    path = Path(path).expanduser().absolute()
+    if path.is_dir():
+        suffix = PORTABLE_FORMATS[format]["suffix"]
+        raise IsADirectoryError(f"{path} is a directory; {format} export writes one file (e.g. model{suffix}).")
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} already exists. Pass overwrite=True to replace it, or choose a new path.")
+    signature = [
+        {k: keras.InputSpec(shape=(None, sequence_length), dtype="int32", name=k) for k in TOKENIZED_KEYS}
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        written = tmp / path.name
+        keras.Model.export(model, str(written), format=format, verbose=verbose, input_signature=signature, **kwargs)
+        os.replace(written, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def _check_convertible(model, backbone, format):
+    """Refuses, with the way out, the model kinds the converters are known to fail on."""
+    compute_dtype = backbone.dtype_policy.compute_dtype
+    if compute_dtype in ("bfloat16", "float16"):
+        raise ValueError(
+            f"{format} export of a {backbone.dtype_policy.name} model fails (tf2onnx mixes float16 and "
+            "bfloat16 types; LiteRT needs TF 'select' ops for bfloat16). Export the float32 model "
+            "instead, e.g. BertClassifier.from_preset(preset_dir, dtype='float32')."
+        )
+    if format == "litert" and quantization_modes(model):
+        raise ValueError(
+            "LiteRT export of a Keras-quantized (int8) model fails: the converter has no kernel for "
+            "Keras's int8 x int8 matmuls. Export the float32 model with LiteRT's own int8 "
+            "quantization instead: model.export(path, format='litert', "
+            "optimizations=[tf.lite.Optimize.DEFAULT]). (ONNX export handles Keras int8 models.)"
+        )

@@ -1,0 +1,448 @@
+"""TensorFlow SavedModel export for serving: raw strings in, predictions out.
+
+The SavedModel holds the tokenizer and the model in one TensorFlow graph, so a
+server needs TensorFlow and the TF Text op kernels, not Keras or bertzoo.
+
+Signatures (all with a variable batch size):
+
+    serving_default    text: string [batch]                      (models with a preprocessor)
+    serving_pairs      text, text_pair: string [batch]           (when the backbone has 2+ segments)
+    serving_tokenized  token_ids, segment_ids, padding_mask: int32 [batch, length]
+
+Without a preprocessor `serving_default` is the tokenized signature.
+
+Texts are tokenized and truncated to the preprocessor's `sequence_length`
+exactly as in `Task.predict` (empty strings give `[CLS] [SEP]`; invalid UTF-8
+bytes are replaced and dropped; an empty batch gives empty outputs); then the
+batch is cut to its longest row: trailing padding columns are dropped, which
+changes no prediction but saves compute. A scalar string is served as a
+batch of one (TensorFlow does not enforce a loaded signature's ranks, so
+other ranks are flattened). Tokenized inputs may have any length from 1 to
+the backbone's `max_sequence_length`; longer rows, ids outside the
+vocabulary, segment ids outside `[0, num_segments)` or mismatched shapes fail
+with an `InvalidArgumentError` naming the problem, and the server stays up.
+`padding_mask` is 1 on real tokens, 0 on padding.
+
+Outputs of a `BertClassifier` (see `classification_outputs`): `logits` and
+`probabilities` float32 [batch, num_classes], `label_ids` int32 [batch], and
+`label_names` string [batch] when the model has `class_names`. Other models:
+a task class may define `serving_outputs(self, outputs) -> dict of tensors`;
+otherwise the model's own outputs are returned under their names (a dict
+model, e.g. `BertBackbone`: `sequence_output`, `pooled_output`) or as
+`outputs`, with floating outputs cast to float32.
+"""
+
+import json
+from pathlib import Path
+
+import keras
+
+from bertzoo.saving.atomic import atomic_directory
+from bertzoo.version import __version__
+
+TEXT_SIGNATURE = "serving_default"
+PAIRS_SIGNATURE = "serving_pairs"
+TOKENIZED_SIGNATURE = "serving_tokenized"
+TOKENIZED_KEYS = ("token_ids", "segment_ids", "padding_mask")
+METADATA_PATH = Path("assets.extra") / "bertzoo_export.json"
+
+
+def export_saved_model(
+    model,
+    path,
+    overwrite=False,
+    sequence_length=None,
+    pairs="auto",
+    preprocessor="auto",
+    verbose=False,
+):
+    """Writes `model` as a TensorFlow SavedModel for serving (tokenizer included).
+
+    See the module docstring for the signatures and their outputs. The
+    directory is written atomically (a failed export leaves nothing at
+    `path`), plus `assets.extra/bertzoo_export.json` describing the export
+    (class names, lengths, signatures, and the non-core TensorFlow ops a
+    server must have: TF Text's tokenizer ops).
+
+    Args:
+        model: a `bertzoo.Task` (e.g. `BertClassifier`) or a `BertBackbone`.
+        path: the export directory, e.g. `"serving/sentiment/1"` (TensorFlow
+            Serving expects numbered version directories).
+        overwrite: replace an existing export at `path`; otherwise exporting
+            over an existing directory raises `FileExistsError`.
+        sequence_length: pack raw text to this many tokens instead of the
+            preprocessor's `sequence_length` (at most the backbone's
+            `max_sequence_length`).
+        pairs: add the `serving_pairs` signature. `"auto"`: when the model
+            has a preprocessor and the backbone has at least 2 segments.
+        preprocessor: `"auto"` uses `model.preprocessor`; pass a
+            `bertzoo.text.BertPreprocessor` to serve a model without one
+            (e.g. a backbone), or None for tokenized signatures only.
+        verbose: print the signatures written.
+
+    Returns:
+        The export directory as a `Path`.
+
+    Example:
+    >>> model = bertzoo.BertClassifier.from_preset("runs/sentiment")
+    >>> bertzoo.export_saved_model(model, "serving/sentiment/1")
+    >>> # On the server (TensorFlow and tensorflow-text only):
+    >>> import tensorflow as tf, tensorflow_text  # registers TF Text's ops
+    >>> served = tf.saved_model.load("serving/sentiment/1")
+    >>> served.signatures["serving_default"](text=tf.constant(["great", "awful"]))
+    """
+    import tensorflow as tf
+
+    if keras.backend.backend() != "tensorflow":
+        raise RuntimeError(
+            f"SavedModel export needs the TensorFlow backend, but Keras uses {keras.backend.backend()!r}. "
+            "Set KERAS_BACKEND=tensorflow before importing keras."
+        )
+    if not isinstance(overwrite, bool):
+        raise ValueError(f"`overwrite` must be True or False, got {overwrite!r}.")
+    backbone = _backbone_of(model)
+    if preprocessor == "auto":
+        preprocessor = getattr(model, "preprocessor", None)
+    preprocessor = _packing_preprocessor(preprocessor, sequence_length, backbone)
+    if pairs == "auto":
+        pairs = preprocessor is not None and backbone.num_segments >= 2
+    if not isinstance(pairs, bool):
+        raise ValueError(f"`pairs` must be True, False or 'auto', got {pairs!r}.")
+    if pairs and preprocessor is None:
+        raise ValueError("`pairs=True` needs a preprocessor to tokenize the text pairs; the model has none.")
+    if pairs and backbone.num_segments < 2:
+        raise ValueError(
+            f"`pairs=True` needs a backbone with 2 segments, this one has num_segments={backbone.num_segments}."
+        )
+    path = Path(path)
+    # Fail before the (slow) tracing when the target is taken.
+    if path.exists() and not overwrite:
+        raise FileExistsError(
+            f"{path} already exists. Pass overwrite=True to replace it, or export to a new "
+            "version directory (e.g. .../2)."
+        )
+
+    serve = _ServingGraph(model, backbone, preprocessor)
+    string = lambda name: tf.TensorSpec([None], tf.string, name=name)  # noqa: E731
+    integer = lambda name: tf.TensorSpec([None, None], tf.int32, name=name)  # noqa: E731
+    functions = {}
+    if preprocessor is not None:
+        functions[TEXT_SIGNATURE] = tf.function(serve.text, input_signature=[string("text")])
+        if pairs:
+            functions[PAIRS_SIGNATURE] = tf.function(
+                serve.pairs, input_signature=[string("text"), string("text_pair")]
+            )
+    functions[TOKENIZED_SIGNATURE] = tf.function(
+        serve.tokenized, input_signature=[integer(k) for k in TOKENIZED_KEYS]
+    )
+    if preprocessor is None:  # TensorFlow Serving needs a `serving_default`.
+        functions[TEXT_SIGNATURE] = functions[TOKENIZED_SIGNATURE]
+    # A plain trackable root: the signatures (also callable as attributes of
+    # the loaded object) and the model's variables, nothing Keras-specific.
+    root = tf.Module()
+    root.model_variables = list(model.weights)
+    for name, function in functions.items():
+        setattr(root, name, function)
+
+    with atomic_directory(path, overwrite=overwrite) as tmp:
+        # Tracing happens here, once per signature.
+        tf.saved_model.save(root, str(tmp), signatures=functions)
+        signatures = _signature_specs(tmp)
+        ops = custom_ops(tmp)
+        metadata = {
+            "bertzoo_version": __version__,
+            "tensorflow_version": tf.__version__,
+            "keras_version": keras.__version__,
+            "class_name": type(model).__name__,
+            "source_preset": getattr(model, "source_preset", None),
+            "dtype_policy": backbone.dtype_policy.name,
+            "quantization": quantization_modes(model) or None,
+            "class_names": getattr(model, "class_names", None),
+            "sequence_length": preprocessor.sequence_length if preprocessor is not None else None,
+            "truncate": preprocessor.truncate if preprocessor is not None else None,
+            "max_sequence_length": backbone.max_sequence_length,
+            "signatures": signatures,
+            "custom_ops": ops,
+            "custom_ops_package": "tensorflow-text" if ops else None,
+        }
+        (tmp / METADATA_PATH).parent.mkdir(exist_ok=True)
+        (tmp / METADATA_PATH).write_text(json.dumps(metadata, indent=2) + "\n")
+    if verbose:
+        print(describe_export(path))
+    return path
+
+
+def read_export_metadata(path):
+    """The `bertzoo_export.json` written next to an exported SavedModel.
+
+    Example:
+    >>> read_export_metadata("serving/sentiment/1")["class_names"]
+    ['negative', 'positive']
+    """
+    file = Path(path) / METADATA_PATH
+    if not file.is_file():
+        raise FileNotFoundError(f"{file} is missing: {path} is not a SavedModel written by bertzoo.")
+    return json.loads(file.read_text())
+
+
+def describe_export(path):
+    """A few lines listing an export's signatures, inputs and outputs."""
+    metadata = read_export_metadata(path)
+    lines = [f"SavedModel at {path}"]
+    for name, signature in metadata["signatures"].items():
+        inputs = ", ".join(f"{k}: {v['dtype']}{v['shape']}" for k, v in signature["inputs"].items())
+        outputs = ", ".join(f"{k}: {v['dtype']}{v['shape']}" for k, v in signature["outputs"].items())
+        lines.append(f"  {name}({inputs})\n      -> {outputs}")
+    if metadata["custom_ops"]:
+        lines.append(
+            f"  needs TensorFlow plus {metadata['custom_ops_package']} ops: {', '.join(metadata['custom_ops'])}"
+            " (in Python: `import tensorflow_text` before tf.saved_model.load)"
+        )
+    return "\n".join(lines)
+
+
+def custom_ops(path):
+    """Op types used by the SavedModel at `path` that core TensorFlow lacks.
+
+    These must be registered before the model loads (for bertzoo exports:
+    TF Text's tokenizer ops, registered by `import tensorflow_text`).
+
+    Example:
+    >>> custom_ops("serving/sentiment/1")
+    ['FastWordpieceTokenizeWithOffsets', 'NormalizeUTF8', ...]
+    """
+    import tensorflow as tf
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel()
+    saved_model.ParseFromString((Path(path) / "saved_model.pb").read_bytes())
+    used = set()
+    for graph in saved_model.meta_graphs:
+        functions = {f.signature.name for f in graph.graph_def.library.function}
+        used.update(node.op for node in graph.graph_def.node)
+        for function in graph.graph_def.library.function:
+            used.update(node.op for node in function.node_def)
+        used -= functions
+    # `tf.raw_ops` lists exactly the ops built into TensorFlow.
+    return sorted(op for op in used if not hasattr(tf.raw_ops, op))
+
+
+def classification_outputs(outputs, class_names=None, activation=None):
+    """Serving outputs of a classification head, as a dict of tensors.
+
+    `logits` and `probabilities` (float32, softmax of the logits),
+    `label_ids` (int32 argmax) and, with `class_names`, `label_names` (the
+    name of each row's predicted class). `activation` is the head's output
+    activation: None (the outputs are logits) or `"softmax"` (they are
+    probabilities; `logits` are then their logarithm, which has the same
+    softmax).
+
+    Example, a task's serving hook:
+    >>> def serving_outputs(self, outputs):
+    ...     return classification_outputs(outputs, self.class_names)
+    """
+    import tensorflow as tf
+
+    scores = tf.cast(outputs, tf.float32)
+    if activation in (None, "linear"):
+        logits, probabilities = scores, tf.nn.softmax(scores, axis=-1)
+    elif activation == "softmax":
+        probabilities, logits = scores, tf.math.log(scores)
+    else:
+        raise ValueError(
+            f"classification_outputs supports heads with no activation (logits) or 'softmax', "
+            f"got activation={activation!r}."
+        )
+    label_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    result = {"logits": logits, "probabilities": probabilities, "label_ids": label_ids}
+    if class_names is not None:
+        result["label_names"] = tf.gather(tf.constant([str(n) for n in class_names]), label_ids)
+    return result
+
+
+def serving_outputs(model, outputs):
+    """The dict of serving outputs for `model`'s raw `outputs` (see the module docstring)."""
+    import tensorflow as tf
+
+    from bertzoo.models.bert_classifier import BertClassifier
+
+    hook = getattr(model, "serving_outputs", None)
+    if callable(hook):
+        result = hook(outputs)
+    elif isinstance(model, BertClassifier) and model.activation in (None, "linear", "softmax"):
+        result = classification_outputs(outputs, model.class_names, model.activation)
+    elif isinstance(model, BertClassifier):
+        result = {"scores": outputs}  # e.g. sigmoid (multi-label) heads: no argmax label.
+    elif isinstance(outputs, dict):
+        result = dict(outputs)
+    elif isinstance(outputs, (list, tuple)):
+        result = {f"output_{i}": o for i, o in enumerate(outputs)}
+    else:
+        result = {"outputs": outputs}
+    if not isinstance(result, dict) or not result:
+        raise ValueError(
+            f"{type(model).__name__}.serving_outputs must return a non-empty dict of tensors, got {result!r}."
+        )
+    return {
+        name: tf.cast(value, tf.float32) if value.dtype.is_floating else value
+        for name, value in result.items()
+    }
+
+
+class _ServingGraph:
+    """The functions behind the signatures; traced once by the ExportArchive."""
+
+    def __init__(self, model, backbone, preprocessor):
+        self.model = model
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+
+    def _predict(self, features):
+        outputs = self.model(features, training=False)
+        return serving_outputs(self.model, outputs)
+
+    def _from_text(self, segments):
+        import tensorflow as tf
+
+        features = self.preprocessor(segments)
+        features = {k: tf.cast(features[k], tf.int32) for k in TOKENIZED_KEYS}
+        # Drop the padding columns no row in this batch uses: position
+        # embeddings are absolute and padding is masked, so predictions do
+        # not change. The `1` keeps [CLS] when the batch is empty.
+        lengths = tf.reduce_sum(features["padding_mask"], axis=1)
+        longest = tf.reduce_max(tf.concat([lengths, [1]], axis=0))
+        return self._predict({k: v[:, :longest] for k, v in features.items()})
+
+    # The signatures declare 1-D inputs, but a loaded signature does not check
+    # ranks at run time, so the rank is made explicit here: a scalar string is
+    # a batch of one and higher ranks are flattened (row-major).
+    def text(self, text):
+        import tensorflow as tf
+
+        return self._from_text(tf.reshape(text, [-1]))
+
+    def pairs(self, text, text_pair):
+        import tensorflow as tf
+
+        text, text_pair = tf.reshape(text, [-1]), tf.reshape(text_pair, [-1])
+        check = tf.debugging.assert_equal(
+            tf.size(text), tf.size(text_pair),
+            message="`text` and `text_pair` must have the same number of strings (one pair per row)",
+        )
+        with tf.control_dependencies([check]):
+            return self._from_text((tf.identity(text), tf.identity(text_pair)))
+
+    def tokenized(self, token_ids, segment_ids, padding_mask):
+        import tensorflow as tf
+
+        backbone = self.backbone
+        shape = tf.shape(token_ids)
+        checks = [
+            tf.debugging.assert_equal(
+                tf.shape(segment_ids), shape, message="`segment_ids` must have the shape of `token_ids`"
+            ),
+            tf.debugging.assert_equal(
+                tf.shape(padding_mask), shape, message="`padding_mask` must have the shape of `token_ids`"
+            ),
+            tf.debugging.assert_less_equal(
+                shape[1], backbone.max_sequence_length,
+                message=f"sequences are longer than the model's max_sequence_length="
+                f"{backbone.max_sequence_length}; truncate them (keeping the final [SEP])",
+            ),
+            tf.debugging.Assert(
+                tf.logical_or(tf.equal(shape[0], 0), tf.greater(shape[1], 0)),
+                ["sequences need at least one token ([CLS]); got length 0"],
+            ),
+            tf.debugging.assert_non_negative(token_ids, message="`token_ids` must be >= 0"),
+            tf.debugging.assert_less(
+                token_ids, backbone.vocabulary_size,
+                message=f"`token_ids` must be < vocabulary_size={backbone.vocabulary_size}",
+            ),
+            tf.debugging.assert_non_negative(segment_ids, message="`segment_ids` must be >= 0"),
+            tf.debugging.assert_less(
+                segment_ids, backbone.num_segments,
+                message=f"`segment_ids` must be < num_segments={backbone.num_segments}",
+            ),
+        ]
+        with tf.control_dependencies(checks):
+            features = {
+                "token_ids": tf.identity(token_ids),
+                "segment_ids": tf.identity(segment_ids),
+                "padding_mask": tf.cast(tf.not_equal(padding_mask, 0), tf.int32),
+            }
+        return self._predict(features)
+
+
+def quantization_modes(model):
+    """The Keras quantization modes of `model`'s layers, e.g. `["int8"]` (empty if none)."""
+    modes = {getattr(layer, "quantization_mode", None) for layer in model._flatten_layers()}
+    return sorted(m for m in modes if m)
+
+
+def _backbone_of(model):
+    backbone = getattr(model, "backbone", model)
+    missing = [a for a in ("vocabulary_size", "max_sequence_length", "num_segments") if not hasattr(backbone, a)]
+    if not isinstance(model, keras.Model) or missing:
+        raise ValueError(
+            f"export_saved_model expects a bertzoo Task (e.g. BertClassifier) or a BertBackbone, "
+            f"got {type(model).__name__}."
+        )
+    if not model.built:
+        raise ValueError(f"{type(model).__name__} '{model.name}' is not built yet; build or call it before exporting.")
+    return backbone
+
+
+def _packing_preprocessor(preprocessor, sequence_length, backbone):
+    """The preprocessor the text signatures use (with `sequence_length` applied)."""
+    from bertzoo.text.preprocessor import BertPreprocessor
+
+    if preprocessor is None:
+        if sequence_length is not None:
+            raise ValueError(
+                "`sequence_length` sets how raw text is packed, but the model has no preprocessor; "
+                "tokenized inputs may have any length up to max_sequence_length."
+            )
+        return None
+    if not isinstance(preprocessor, BertPreprocessor):
+        raise ValueError(
+            f"`preprocessor` must be a bertzoo BertPreprocessor, 'auto' or None, got {type(preprocessor).__name__}."
+        )
+    if sequence_length is not None and sequence_length != preprocessor.sequence_length:
+        preprocessor = BertPreprocessor(
+            preprocessor.tokenizer, sequence_length=sequence_length, truncate=preprocessor.truncate
+        )
+    if preprocessor.sequence_length > backbone.max_sequence_length:
+        raise ValueError(
+            f"sequence_length={preprocessor.sequence_length} is longer than the backbone's "
+            f"max_sequence_length={backbone.max_sequence_length}. Pass sequence_length <= "
+            f"{backbone.max_sequence_length}."
+        )
+    if preprocessor.tokenizer.vocabulary_size() != backbone.vocabulary_size:
+        raise ValueError(
+            f"The preprocessor's vocabulary has {preprocessor.tokenizer.vocabulary_size()} tokens but the "
+            f"backbone has vocabulary_size={backbone.vocabulary_size}: they do not belong together."
+        )
+    return preprocessor
+
+
+def _signature_specs(path):
+    """`{signature: {"inputs": {name: spec}, "outputs": {name: spec}}}` as saved (what servers see)."""
+    import tensorflow as tf
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel()
+    saved_model.ParseFromString((Path(path) / "saved_model.pb").read_bytes())
+
+    def spec(info):
+        shape = [-1 if d.size < 0 else int(d.size) for d in info.tensor_shape.dim]
+        return {"dtype": tf.dtypes.as_dtype(info.dtype).name, "shape": shape}
+
+    signatures = {}
+    for name, signature in sorted(saved_model.meta_graphs[0].signature_def.items()):
+        if name.startswith("__"):
+            continue  # TensorFlow's own, e.g. __saved_model_init_op.
+        signatures[name] = {
+            "inputs": {k: spec(v) for k, v in sorted(signature.inputs.items())},
+            "outputs": {k: spec(v) for k, v in sorted(signature.outputs.items())},
+        }
+    return signatures

@@ -1,0 +1,128 @@
+"""Multiple choice: score each (context, choice) pair, pick the best (SWAG)."""
+
+import keras
+import numpy as np
+from keras import ops
+
+from bertzoo.models.task import Task
+from bertzoo.saving.preset import register_preset_class
+
+
+@keras.saving.register_keras_serializable(package="bertzoo")
+class MergeChoices(keras.layers.Layer):
+    """`(batch, choices, length)` -> `(batch * choices, length)`."""
+
+    def call(self, x):
+        return ops.reshape(x, (-1, ops.shape(x)[-1]))
+
+    def compute_output_shape(self, input_shape):
+        return (None, input_shape[-1])
+
+
+@keras.saving.register_keras_serializable(package="bertzoo")
+class SplitChoices(keras.layers.Layer):
+    """`(batch * choices, 1)` scores -> `(batch, choices)` logits."""
+
+    def __init__(self, num_choices, **kwargs):
+        super().__init__(**kwargs)
+        self.num_choices = int(num_choices)
+
+    def call(self, x):
+        return ops.reshape(x, (-1, self.num_choices))
+
+    def compute_output_shape(self, input_shape):
+        return (None, self.num_choices)
+
+    def get_config(self):
+        config = super().get_config()
+        config["num_choices"] = self.num_choices
+        return config
+
+
+@register_preset_class
+@keras.saving.register_keras_serializable(package="bertzoo")
+class BertMultipleChoice(Task):
+    """Multiple choice (BERT paper, section 4.4, SWAG): each `[CLS] context
+    [SEP] choice [SEP]` is encoded, a dense layer scores its pooled output,
+    and a softmax over the choices picks the answer.
+
+    Raw inputs: `(contexts, choices)` with `contexts` a list of strings and
+    `choices` a list of equally long lists of `num_choices` strings; labels
+    are the index of the right choice. Tokenized inputs carry a choices axis:
+    `token_ids`, `segment_ids`, `padding_mask` of shape
+    `(batch, num_choices, length)`. Output: logits `(batch, num_choices)`.
+
+    Args:
+        backbone: a `bertzoo.BertBackbone`.
+        num_choices: choices per example (fixed, e.g. 4 for SWAG).
+        preprocessor: a `bertzoo.text.BertPreprocessor`, or None for
+            tokenized inputs.
+        dropout: dropout on the pooled output.
+
+    Example:
+    >>> model = bertzoo.BertMultipleChoice.from_preset("tiny", num_choices=2)
+    >>> model.fit((["She opened the umbrella"], [["because it rained.", "because it was dry."]]), [0])
+    >>> model.predict((["He was hungry,"], [["so he ate.", "so he slept."]])).shape
+    (1, 2)
+    """
+
+    def __init__(self, backbone, num_choices, preprocessor=None, dropout=0.1, **kwargs):
+        if isinstance(num_choices, bool) or not isinstance(num_choices, int) or num_choices < 2:
+            raise ValueError(f"`num_choices` must be an integer >= 2, got {num_choices!r}.")
+        policy = backbone.dtype_policy
+        head_dtype = "float32" if policy.compute_dtype != "float32" else policy
+        self.output_dropout = keras.layers.Dropout(dropout, dtype=policy, name="output_dropout")
+        self.output_dense = keras.layers.Dense(
+            1,
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=backbone.initializer_range),
+            dtype=head_dtype,
+            name="choice_scores",
+        )
+        inputs = {
+            name: keras.Input(shape=(num_choices, None), dtype="int32", name=name)
+            for name in ("token_ids", "segment_ids", "padding_mask")
+        }
+        merge = MergeChoices(name="merge_choices")
+        pooled = backbone({name: merge(value) for name, value in inputs.items()})["pooled_output"]
+        scores = self.output_dense(self.output_dropout(pooled))
+        outputs = SplitChoices(num_choices, dtype=head_dtype, name="logits")(scores)
+        super().__init__(inputs=inputs, outputs=outputs, backbone=backbone, preprocessor=preprocessor, **kwargs)
+        self.num_choices = num_choices
+        self.dropout = float(dropout)
+
+    def task_config(self):
+        return {"num_choices": self.num_choices, "dropout": self.dropout}
+
+    # --- Raw inputs -------------------------------------------------------
+    def _raw_to_tensors(self, x, y):
+        import tensorflow as tf
+
+        if not (isinstance(x, tuple) and len(x) == 2):
+            raise ValueError(
+                "BertMultipleChoice takes raw text as a tuple (contexts, choices): a list of strings and "
+                f"a list of lists of {self.num_choices} strings."
+            )
+        contexts, choices = x
+        contexts = [contexts] if isinstance(contexts, str) else list(contexts)
+        choices = [list(c) for c in (choices.tolist() if isinstance(choices, np.ndarray) else choices)]
+        if len(contexts) != len(choices):
+            raise ValueError(f"Got {len(contexts)} contexts but {len(choices)} choice lists.")
+        for i, options in enumerate(choices):
+            if len(options) != self.num_choices or not all(isinstance(o, str) for o in options):
+                raise ValueError(
+                    f"Example {i} has {len(options)} choices; this model takes exactly "
+                    f"num_choices={self.num_choices} strings per example."
+                )
+        return (tf.constant(contexts, tf.string), tf.constant(choices, tf.string)), y
+
+    def _preprocess(self, x, y=None, sample_weight=None):
+        import tensorflow as tf
+
+        contexts, choices = x
+        choices = tf.ensure_shape(choices, [None, self.num_choices])
+        # Every context is paired with each of its choices, then regrouped.
+        firsts = tf.repeat(contexts, self.num_choices)
+        features = self.preprocessor((firsts, tf.reshape(choices, [-1])))
+        length = self.preprocessor.sequence_length
+        features = {k: tf.reshape(v, [-1, self.num_choices, length]) for k, v in features.items()}
+        return keras.utils.pack_x_y_sample_weight(features, y, sample_weight)

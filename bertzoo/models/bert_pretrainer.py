@@ -1,0 +1,247 @@
+"""BERT / ALBERT pre-training: masked LM plus next-sentence or sentence-order prediction."""
+
+import keras
+import numpy as np
+
+from bertzoo.layers.masked_lm_head import MaskedLMHead
+from bertzoo.models.head_utils import MaskedAccuracy
+from bertzoo.models.head_utils import masked_loss
+from bertzoo.models.head_utils import unused_pooler_ok
+from bertzoo.models.task import Task
+from bertzoo.saving.preset import register_preset_class
+from bertzoo.text.pretraining import SENTENCE_OBJECTIVES
+from bertzoo.text.pretraining import BertMaskGenerator
+from bertzoo.text.pretraining import default_max_selections
+
+_MLM_ARRAYS = ("mlm/transform/kernel", "mlm/transform/bias", "mlm/layer_norm/gamma", "mlm/layer_norm/beta",
+               "mlm/output_bias")
+_SENTENCE_ARRAYS = ("nsp/kernel", "nsp/bias")
+
+
+@register_preset_class
+@keras.saving.register_keras_serializable(package="bertzoo")
+class BertPretrainer(Task):
+    """Pre-trains a backbone with BERT's objectives (BERT paper, section 3.1).
+
+    Masked LM: the preprocessor's output is masked by `BertMaskGenerator`
+    (`masking_rate` of the tokens, 80% `[MASK]` / 10% random / 10% kept) and
+    `MaskedLMHead` predicts the original tokens at the masked positions, its
+    decoder tied to the token embedding. Sentence objective over the pooled
+    `[CLS]` output, a 2-way dense layer: `"nsp"` (BERT: is B the next
+    sentence?), `"sop"` (ALBERT: are A and B in order?) or None (masked LM
+    only, as RoBERTa). Label 0 means "next / in order"; build pairs with
+    `bertzoo.sentence_pairs`.
+
+    Inputs (tokenized): `token_ids`, `segment_ids`, `padding_mask` and
+    `mask_positions` (int, `(batch, slots)`). Outputs: a dict with `"mlm"`
+    logits `(batch, slots, vocabulary_size)` and, with a sentence objective,
+    `"sentence"` logits `(batch, 2)`. Labels: `{"mlm": original ids at the
+    slots (-100 in unused slots), "sentence": 0/1}`. The loss is the masked-LM
+    cross-entropy averaged over real slots plus the sentence cross-entropy,
+    as in BERT.
+
+    Raw text: `fit(texts)` (masked LM only) or `fit((first, second), labels)`
+    (with a sentence objective); masks are drawn afresh for every batch.
+
+    `from_preset` on a converted checkpoint (one with
+    `pretraining_heads.safetensors`) loads its masked-LM and sentence heads.
+
+    Args:
+        backbone: a `bertzoo.BertBackbone`.
+        preprocessor: a `bertzoo.text.BertPreprocessor`, or None for tokenized
+            (already masked) inputs.
+        sentence_objective: `"nsp"`, `"sop"` or None.
+        masking_rate: fraction of the tokens to predict.
+        mask_token_rate: fraction of those replaced by `[MASK]`.
+        random_token_rate: fraction of those replaced by a random token.
+        max_predictions: prediction slots per sequence; None means
+            `ceil(masking_rate * sequence_length)`.
+        tie_weights: tie the masked-LM decoder to the token embedding (BERT);
+            False gives it a kernel of its own.
+
+    Example:
+    >>> model = bertzoo.BertPretrainer.from_preset("tiny", sentence_objective="nsp")
+    >>> first, second, labels = bertzoo.sentence_pairs(documents, "nsp", seed=0)
+    >>> model.compile()
+    >>> model.fit((first, second), labels, epochs=1)
+    """
+
+    def __init__(
+        self,
+        backbone,
+        preprocessor=None,
+        sentence_objective="nsp",
+        masking_rate=0.15,
+        mask_token_rate=0.8,
+        random_token_rate=0.1,
+        max_predictions=None,
+        tie_weights=True,
+        **kwargs,
+    ):
+        if sentence_objective is not None and sentence_objective not in SENTENCE_OBJECTIVES:
+            raise ValueError(
+                f"Unknown `sentence_objective` {sentence_objective!r}: use 'nsp' (BERT), 'sop' (ALBERT) "
+                "or None (masked LM only)."
+            )
+        self.masker = None
+        if preprocessor is not None:
+            tokenizer = preprocessor.tokenizer
+            if tokenizer.vocabulary_size() != backbone.vocabulary_size:
+                raise ValueError(
+                    f"The tokenizer has {tokenizer.vocabulary_size()} tokens but the backbone "
+                    f"vocabulary_size={backbone.vocabulary_size}: they do not belong together."
+                )
+            self.masker = BertMaskGenerator(
+                vocabulary_size=backbone.vocabulary_size,
+                mask_token_id=tokenizer.mask_token_id,
+                unselectable_token_ids=[tokenizer.pad_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id,
+                                        tokenizer.mask_token_id],
+                selection_rate=masking_rate,
+                mask_token_rate=mask_token_rate,
+                random_token_rate=random_token_rate,
+                max_selections=max_predictions or default_max_selections(preprocessor.sequence_length, masking_rate),
+                name="masker",
+            )
+        policy = backbone.dtype_policy
+        head_dtype = "float32" if policy.compute_dtype != "float32" else policy
+        embedding = backbone.embeddings.token_embedding
+        self.mlm_head = MaskedLMHead(
+            token_embedding=embedding if tie_weights else None,
+            vocabulary_size=embedding.input_dim,
+            embedding_dim=embedding.output_dim,
+            activation=backbone.activation,
+            layer_norm_epsilon=backbone.layer_norm_epsilon,
+            initializer_range=backbone.initializer_range,
+            dtype=head_dtype,
+            name="mlm_head",
+        )
+        self.sentence_head = None
+        if sentence_objective is not None:
+            self.sentence_head = keras.layers.Dense(
+                2,
+                kernel_initializer=keras.initializers.TruncatedNormal(stddev=backbone.initializer_range),
+                dtype=head_dtype,
+                name="sentence_head",
+            )
+        inputs = dict(backbone.input)
+        inputs["mask_positions"] = keras.Input(shape=(None,), dtype="int32", name="mask_positions")
+        features = backbone({k: inputs[k] for k in ("token_ids", "segment_ids", "padding_mask")})
+        outputs = {"mlm": self.mlm_head(features["sequence_output"], inputs["mask_positions"])}
+        if self.sentence_head is not None:
+            outputs["sentence"] = self.sentence_head(features["pooled_output"])
+        super().__init__(inputs=inputs, outputs=outputs, backbone=backbone, preprocessor=preprocessor, **kwargs)
+        self.sentence_objective = sentence_objective
+        self.masking_rate = float(masking_rate)
+        self.mask_token_rate = float(mask_token_rate)
+        self.random_token_rate = float(random_token_rate)
+        self.max_predictions = max_predictions
+        self.tie_weights = bool(tie_weights)
+
+    def task_config(self):
+        return {
+            "sentence_objective": self.sentence_objective,
+            "masking_rate": self.masking_rate,
+            "mask_token_rate": self.mask_token_rate,
+            "random_token_rate": self.random_token_rate,
+            "max_predictions": self.max_predictions,
+            "tie_weights": self.tie_weights,
+        }
+
+    # --- Training defaults ------------------------------------------------
+    def default_loss(self):
+        losses = {"mlm": masked_loss()}
+        if self.sentence_objective is not None:
+            losses["sentence"] = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        return losses
+
+    def default_metrics(self):
+        metrics = {"mlm": [MaskedAccuracy(name="accuracy")]}
+        if self.sentence_objective is not None:
+            metrics["sentence"] = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+        return metrics
+
+    # --- Raw inputs -------------------------------------------------------
+    def fit(self, x=None, y=None, **kwargs):
+        if self.sentence_objective is not None and isinstance(x, tuple) and y is None:
+            raise ValueError(
+                f"sentence_objective={self.sentence_objective!r} needs the pair labels: "
+                "fit((first, second), labels), e.g. from bertzoo.sentence_pairs(documents)."
+            )
+        with unused_pooler_ok():  # Masked LM alone does not use the pooler.
+            return super().fit(x=x, y=y, **kwargs)
+
+    def _preprocess(self, x, y=None, sample_weight=None):
+        paired = isinstance(x, tuple) and len(x) == 2
+        if self.sentence_objective is not None:
+            if not paired:
+                raise ValueError(
+                    f"With sentence_objective={self.sentence_objective!r}, pass sentence pairs and their "
+                    "labels: fit((first, second), labels) with labels 0 = in order / next, 1 = swapped / "
+                    "random. Build them with bertzoo.sentence_pairs(documents), or use "
+                    "sentence_objective=None for masked LM only."
+                )
+        elif y is not None:
+            raise ValueError(
+                "A masked-LM-only BertPretrainer (sentence_objective=None) makes its own labels: "
+                "pass texts without `y`."
+            )
+        features = self.preprocessor(x)
+        masked = self.masker(features["token_ids"])
+        features = dict(features, token_ids=masked["token_ids"], mask_positions=masked["mask_positions"])
+        labels = {"mlm": masked["mask_labels"]}
+        if y is not None:
+            labels["sentence"] = y
+        return keras.utils.pack_x_y_sample_weight(features, labels, sample_weight)
+
+    # --- Converted heads --------------------------------------------------
+    def _load_preset_extras(self, preset):
+        if preset.has_arrays():
+            self.load_pretraining_heads(preset.load_arrays())
+
+    def load_pretraining_heads(self, arrays):
+        """Sets the heads from canonical arrays (see `bertzoo.convert.common`):
+        `mlm/transform/{kernel,bias}`, `mlm/layer_norm/{gamma,beta}`,
+        `mlm/output_bias`, optionally `mlm/decoder/kernel` (an untied decoder)
+        and `nsp/{kernel,bias}` (BERT's NSP or ALBERT's SOP head).
+        `from_preset` calls it for converted checkpoints.
+
+        Example:
+        >>> model.load_pretraining_heads(Preset.resolve("converted/bert").load_arrays())
+        """
+        from bertzoo.convert.common import head_shapes
+
+        backbone = self.backbone
+        expected = head_shapes(
+            {"hidden_dim": backbone.hidden_dim, "embedding_dim": backbone.embedding_dim,
+             "vocabulary_size": backbone.vocabulary_size}
+        )
+        problems = [f"{name}: missing" for name in _MLM_ARRAYS if name not in arrays]
+        if self.sentence_head is not None:
+            present = [name for name in _SENTENCE_ARRAYS if name in arrays]
+            if len(present) == 1:
+                problems.append(f"{_SENTENCE_ARRAYS[1 - _SENTENCE_ARRAYS.index(present[0])]}: missing")
+        for name, array in arrays.items():
+            if name in expected and tuple(array.shape) != expected[name]:
+                problems.append(f"{name}: shape {tuple(array.shape)}, the model needs {expected[name]}")
+        untied = "mlm/decoder/kernel" in arrays
+        if untied and self.tie_weights:
+            problems.append(
+                "mlm/decoder/kernel: the checkpoint's decoder is not tied to the token embedding; build the "
+                "model with tie_weights=False to load it"
+            )
+        if problems:
+            raise ValueError("Cannot load the pre-training heads:\n  " + "\n  ".join(problems))
+        head = self.mlm_head
+        head.transform.kernel.assign(arrays["mlm/transform/kernel"])
+        head.transform.bias.assign(arrays["mlm/transform/bias"])
+        head.layer_norm.gamma.assign(arrays["mlm/layer_norm/gamma"])
+        head.layer_norm.beta.assign(arrays["mlm/layer_norm/beta"])
+        head.output_bias.assign(arrays["mlm/output_bias"])
+        if not self.tie_weights:
+            # A tied checkpoint decodes with the token embedding: copy it.
+            decoder = arrays["mlm/decoder/kernel"] if untied else np.transpose(
+                keras.ops.convert_to_numpy(backbone.embeddings.token_embedding.embeddings))
+            head.decoder_kernel.assign(decoder)
+        if self.sentence_head is not None and "nsp/kernel" in arrays:
+            self.sentence_head.kernel.assign(arrays["nsp/kernel"])
+            self.sentence_head.bias.assign(arrays["nsp/bias"])

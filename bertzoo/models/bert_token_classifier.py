@@ -1,0 +1,234 @@
+"""Token classification (tagging): one label per word, e.g. named entities."""
+
+import keras
+import numpy as np
+
+from bertzoo.models.head_utils import IGNORE_LABEL
+from bertzoo.models.head_utils import MaskedAccuracy
+from bertzoo.models.head_utils import masked_loss
+from bertzoo.models.head_utils import unused_pooler_ok
+from bertzoo.models.task import Task
+from bertzoo.saving.preset import register_preset_class
+
+
+def _split_sentences(words):
+    """Canonical list of word lists; a sentence given as one string is split on whitespace."""
+    if isinstance(words, str):
+        words = [words]
+    if isinstance(words, np.ndarray) and words.ndim == 2:
+        words = words.tolist()
+    rows = []
+    for i, sentence in enumerate(words):
+        if isinstance(sentence, bytes):
+            sentence = sentence.decode("utf-8")
+        if isinstance(sentence, str):
+            sentence = sentence.split()
+        sentence = [w.decode("utf-8") if isinstance(w, bytes) else w for w in sentence]
+        if not all(isinstance(w, str) for w in sentence):
+            raise ValueError(
+                f"Sentence {i} holds a non-string word; pass each sentence as a list of word strings "
+                "(or one string, split on whitespace)."
+            )
+        rows.append(sentence)
+    return rows
+
+
+def _pad_words(words, labels=None):
+    """Lists of words (and per-word labels) -> `(N, W)` arrays padded with
+    `""` (a word with no tokens) and `IGNORE_LABEL`."""
+    rows = _split_sentences(words)
+    width = max([len(r) for r in rows] + [1])
+    padded_words = np.array([r + [""] * (width - len(r)) for r in rows], dtype=str).reshape(len(rows), width)
+    if labels is None:
+        return padded_words, None
+    if len(labels) != len(rows):
+        raise ValueError(f"Got {len(rows)} sentences but {len(labels)} label lists.")
+    padded_labels = np.full((len(rows), width), IGNORE_LABEL, dtype="int32")
+    for i, (sentence, row) in enumerate(zip(rows, labels)):
+        row = list(np.asarray(row).reshape(-1))
+        if len(row) != len(sentence):
+            raise ValueError(
+                f"Sentence {i} has {len(sentence)} words but {len(row)} labels: give one label per word."
+            )
+        padded_labels[i, : len(row)] = row
+    return padded_words, padded_labels
+
+
+def align_word_tensors(tokenizer, words, labels, sequence_length):
+    """TensorFlow core of `align_word_labels` (runs in `tf.data`).
+
+    `words`: string tensor `(batch, W)`, `""` for padding; `labels`: int
+    `(batch, W)`. Returns `(features, token_labels)` of length `sequence_length`.
+    """
+    import tensorflow as tf
+
+    words = tf.convert_to_tensor(words)
+    labels = tf.cast(labels, tf.int32)
+    batch = tf.shape(words)[0]
+    pieces = tokenizer.tokenize(tf.reshape(words, [-1]))  # (batch * W, pieces of that word)
+    counts = pieces.row_lengths()
+    first = tf.ragged.range(counts).flat_values == 0
+    piece_labels = tf.where(first, tf.repeat(tf.reshape(labels, [-1]), counts), IGNORE_LABEL)
+    per_sentence = tf.reduce_sum(tf.reshape(counts, tf.shape(words, out_type=counts.dtype)), axis=1)
+    budget = sequence_length - 2
+    ids = tf.RaggedTensor.from_row_lengths(pieces.flat_values, per_sentence)[:, :budget]
+    piece_labels = tf.RaggedTensor.from_row_lengths(piece_labels, per_sentence)[:, :budget]
+
+    def pack(values, start, end, pad):
+        column = tf.RaggedTensor.from_tensor(tf.ones([batch, 1], tf.int32))
+        values = tf.concat([column * start, values, column * end], axis=1)
+        return values.to_tensor(default_value=pad, shape=[None, sequence_length])
+
+    token_ids = pack(ids, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id)
+    token_labels = pack(piece_labels, IGNORE_LABEL, IGNORE_LABEL, IGNORE_LABEL)
+    lengths = tf.minimum(per_sentence, budget) + 2
+    padding_mask = tf.sequence_mask(lengths, sequence_length)
+    features = {
+        "token_ids": token_ids,
+        "segment_ids": tf.zeros_like(token_ids),
+        "padding_mask": padding_mask,
+    }
+    return features, token_labels
+
+
+def align_word_labels(tokenizer, words, labels=None, sequence_length=128):
+    """Tokenizes pre-split words and moves word labels onto WordPiece tokens.
+
+    Each word is tokenized on its own; its first sub-token gets the word's
+    label and its other sub-tokens, `[CLS]`, `[SEP]` and padding get -100
+    (ignored by the loss and the accuracy). Sequences longer than
+    `sequence_length - 2` tokens are cut at the end (their last words lose
+    their labels).
+
+    Args:
+        tokenizer: a `bertzoo.text.BertTokenizer` (e.g. `model.preprocessor.tokenizer`).
+        words: a list of sentences, each a list of words (a string is split
+            on whitespace).
+        labels: a list of per-word integer label lists, or None.
+        sequence_length: length of the packed sequences.
+
+    Returns:
+        `(features, token_labels)`: a dict of int32 arrays `token_ids`,
+        `segment_ids`, `padding_mask` of shape `(N, sequence_length)`, and the
+        int32 token labels of the same shape (None without `labels`).
+
+    Example:
+    >>> features, token_labels = align_word_labels(
+    ...     model.preprocessor.tokenizer, [["John", "lives", "in", "Reykjavik"]], [[1, 0, 0, 2]])
+    >>> model.fit(features, token_labels)
+    """
+    padded_words, padded_labels = _pad_words(words, labels)
+    given = padded_labels is not None
+    if not given:
+        padded_labels = np.full(padded_words.shape, IGNORE_LABEL, dtype="int32")
+    features, token_labels = align_word_tensors(tokenizer, padded_words, padded_labels, sequence_length)
+    features = {k: np.asarray(v).astype("int32") for k, v in features.items()}
+    return features, (np.asarray(token_labels) if given else None)
+
+
+@register_preset_class
+@keras.saving.register_keras_serializable(package="bertzoo")
+class BertTokenClassifier(Task):
+    """A token classifier: a dense layer over every token's final hidden
+    state, giving logits `(batch, length, num_classes)` (BERT paper, Fig. 4d,
+    as used for CoNLL-2003 NER).
+
+    Raw inputs are pre-split words with one label per word:
+    `fit(words, labels)` with `words` a list of word lists and `labels` a list
+    of label lists. The first sub-token of each word carries its label, the
+    other positions are ignored (see `align_word_labels`). Tokenized inputs
+    take token labels with -100 where there is no target. `predict_words`
+    gives one prediction per word.
+
+    Args:
+        backbone: a `bertzoo.BertBackbone`.
+        num_classes: number of labels.
+        preprocessor: a `bertzoo.text.BertPreprocessor` (its tokenizer and
+            `sequence_length` are used), or None for tokenized inputs.
+        dropout: dropout on the hidden states.
+        class_names: optional label names, returned by `predict_words`.
+
+    Example:
+    >>> model = bertzoo.BertTokenClassifier.from_preset(
+    ...     "tiny", num_classes=3, class_names=["O", "PER", "LOC"])
+    >>> model.fit([["John", "lives", "in", "Reykjavik"]], [[1, 0, 0, 2]])
+    >>> model.predict_words([["Anna", "visits", "Oslo"]])  # [['PER', 'O', 'LOC']] once trained
+    """
+
+    def __init__(self, backbone, num_classes, preprocessor=None, dropout=0.1, class_names=None, **kwargs):
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+            raise ValueError(f"`num_classes` must be a positive integer, got {num_classes!r}.")
+        if class_names is not None and len(class_names) != num_classes:
+            raise ValueError(f"`class_names` has {len(class_names)} names but num_classes={num_classes}.")
+        policy = backbone.dtype_policy
+        head_dtype = "float32" if policy.compute_dtype != "float32" else policy
+        self.output_dropout = keras.layers.Dropout(dropout, dtype=policy, name="output_dropout")
+        self.output_dense = keras.layers.Dense(
+            num_classes,
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=backbone.initializer_range),
+            dtype=head_dtype,
+            name="logits",
+        )
+        inputs = backbone.input
+        sequence = backbone(inputs)["sequence_output"]
+        outputs = self.output_dense(self.output_dropout(sequence))
+        super().__init__(inputs=inputs, outputs=outputs, backbone=backbone, preprocessor=preprocessor, **kwargs)
+        self.num_classes = num_classes
+        self.dropout = float(dropout)
+        self.class_names = list(class_names) if class_names is not None else None
+
+    def task_config(self):
+        return {"num_classes": self.num_classes, "dropout": self.dropout, "class_names": self.class_names}
+
+    def default_loss(self):
+        return masked_loss()
+
+    def default_metrics(self):
+        return [MaskedAccuracy(name="accuracy")]
+
+    def fit(self, *args, **kwargs):
+        with unused_pooler_ok():
+            return super().fit(*args, **kwargs)
+
+    # --- Raw inputs -------------------------------------------------------
+    def _raw_to_tensors(self, x, y):
+        return _pad_words(x, y)
+
+    def _preprocess(self, x, y=None, sample_weight=None):
+        import tensorflow as tf
+
+        labels = tf.fill(tf.shape(x), IGNORE_LABEL) if y is None else y
+        features, token_labels = align_word_tensors(
+            self.preprocessor.tokenizer, x, labels, self.preprocessor.sequence_length
+        )
+        return keras.utils.pack_x_y_sample_weight(features, None if y is None else token_labels, sample_weight)
+
+    def predict_words(self, words, batch_size=None, verbose=0):
+        """One prediction per word: the class (name, with `class_names`) of
+        its first sub-token; None for words cut off by the sequence length
+        or without any token.
+
+        Example:
+        >>> model.predict_words([["Anna", "visits", "Oslo"], "Olaf left"])  # One label per word.
+        [['PER', 'O', 'LOC'], ['PER', 'O']]
+        """
+        if self.preprocessor is None:
+            raise ValueError("predict_words needs a preprocessor; this model takes tokenized inputs.")
+        rows = _split_sentences(words)
+        padded, _ = _pad_words(rows)
+        index = np.tile(np.arange(padded.shape[1], dtype="int32"), (padded.shape[0], 1))
+        index[padded == ""] = IGNORE_LABEL
+        features, word_at = align_word_tensors(
+            self.preprocessor.tokenizer, padded, index, self.preprocessor.sequence_length
+        )
+        features = {k: np.asarray(v) for k, v in features.items()}
+        predicted = np.argmax(self.predict(features, batch_size=batch_size, verbose=verbose), axis=-1)
+        word_at = np.asarray(word_at)
+        results = []
+        for row, sentence in enumerate(rows):
+            labels = [None] * len(sentence)
+            for position in np.flatnonzero(word_at[row] >= 0):
+                label = int(predicted[row, position])
+                labels[word_at[row, position]] = self.class_names[label] if self.class_names else label
+            results.append(labels)
+        return results

@@ -1,0 +1,70 @@
+"""Losses, metrics and helpers shared by the task heads."""
+
+import contextlib
+import warnings
+
+import keras
+from keras import ops
+
+# Label of positions that carry no target (padding, [CLS]/[SEP], later
+# sub-tokens of a word, unused masked-LM slots). The losses skip it through
+# `SparseCategoricalCrossentropy(ignore_class=IGNORE_LABEL)`.
+IGNORE_LABEL = -100
+
+
+@keras.saving.register_keras_serializable(package="bertzoo")
+class MaskedAccuracy(keras.metrics.Metric):
+    """Accuracy of logits against integer labels, skipping `ignore_class`
+    positions (so padding and unlabelled tokens do not count).
+
+    Example:
+    >>> metric = MaskedAccuracy()
+    >>> metric.update_state([[1, -100, 0]], [[[0.0, 1.0], [5.0, 0.0], [0.0, 1.0]]])
+    >>> float(metric.result())
+    0.5
+    """
+
+    def __init__(self, ignore_class=IGNORE_LABEL, name="accuracy", dtype=None):
+        super().__init__(name=name, dtype=dtype)
+        self.ignore_class = int(ignore_class)
+        self.correct = self.add_variable(shape=(), initializer="zeros", name="correct")
+        self.count = self.add_variable(shape=(), initializer="zeros", name="count")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        y_true = ops.cast(ops.convert_to_tensor(y_true), "int32")
+        predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
+        weight = ops.cast(ops.not_equal(y_true, self.ignore_class), self.dtype)
+        if sample_weight is not None:
+            sample_weight = ops.cast(ops.convert_to_tensor(sample_weight), self.dtype)
+            while len(sample_weight.shape) < len(y_true.shape):  # Per-example weights of per-token labels.
+                sample_weight = ops.expand_dims(sample_weight, -1)
+            weight = weight * sample_weight
+        hits = ops.cast(ops.equal(predicted, y_true), self.dtype) * weight
+        self.correct.assign_add(ops.sum(hits))
+        self.count.assign_add(ops.sum(weight))
+
+    def result(self):
+        return ops.divide_no_nan(self.correct, self.count)
+
+    def reset_state(self):
+        self.correct.assign(0.0)
+        self.count.assign(0.0)
+
+    def get_config(self):
+        return {"name": self.name, "dtype": self.dtype, "ignore_class": self.ignore_class}
+
+
+def masked_loss():
+    """Sparse cross-entropy on logits, averaged over labelled positions only."""
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORE_LABEL)
+
+
+@contextlib.contextmanager
+def unused_pooler_ok():
+    """Silences Keras's "Gradients do not exist for variables ['pooler/...']"
+    warning for heads that do not use the pooled output (the pooler then
+    simply stays as it is, as in BERT's token-level fine-tuning)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Gradients do not exist for variables \['pooler/kernel', "
+                                r"'pooler/bias'\]")
+        yield

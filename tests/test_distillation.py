@@ -1,0 +1,468 @@
+"""Distillation: each loss against NumPy, layer maps, argument checks,
+student initialisation, and a small end-to-end run (jit-compiled)."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import bertzoo
+from bertzoo.compression.distillation import AttentionDistillation
+from bertzoo.compression.distillation import Distiller
+from bertzoo.compression.distillation import HiddenStateDistillation
+from bertzoo.compression.distillation import init_student_from_teacher
+from bertzoo.compression.distillation import layer_map_pairs
+from bertzoo.compression.distillation import soft_target_loss
+from bertzoo.text import BertPreprocessor
+from bertzoo.text import BertTokenizer
+
+POSITIVE = "good great fine nice superb".split()
+NEGATIVE = "bad awful dull poor weak".split()
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + POSITIVE + NEGATIVE + "the film was a very".split()
+SEQUENCE_LENGTH = 8
+
+
+def preprocessor(vocabulary=VOCAB, lowercase=True):
+    return BertPreprocessor(BertTokenizer(vocabulary, lowercase=lowercase), sequence_length=SEQUENCE_LENGTH)
+
+
+def classifier(num_layers=2, hidden_dim=32, num_heads=4, num_classes=2, vocabulary=VOCAB, dropout=0.0, **kwargs):
+    backbone = bertzoo.BertBackbone(
+        vocabulary_size=len(vocabulary), num_layers=num_layers, hidden_dim=hidden_dim,
+        num_heads=num_heads, intermediate_dim=2 * hidden_dim, max_sequence_length=16, dropout=dropout,
+        **kwargs,
+    )
+    return bertzoo.BertClassifier(backbone, num_classes=num_classes, preprocessor=preprocessor(vocabulary))
+
+
+def sentiment(n, seed):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 2, n)
+    texts = []
+    for label in labels:
+        words = list(rng.choice(POSITIVE if label else NEGATIVE, size=rng.integers(1, 3)))
+        texts.append(" ".join(["the", "film", "was"][: rng.integers(0, 4)] + words))
+    return texts, labels.astype("int32")
+
+
+def weights_of(model):
+    return [np.array(w) for w in model.get_weights()]
+
+
+# --- NumPy references ----------------------------------------------------------
+def np_softmax(z, axis=-1):
+    e = np.exp(z - z.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def np_soft_loss(teacher_logits, student_logits, temperature):
+    p_t = np_softmax(teacher_logits / temperature)
+    p_s = np_softmax(student_logits / temperature)
+    return temperature**2 * np.mean(np.sum(p_t * (np.log(p_t) - np.log(p_s)), axis=-1))
+
+
+def np_hard_loss(labels, logits):
+    log_p = np.log(np_softmax(logits))
+    return -np.mean(log_p[np.arange(len(labels)), labels])
+
+
+def np_hidden_loss(teacher, student, pairs, mask, kernel=None, bias=None):
+    losses = []
+    for s, t in pairs:
+        h = student[s] if kernel is None else student[s] @ kernel + bias
+        squared = np.sum((h - teacher[t]) ** 2, axis=-1)
+        losses.append(np.sum(squared * mask) / (mask.sum() * teacher[t].shape[-1]))
+    return float(np.mean(losses))
+
+
+def np_attention_loss(teacher, student, pairs, mask):
+    losses = []
+    for s, t in pairs:
+        a_t, a_s = teacher[t - 1], student[s - 1]
+        groups = math.gcd(a_t.shape[1], a_s.shape[1])
+        b, _, q, k = a_t.shape
+        a_t = a_t.reshape(b, groups, -1, q, k).mean(axis=2)
+        a_s = a_s.reshape(b, groups, -1, q, k).mean(axis=2)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = np.where(a_t > 0, a_t * (np.log(a_t) - np.log(np.maximum(a_s, 1e-9))), 0.0)
+        kl = terms.sum(axis=-1)  # (batch, groups, queries)
+        losses.append(np.sum(kl * mask[:, None, :]) / (mask.sum() * groups))
+    return float(np.mean(losses))
+
+
+def np_features(model, x):
+    f = model.backbone.compute_features(x, training=False, return_attention_scores=True)
+    return [np.array(h) for h in f["hidden_states"]], [np.array(a) for a in f["attention_scores"]]
+
+
+# --- Layer maps ----------------------------------------------------------------
+def test_layer_maps_give_the_documented_pairs():
+    assert layer_map_pairs("uniform", 2, 6) == [(1, 3), (2, 6)]
+    assert layer_map_pairs("uniform", 4, 6) == [(1, 2), (2, 3), (3, 5), (4, 6)]
+    assert layer_map_pairs("uniform", 4, 2) == [(1, 1), (2, 1), (3, 2), (4, 2)]
+    assert layer_map_pairs("uniform", 3, 3) == [(1, 1), (2, 2), (3, 3)]
+    assert layer_map_pairs("last", 2, 6) == [(2, 6)]
+    assert layer_map_pairs([(1, 2), [2, 5]], 2, 6) == [(1, 2), (2, 5)]
+
+
+@pytest.mark.parametrize(
+    "layer_map, match",
+    [
+        ("middle", "Unknown `layer_map`"),
+        ([], "empty"),
+        ([(0, 1)], "layer 0, the embedding output"),
+        ([(1, 7)], "teacher layer 7 is out of range"),
+        ([(3, 1)], "student layer 3 is out of range"),
+        ([(1,)], "not a \\(student_layer, teacher_layer\\) pair"),
+        ([(1.0, 2)], "not an integer"),
+        (5, "must be 'uniform', 'last' or a list"),
+    ],
+)
+def test_bad_layer_maps_are_rejected(layer_map, match):
+    with pytest.raises(ValueError, match=match):
+        layer_map_pairs(layer_map, 2, 6)
+
+
+# --- Each loss against NumPy -----------------------------------------------------
+def test_soft_target_loss_is_hinton_kl_scaled_by_t_squared(rng):
+    teacher, student = rng.normal(size=(5, 3)) * 2, rng.normal(size=(5, 3))
+    loss = soft_target_loss(2.0)
+    value = float(loss.compute_loss(teacher.astype("float32"), student.astype("float32")))
+    np.testing.assert_allclose(value, np_soft_loss(teacher, student, 2.0), rtol=1e-4)
+    # By hand: T=1, teacher probabilities (1/2, 1/2), student (1/4, 3/4).
+    hand = 0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.75)
+    one = soft_target_loss(1.0)
+    value = one.compute_loss(np.log([[0.5, 0.5]]).astype("float32"), np.log([[0.25, 0.75]]).astype("float32"))
+    np.testing.assert_allclose(float(value), hand, rtol=1e-4)
+
+
+def test_hidden_state_loss_with_projection_against_numpy(rng):
+    teacher = [rng.normal(size=(2, 5, 6)).astype("float32") for _ in range(4)]
+    student = [rng.normal(size=(2, 5, 3)).astype("float32") for _ in range(3)]
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], "float32")
+    projection = keras.layers.Dense(6)
+    projection.build((None, None, 3))
+    kernel, bias = (np.array(w) for w in projection.weights)
+    pairs = [(1, 2), (2, 3)]
+    value = HiddenStateDistillation(pairs, projection).compute_loss(teacher, student, mask)
+    np.testing.assert_allclose(float(value), np_hidden_loss(teacher, student, pairs, mask, kernel, bias), rtol=1e-5)
+    # By hand, one token, no projection: ((1-0)^2 + (2-0)^2) / 2 features.
+    value = HiddenStateDistillation([(0, 0)]).compute_loss([np.array([[[1.0, 2.0]]], "float32")],
+                                                           [np.zeros((1, 1, 2), "float32")])
+    assert float(value) == pytest.approx(2.5)
+    # Padded positions do not count: changing them leaves the loss unchanged.
+    loss = HiddenStateDistillation(pairs, projection)
+    moved = [h.copy() for h in teacher]
+    moved[2][0, 3:] += 100.0
+    np.testing.assert_allclose(float(loss.compute_loss(moved, student, mask)),
+                               float(loss.compute_loss(teacher, student, mask)), rtol=1e-6)
+
+
+def test_hidden_state_loss_needs_a_projection_for_other_widths(rng):
+    teacher = [rng.normal(size=(1, 2, 6)).astype("float32")] * 2
+    student = [rng.normal(size=(1, 2, 3)).astype("float32")] * 2
+    with pytest.raises(ValueError, match="pass a projection"):
+        HiddenStateDistillation([(1, 1)]).compute_loss(teacher, student)
+
+
+def random_attention(rng, batch, heads, length, mask):
+    logits = rng.normal(size=(batch, heads, length, length)) * 2
+    logits = np.where(mask[:, None, None, :] > 0, logits, -1e9)
+    return np_softmax(logits).astype("float32")
+
+
+@pytest.mark.parametrize("teacher_heads, student_heads", [(2, 2), (4, 2), (3, 2), (6, 4)])
+def test_attention_kl_against_numpy(rng, teacher_heads, student_heads):
+    mask = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], "float32")
+    teacher = [random_attention(rng, 2, teacher_heads, 6, mask) for _ in range(2)]
+    student = [random_attention(rng, 2, student_heads, 6, mask)]
+    pairs = [(1, 2)]
+    value = AttentionDistillation(pairs).compute_loss(teacher, student, mask)
+    expected = np_attention_loss(teacher, student, pairs, mask)
+    np.testing.assert_allclose(float(value), expected, rtol=1e-5)
+    assert expected > 0
+
+
+def test_attention_kl_averages_heads_when_counts_differ(rng):
+    # Two teacher heads whose mean equals the single student head: zero loss,
+    # although neither teacher head equals it.
+    mask = np.ones((1, 3), "float32")
+    a = np.array([[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8]], "float32")
+    b = np.array([[0.2, 0.5, 0.3], [0.5, 0.2, 0.3], [0.3, 0.3, 0.4]], "float32")
+    teacher = [np.stack([a, b])[None]]
+    student = [((a + b) / 2)[None, None]]
+    assert float(AttentionDistillation([(1, 1)]).compute_loss(teacher, student, mask)) == pytest.approx(0, abs=1e-6)
+    assert float(AttentionDistillation([(1, 1)]).compute_loss(teacher, [a[None, None]], mask)) > 0.05
+
+
+# --- The distiller's total loss ------------------------------------------------------
+def sharpen(model, rng):
+    """Peaked attention and spread-out logits, so that every loss term is far from 0
+    (freshly initialized models attend almost uniformly and predict ~50/50)."""
+    for block in model.backbone.attention_blocks:
+        for dense in (block.query_dense, block.key_dense):
+            dense.kernel.assign(np.array(dense.kernel) * 20)
+    kernel = model.output_dense.kernel
+    kernel.assign(rng.normal(size=kernel.shape).astype("float32"))
+    return model
+
+
+@pytest.fixture(scope="module")
+def pair():
+    keras.utils.set_random_seed(1)
+    rng = np.random.default_rng(1)
+    teacher = sharpen(classifier(num_layers=4, hidden_dim=32, num_heads=4), rng)
+    return teacher, sharpen(classifier(num_layers=2, hidden_dim=16, num_heads=2), rng)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 1.0])
+def test_total_loss_against_numpy(pair, alpha):
+    teacher, student = pair
+    d = Distiller(teacher, student, temperature=3.0, alpha=alpha, hidden_state_weight=0.7,
+                  attention_weight=1.3, embedding_weight=0.4)
+    texts = ["the film was good", "awful", "a very very fine film", "dull"]
+    labels = np.array([1, 0, 1, 0])
+    x = teacher.preprocessor(texts)
+    mask = np.array(x["padding_mask"], "float32")
+    t_hidden, t_attention = np_features(teacher, x)
+    s_hidden, s_attention = np_features(student, x)
+    t_logits = np.array(teacher(x, training=False))
+    s_logits = np.array(student(x, training=False))
+    pairs = [(1, 2), (2, 4)]
+    assert d.layer_pairs == pairs
+    kernel, bias = (np.array(w) for w in d.hidden_projection.weights)
+    e_kernel, e_bias = (np.array(w) for w in d.embedding_projection.weights)
+    soft = np_soft_loss(t_logits, s_logits, 3.0)
+    hidden = np_hidden_loss(t_hidden, s_hidden, pairs, mask, kernel, bias)
+    attention = np_attention_loss(t_attention, s_attention, pairs, mask)
+    embedding = np_hidden_loss(t_hidden, s_hidden, [(0, 0)], mask, e_kernel, e_bias)
+    others = 0.7 * hidden + 1.3 * attention + 0.4 * embedding
+    expected = alpha * np_hard_loss(labels, s_logits) + (1 - alpha) * soft + others
+    total = d.compute_loss(x, labels, training=False)
+    np.testing.assert_allclose(float(total), expected, rtol=1e-4)
+    # Unlabelled: soft targets take the whole weight, whatever alpha is.
+    unlabelled = d.compute_loss(x, None, training=False)
+    np.testing.assert_allclose(float(unlabelled), soft + others, rtol=1e-4)
+    terms = d.loss_terms(texts, labels)
+    np.testing.assert_allclose([terms["soft"], terms["hidden"], terms["attention"], terms["embedding"]],
+                               [soft, hidden, attention, embedding], rtol=1e-4)
+    assert min(soft, hidden, attention, embedding) > 0.01  # Every term is really exercised.
+    assert terms["agreement"] == np.mean(t_logits.argmax(-1) == s_logits.argmax(-1))
+
+
+def test_projections_only_when_widths_differ(pair):
+    teacher, student = pair
+    d = Distiller(teacher, student)
+    assert tuple(d.hidden_projection.kernel.shape) == (16, 32)
+    projection_vars = {id(v) for v in d.hidden_projection.weights + d.embedding_projection.weights}
+    assert projection_vars <= {id(v) for v in d.trainable_variables}
+    same_width = Distiller(teacher, classifier(num_layers=1, hidden_dim=32, num_heads=2))
+    assert same_width.hidden_projection is None and same_width.embedding_projection is None
+    assert Distiller(teacher, student, hidden_state_weight=0, embedding_weight=0).hidden_projection is None
+
+
+def test_switched_off_losses_are_not_computed(pair):
+    teacher, student = pair
+    d = Distiller(teacher, student, hidden_state_weight=0, attention_weight=0, embedding_weight=0)
+    terms = d.loss_terms(["good film"], [1])
+    assert set(terms) == {"hard", "soft", "agreement"}
+
+
+def test_teacher_gets_no_gradient_and_no_update(pair):
+    teacher, student = pair
+    d = Distiller(teacher, student)
+    assert not teacher.trainable
+    teacher_ids = {id(v) for v in teacher.weights}
+    assert not teacher_ids & {id(v) for v in d.trainable_variables}
+    x = teacher.preprocessor(["the film was good", "bad"])
+    with tf.GradientTape() as tape:
+        tape.watch([v.value for v in teacher.weights])
+        loss = d.compute_loss(x, np.array([1, 0]), training=True)
+    grads = tape.gradient(loss, [v.value for v in teacher.weights] + [v.value for v in student.trainable_weights])
+    teacher_grads = grads[: len(teacher.weights)]
+    assert all(g is None for g in teacher_grads), "the teacher's forward pass must not be differentiated"
+    assert any(g is not None and np.abs(np.array(g)).sum() > 0 for g in grads[len(teacher.weights):])
+
+
+# --- Arguments -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"temperature": 0}, "`temperature` must be a number > 0"),
+        ({"temperature": -1.0}, "`temperature` must be a number > 0"),
+        ({"temperature": True}, "`temperature` must be a number > 0"),
+        ({"alpha": -0.1}, "`alpha` must be in \\[0, 1\\]"),
+        ({"alpha": 1.5}, "`alpha` must be in \\[0, 1\\]"),
+        ({"alpha": None}, "`alpha` must be in \\[0, 1\\]"),
+        ({"hidden_state_weight": -1}, "`hidden_state_weight` must be a finite number >= 0"),
+        ({"attention_weight": float("nan")}, "`attention_weight` must be a finite number >= 0"),
+        ({"embedding_weight": "1"}, "`embedding_weight` must be a finite number >= 0"),
+        ({"layer_map": [(1, 9)]}, "teacher layer 9 is out of range"),
+        ({"layer_map": "first"}, "Unknown `layer_map`"),
+    ],
+)
+def test_bad_arguments(pair, kwargs, match):
+    teacher, student = pair
+    with pytest.raises(ValueError, match=match):
+        Distiller(teacher, student, **kwargs)
+
+
+def test_bad_models(pair):
+    teacher, student = pair
+    with pytest.raises(ValueError, match="teacher must be a bertzoo BertClassifier"):
+        Distiller(teacher.backbone, student)
+    with pytest.raises(ValueError, match="build the student with num_classes=2"):
+        Distiller(teacher, classifier(num_classes=3))
+    with pytest.raises(ValueError, match="same model"):
+        Distiller(teacher, teacher)
+
+
+def test_vocabulary_mismatch_is_a_clear_error(pair):
+    teacher, _ = pair
+    shuffled = VOCAB[:5] + VOCAB[5:][::-1]
+    with pytest.raises(ValueError, match="tokenize text differently: the vocabularies differ \\(id 5"):
+        Distiller(teacher, classifier(vocabulary=shuffled))
+    with pytest.raises(ValueError, match="vocabulary_size=20, the student 21"):
+        Distiller(teacher, classifier(vocabulary=VOCAB + ["extra"]))
+    other_case = classifier()
+    other_case.preprocessor = preprocessor(lowercase=False)
+    with pytest.raises(ValueError, match="`lowercase` is True for the teacher, False for the student"):
+        Distiller(teacher, other_case)
+    # A student without a preprocessor reads the teacher's tokens.
+    bare = classifier()
+    bare.preprocessor = None
+    assert Distiller(teacher, bare).preprocessor is teacher.preprocessor
+
+
+def test_config_round_trip(pair):
+    teacher, student = pair
+    d = Distiller(teacher, student, temperature=4.0, alpha=0.2, attention_weight=0.0, layer_map=[(1, 1), (2, 3)])
+    again = Distiller.from_config(d.get_config())
+    for name in ("temperature", "alpha", "hidden_state_weight", "attention_weight", "embedding_weight",
+                 "layer_map", "layer_pairs"):
+        assert getattr(again, name) == getattr(d, name), name
+    assert again.student.backbone.num_layers == 2 and again.teacher.backbone.num_layers == 4
+
+
+# --- Student initialisation --------------------------------------------------------------
+def assert_same_weights(a, b):
+    assert len(a.weights) == len(b.weights)
+    for x, y in zip(a.weights, b.weights):
+        np.testing.assert_array_equal(np.array(x), np.array(y))
+
+
+@pytest.mark.parametrize("layers, expected", [("every_k", [2, 4]), ([1, 3], [1, 3])])
+def test_init_student_copies_the_chosen_teacher_layers(pair, layers, expected):
+    teacher, _ = pair
+    student = init_student_from_teacher(teacher, {"num_layers": 2}, layers=layers)
+    assert isinstance(student, bertzoo.BertClassifier) and student.backbone.num_layers == 2
+    for i, t in enumerate(expected):
+        for s_block, t_block in zip(student.backbone.layer_blocks(i), teacher.backbone.layer_blocks(t - 1)):
+            assert_same_weights(s_block, t_block)
+    assert_same_weights(student.backbone.embeddings, teacher.backbone.embeddings)
+    assert_same_weights(student.backbone.pooler, teacher.backbone.pooler)
+    assert_same_weights(student.output_dense, teacher.output_dense)
+    # A different teacher layer would not match: the test can fail.
+    other = teacher.backbone.layer_blocks(expected[0] % 4)[1]
+    assert not np.array_equal(np.array(student.backbone.layer_blocks(0)[1].weights[0]), np.array(other.weights[0]))
+
+
+def test_init_student_with_all_layers_reproduces_the_teacher(pair):
+    teacher, _ = pair
+    student = init_student_from_teacher(teacher, {})
+    x = teacher.preprocessor(["the film was good", "awful"])
+    np.testing.assert_allclose(np.array(student(x, training=False)), np.array(teacher(x, training=False)),
+                               rtol=1e-5, atol=1e-6)
+    backbone = init_student_from_teacher(teacher.backbone, {"num_layers": 1}, layers=[4])
+    assert isinstance(backbone, bertzoo.BertBackbone)
+    assert_same_weights(backbone.layer_blocks(0)[0], teacher.backbone.layer_blocks(3)[0])
+
+
+@pytest.mark.parametrize(
+    "student, layers, match",
+    [
+        ({"num_layers": 3}, "every_k", "multiple of the student's \\(3\\)"),
+        ({"num_layers": 2, "hidden_dim": 16, "num_heads": 2}, "every_k", "student's `hidden_dim` is 16"),
+        ({"num_layers": 2, "intermediate_dim": 48}, "every_k", "`intermediate_dim` is 48 for the student"),
+        ({"num_layers": 2, "num_groups": 1}, "every_k", "shares its weights"),
+        ({"num_layers": 2}, [1], "lists 1 teacher layers but the student has 2"),
+        ({"num_layers": 2}, [0, 4], "teacher layer 0 is out of range"),
+        ("tiny", "every_k", "`vocabulary_size` is 30522"),
+        (3, "every_k", "must be a dict of backbone settings"),
+    ],
+)
+def test_init_student_errors(pair, student, layers, match):
+    teacher, _ = pair
+    with pytest.raises(ValueError, match=match):
+        init_student_from_teacher(teacher, student, layers=layers)
+
+
+# --- Training -----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def distilled(tmp_path_factory):
+    """A teacher trained on a separable task, distilled (XLA) into a fresh smaller student."""
+    keras.utils.set_random_seed(0)
+    texts, labels = sentiment(96, seed=0)
+    teacher = classifier(num_layers=2, hidden_dim=32, num_heads=4)
+    teacher.compile(optimizer=keras.optimizers.Adam(3e-3), jit_compile=False)
+    teacher.fit(texts, labels, epochs=8, batch_size=16, verbose=0)
+    before = weights_of(teacher)
+    student = classifier(num_layers=1, hidden_dim=16, num_heads=2)
+    d = Distiller(teacher, student, temperature=2.0, alpha=0.5)
+    d.compile(optimizer=keras.optimizers.Adam(5e-3), jit_compile=True)
+    val = sentiment(48, seed=1)
+    history = d.fit(texts, labels, validation_data=val, epochs=8, batch_size=16, verbose=0)
+    return {"teacher": teacher, "student": student, "distiller": d, "before": before,
+            "history": history.history, "val": val, "tmp": tmp_path_factory.mktemp("distilled")}
+
+
+def test_jit_compiled_train_step_runs_and_learns(distilled):
+    d, history = distilled["distiller"], distilled["history"]
+    assert d.jit_compile is True
+    assert all(np.isfinite(history["loss"]))
+    assert history["loss"][-1] < 0.6 * history["loss"][0]
+    assert {"accuracy", "agreement", "student_loss", "distillation_loss", "val_accuracy"} <= set(history)
+    assert "total_loss" not in history
+
+
+def test_teacher_weights_unchanged_after_fit(distilled):
+    for before, after in zip(distilled["before"], weights_of(distilled["teacher"])):
+        np.testing.assert_array_equal(before, after)
+
+
+def test_student_agrees_with_teacher_on_held_out_data(distilled):
+    teacher, d = distilled["teacher"], distilled["distiller"]
+    texts, labels = distilled["val"]
+    teacher_pred = teacher.predict(texts, verbose=0).argmax(-1)
+    student_pred = d.predict(texts, verbose=0).argmax(-1)
+    assert np.mean(teacher_pred == labels) >= 0.9  # The teacher learned the task...
+    assert np.mean(student_pred == teacher_pred) >= 0.9  # ...and the student learned the teacher.
+    results = d.evaluate(texts, labels, return_dict=True, verbose=0)
+    assert results["agreement"] == pytest.approx(np.mean(student_pred == teacher_pred), abs=1e-6)
+    assert results["accuracy"] == pytest.approx(np.mean(student_pred == labels), abs=1e-6)
+
+
+def test_distilled_student_is_an_ordinary_classifier(distilled):
+    student, texts = distilled["student"], distilled["val"][0]
+    np.testing.assert_allclose(distilled["distiller"].predict(texts, verbose=0), student.predict(texts, verbose=0))
+    path = distilled["tmp"] / "student"
+    student.save_to_preset(path)
+    again = bertzoo.BertClassifier.from_preset(path)
+    np.testing.assert_allclose(again.predict(texts, verbose=0), student.predict(texts, verbose=0), rtol=1e-5, atol=1e-6)
+
+
+def test_unlabelled_text_distills_on_soft_targets(pair):
+    teacher, _ = pair
+    student = classifier(num_layers=1, hidden_dim=16, num_heads=2)
+    d = Distiller(teacher, student, alpha=0.9, hidden_state_weight=0, attention_weight=0, embedding_weight=0)
+    d.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=False)
+    texts, _ = sentiment(32, seed=2)
+    before = d.loss_terms(texts)["soft"]
+    history = d.fit(texts, epochs=3, batch_size=16, verbose=0).history
+    assert "accuracy" not in history and "student_loss" not in history
+    np.testing.assert_allclose(history["loss"], history["distillation_loss"], rtol=1e-6)
+    assert d.loss_terms(texts)["soft"] < before
+    dataset = tf.data.Dataset.from_tensor_slices(texts).batch(8)  # tf.data of raw strings, no labels
+    assert np.isfinite(d.fit(dataset, epochs=1, verbose=0).history["loss"][0])

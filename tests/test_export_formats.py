@@ -1,0 +1,127 @@
+"""ONNX and LiteRT exports of the tokenized model give the Keras predictions."""
+
+import importlib.util
+import warnings
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import bertzoo
+from bertzoo.export import portable
+from bertzoo.text import BertPreprocessor
+from bertzoo.text import BertTokenizer
+from bertzoo.text.vocabulary import builtin_vocabulary
+
+VOCABULARY_SIZE = 1200
+SEQUENCE_LENGTH = 24
+TEXTS = ["a gripping, funny film", "dull and far too long", "", "ok"]
+
+
+def small_classifier(dtype=None):
+    keras.utils.set_random_seed(5)
+    backbone = bertzoo.BertBackbone(
+        vocabulary_size=VOCABULARY_SIZE, num_layers=1, hidden_dim=32, num_heads=2, intermediate_dim=64,
+        max_sequence_length=64, dtype=dtype,
+    )
+    preprocessor = BertPreprocessor(BertTokenizer(builtin_vocabulary(VOCABULARY_SIZE)), sequence_length=SEQUENCE_LENGTH)
+    model = bertzoo.BertClassifier(backbone, 3, preprocessor=preprocessor)
+    head = model.get_layer("logits")
+    head.kernel.assign(head.kernel.numpy() * 50)  # Logits of order 1, so the tolerance means something.
+    model.compile(jit_compile=False)
+    return model
+
+
+@pytest.fixture(scope="module")
+def model():
+    return small_classifier()
+
+
+def quantized(model, layer=None):
+    """`model` after Keras int8 quantization (of one layer, or of the whole model)."""
+    model.predict(TEXTS, verbose=0)  # Keras quantizes built layers only (the packer included).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Layer X does not have a `quantize` method"
+        (model.get_layer(layer) if layer else model).quantize("int8")
+    return model
+
+
+@pytest.fixture(scope="module")
+def float_tflite(model, tmp_path_factory):
+    return model.export(tmp_path_factory.mktemp("litert") / "classifier.tflite", format="litert")
+
+
+def run_tflite(path, features):
+    runner = tf.lite.Interpreter(model_path=str(path)).get_signature_runner()
+    (logits,) = runner(**features).values()
+    return logits
+
+
+@pytest.fixture(scope="module")
+def features(model):
+    return {k: np.asarray(v).astype("int32") for k, v in model.preprocessor(TEXTS).items()}
+
+
+@pytest.mark.filterwarnings("ignore:.*tf.lite.Interpreter is deprecated")
+def test_litert_export_runs_in_the_tflite_interpreter(model, features, float_tflite, tmp_path):
+    path = float_tflite
+    interpreter = tf.lite.Interpreter(model_path=str(path))
+    signature = interpreter.get_signature_list()["serving_default"]
+    assert sorted(signature["inputs"]) == ["padding_mask", "segment_ids", "token_ids"]
+    runner = interpreter.get_signature_runner()
+    reference = model.predict(features, verbose=0)
+    assert np.std(reference) > 0.1
+    for rows in (slice(0, 4), slice(1, 2)):  # The batch size is free.
+        (logits,) = runner(**{k: v[rows] for k, v in features.items()}).values()
+        np.testing.assert_allclose(logits, reference[rows], atol=1e-5)
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        model.export(path, format="litert")
+    with pytest.raises(ValueError, match="max_sequence_length=64"):
+        model.export(tmp_path / "long.tflite", format="litert", sequence_length=65)
+
+
+@pytest.mark.filterwarnings("ignore:.*tf.lite.Interpreter is deprecated")
+def test_litert_int8_goes_through_the_converters_own_quantization(model, features, float_tflite, tmp_path):
+    keras_int8 = quantized(small_classifier(), layer="logits")
+    with pytest.raises(ValueError, match=r"optimizations=\[tf.lite.Optimize.DEFAULT\]"):
+        keras_int8.export(tmp_path / "keras_int8.tflite", format="litert")
+    int8_path = model.export(tmp_path / "int8.tflite", format="litert", optimizations=[tf.lite.Optimize.DEFAULT])
+    assert int8_path.stat().st_size < 0.5 * float_tflite.stat().st_size
+    reference = model.predict(features, verbose=0)
+    np.testing.assert_allclose(run_tflite(int8_path, features), reference, atol=0.05)
+
+
+def test_mixed_precision_models_are_refused_with_the_way_out(tmp_path):
+    mixed = small_classifier(dtype="mixed_bfloat16")
+    for format in ("onnx", "litert"):
+        with pytest.raises(ValueError, match="Export the float32 model"):
+            mixed.export(tmp_path / f"mixed.{format}", format=format)
+
+
+@pytest.mark.parametrize("kind", ["float32", "int8"])
+def test_onnx_export_runs_in_onnxruntime(kind, model, features, tmp_path):
+    for module in ("tf2onnx", "onnx", "onnxruntime"):
+        pytest.importorskip(module, reason='ONNX export needs pip install "bertzoo[export]"')
+    import onnxruntime
+
+    exported_model = model if kind == "float32" else quantized(small_classifier())
+    path = exported_model.export(tmp_path / "classifier.onnx", format="onnx")
+    session = onnxruntime.InferenceSession(str(path))
+    assert sorted(i.name for i in session.get_inputs()) == ["padding_mask", "segment_ids", "token_ids"]
+    assert [i.shape[1] for i in session.get_inputs()] == [SEQUENCE_LENGTH] * 3
+    reference = exported_model.predict(features, verbose=0)
+    assert np.std(reference) > 0.1
+    for rows in (slice(0, 4), slice(1, 2)):
+        (logits,) = session.run(None, {k: v[rows] for k, v in features.items()})
+        np.testing.assert_allclose(logits, reference[rows], atol=1e-5)
+
+
+def test_onnx_export_without_its_packages_says_what_to_install(model, tmp_path, monkeypatch):
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        portable.importlib.util, "find_spec", lambda name, *a: None if name == "tf2onnx" else real_find_spec(name, *a)
+    )
+    with pytest.raises(ImportError, match=r'needs tf2onnx.*pip install "bertzoo\[export\]"'):
+        model.export(tmp_path / "classifier.onnx", format="onnx")
+    assert not (tmp_path / "classifier.onnx").exists()

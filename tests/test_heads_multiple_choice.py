@@ -1,0 +1,111 @@
+"""BertMultipleChoice: pairing contexts with choices, logits, loss, training."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import bertzoo
+from bertzoo.text import BertPreprocessor
+from bertzoo.text import BertTokenizer
+
+COLOURS = ["red", "blue", "green", "black"]
+THINGS = ["car", "house", "boat", "door"]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "is", "it", "was", "painted", "."] + COLOURS + THINGS
+
+
+def tiny_model(num_choices=3, sequence_length=12):
+    backbone = bertzoo.BertBackbone(vocabulary_size=len(VOCAB), num_layers=2, hidden_dim=32, num_heads=2,
+                                    intermediate_dim=64, max_sequence_length=32)
+    preprocessor = BertPreprocessor(BertTokenizer(VOCAB), sequence_length=sequence_length)
+    return bertzoo.BertMultipleChoice(backbone, num_choices, preprocessor)
+
+
+CONTEXTS = ["the car is red .", "it was painted blue"]
+CHOICES = [["the car is red", "the car is blue", "the boat is red"], ["it is blue", "it is green", "red"]]
+
+
+def test_each_context_is_paired_with_each_choice():
+    model = tiny_model()
+    x, _ = model._raw_to_tensors((CONTEXTS, CHOICES), None)
+    features = model._preprocess(x)  # The tf.data step, run eagerly.
+    assert features["token_ids"].shape == (2, 3, 12)
+    for b, context in enumerate(CONTEXTS):
+        for c, choice in enumerate(CHOICES[b]):
+            pair = model.preprocessor((tf.constant([context]), tf.constant([choice])))
+            for key in ("token_ids", "segment_ids", "padding_mask"):
+                np.testing.assert_array_equal(features[key][b, c], pair[key][0])
+
+
+def test_logits_and_loss_against_numpy():
+    model = tiny_model()
+    model.compile(jit_compile=False)
+    x, _ = model._raw_to_tensors((CONTEXTS, CHOICES), None)
+    features = {k: np.asarray(v) for k, v in model._preprocess(x).items()}
+    logits = np.asarray(model(features, training=False))
+    assert logits.shape == (2, 3)
+    kernel = np.asarray(model.output_dense.kernel, "float64")
+    bias = np.asarray(model.output_dense.bias, "float64")
+    expected = np.zeros((2, 3))
+    for c in range(3):  # Each choice on its own through the backbone.
+        pooled = model.backbone({k: v[:, c] for k, v in features.items()})["pooled_output"]
+        expected[:, c] = (np.asarray(pooled, "float64") @ kernel + bias)[:, 0]
+    np.testing.assert_allclose(logits, expected, atol=1e-5)
+    labels = np.array([0, 2])
+    z = expected - expected.max(1, keepdims=True)
+    nll = np.log(np.exp(z).sum(1)) - z[np.arange(2), labels]
+    loss = model.compute_loss(x=features, y=labels, y_pred=model(features, training=False))
+    assert float(loss) == pytest.approx(nll.mean(), rel=1e-5)
+
+
+def synthetic_choices(n, seed):
+    """The right choice names a colour, the two others a thing; their order is random."""
+    rng = np.random.default_rng(seed)
+    contexts, choices, labels = [], [], []
+    for _ in range(n):
+        colour, thing = rng.choice(COLOURS), rng.choice(THINGS)
+        others = [t for t in THINGS if t != thing]
+        options = [f"the {thing} is {colour}"] + [f"the {thing} is {t}" for t in rng.choice(others, 2, replace=False)]
+        order = rng.permutation(3)
+        contexts.append(f"it was painted {colour} .")
+        choices.append([options[i] for i in order])
+        labels.append(int(np.flatnonzero(order == 0)[0]))
+    return (contexts, choices), np.array(labels)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    keras.utils.set_random_seed(0)
+    model = tiny_model()
+    model.compile(optimizer=keras.optimizers.Adam(5e-3), jit_compile=False)
+    x, labels = synthetic_choices(96, seed=0)
+    history = model.fit(x, labels, batch_size=16, epochs=4, verbose=0).history
+    return model, history
+
+
+def test_training_lowers_the_loss(trained):
+    _, history = trained
+    assert history["loss"][-1] < 0.5 * history["loss"][0]
+    assert history["accuracy"][-1] > 0.9
+
+
+def test_preset_round_trip(trained, tmp_path):
+    model, _ = trained
+    model.save_to_preset(tmp_path / "mc")
+    again = bertzoo.BertMultipleChoice.from_preset(tmp_path / "mc")
+    assert again.num_choices == 3
+    x, _ = model._raw_to_tensors((CONTEXTS, CHOICES), None)
+    features = {k: np.asarray(v) for k, v in model._preprocess(x).items()}
+    np.testing.assert_array_equal(again(features, training=False), model(features, training=False))
+
+
+def test_errors():
+    model = tiny_model()
+    with pytest.raises(ValueError, match="Example 1 has 2 choices"):
+        model.predict((CONTEXTS, [CHOICES[0], ["a", "b"]]), verbose=0)
+    with pytest.raises(ValueError, match="2 contexts but 1 choice lists"):
+        model.predict((CONTEXTS, CHOICES[:1]), verbose=0)
+    with pytest.raises(ValueError, match="tuple \\(contexts, choices\\)"):
+        model.predict(CONTEXTS, verbose=0)
+    with pytest.raises(ValueError, match="num_choices"):
+        tiny_model(num_choices=1)

@@ -1,0 +1,155 @@
+"""BertTokenClassifier and word-label alignment."""
+
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+import bertzoo
+from bertzoo.models.head_utils import MaskedAccuracy
+from bertzoo.text import BertPreprocessor
+from bertzoo.text import BertTokenizer
+
+SHARED_VOCAB = Path(__file__).resolve().parents[1] / ".." / "shared" / "models" / "all-MiniLM-L6-v2" / "vocab.txt"
+
+PEOPLE = ["anna", "john", "maria", "olaf"]
+PLACES = ["oslo", "paris", "reykjavik", "lima"]
+FILLER = ["met", "in", "visited", "near", "the", "and", "from"]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "anna", "john", "mar", "##ia", "ol", "##af", "os", "##lo",
+         "paris", "rey", "##kja", "##vik", "lima", "met", "in", "visited", "near", "the", "and", "from", "."]
+CLASSES = ["O", "PER", "LOC"]
+
+
+def test_alignment_hand_example():
+    tokenizer = BertTokenizer(VOCAB)
+    features, labels = bertzoo.align_word_labels(
+        tokenizer, [["Maria", "visited", "Reykjavik", "."], ["Olaf"]], [[1, 0, 2, 0], [1]], sequence_length=10
+    )
+    # [CLS] mar ##ia visited rey ##kja ##vik . [SEP] [PAD]
+    assert features["token_ids"].tolist() == [[2, 7, 8, 20, 14, 15, 16, 25, 3, 0], [2, 9, 10, 3, 0, 0, 0, 0, 0, 0]]
+    assert labels.tolist() == [
+        [-100, 1, -100, 0, 2, -100, -100, 0, -100, -100],
+        [-100, 1, -100, -100, -100, -100, -100, -100, -100, -100],
+    ]
+    assert features["padding_mask"].tolist()[1] == [1, 1, 1, 1, 0, 0, 0, 0, 0, 0]
+    assert not features["segment_ids"].any()
+    # Cut at sequence_length: the last words lose their labels, [SEP] stays.
+    features, labels = bertzoo.align_word_labels(tokenizer, [["Maria", "visited", "Reykjavik"]], [[1, 0, 2]],
+                                                 sequence_length=6)
+    assert features["token_ids"].tolist() == [[2, 7, 8, 20, 14, 3]]
+    assert labels.tolist() == [[-100, 1, -100, 0, 2, -100]]
+
+
+def test_alignment_matches_hugging_face_word_ids_on_the_real_vocabulary():
+    if not SHARED_VOCAB.is_file():
+        pytest.skip(f"{SHARED_VOCAB} is absent (the shared MiniLM checkpoint is not on this machine)")
+    from tokenizers import BertWordPieceTokenizer
+
+    sentences = [
+        ["Reykjavík", "isn't", "in", "the", "U.S.", "(", "obviously", ")"],
+        ["COVID-19", "hit", "naïve", "unbelievably", "", "fast", "!"],
+        ["Zoë", "e-mailed", "Dr.", "Ångström", "at", "3:45pm"],
+    ]
+    labels = [[(7 * i + j) % 5 for j in range(len(s))] for i, s in enumerate(sentences)]
+    reference = BertWordPieceTokenizer(str(SHARED_VOCAB), lowercase=True)
+    tokenizer = BertTokenizer(str(SHARED_VOCAB))
+    for length in (64, 9):
+        features, aligned = bertzoo.align_word_labels(tokenizer, sentences, labels, sequence_length=length)
+        for row, (words, word_labels) in enumerate(zip(sentences, labels)):
+            encoding = reference.encode(words, is_pretokenized=True, add_special_tokens=False)
+            ids, word_ids = encoding.ids[: length - 2], encoding.word_ids[: length - 2]
+            expected_labels = [
+                word_labels[w] if i == 0 or word_ids[i - 1] != w else -100 for i, w in enumerate(word_ids)
+            ]
+            pad = length - len(ids) - 2
+            assert features["token_ids"][row].tolist() == [reference.token_to_id("[CLS]")] + ids + [
+                reference.token_to_id("[SEP]")] + [0] * pad
+            assert aligned[row].tolist() == [-100] + expected_labels + [-100] * (pad + 1)
+
+
+def tiny_model(num_classes=3, class_names=CLASSES, sequence_length=12):
+    backbone = bertzoo.BertBackbone(vocabulary_size=len(VOCAB), num_layers=2, hidden_dim=32, num_heads=2,
+                                    intermediate_dim=64, max_sequence_length=32)
+    return bertzoo.BertTokenClassifier(backbone, num_classes,
+                                       BertPreprocessor(BertTokenizer(VOCAB), sequence_length=sequence_length),
+                                       class_names=class_names)
+
+
+def test_logits_loss_and_accuracy_against_numpy(rng):
+    model = tiny_model()
+    model.compile(jit_compile=False)
+    features, labels = bertzoo.align_word_labels(
+        model.preprocessor.tokenizer, [["Maria", "visited", "Reykjavik", "."], ["Olaf", "met", "Anna"]],
+        [[1, 0, 2, 0], [1, 0, 1]], sequence_length=12)
+    logits = model(features, training=False)
+    assert logits.shape == (2, 12, 3)
+    sequence = np.asarray(model.backbone(features)["sequence_output"], "float64")
+    dense = model.output_dense
+    expected = sequence @ np.asarray(dense.kernel, "float64") + np.asarray(dense.bias, "float64")
+    np.testing.assert_allclose(logits, expected, atol=1e-5)
+    valid = labels != -100
+    z = expected - expected.max(-1, keepdims=True)
+    log_probs = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    nll = -np.take_along_axis(log_probs, np.where(valid, labels, 0)[..., None], -1)[..., 0]
+    loss = model.compute_loss(x=features, y=labels, y_pred=logits)
+    assert float(loss) == pytest.approx(nll[valid].mean(), rel=1e-5)
+    metric = MaskedAccuracy()
+    metric.update_state(labels, logits)
+    assert float(metric.result()) == pytest.approx((expected.argmax(-1) == labels)[valid].mean())
+
+
+def synthetic_sentences(n, seed):
+    rng = np.random.default_rng(seed)
+    words, labels = [], []
+    for _ in range(n):
+        sentence, tags = [], []
+        for _ in range(rng.integers(3, 6)):
+            kind = rng.choice(3, p=[0.5, 0.25, 0.25])
+            sentence.append(str(rng.choice([FILLER, PEOPLE, PLACES][kind])).capitalize())
+            tags.append(int(kind))
+        words.append(sentence)
+        labels.append(tags)
+    return words, labels
+
+
+@pytest.fixture(scope="module")
+def trained():
+    keras.utils.set_random_seed(0)
+    model = tiny_model()
+    model.compile(optimizer=keras.optimizers.Adam(5e-3), jit_compile=False)
+    words, labels = synthetic_sentences(96, seed=0)
+    history = model.fit(words, labels, batch_size=16, epochs=4, verbose=0).history
+    return model, history
+
+
+def test_training_from_words_learns_the_tags(trained):
+    model, history = trained
+    assert history["loss"][-1] < 0.5 * history["loss"][0]
+    words, labels = synthetic_sentences(32, seed=1)
+    predicted = model.predict_words(words)
+    flat_true = [CLASSES[t] for row in labels for t in row]
+    flat_predicted = [p for row in predicted for p in row]
+    assert np.mean(np.array(flat_true) == np.array(flat_predicted)) > 0.9
+
+
+def test_preset_round_trip(trained, tmp_path):
+    model, _ = trained
+    features, _ = bertzoo.align_word_labels(model.preprocessor.tokenizer, [["Anna", "met", "Olaf", "in", "Oslo"]],
+                                            sequence_length=12)
+    model.save_to_preset(tmp_path / "tagger")
+    again = bertzoo.BertTokenClassifier.from_preset(tmp_path / "tagger")
+    assert again.class_names == CLASSES and again.preprocessor.sequence_length == 12
+    np.testing.assert_array_equal(again(features, training=False), model(features, training=False))
+
+
+def test_errors():
+    tokenizer = BertTokenizer(VOCAB)
+    with pytest.raises(ValueError, match="Sentence 0 has 2 words but 3 labels"):
+        bertzoo.align_word_labels(tokenizer, [["anna", "met"]], [[1, 0, 0]])
+    with pytest.raises(ValueError, match="non-string word"):
+        bertzoo.align_word_labels(tokenizer, [["anna", 3]])
+    with pytest.raises(ValueError, match="class_names"):
+        tiny_model(num_classes=2)
+    with pytest.raises(ValueError, match="num_classes"):
+        tiny_model(num_classes=0, class_names=None)

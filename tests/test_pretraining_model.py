@@ -1,0 +1,208 @@
+"""BertPretrainer: masked-LM and sentence heads against NumPy, tied decoder,
+losses, presets and a short training run."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import bertzoo
+from bertzoo.text import BertPreprocessor
+from bertzoo.text import BertTokenizer
+
+WORDS = "the cat sat on a mat dog ran to park it was sunny rain fell river rose and then".split()
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + [".", ","]
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def layer_norm(x, gamma, beta, eps):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * gamma + beta
+
+
+def tiny_backbone(embedding_dim=None):
+    return bertzoo.BertBackbone(
+        vocabulary_size=len(VOCAB), num_layers=2, hidden_dim=32, num_heads=2, intermediate_dim=64,
+        embedding_dim=embedding_dim, max_sequence_length=32, dropout=0.0,
+    )
+
+
+def randomize_heads(model, seed=0):
+    """Non-trivial head weights (LayerNorm gamma 1 and zero biases hide mistakes)."""
+    rng = np.random.default_rng(seed)
+    for layer in (model.mlm_head, model.sentence_head or model.mlm_head):
+        for variable in layer.weights:
+            if variable is model.backbone.embeddings.token_embedding.embeddings:
+                continue
+            variable.assign(rng.normal(0, 0.5, variable.shape).astype("float32") + (variable.name == "gamma"))
+
+
+def features(rng, batch=3, length=10, slots=4):
+    ids = rng.integers(5, len(VOCAB), (batch, length)).astype("int32")
+    mask = np.ones((batch, length), "int32")
+    mask[0, 7:] = 0
+    return {
+        "token_ids": ids,
+        "segment_ids": (np.arange(length) >= 5).astype("int32")[None].repeat(batch, 0),
+        "padding_mask": mask,
+        "mask_positions": rng.integers(0, 7, (batch, slots)).astype("int32"),
+    }
+
+
+def numpy_heads(model, x):
+    """The masked-LM and sentence logits computed by hand from the backbone outputs."""
+    backbone = model.backbone
+    out = backbone({k: x[k] for k in ("token_ids", "segment_ids", "padding_mask")})
+    sequence = np.asarray(out["sequence_output"], "float64")
+    pooled = np.asarray(out["pooled_output"], "float64")
+    head = model.mlm_head
+    w = {v.path.split("/")[-2] + "/" + v.name: np.asarray(v, "float64") for v in head.weights}
+    table = np.asarray(backbone.embeddings.token_embedding.embeddings, "float64")
+    gathered = np.take_along_axis(sequence, x["mask_positions"][..., None], axis=1)
+    h = gelu_tanh(gathered @ w["transform/kernel"] + w["transform/bias"])
+    h = layer_norm(h, w["layer_norm/gamma"], w["layer_norm/beta"], backbone.layer_norm_epsilon)
+    mlm = h @ table.T + np.asarray(head.output_bias, "float64")
+    if model.sentence_head is None:
+        return mlm, None
+    sentence = pooled @ np.asarray(model.sentence_head.kernel, "float64") + np.asarray(model.sentence_head.bias)
+    return mlm, sentence
+
+
+def log_softmax(z):
+    z = z - z.max(-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+
+@pytest.mark.parametrize("embedding_dim", [None, 8], ids=["bert", "albert_factorized"])
+def test_heads_match_numpy(embedding_dim, rng):
+    model = bertzoo.BertPretrainer(tiny_backbone(embedding_dim), sentence_objective="sop")
+    randomize_heads(model)
+    x = features(rng)
+    out = model(x)
+    assert out["mlm"].shape == (3, 4, len(VOCAB))
+    assert out["sentence"].shape == (3, 2)
+    if embedding_dim:
+        assert model.mlm_head.transform.kernel.shape == (32, 8)  # H -> E, decoded against the V x E table.
+    mlm, sentence = numpy_heads(model, x)
+    np.testing.assert_allclose(out["mlm"], mlm, atol=2e-4)
+    np.testing.assert_allclose(out["sentence"], sentence, atol=2e-5)
+
+
+def test_decoder_shares_the_token_embedding_variable(rng):
+    model = bertzoo.BertPretrainer(tiny_backbone(), sentence_objective=None)
+    table = model.backbone.embeddings.token_embedding.embeddings
+    assert model.mlm_head.token_embedding.embeddings is table
+    assert sum(v is table for v in model.trainable_variables) == 1
+    # Parameters: backbone + transform + LayerNorm + output bias; no second V x H table.
+    H, V = 32, len(VOCAB)
+    assert model.count_params() == model.backbone.count_params() + (H * H + H) + 2 * H + V
+    # Changing the embedding changes the decoder the same way.
+    x = features(rng)
+    table.assign(rng.normal(0, 1, table.shape).astype("float32"))
+    np.testing.assert_allclose(model(x)["mlm"], numpy_heads(model, x)[0], atol=2e-4)
+
+
+def test_loss_is_mean_over_real_slots_plus_sentence_loss(rng):
+    model = bertzoo.BertPretrainer(tiny_backbone(), sentence_objective="nsp")
+    randomize_heads(model)
+    model.compile(jit_compile=False)
+    x = features(rng)
+    labels = rng.integers(0, len(VOCAB), (3, 4)).astype("int32")
+    labels[0, 2:] = -100  # Unused slots.
+    labels[2, 3] = -100
+    nsp = np.array([0, 1, 1], "int32")
+    y_pred = model(x)
+    loss = model.compute_loss(x=x, y={"mlm": labels, "sentence": nsp}, y_pred=y_pred)
+    mlm, sentence = numpy_heads(model, x)
+    valid = labels != -100
+    picked = np.take_along_axis(log_softmax(mlm), np.where(valid, labels, 0)[..., None], -1)[..., 0]
+    expected_mlm = -picked[valid].mean()
+    expected_nsp = -log_softmax(sentence)[np.arange(3), nsp].mean()
+    assert float(loss) == pytest.approx(expected_mlm + expected_nsp, rel=1e-4)
+
+
+@pytest.fixture(scope="module")
+def preprocessor():
+    return BertPreprocessor(BertTokenizer(VOCAB), sequence_length=20)
+
+
+DOCUMENTS = [
+    ["the cat sat on a mat .", "then the cat ran to the park .", "the dog sat ."],
+    ["it was sunny .", "then rain fell .", "and the river rose ."],
+    ["a dog ran .", "the dog sat on a mat ."],
+    ["rain fell on the park .", "the river rose and rose ."],
+] * 16
+
+
+def test_short_nsp_training_lowers_the_loss(preprocessor):
+    keras.utils.set_random_seed(0)
+    model = bertzoo.BertPretrainer(tiny_backbone(), preprocessor, sentence_objective="nsp")
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=False)
+    first, second, labels = bertzoo.sentence_pairs(DOCUMENTS, "nsp", seed=0)
+    history = model.fit((first, second), labels, batch_size=16, epochs=4, verbose=0).history
+    assert history["mlm_loss"][-1] < history["mlm_loss"][0] - 0.5
+    assert history["loss"][-1] < history["loss"][0] - 0.5
+    assert 0 <= history["mlm_accuracy"][-1] <= 1
+
+
+def test_mlm_only_pipeline_makes_its_own_labels(preprocessor):
+    model = bertzoo.BertPretrainer(tiny_backbone(), preprocessor, sentence_objective=None, max_predictions=5)
+    x, y = next(iter(model._as_dataset(["the cat sat on a mat .", "it was sunny ."], batch_size=2)))
+    assert set(x) == {"token_ids", "segment_ids", "padding_mask", "mask_positions"}
+    assert set(y) == {"mlm"} and y["mlm"].shape == (2, 5)
+    clean = preprocessor(tf.constant(["the cat sat on a mat .", "it was sunny ."]))
+    used = y["mlm"].numpy() != -100
+    original = np.take_along_axis(clean["token_ids"].numpy(), x["mask_positions"].numpy(), 1)
+    np.testing.assert_array_equal(y["mlm"].numpy()[used], original[used])
+    assert used.sum(1).tolist() == [1, 1]  # round(0.15 * 7) = 1, max(1, round(0.15 * 4)) = 1.
+    with pytest.raises(ValueError, match="makes its own labels"):
+        model.fit(["the cat"], [1], verbose=0)
+
+
+def test_preset_round_trip_keeps_heads_and_tie(preprocessor, tmp_path, rng):
+    model = bertzoo.BertPretrainer(tiny_backbone(8), preprocessor, sentence_objective="sop", max_predictions=6)
+    randomize_heads(model, seed=3)
+    x = features(rng)
+    before = model(x)
+    model.save_to_preset(tmp_path / "pre")
+    again = bertzoo.BertPretrainer.from_preset(tmp_path / "pre")
+    assert again.task_config() == model.task_config()
+    assert again.mlm_head.token_embedding.embeddings is again.backbone.embeddings.token_embedding.embeddings
+    after = again(x)
+    np.testing.assert_array_equal(after["mlm"], before["mlm"])
+    np.testing.assert_array_equal(after["sentence"], before["sentence"])
+    assert again.masker.max_selections == 6
+
+
+def test_errors(preprocessor):
+    with pytest.raises(ValueError, match="Unknown `sentence_objective`"):
+        bertzoo.BertPretrainer(tiny_backbone(), sentence_objective="next")
+    model = bertzoo.BertPretrainer(tiny_backbone(), preprocessor, sentence_objective="nsp")
+    with pytest.raises(ValueError, match="needs the pair labels"):
+        model.fit((["a"], ["b"]), verbose=0)
+    with pytest.raises(ValueError, match="pass sentence pairs"):
+        model.fit(["the cat sat"], [0], verbose=0)
+    other = BertPreprocessor(BertTokenizer(VOCAB + ["extra"]), sequence_length=20)
+    with pytest.raises(ValueError, match="do not belong together"):
+        bertzoo.BertPretrainer(tiny_backbone(), other)
+    arrays = {"mlm/transform/kernel": np.zeros((32, 32), "float32")}
+    with pytest.raises(ValueError, match="mlm/output_bias: missing"):
+        model.load_pretraining_heads(arrays)
+
+
+def test_int8_quantized_model_decodes_with_the_dequantized_table(rng):
+    model = bertzoo.BertPretrainer(tiny_backbone(), sentence_objective=None)
+    randomize_heads(model)
+    x = features(rng)
+    quantized = bertzoo.quantize(model, "int8")
+    embedding = quantized.backbone.embeddings.token_embedding
+    assert embedding.quantization_mode == "int8"
+    assert quantized.mlm_head.token_embedding is embedding
+    float_logits, int8_logits = np.asarray(model(x)["mlm"]), np.asarray(quantized(x)["mlm"])
+    assert np.abs(int8_logits - float_logits).max() < 0.05 * np.abs(float_logits).max()

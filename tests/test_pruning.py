@@ -1,0 +1,320 @@
+"""Unstructured / block / N:M magnitude pruning, checked against NumPy.
+
+Most tests drive the masks with `optimizer.apply` eagerly (SGD with a zero
+learning rate leaves the weights as they are, so the expected masks follow
+from the initial weights); the compiled paths (XLA `fit`, resuming from a
+checkpoint, distillation) each get one test.
+"""
+
+import keras
+import numpy as np
+import pytest
+
+import bertzoo
+from bertzoo.datasets import synthetic_sentiment
+from bertzoo.text.preprocessor import BertPreprocessor
+from bertzoo.text.tokenizer import BertTokenizer
+from bertzoo.text.vocabulary import builtin_vocabulary
+
+ENCODER = ["query", "key", "value", "output"]
+
+
+def tiny_classifier(seed=0, hidden=16, heads=2, intermediate=32, layers=1, vocabulary_size=64,
+                    preprocessor=None, **kwargs):
+    keras.utils.set_random_seed(seed)
+    backbone = bertzoo.BertBackbone(
+        vocabulary_size=vocabulary_size, num_layers=layers, hidden_dim=hidden, num_heads=heads,
+        intermediate_dim=intermediate, max_sequence_length=32, dropout=0.0, initializer_range=0.2, **kwargs,
+    )
+    model = bertzoo.BertClassifier(backbone, num_classes=2, dropout=0.0, preprocessor=preprocessor)
+    # Distinct values everywhere (no magnitude ties), whatever the initializers do.
+    rng = np.random.default_rng(seed)
+    for v in model.weights:
+        v.assign(rng.normal(0.0, 0.2, v.shape).astype("float32"))
+    return model
+
+
+def tokenized(n=16, length=8, vocabulary_size=64, seed=0):
+    rng = np.random.default_rng(seed)
+    x = {
+        "token_ids": rng.integers(0, vocabulary_size, (n, length)).astype("int32"),
+        "segment_ids": np.zeros((n, length), "int32"),
+        "padding_mask": np.ones((n, length), "int32"),
+    }
+    return x, rng.integers(0, 2, n).astype("int32")
+
+
+def encoder_kernels(model):
+    backbone = model.backbone
+    out = {}
+    for block in backbone.attention_blocks:
+        for layer in (block.query_dense, block.key_dense, block.value_dense, block.output_dense):
+            out[layer.path] = layer.kernel
+    for block in backbone.feedforward_blocks:
+        for layer in (block.intermediate_dense, block.output_dense):
+            out[layer.path] = layer.kernel
+    return out
+
+
+def numpy_of(variables):
+    return {k: keras.ops.convert_to_numpy(v).copy() for k, v in variables.items()}
+
+
+def apply_steps(model, steps, learning_rate=0.0, seed=0):
+    """Runs `steps` optimizer updates eagerly (random gradients)."""
+    optimizer = keras.optimizers.SGD(learning_rate)
+    variables = model.trainable_variables
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        grads = [rng.normal(size=v.shape).astype("float32") for v in variables]
+        optimizer.apply(grads, variables)
+
+
+def smallest(values, count):
+    """Boolean mask of the `count` smallest |values| (NumPy reference)."""
+    flat = np.abs(values).reshape(-1)
+    mask = np.zeros(flat.size, bool)
+    mask[np.argsort(flat, kind="stable")[:count]] = True
+    return mask.reshape(values.shape)
+
+
+# --- Masks ------------------------------------------------------------------
+def test_layer_scope_zeroes_the_smallest_weights_of_each_kernel():
+    model = tiny_classifier()
+    before = numpy_of(encoder_kernels(model))
+    others = {v.path: keras.ops.convert_to_numpy(v).copy() for v in model.weights}
+    pruner = bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.6, begin_step=0))
+    assert sorted(t.path for t in pruner.targets) == sorted(before)
+    apply_steps(model, 1)
+    after = numpy_of(encoder_kernels(model))
+    for path, w in before.items():
+        expected = np.where(smallest(w, int(round(0.6 * w.size))), 0.0, w)
+        np.testing.assert_array_equal(after[path], expected, err_msg=path)
+    for v in model.weights:  # Embeddings, pooler, head: untouched.
+        if v.path in others and not any(v.path.startswith(p + "/") for p in before):
+            np.testing.assert_array_equal(keras.ops.convert_to_numpy(v), others[v.path], err_msg=v.path)
+    assert pruner.step == 1
+    assert pruner.sparsity() == pytest.approx(0.6, abs=1e-3)
+
+
+def test_global_scope_uses_one_threshold_across_layers():
+    model = tiny_classifier()
+    kernels = encoder_kernels(model)
+    # Make one kernel 10x larger: a global threshold spares it, a per-layer one would not.
+    big = "feedforward_0/intermediate"
+    kernels[big].assign(kernels[big] * 10.0)
+    before = numpy_of(kernels)
+    pruner = bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.5, begin_step=0), scope="global")
+    apply_steps(model, 1)
+    after = numpy_of(encoder_kernels(model))
+    paths = sorted(before)
+    flat = np.concatenate([before[p].reshape(-1) for p in paths])
+    expected = np.where(smallest(flat, int(round(0.5 * flat.size))), 0.0, flat)
+    np.testing.assert_array_equal(np.concatenate([after[p].reshape(-1) for p in paths]), expected)
+    assert np.mean(after[big] == 0) < 0.1
+    assert all(np.mean(after[p] == 0) > 0.55 for p in paths if p != big)
+    assert pruner.sparsity() == pytest.approx(0.5, abs=1e-3)
+
+
+@pytest.mark.parametrize("pattern, rows, cols", [("1x4", 1, 4), ("4x1", 4, 1)])
+def test_block_patterns_prune_whole_blocks_with_the_smallest_mean_magnitude(pattern, rows, cols):
+    model = tiny_classifier()
+    before = numpy_of(encoder_kernels(model))
+    bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.5, begin_step=0), pattern=pattern)
+    apply_steps(model, 1)
+    after = numpy_of(encoder_kernels(model))
+    for path, w in before.items():
+        h, c = w.shape
+        scores = np.abs(w).reshape(h // rows, rows, c // cols, cols).mean(axis=(1, 3))
+        pruned_blocks = smallest(scores, int(round(0.5 * scores.size)))
+        expected_mask = np.repeat(np.repeat(~pruned_blocks, rows, 0), cols, 1)
+        np.testing.assert_array_equal(after[path], np.where(expected_mask, w, 0.0), err_msg=path)
+
+
+def test_two_of_four_keeps_the_two_largest_of_every_four_inputs():
+    model = tiny_classifier()
+    before = numpy_of(encoder_kernels(model))
+    bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.5, begin_step=0), pattern="2:4")
+    apply_steps(model, 1)
+    for path, w in numpy_of(encoder_kernels(model)).items():
+        original = before[path]
+        groups = np.abs(original).T.reshape(original.shape[1], -1, 4)  # (out, in/4, 4)
+        keep = np.argsort(-groups, axis=-1, kind="stable")[..., :2]
+        expected = np.zeros_like(groups, bool)
+        np.put_along_axis(expected, keep, True, axis=-1)
+        expected = expected.reshape(original.shape[1], -1).T
+        np.testing.assert_array_equal(w, np.where(expected, original, 0.0), err_msg=path)
+        assert np.all((w.T.reshape(w.shape[1], -1, 4) == 0).sum(-1) == 2)
+
+
+def test_masks_follow_the_schedule_and_stay_applied_between_updates():
+    model = tiny_classifier()
+    schedule = bertzoo.PolynomialDecay(0.0, 0.8, begin_step=2, end_step=8, power=1, frequency=3)
+    pruner = bertzoo.Pruner(model, schedule)
+    kernel = encoder_kernels(model)["attention_0/query"]
+    # Pruning steps 2, 5, 8 at sparsities 0, 0.4, 0.8 (linear); masks fixed in between.
+    expected = [0, 0, 0, 0, 0, 0.4, 0.4, 0.4, 0.8, 0.8, 0.8]
+    optimizer = keras.optimizers.SGD(0.05)
+    variables = model.trainable_variables
+    rng = np.random.default_rng(0)
+    for step, sparsity in enumerate(expected):
+        mask_before = keras.ops.convert_to_numpy(pruner.state.masks[0]).copy()
+        grads = [rng.normal(size=v.shape).astype("float32") for v in variables]
+        optimizer.apply(grads, variables)
+        w = keras.ops.convert_to_numpy(kernel)
+        assert np.mean(w == 0) == pytest.approx(sparsity, abs=1 / w.size), f"step {step}"
+        if step not in (2, 5, 8):  # Between pruning steps the gradient regrows nothing.
+            np.testing.assert_array_equal(keras.ops.convert_to_numpy(pruner.state.masks[0]), mask_before)
+            assert np.all(w[mask_before == 0] == 0)
+    assert pruner.step == len(expected)
+
+
+def test_embeddings_are_pruned_only_on_request_and_layers_can_be_listed():
+    model = tiny_classifier()
+    pruner = bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.5, 0), layers=["feedforward_0/intermediate"],
+                            include_embeddings=True)
+    assert [t.path for t in pruner.targets] == [
+        "feedforward_0/intermediate",
+        "embeddings/token_embedding",
+        "embeddings/position_embedding",
+        "embeddings/segment_embedding",
+    ]
+    apply_steps(model, 1)
+    table = keras.ops.convert_to_numpy(model.backbone.embeddings.token_embedding.embeddings)
+    assert np.mean(table == 0) == pytest.approx(0.5, abs=1e-3)
+    assert np.all(keras.ops.convert_to_numpy(encoder_kernels(model)["attention_0/query"]) != 0)
+    chosen = bertzoo.Pruner(tiny_classifier(), bertzoo.ConstantSparsity(0.5, 0),
+                            layers=lambda layer: layer.name == "pooler")
+    assert [t.path for t in chosen.targets] == ["pooler"]
+
+
+# --- Compiled training, strip, report, presets --------------------------------
+def test_fit_under_xla_on_raw_strings_then_strip_report_and_preset(tmp_path):
+    tokenizer = BertTokenizer(builtin_vocabulary(1200))
+    preprocessor = BertPreprocessor(tokenizer, sequence_length=16)
+    model = tiny_classifier(vocabulary_size=1200, hidden=32, intermediate=64, preprocessor=preprocessor)
+    texts, labels = synthetic_sentiment(32, seed=0)
+    pruner = bertzoo.Pruner(
+        model, bertzoo.PolynomialDecay(0.0, 0.75, begin_step=0, end_step=2, frequency=1), include_embeddings=True
+    )
+    pruner.compile(optimizer=keras.optimizers.Adam(1e-2))
+    assert model.jit_compile  # The default on CPU float32: masks run inside XLA.
+    history = pruner.fit(texts, labels, batch_size=8, epochs=1, verbose=0)  # 4 steps.
+    assert history.history["sparsity"][-1] == pytest.approx(0.75, abs=1e-3)
+    for path, w in numpy_of(encoder_kernels(model)).items():
+        assert np.mean(w == 0) == pytest.approx(0.75, abs=1 / w.size), path
+
+    pruned = pruner.strip()
+    assert type(pruned) is bertzoo.BertClassifier and pruned is not model
+    assert not hasattr(pruned, "_pruning_state")
+    assert len(pruned.weights) == len(tiny_classifier(vocabulary_size=1200, hidden=32, intermediate=64).weights)
+    assert all(v.constraint is None for v in pruned.weights)
+    features = preprocessor(texts)
+    expected = keras.ops.convert_to_numpy(model(features))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(pruned(features)), expected, atol=1e-6)
+
+    report = bertzoo.sparsity_report(pruned)
+    rows = {r["path"]: r for r in report.layers}
+    assert rows["attention_0/query"]["sparsity"] == pytest.approx(0.75, abs=1e-3)
+    assert rows["pooler"]["sparsity"] == 0.0
+    zeros = sum(r["zeros"] for r in report.layers)
+    assert report.total_sparsity == pytest.approx(zeros / sum(r["parameters"] for r in report.layers))
+    # Zeros compress away: gzip size tracks the dense size times the density.
+    density = 1 - report.overall_sparsity
+    dense_report = bertzoo.sparsity_report(
+        tiny_classifier(vocabulary_size=1200, hidden=32, intermediate=64, preprocessor=preprocessor)
+    )
+    assert dense_report.total_sparsity == 0.0 and dense_report.dense_bytes == report.dense_bytes
+    assert report.compressed_bytes < report.dense_bytes * (density + 0.1)
+    assert dense_report.compressed_bytes > 2 * report.compressed_bytes
+    assert "attention_0/query" in str(report) and "gzip" in str(report)
+
+    pruned.save_to_preset(tmp_path / "pruned")
+    again = bertzoo.BertClassifier.from_preset(tmp_path / "pruned")
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(again(again.preprocessor(texts))), expected, atol=1e-6)
+    assert bertzoo.sparsity_report(again).total_sparsity == pytest.approx(report.total_sparsity)
+
+
+def test_resuming_from_a_checkpoint_continues_on_schedule(tmp_path):
+    x, y = tokenized(32)
+    schedule = bertzoo.PolynomialDecay(0.0, 0.8, begin_step=0, end_step=6, frequency=2)
+
+    def build():
+        model = tiny_classifier(seed=3)
+        pruner = bertzoo.Pruner(model, schedule, scope="global")
+        pruner.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=False)
+        return model, pruner
+
+    model, pruner = build()
+    pruner.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)  # Steps 0-3.
+    checkpoint = tmp_path / "ckpt.weights.h5"
+    model.save_weights(checkpoint)
+    pruner.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)  # Steps 4-7, uninterrupted.
+
+    resumed, resumed_pruner = build()
+    resumed.optimizer.build(resumed.trainable_variables)
+    resumed.load_weights(checkpoint)
+    assert resumed_pruner.step == 4
+    resumed_pruner.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    assert resumed_pruner.step == pruner.step == 8
+    for a, b in zip(model.weights, resumed.weights):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b), atol=1e-6,
+                                   err_msg=a.path)
+    assert resumed_pruner.sparsity() == pytest.approx(0.8, abs=1e-3)
+
+
+def test_pruning_while_distilling():
+    from bertzoo.compression.distillation import Distiller
+
+    teacher = tiny_classifier(seed=1, hidden=32, intermediate=64, layers=2)
+    student = tiny_classifier(seed=2, hidden=16, intermediate=32, layers=1)
+    teacher_before = [keras.ops.convert_to_numpy(v).copy() for v in teacher.weights]
+    pruner = bertzoo.Pruner(student, bertzoo.ConstantSparsity(0.5, begin_step=0, frequency=1))
+    distiller = Distiller(teacher, student, temperature=2.0, alpha=0.5)
+    distiller.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=False)  # XLA: tested above.
+    x, y = tokenized(16)
+    distiller.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    assert pruner.step == 2
+    for path, w in numpy_of(encoder_kernels(student)).items():
+        assert np.mean(w == 0) == pytest.approx(0.5, abs=1 / w.size), path
+    for before, v in zip(teacher_before, teacher.weights):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(v), before)
+    stripped = pruner.strip()
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(stripped(x)), keras.ops.convert_to_numpy(student(x)), atol=1e-6)
+
+
+# --- Bad input --------------------------------------------------------------
+def test_bad_inputs_give_clear_errors():
+    model = tiny_classifier()
+    schedule = bertzoo.ConstantSparsity(0.5, 0)
+    with pytest.raises(ValueError, match=r"Cannot prune layer 'attention_0/querry'.*Did you mean 'attention_0/query'"):
+        bertzoo.Pruner(model, schedule, layers=["attention_0/querry"])
+    with pytest.raises(ValueError, match=r"pattern='2:4' prunes exactly 0.5.*final sparsity is 0.8"):
+        bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.8, 0), pattern="2:4")
+    with pytest.raises(ValueError, match=r"no global threshold.*scope='layer'"):
+        bertzoo.Pruner(model, schedule, pattern="2:4", scope="global")
+    with pytest.raises(ValueError, match=r"Unknown pruning `pattern`='3x'"):
+        bertzoo.Pruner(model, schedule, pattern="3x")
+    with pytest.raises(ValueError, match=r"Unknown `scope`"):
+        bertzoo.Pruner(model, schedule, scope="model")
+    with pytest.raises(ValueError, match=r"pruning schedule"):
+        bertzoo.Pruner(model, 0.5)
+    with pytest.raises(ValueError, match=r"matched nothing"):
+        bertzoo.Pruner(model, schedule, layers=lambda layer: False)
+    model.backbone.pooler.trainable = False
+    with pytest.raises(ValueError, match=r"'pooler' is frozen"):
+        bertzoo.Pruner(model, schedule, layers=["pooler"])
+    model.backbone.pooler.trainable = True
+    odd = tiny_classifier(intermediate=30)
+    with pytest.raises(ValueError, match=r"input dimension of 'feedforward_0/output' \(30\).*multiple of 4"):
+        bertzoo.Pruner(odd, schedule, pattern="2:4")
+
+    bertzoo.Pruner(model, schedule)
+    with pytest.raises(ValueError, match=r"already has a Pruner attached"):
+        bertzoo.Pruner(model, schedule)
+
+    plain = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4, name="dense")])
+    with pytest.raises(ValueError, match=r"layers='encoder' needs a bertzoo backbone"):
+        bertzoo.Pruner(plain, schedule)
+    with pytest.raises(ValueError, match=r"is quantized"):
+        bertzoo.Pruner(bertzoo.quantize(tiny_classifier(), "int8"), schedule)

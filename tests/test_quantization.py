@@ -1,0 +1,118 @@
+"""Post-training quantization of bertzoo models, presets, and export."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+import bertzoo
+from bertzoo.text.preprocessor import BertPreprocessor
+from bertzoo.text.tokenizer import BertTokenizer
+from bertzoo.text.vocabulary import builtin_vocabulary
+
+TEXTS = ["a gripping, funny film", "dull and far too long", "fine", "what a lovely day out"]
+
+
+@pytest.fixture(scope="module")
+def model():
+    keras.utils.set_random_seed(0)
+    preprocessor = BertPreprocessor(BertTokenizer(builtin_vocabulary(1200)), sequence_length=16)
+    backbone = bertzoo.BertBackbone(
+        vocabulary_size=1200, num_layers=2, hidden_dim=32, num_heads=2, intermediate_dim=64,
+        max_sequence_length=16, dropout=0.0,
+    )
+    model = bertzoo.BertClassifier(backbone, num_classes=3, preprocessor=preprocessor, class_names=["a", "b", "c"])
+    rng = np.random.default_rng(0)
+    for v in model.weights:
+        v.assign(rng.normal(0.0, 0.2, v.shape).astype("float32"))
+    return model
+
+
+def call(model, x):
+    return keras.ops.convert_to_numpy(model(x, training=False))
+
+
+def test_int8_copy_matches_keras_abs_max_scheme_and_float_outputs(model):
+    x = model.preprocessor(TEXTS)
+    float_kernel = keras.ops.convert_to_numpy(model.backbone.attention_blocks[0].query_dense.kernel).copy()
+    q = bertzoo.quantize(model, "int8")
+    assert type(q) is bertzoo.BertClassifier and q is not model
+    # The original is untouched.
+    assert model.backbone.attention_blocks[0].query_dense.quantization_mode is None
+    layer = q.backbone.attention_blocks[0].query_dense
+    assert layer.quantization_mode == "int8" and layer._kernel.dtype == "int8"
+    # Per output channel: int8 = round(w * 127 / max|w|).
+    scale = 127.0 / np.abs(float_kernel).max(axis=0)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(layer._kernel), np.round(float_kernel * scale))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(layer.kernel_scale), scale, rtol=1e-5)
+    assert q.backbone.embeddings.token_embedding.quantization_mode == "int8"
+    assert q.backbone.embeddings.layer_norm.dtype_policy.quantization_mode is None
+    # Outputs stay close to float32 (int8 weights and activations).
+    expected, got = call(model, x), call(q, x)
+    assert np.abs(got - expected).max() < 0.05 * np.abs(expected).max()
+
+    plain = bertzoo.quantize(model, "int8", include_embeddings=False)
+    assert plain.backbone.embeddings.token_embedding.quantization_mode is None
+    assert plain.backbone.pooler.quantization_mode == "int8"
+
+
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_quantized_presets_load_back_with_identical_predictions(model, mode, tmp_path):
+    x = model.preprocessor(TEXTS)
+    q = bertzoo.quantize(model, mode)
+    expected = call(q, x)
+    q.save_to_preset(tmp_path / "q")
+    config = json.loads((tmp_path / "q" / "config.json").read_text())
+    assert config["quantization"]["mode"] == mode
+    assert "attention_0/query" in config["quantization"]["layers"] and "logits" in config["quantization"]["layers"]
+
+    again = bertzoo.BertClassifier.from_preset(tmp_path / "q")
+    assert again.backbone.feedforward_blocks[1].output_dense.quantization_mode == mode
+    np.testing.assert_allclose(call(again, x), expected, atol=1e-6)
+
+    backbone = bertzoo.BertBackbone.from_preset(tmp_path / "q")
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(backbone(x)["pooled_output"]),
+        keras.ops.convert_to_numpy(q.backbone(x)["pooled_output"]),
+        atol=1e-6,
+    )
+    # A new head: the quantized backbone loads, the fresh head stays float.
+    other = bertzoo.BertClassifier.from_preset(tmp_path / "q", num_classes=5, class_names=None)
+    assert other.backbone.pooler.quantization_mode == mode and other.output_dense.quantization_mode is None
+
+
+def test_quantized_backbone_round_trips(model, tmp_path):
+    q = bertzoo.quantize(model.backbone)
+    assert type(q) is bertzoo.BertBackbone
+    q.save_to_preset(tmp_path / "b", tokenizer=model.preprocessor.tokenizer)
+    again = bertzoo.BertBackbone.from_preset(tmp_path / "b")
+    x = model.preprocessor(TEXTS)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(again(x)["sequence_output"]),
+        keras.ops.convert_to_numpy(q(x)["sequence_output"]),
+        atol=1e-6,
+    )
+
+
+def test_quantized_model_exports_to_a_saved_model(model, tmp_path):
+    import tensorflow as tf
+
+    q = bertzoo.quantize(model, "int8")
+    q.export(tmp_path / "serving" / "1", format="tf_saved_model")
+    served = tf.saved_model.load(str(tmp_path / "serving" / "1"))
+    out = served.signatures["serving_default"](text=tf.constant(TEXTS))
+    np.testing.assert_allclose(out["logits"].numpy(), q.predict(TEXTS, verbose=0), atol=1e-5)
+    assert [n.decode() for n in out["label_names"].numpy()] == [["a", "b", "c"][i] for i in out["label_ids"].numpy()]
+
+
+def test_bad_quantization_requests(model):
+    with pytest.raises(ValueError, match=r"Unknown quantization mode 'int2'.*int8"):
+        bertzoo.quantize(model, "int2")
+    q = bertzoo.quantize(model)
+    with pytest.raises(ValueError, match=r"already quantized \(int8\)"):
+        bertzoo.quantize(q)
+    pruned = bertzoo.compression.model_copy.copy_model(model)
+    bertzoo.Pruner(pruned, bertzoo.ConstantSparsity(0.5, 0))
+    with pytest.raises(ValueError, match=r"Pruner attached: quantize `pruner.strip\(\)`"):
+        bertzoo.quantize(pruned)
