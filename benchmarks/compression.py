@@ -30,6 +30,7 @@ and appends one JSON line per variant to benchmarks/results.jsonl.
 """
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -41,8 +42,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "out"
 MINILM = ROOT.parent / "shared" / "models" / "all-MiniLM-L6-v2"
+FIGURES_FILE = "figures.json"
 COLUMNS = [
-    "variant", "encoder sparsity", "accuracy", "Δ acc (pts)", "weights MB", "gzip MB", "gzip vs dense",
+    "variant", "encoder sparsity", "overall sparsity", "accuracy", "Δ acc (pts)", "weights MB", "gzip MB", "gzip vs dense",
     "b1 ms", "b1 speedup", "b32 ms", "b32 speedup", "timed with",
 ]
 
@@ -119,9 +121,13 @@ def sizes(model, directory):
     """Weight-file bytes raw and gzipped, and the saved preset directory's."""
     import bertzoo
     from bertzoo.compression import gzip_size
+    from bertzoo.compression.model_copy import copy_model
 
     report = bertzoo.sparsity_report(model)
-    model.save_to_preset(directory)
+    # A compiled model's `save_weights` (hence its preset) also holds the
+    # optimizer's slots: save a plain copy to measure the model itself.
+    plain = copy_model(model) if getattr(model, "optimizer", None) is not None else model
+    plain.save_to_preset(directory)
     preset_raw = sum(p.stat().st_size for p in Path(directory).iterdir())
     return report, {"preset_bytes": preset_raw, "preset_gzip_bytes": gzip_size(directory)}
 
@@ -187,6 +193,8 @@ def chart(rows, path):
                 ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {v:.3g}", va="center", fontsize=8)
         if line is not None:
             ax.axvline(line, color="black", linewidth=0.8)
+        if key != "accuracy":
+            ax.set_xlim(0, max(values) * 1.15)
         if key == "accuracy":
             low = min(v for v in values if v) - 0.05
             ax.set_xlim(max(0.0, low), 1.0)
@@ -202,32 +210,40 @@ def chart(rows, path):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default=None, help="rated-sentences TSV (default: shared amazon.tsv)")
-    parser.add_argument("--train-size", type=int, default=2000)
+    parser.add_argument("--train-size", type=int, default=0, help="0: the whole train split (2888)")
     parser.add_argument("--test-size", type=int, default=0, help="0: the whole test split (722)")
     parser.add_argument("--sequence-length", type=int, default=48)
-    parser.add_argument("--epochs", type=int, default=1, help="dense fine-tuning epochs")
+    parser.add_argument("--epochs", type=int, default=2, help="dense fine-tuning epochs")
     parser.add_argument("--learning-rate", type=float, default=1e-4, help="dense fine-tuning peak rate")
-    parser.add_argument("--prune-learning-rate", type=float, default=5e-5)
-    parser.add_argument("--prune-steps", type=int, default=25, help="updates per unstructured level")
-    parser.add_argument("--structured-steps", type=int, default=30, help="fine-tuning updates after head removal")
+    parser.add_argument("--prune-learning-rate", type=float, default=1e-4,
+                        help="constant AdamW rate while pruning / after head removal")
+    parser.add_argument("--prune-steps", type=int, default=100, help="updates per unstructured level")
+    parser.add_argument("--structured-steps", type=int, default=60, help="fine-tuning updates after head removal")
     parser.add_argument("--calibration-batches", type=int, default=10)
     parser.add_argument("--batch", type=int, default=32, help="batch size of the throughput timing")
     parser.add_argument("--runs", type=int, default=7, help="timing rounds (medians)")
     parser.add_argument("--cache", default=str(OUT / "compression_cache"))
     parser.add_argument("--chart", default=str(OUT / "compression.png"))
     parser.add_argument("--no-record", action="store_true", help="do not append to results.jsonl")
+    parser.add_argument("--time-only", action="store_true",
+                        help="re-time the variants the last full run saved in --cache (keeps its accuracies)")
     args = parser.parse_args(argv)
     command = "python -m benchmarks.compression " + " ".join(argv if argv is not None else sys.argv[1:])
     started = time.time()
+    if args.time_only:
+        import tensorflow as tf
+
+        tf.get_logger().setLevel("ERROR")
+        return retime(args, command, started)
 
     import keras
+    import tensorflow as tf
 
     import bertzoo
-    from benchmarks.results import append_results
-    from benchmarks.results import print_table
     from bertzoo.compression import head_and_neuron_importance
     from bertzoo.models.task import bert_optimizer
 
+    tf.get_logger().setLevel("ERROR")  # Retracing notes from the per-variant timing functions.
     keras.utils.set_random_seed(0)
     data_path, (train_texts, train_y), (test_texts, test_y) = load_data(args)
     cache = Path(args.cache)
@@ -241,7 +257,8 @@ def main(argv=None):
     if not (dense_dir / "config.json").is_file():
         if not MINILM.is_dir():
             raise SystemExit(f"{MINILM} is missing: the benchmark fine-tunes the converted MiniLM.")
-        bertzoo.convert_checkpoint(MINILM, cache / "minilm")
+        if not (cache / "minilm" / "config.json").is_file():
+            bertzoo.convert_checkpoint(MINILM, cache / "minilm")
         model = bertzoo.BertClassifier.from_preset(cache / "minilm", num_classes=2,
                                                    sequence_length=args.sequence_length)
         model.compile(optimizer=bert_optimizer(args.learning_rate), jit_compile=False)
@@ -258,10 +275,14 @@ def main(argv=None):
     shutil.rmtree(work, ignore_errors=True)
 
     def measure(name, model, timed=True, **extra):
-        report, preset = sizes(model, work / name.replace(" ", "_").replace("/", "-"))
+        directory = name.replace(" ", "_").replace("/", "-").replace(",", "")
+        report, preset = sizes(model, work / directory)
         figures = {
             "variant": name,
+            "preset": directory,
+            "timed": timed,
             "encoder sparsity": round(encoder_sparsity(report), 4),
+            "overall sparsity": round(report.overall_sparsity, 4),
             "accuracy": accuracy(model, test_x, test_y),
             "weights_bytes": report.dense_bytes,
             "weights_gzip_bytes": report.compressed_bytes,
@@ -292,12 +313,12 @@ def main(argv=None):
         dense, ({k: v[:calibration] for k, v in train_x.items()}, train_y[:calibration])
     )
     structured = []
-    for heads, ratio in ((8, 0.5), (6, 0.25)):
+    for heads, ratio in ((12, 0.5), (8, 0.5), (6, 0.25)):
         name = f"structured {heads}/12 heads, FFN x{ratio:g}"
         print(f"{name} ...", flush=True)
         small = bertzoo.prune_heads_and_neurons(dense, heads_to_keep=heads, ffn_keep_ratio=ratio, importance=importance)
         before = accuracy(small, test_x, test_y)
-        fine_tune(small, train_x, train_y, args.structured_steps, args.prune_learning_rate * 2)
+        fine_tune(small, train_x, train_y, args.structured_steps, args.prune_learning_rate)
         measure(name, small, accuracy_before_fine_tuning=before, fine_tuning_steps=args.structured_steps)
         structured.append(name)
 
@@ -308,18 +329,49 @@ def main(argv=None):
     best_structured = within[-1] if within else structured[0]
     measure(f"{best_structured} + int8", bertzoo.quantize(variants[best_structured]["model"], "int8"))
 
-    # --- Timing ---------------------------------------------------------------
-    print("timing ...", flush=True)
+    setup = {
+        "data": str(data_path.name), "train_size": len(train_y), "test_size": len(test_y),
+        "sequence_length": args.sequence_length, "dense_epochs": args.epochs,
+        "prune_steps_per_level": args.prune_steps, "structured_steps": args.structured_steps,
+        "vocabulary_size": vocabulary_size,
+    }
+    figures = [v["figures"] for v in variants.values()]
+    (cache / FIGURES_FILE).write_text(json.dumps({"setup": setup, "variants": figures}, indent=1))
     timed = {n: v["model"] for n, v in variants.items() if v["model"] is not None}
-    ms = time_variants(timed, args.sequence_length, args.batch, args.runs, vocabulary_size)
+    finish(figures, timed, setup, args, command, started)
 
-    dense_gzip = variants["dense"]["figures"]["weights_gzip_bytes"]
+
+def retime(args, command, started):
+    """Times the variants saved by the last full run again (e.g. at a
+    quieter moment), keeping its accuracy and size figures."""
+    import bertzoo
+
+    saved = Path(args.cache) / FIGURES_FILE
+    if not saved.is_file():
+        raise SystemExit(f"{saved} is missing: run the full benchmark first.")
+    record = json.loads(saved.read_text())
+    timed = {}
+    for f in record["variants"]:
+        if f.get("timed"):
+            timed[f["variant"]] = bertzoo.BertClassifier.from_preset(Path(args.cache) / "variants" / f["preset"])
+    finish(record["variants"], timed, {**record["setup"], "timing_only": True}, args, command, started)
+
+
+def finish(figures, timed, setup, args, command, started):
+    """Times the `timed` models, prints the table, draws the chart, records."""
+    from benchmarks.results import append_results
+    from benchmarks.results import print_table
+
+    print("timing ...", flush=True)
+    ms = time_variants(timed, setup["sequence_length"], args.batch, args.runs, setup["vocabulary_size"])
+    dense = next(f for f in figures if f["variant"] == "dense")
     rows = []
-    for name, v in variants.items():
-        f = dict(v["figures"])
-        f["accuracy_change_points"] = round(100 * (f["accuracy"] - dense_accuracy), 2)
-        f["gzip_vs_dense"] = round(f["weights_gzip_bytes"] / dense_gzip, 4)
-        if v["model"] is not None:
+    for f in figures:
+        f = dict(f)
+        name = f["variant"]
+        f["accuracy_change_points"] = round(100 * (f["accuracy"] - dense["accuracy"]), 2)
+        f["gzip_vs_dense"] = round(f["weights_gzip_bytes"] / dense["weights_gzip_bytes"], 4)
+        if name in timed:
             for n in (1, args.batch):
                 for xla in (False, True):
                     f[f"ms_batch{n}_{'xla' if xla else 'graph'}"] = round(ms[(name, xla, n)], 2)
@@ -335,6 +387,7 @@ def main(argv=None):
         table.append({
             "variant": f["variant"],
             "encoder sparsity": f"{f['encoder sparsity']:.0%}",
+            "overall sparsity": f"{f['overall sparsity']:.0%}",
             "accuracy": f"{f['accuracy']:.4f}",
             "Δ acc (pts)": f"{f['accuracy_change_points']:+.2f}",
             "weights MB": f"{f['weights_bytes'] / 1e6:.1f}",
@@ -357,12 +410,8 @@ def main(argv=None):
     ]
     chart(chart_rows, Path(args.chart))
     if not args.no_record:
-        setup = {
-            "data": str(data_path.name), "train_size": len(train_y), "test_size": len(test_y),
-            "sequence_length": args.sequence_length, "dense_epochs": args.epochs,
-            "prune_steps_per_level": args.prune_steps, "structured_steps": args.structured_steps,
-            "timing_runs": args.runs, "timing_batch": args.batch, "seconds": round(time.time() - started),
-        }
+        setup = {**setup, "timing_runs": args.runs, "timing_batch": args.batch,
+                 "seconds": round(time.time() - started)}
         append_results("compression", [{"setup": setup, **f} for f in rows], command)
         print("appended to benchmarks/results.jsonl")
 

@@ -32,7 +32,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default=None)
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--builtin", default="mini", help="built-in preset to fine-tune from scratch")
+    parser.add_argument("--builtin", default="mini",
+                        help="built-in preset to fine-tune from scratch ('none' to skip)")
     args = parser.parse_args(argv)
     data = args.data or find_shared_sentiment("amazon")
     if data is None:
@@ -40,7 +41,7 @@ def main(argv=None):
     example = _example()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        presets = [(args.builtin, args.builtin, 1e-3)]
+        presets = [] if args.builtin == "none" else [(args.builtin, args.builtin, 1e-3)]
         if MINILM.is_dir():
             import bertzoo
 

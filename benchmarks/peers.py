@@ -107,14 +107,16 @@ def _compare(output, reference):
 
 
 def _timed(fn, runs, warmup):
+    """Wall-clock and process CPU seconds of `runs` calls after `warmup`."""
     for _ in range(warmup):
         fn()
-    times = []
+    times, cpu = [], []
     for _ in range(runs):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         fn()
         times.append(time.perf_counter() - start)
-    return times
+        cpu.append(time.process_time() - start_cpu)
+    return times, cpu
 
 
 # --- Keras libraries ------------------------------------------------------
@@ -162,12 +164,12 @@ class KerasLibrary:
         out = model.predict_on_batch(inputs)
         return out["sequence_output"] if isinstance(out, dict) else out
 
-    def inference(self, model, inputs, xla):
-        model.compile(jit_compile=xla)
+    def inference(self, model, inputs, variant):
+        model.compile(jit_compile=variant["xla"])
         return lambda: model.predict_on_batch(inputs)  # NumPy out: the work is done.
 
-    def training(self, model, inputs, labels, xla):
-        self.compile_for_training(model, xla)
+    def training(self, model, inputs, labels, variant):
+        self.compile_for_training(model, variant["xla"])
         return lambda: model.train_on_batch(inputs, labels)
 
 
@@ -225,13 +227,26 @@ class Transformers:
     name = "transformers"
 
     def versions(self):
-        return _versions("torch", "transformers")
+        import torch
+
+        return {**_versions("torch", "transformers"), "torch_threads": torch.get_num_threads()}
 
     def variants(self, mode, dtype):
-        return [{"xla": False}]
+        # PyTorch's OpenMP threads wait for each other at every op; on a busy
+        # machine one thread can beat all cores, so both are timed.
+        import torch
+
+        self._default_threads = torch.get_num_threads()
+        one = [{"xla": False, "threads": 1}] if self._default_threads > 1 else []
+        return [{"xla": False, "threads": self._default_threads}] + one
 
     def default_xla(self, model):
         return False
+
+    def _set_threads(self, variant):
+        import torch
+
+        torch.set_num_threads(variant["threads"])
 
     def prepare(self, mode, dtype, config):
         import copy
@@ -282,9 +297,10 @@ class Transformers:
         value = out.last_hidden_state if hasattr(out, "last_hidden_state") else out.logits
         return value.float().numpy()
 
-    def inference(self, model, inputs, xla):
+    def inference(self, model, inputs, variant):
         import torch
 
+        self._set_threads(variant)
         features = self._torch_inputs(inputs)
 
         def run():
@@ -293,9 +309,10 @@ class Transformers:
 
         return run
 
-    def training(self, model, inputs, labels, xla):
+    def training(self, model, inputs, labels, variant):
         import torch
 
+        self._set_threads(variant)
         features = self._torch_inputs(inputs)
         labels = torch.from_numpy(np.asarray(labels)).long()
         model.train()
@@ -337,7 +354,7 @@ def matmul_peak(size=2048, runs=10):
             else:
                 x, y = tf.cast(a, dtype), tf.cast(b, dtype)
                 fn = tf.function(tf.matmul, jit_compile=xla)
-            times = _timed(lambda: fn(x, y).numpy(), runs, warmup=2)
+            times, _ = _timed(lambda: fn(x, y).numpy(), runs, warmup=2)
             best["xla" if xla else "no_xla"] = round(2 * size**3 / statistics.median(times) / 1e9, 1)
         peaks[dtype] = {"gflops": max(best.values()), **best}
     return peaks
@@ -360,23 +377,28 @@ def run_worker(library, mode, dtype, preset, batch, length, runs, warmup):
     del reference
     gc.collect()
     default = lib.default_xla(model)
-    for variant in lib.variants(mode, dtype):
+    variants = lib.variants(mode, dtype)
+    for variant in variants:
         load_before = os.getloadavg()[0]
         if mode == "inference":
-            fn = lib.inference(model, inputs, variant["xla"])
+            fn = lib.inference(model, inputs, variant)
         else:
-            fn = lib.training(model, inputs, labels, variant["xla"])
+            fn = lib.training(model, inputs, labels, variant)
         compile_start = time.perf_counter()
         fn()
         first_call_s = time.perf_counter() - compile_start
-        times = _timed(fn, runs, max(warmup - 1, 0))
+        times, cpu = _timed(fn, runs, max(warmup - 1, 0))
         yield {
             **base,
             **variant,
-            "default": variant["xla"] == default,
+            "default": variant["xla"] == default and variant == [v for v in variants if v["xla"] == default][0],
             "times_s": [round(t, 4) for t in times],
             "median_s": statistics.median(times),
             "min_s": min(times),
+            # CPU seconds of this process per call: less sensitive than wall
+            # time to other processes on a shared machine (but it counts
+            # threads spinning while they wait).
+            "cpu_median_s": statistics.median(cpu),
             "first_call_s": round(first_call_s, 2),
             "load_before": round(load_before, 2),
             "load_after": round(os.getloadavg()[0], 2),

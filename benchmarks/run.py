@@ -44,8 +44,8 @@ from benchmarks.results import print_table
 
 DEFAULT_CHART = Path(__file__).resolve().parent / "out" / "peers.png"
 LABELS = {"bertzoo": "bertzoo", "keras_hub": "keras-hub", "transformers": "HF transformers (PyTorch)"}
-COLUMNS = ["mode", "dtype", "library", "XLA", "median ms", "seq/s", "GFLOP/s", "% of peak",
-           "vs best peer", "error vs fp32"]
+COLUMNS = ["mode", "dtype", "library", "setting", "median ms", "seq/s", "GFLOP/s", "% of peak",
+           "vs best peer", "CPU s/call", "error vs fp32"]
 
 
 def encoder_flops(config, batch, length, mode):
@@ -68,6 +68,17 @@ def encoder_flops(config, batch, length, mode):
     )
     forward = layers * per_layer + 2 * batch * hidden * hidden
     return forward * (3 if mode == "training" else 1)
+
+
+def cpu_features():
+    """The CPU flags that decide the fast paths (bfloat16, int8, AMX)."""
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return [flag for flag in wanted if flag in flags]
 
 
 def wait_for_load(threshold, max_wait):
@@ -137,9 +148,21 @@ def summarize(rows):
     return summary
 
 
+def _setting(row):
+    """The configuration column: XLA for Keras, threads for PyTorch."""
+    if "threads" in row:
+        text = f"- ({row['threads']} thread{'s' if row['threads'] > 1 else ''})"
+    else:
+        text = "yes" if row["xla"] else "no"
+    return text + (" (default)" if row["default"] else "")
+
+
 def _describe(row):
-    xla = "" if row["library"] == "transformers" else (", XLA" if row["xla"] else ", no XLA")
-    return f"{LABELS[row['library']]} {row['dtype']}{xla}"
+    if "threads" in row:
+        setting = f", {row['threads']} thread{'s' if row['threads'] > 1 else ''}"
+    else:
+        setting = ", XLA" if row["xla"] else ", no XLA"
+    return f"{LABELS[row['library']]} {row['dtype']}{setting}"
 
 
 def table_rows(rows):
@@ -150,12 +173,13 @@ def table_rows(rows):
             "mode": r["mode"],
             "dtype": r["dtype"],
             "library": LABELS[r["library"]],
-            "XLA": "-" if r["library"] == "transformers" else ("yes" if r["xla"] else "no") + (" (default)" if r["default"] else ""),
+            "setting": _setting(r),
             "median ms": round(r["median_s"] * 1000, 1),
             "seq/s": round(r["seq_per_s"], 2),
             "GFLOP/s": round(r["gflops"], 1),
             "% of peak": f"{100 * r['utilization']:.0f}%" if r["utilization"] else "",
             "vs best peer": f"{r['vs_best_peer']:.2f}x" if r["vs_best_peer"] else "",
+            "CPU s/call": round(r["cpu_median_s"], 2),
             "error vs fp32": f"{check['relative_error']:.1e}" if check else "",
         })
     return table
@@ -181,7 +205,7 @@ def draw_chart(rows, path, title):
                 found = [r for r in rows if (r["mode"], r["dtype"], r["library"]) == (mode, dtype, name)]
                 best = max(found, key=lambda r: r["seq_per_s"]) if found else None
                 values.append(best["seq_per_s"] if best else 0.0)
-                labels.append("" if best is None or name == "transformers" else ("XLA" if best["xla"] else "no XLA"))
+                labels.append("" if best is None else (f"{best['threads']} thr" if "threads" in best else ("XLA" if best["xla"] else "no XLA")))
             xs = [j + (i - (len(libraries) - 1) / 2) * width for j in range(len(dtypes))]
             bars = ax.bar(xs, values, width, label=LABELS[name], color=colors[name])
             for bar, value, label in zip(bars, values, labels):
@@ -239,7 +263,8 @@ def main(argv=None):
         wait_for_load(args.wait_for_load, args.max_wait)
     start_load = os.getloadavg()
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    print(f"{machine()}; {date}; load average {start_load[0]:.2f}; preset {args.preset}, "
+    features = cpu_features()
+    print(f"{machine()} ({' '.join(features) or 'flags unknown'}); {date}; load average {start_load[0]:.2f}; preset {args.preset}, "
           f"batch {args.batch_size} x length {args.sequence_length}, median of {args.runs}", flush=True)
 
     notes = []
@@ -268,6 +293,9 @@ def main(argv=None):
                                           batch_size=args.batch_size, sequence_length=args.sequence_length,
                                           runs=args.runs, warmup=args.warmup)
                 rows.extend(found)
+                for row in found:
+                    print(f"    {_setting(row)}: median {row['median_s'] * 1000:.0f} ms, "
+                          f"{row['cpu_median_s']:.2f} CPU-s, load {row['load_after']}", flush=True)
                 if error:
                     notes.append(f"{LABELS[name]} {mode} {dtype}: {error}")
     notes = list(dict.fromkeys(notes))
@@ -288,7 +316,7 @@ def main(argv=None):
     print(f"load average: {start_load[0]:.2f} at start, {end_load[0]:.2f} at end")
 
     setup = {"preset": args.preset, "batch": args.batch_size, "length": args.sequence_length,
-             "runs": args.runs, "warmup": args.warmup, "peaks": peaks,
+             "runs": args.runs, "warmup": args.warmup, "peaks": peaks, "cpu_flags": features,
              "load_start": round(start_load[0], 2), "load_end": round(end_load[0], 2)}
     records = [{**setup, "kind": "configuration", **r} for r in rows]
     records.append({**setup, "kind": "summary", "summary": summary, "notes": notes})

@@ -3,6 +3,9 @@
     bertzoo convert SRC DEST [--overwrite]   checkpoint -> bertzoo preset
     bertzoo export PRESET_DIR OUT_DIR [--overwrite]
                                              preset -> SavedModel for serving
+    bertzoo quantize PRESET_DIR OUT_DIR [--mode int8]
+                                             float preset -> quantized preset
+    bertzoo sparsity PRESET_DIR              per-layer sparsity and compressed size
     bertzoo presets                          list the built-in presets
 
 Each subcommand is a function decorated with `@command(...)` that receives
@@ -91,6 +94,68 @@ def _export(args):
     except ImportError as e:  # e.g. ONNX without tf2onnx: a message, not a traceback.
         raise ValueError(str(e)) from e
     print(describe_export(path) if args.format == "tf_saved_model" else f"Wrote {path}")
+    return 0
+
+
+def _model_from_preset_directory(path):
+    from bertzoo.models.bert_backbone import BertBackbone
+    from bertzoo.saving.preset import _PRESET_CLASSES
+    from bertzoo.saving.preset import Preset
+
+    preset = Preset.resolve(path)
+    if preset.directory is None:
+        raise ValueError(f"{path!r} is a built-in preset definition without weights; pass a preset directory.")
+    if preset.class_name == "BertBackbone":
+        return BertBackbone.from_preset(preset), preset
+    if preset.class_name in _PRESET_CLASSES:
+        return _PRESET_CLASSES[preset.class_name].from_preset(preset), preset
+    raise ValueError(f"{path} holds a {preset.class_name}, which this bertzoo cannot build.")
+
+
+@command(
+    "quantize",
+    "Quantize a preset's weights (post-training, int8 or int4) into a new preset.",
+    arguments=(
+        argument("preset", metavar="PRESET_DIR", help="float task or backbone preset directory"),
+        argument("output", metavar="OUT_DIR", help="preset directory to write"),
+        argument("--mode", default="int8", choices=("int8", "int4"), help="quantization mode (default: int8)"),
+        argument("--keep-embeddings", action="store_true", help="leave the embedding tables in float"),
+        argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists"),
+    ),
+)
+def _quantize(args):
+    from pathlib import Path
+
+    from bertzoo.compression import gzip_size
+    from bertzoo.compression import quantize
+
+    if Path(args.output).exists() and not args.overwrite:
+        raise ValueError(f"{args.output} already exists. Pass --overwrite to replace it, or choose a new path.")
+    model, preset = _model_from_preset_directory(args.preset)
+    quantized = quantize(model, args.mode, include_embeddings=not args.keep_embeddings)
+    if preset.class_name == "BertBackbone":
+        from bertzoo.saving.preset import VOCABULARY_FILE
+
+        has_vocabulary = (preset.directory / VOCABULARY_FILE).is_file()
+        tokenizer = preset.build_preprocessor().tokenizer if has_vocabulary else None
+        quantized.save_to_preset(args.output, tokenizer=tokenizer, preprocessor_config=preset.config.get("preprocessor"))
+    else:
+        quantized.save_to_preset(args.output)
+    before, after = gzip_size(args.preset), gzip_size(args.output)
+    print(f"Wrote {args.output} ({args.mode}): {after / 1e6:.1f} MB gzipped, was {before / 1e6:.1f} MB")
+    return 0
+
+
+@command(
+    "sparsity",
+    "Print a preset's per-layer sparsity and its weights' size, raw and gzip-compressed.",
+    arguments=(argument("preset", metavar="PRESET_DIR", help="task or backbone preset directory"),),
+)
+def _sparsity(args):
+    from bertzoo.compression import sparsity_report
+
+    model, _ = _model_from_preset_directory(args.preset)
+    print(sparsity_report(model))
     return 0
 
 

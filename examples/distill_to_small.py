@@ -1,7 +1,7 @@
 """Distill a fine-tuned BERT classifier into a smaller, faster one.
 
     python examples/distill_to_small.py                 # built-in default, offline, a few minutes
-    python examples/distill_to_small.py --train-size 0 --teacher-epochs 3 --epochs 4   # all the data
+    python examples/distill_to_small.py --train-size 0 --epochs 4    # all the data, longer
     python examples/distill_to_small.py --teacher runs/my_teacher --student mini --data my.tsv
 
 With no arguments it picks what is on this machine:
@@ -57,12 +57,16 @@ def parse_args(argv):
     arg = parser.add_argument
     arg("--data", default=None,
         help="TSV file id<TAB>rating<TAB>text, or 'synthetic' (default: the shared amazon.tsv if found)")
-    arg("--train-size", type=int, default=600, help="subsample the training split (0: all of it)")
+    arg("--train-size", type=int, default=None,
+        help="subsample the training split (0: all of it; default: 600 sentences of a data file, "
+        "all generated ones)")
     arg("--test-size", type=int, default=400, help="subsample the test split (0: all of it)")
     arg("--teacher", default=None,
         help="fine-tuned classifier preset (used as is), or a backbone preset / built-in name "
         "to fine-tune first (default: converted all-MiniLM-L6-v2 if found, else 'mini')")
-    arg("--teacher-epochs", type=int, default=2, help="fine-tuning epochs of a teacher that is not fine-tuned yet")
+    arg("--teacher-epochs", type=int, default=None,
+        help="fine-tuning epochs of a teacher that is not fine-tuned yet (default: 2 for "
+        "pretrained weights, 4 from scratch)")
     arg("--teacher-learning-rate", type=float, default=None,
         help="default: 1e-4 for pretrained weights, 1e-3 from scratch")
     arg("--student", default=None,
@@ -71,7 +75,9 @@ def parse_args(argv):
     arg("--student-layers", type=int, default=None,
         help="build the student from every k-th teacher layer with this many layers "
         "(default for pretrained teachers: a third of the teacher's)")
-    arg("--epochs", type=int, default=2, help="distillation epochs")
+    arg("--epochs", type=int, default=None,
+        help="distillation epochs (default: 2 for a student copied from the teacher, 3 for a "
+        "randomly initialized one)")
     arg("--learning-rate", type=float, default=None,
         help="distillation peak learning rate (default: 2e-4 for a student copied from "
         "the teacher, 1e-3 for a randomly initialized one)")
@@ -109,7 +115,8 @@ def load_data(args):
         keep = np.sort(rng.choice(len(x), size, replace=False))
         return [x[i] for i in keep], y[keep]
 
-    train_x, train_y = subsample(train_x, train_y, args.train_size)
+    train_size = args.train_size if args.train_size is not None else (600 if path else 0)
+    train_x, train_y = subsample(train_x, train_y, train_size)
     test_x, test_y = subsample(test_x, test_y, args.test_size)
     source += (f"; seeded split (seed {args.seed}): {len(train_x)} of {full_train} train, "
                f"{len(test_x)} of {full_test} test sentences")
@@ -145,11 +152,15 @@ def build_teacher(args, train, output):
         spec, num_classes=2, sequence_length=args.sequence_length, class_names=CLASS_NAMES,
         load_weights=pretrained,
     )
+    epochs = args.teacher_epochs if args.teacher_epochs is not None else (2 if pretrained else 4)
+    if epochs < 1:
+        raise SystemExit(f"The teacher ({origin}) is not a fine-tuned classifier: give --teacher-epochs >= 1.")
     rate = args.teacher_learning_rate or (1e-4 if pretrained else 1e-3)
     teacher.compile(optimizer=bert_optimizer(rate), jit_compile=_jit(args))
-    print(f"Fine-tuning the teacher ({origin}) for {args.teacher_epochs} epoch(s), peak learning rate {rate:g}")
-    teacher.fit(*train, epochs=args.teacher_epochs, batch_size=args.batch_size)
-    return teacher, f"{origin}, fine-tuned {args.teacher_epochs} epoch(s)", pretrained
+    print(f"Fine-tuning the teacher ({origin}) for {epochs} epoch(s), peak learning rate {rate:g}")
+    teacher.fit(*train, epochs=epochs, batch_size=args.batch_size)
+    what = "fine-tuned" if pretrained else "trained from scratch"
+    return teacher, f"{origin}, {what} for {epochs} epoch(s)", pretrained
 
 
 def build_student(args, teacher, teacher_pretrained):
@@ -161,8 +172,8 @@ def build_student(args, teacher, teacher_pretrained):
         picked = "every_k" if teacher.backbone.num_layers % layers == 0 else [
             -(-i * teacher.backbone.num_layers // layers) for i in range(1, layers + 1)]
         student = bertzoo.init_student_from_teacher(teacher, {"num_layers": layers}, layers=picked)
-        which = f"every {k}th" if picked == "every_k" else f"layers {picked}"
-        return student, True, f"{layers}-layer copy of the teacher ({which} teacher layer, DistilBERT-style)"
+        copied = [k * i for i in range(1, layers + 1)] if picked == "every_k" else picked
+        return student, True, f"{layers}-layer copy of the teacher (teacher layers {copied}, DistilBERT-style)"
     spec = args.student or "tiny"
     preset = bertzoo.Preset.resolve(spec)
     if preset.has_weights():
@@ -190,30 +201,36 @@ def directory_bytes(path):
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 
 
-def latency(model, features, runs):
-    """Median seconds of one forward pass on already tokenized `features`."""
-    model.predict_on_batch(features)  # Trace and compile.
-    model.predict_on_batch(features)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
+def latencies(models, features, runs):
+    """Median seconds of one forward pass of each model on tokenized `features`.
+
+    The runs are interleaved (each round times every model once), so a change
+    in machine load affects all models alike and their ratio stays fair.
+    """
+    for model in models:  # Trace and compile, then one warm run.
         model.predict_on_batch(features)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        model.predict_on_batch(features)
+    times = [[] for _ in models]
+    for _ in range(runs):
+        for model, samples in zip(models, times):
+            start = time.perf_counter()
+            model.predict_on_batch(features)
+            samples.append(time.perf_counter() - start)
+    return [statistics.median(samples) for samples in times]
 
 
-def measure(model, test, preprocessor, batch_size, runs):
-    """Accuracy, predictions and latency (batch 1 and 32) of a classifier."""
+def measure(models, test, preprocessor, batch_size, runs):
+    """Accuracy, predictions and latency (batch 1 and 32) of each classifier."""
     texts, labels = test
-    logits = model.predict(texts, batch_size=batch_size, verbose=0)
-    predictions = np.argmax(logits, axis=-1)
-    features = {b: preprocessor([texts[i % len(texts)] for i in range(b)]) for b in (1, 32)}
-    return {
-        "accuracy": float(np.mean(predictions == labels)),
-        "predictions": predictions,
-        "latency_b1_ms": 1000 * latency(model, features[1], runs),
-        "latency_b32_ms": 1000 * latency(model, features[32], runs),
-    }
+    results = []
+    for model in models:
+        predictions = np.argmax(model.predict(texts, batch_size=batch_size, verbose=0), axis=-1)
+        results.append({"accuracy": float(np.mean(predictions == labels)), "predictions": predictions})
+    for b in (1, 32):
+        features = preprocessor([texts[i % len(texts)] for i in range(b)])
+        for result, seconds in zip(results, latencies(models, features, runs)):
+            result[f"latency_b{b}_ms"] = 1000 * seconds
+    return results
 
 
 def export_student(student, directory):
@@ -264,24 +281,26 @@ def main(argv=None):
         embedding_weight=args.embedding_weight, layer_map=args.layer_map,
     )
     rate = args.learning_rate or (2e-4 if student_from_teacher else 1e-3)
+    epochs = args.epochs or (2 if student_from_teacher else 3)
     distiller.compile(optimizer=bert_optimizer(rate), jit_compile=_jit(args))
-    print(f"Distilling for {args.epochs} epoch(s), peak learning rate {rate:g}, layer pairs "
+    print(f"Distilling for {epochs} epoch(s), peak learning rate {rate:g}, layer pairs "
           f"(student, teacher) {distiller.layer_pairs}")
-    distiller.fit(*train, validation_data=test, epochs=args.epochs, batch_size=args.batch_size)
+    distiller.fit(*train, epochs=epochs, batch_size=args.batch_size)
 
     teacher_dir, student_dir = output / "teacher", output / "student"
-    preprocessor = distiller.preprocessor
-    rows = []
-    for name, model, directory in (("teacher", teacher, teacher_dir), ("student", student, student_dir)):
+    models = {"teacher": (teacher, teacher_dir), "student": (student, student_dir)}
+    for model, directory in models.values():
         # Both predict with the same settings. Compiling afresh also drops the
         # teacher's training optimizer, whose moments `save_to_preset` would
         # otherwise store in task.weights.h5 too (3x the size on disk).
         model.compile(jit_compile=_jit(args))
         model.save_to_preset(directory)
+    figures = measure([teacher, student], test, distiller.preprocessor, args.batch_size, args.latency_runs)
+    rows = []
+    for (name, (model, directory)), measured in zip(models.items(), figures):
         total, non_embedding = count_parameters(model)
-        figures = measure(model, test, preprocessor, args.batch_size, args.latency_runs)
         rows.append({"name": name, "parameters": total, "non_embedding": non_embedding,
-                     "preset_mb": directory_bytes(directory) / 1e6, **figures})
+                     "preset_mb": directory_bytes(directory) / 1e6, **measured})
     exported = export_student(student, output / "student_savedmodel")
     agreement = float(np.mean(rows[0].pop("predictions") == rows[1].pop("predictions")))
 

@@ -121,6 +121,20 @@ def test_default_compile_uses_bert_fine_tuning_recipe():
     assert float(schedule(0)) == 0.0
     assert float(schedule(1)) == pytest.approx(5e-5)  # Warm-up is 10% of 8 -> 1 step.
     assert float(schedule(8)) == 0.0
+    # A second fit() extends the schedule from the current step instead of
+    # training at rate zero.
+    model.fit(texts, labels, batch_size=16, epochs=1, verbose=0)
+    assert schedule.total_steps == 12
+    assert float(schedule(9)) > 0.0
+
+
+def test_presets_do_not_store_optimizer_state(trained, tmp_path):
+    """A compiled, trained model's preset holds model weights only."""
+    trained.save_to_preset(tmp_path / "trained")
+    fresh = tiny_classifier()
+    fresh.save_to_preset(tmp_path / "fresh")
+    size = lambda d: (d / "task.weights.h5").stat().st_size
+    assert size(tmp_path / "trained") < 1.1 * size(tmp_path / "fresh")
 
 
 def test_builtin_preset_warns_once_about_random_weights():

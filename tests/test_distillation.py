@@ -406,14 +406,14 @@ def distilled(tmp_path_factory):
     keras.utils.set_random_seed(0)
     texts, labels = sentiment(96, seed=0)
     teacher = classifier(num_layers=2, hidden_dim=32, num_heads=4)
-    teacher.compile(optimizer=keras.optimizers.Adam(3e-3), jit_compile=False)
-    teacher.fit(texts, labels, epochs=8, batch_size=16, verbose=0)
+    teacher.compile(optimizer=keras.optimizers.Adam(5e-3), jit_compile=False)
+    teacher.fit(texts, labels, epochs=5, batch_size=16, verbose=0)
     before = weights_of(teacher)
     student = classifier(num_layers=1, hidden_dim=16, num_heads=2)
     d = Distiller(teacher, student, temperature=2.0, alpha=0.5)
     d.compile(optimizer=keras.optimizers.Adam(5e-3), jit_compile=True)
     val = sentiment(48, seed=1)
-    history = d.fit(texts, labels, validation_data=val, epochs=8, batch_size=16, verbose=0)
+    history = d.fit(texts, labels, validation_data=val, epochs=6, batch_size=16, verbose=0)
     return {"teacher": teacher, "student": student, "distiller": d, "before": before,
             "history": history.history, "val": val, "tmp": tmp_path_factory.mktemp("distilled")}
 
@@ -460,7 +460,7 @@ def test_unlabelled_text_distills_on_soft_targets(pair):
     d.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=False)
     texts, _ = sentiment(32, seed=2)
     before = d.loss_terms(texts)["soft"]
-    history = d.fit(texts, epochs=3, batch_size=16, verbose=0).history
+    history = d.fit(texts, epochs=2, batch_size=16, verbose=0).history
     assert "accuracy" not in history and "student_loss" not in history
     np.testing.assert_allclose(history["loss"], history["distillation_loss"], rtol=1e-6)
     assert d.loss_terms(texts)["soft"] < before

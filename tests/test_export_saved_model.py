@@ -181,7 +181,7 @@ def test_a_fresh_tensorflow_only_process_serves_the_keras_predictions(trained, e
     assert results["numbers"]["error"] == "InvalidArgumentError"
     assert "expected to be a string tensor" in results["numbers"]["message"]
     for case, message in [
-        ("pairs_mismatch", "same number of strings"),
+        ("pairs_mismatch", "same number of rows"),
         ("too_long", f"max_sequence_length={MAX_SEQUENCE_LENGTH}"),
         ("bad_token_ids", f"vocabulary_size={VOCABULARY_SIZE}"),
         ("bad_segment_ids", "num_segments=2"),
@@ -310,6 +310,58 @@ def test_compressed_and_mixed_precision_models_export(kind, trained, tmp_path):
     metadata = read_export_metadata(path)
     assert metadata["dtype_policy"] == ("mixed_bfloat16" if kind == "mixed_bfloat16" else "float32")
     assert metadata["quantization"] == (["int8"] if kind == "int8" else None)
+
+
+def _built_in_task(kind):
+    keras.utils.set_random_seed(4)
+    backbone, preprocessor = small_backbone(), small_preprocessor()
+    if kind == "question_answerer":
+        model = bertzoo.BertQuestionAnswerer(backbone, preprocessor=preprocessor)
+    elif kind == "token_classifier":
+        model = bertzoo.BertTokenClassifier(backbone, 3, preprocessor=preprocessor, class_names=["O", "PER", "LOC"])
+    else:
+        model = bertzoo.BertMultipleChoice(backbone, 2, preprocessor=preprocessor)
+    head = model.span_dense if kind == "question_answerer" else model.output_dense
+    head.kernel.assign(head.kernel.numpy() * 50)  # Predictions that differ between inputs.
+    model.compile(jit_compile=False)
+    return model
+
+
+@pytest.mark.parametrize("kind", ["question_answerer", "token_classifier", "multiple_choice"])
+def test_built_in_tasks_serve_their_own_raw_inputs_and_outputs(kind, tmp_path):
+    model = _built_in_task(kind)
+    path = bertzoo.export_saved_model(model, tmp_path / kind)
+    served = tf.saved_model.load(str(path)).signatures
+    if kind == "question_answerer":  # The answer span, decoded as predict_spans does.
+        questions = ["who wrote it?", "where was it?", "when?"]
+        contexts = ["it was written by ada in london.", "in the garden behind the house", ""]
+        outputs = served["serving_default"](question=tf.constant(questions), context=tf.constant(contexts))
+        expected = model.predict_spans(questions, contexts)
+        assert [a.decode() for a in outputs["answer"].numpy()] == [e["text"] for e in expected]
+        assert outputs["start"].numpy().tolist() == [e["start"] for e in expected]
+        assert outputs["end"].numpy().tolist() == [e["end"] for e in expected]
+        np.testing.assert_allclose(outputs["score"].numpy(), [e["score"] for e in expected], rtol=1e-5)
+        assert "TFText>FastWordpieceDetokenize" in read_export_metadata(path)["custom_ops"]
+    elif kind == "token_classifier":  # One label per word, as predict_words gives.
+        sentences = ["Anna visits Oslo today", "Olaf left", ""]
+        expected = model.predict_words(sentences)
+        assert len({label for row in expected for label in row}) > 1
+        for outputs in (
+            served["serving_default"](text=tf.constant(sentences)),
+            served["serving_words"](words=tf.constant([s.split() + [""] * (4 - len(s.split())) for s in sentences])),
+        ):
+            names = [[n.decode() or None for n in row] for row in outputs["label_names"].numpy()]
+            assert [row[: len(e)] for row, e in zip(names, expected)] == expected
+            assert [row[len(e):] for row, e in zip(names, expected)] == [[None] * (4 - len(e)) for e in expected]
+            assert outputs["words"].numpy()[0].tolist() == [b"Anna", b"visits", b"Oslo", b"today"]
+    else:
+        contexts = ["He was hungry,", "She opened the umbrella"]
+        choices = [["so he ate.", "so he slept."], ["because it rained.", "because it was dry."]]
+        outputs = served["serving_default"](context=tf.constant(contexts), choices=tf.constant(choices))
+        reference = model.predict((contexts, choices), verbose=0)
+        np.testing.assert_allclose(outputs["logits"].numpy(), reference, atol=1e-5)
+        np.testing.assert_array_equal(outputs["label_ids"].numpy(), reference.argmax(-1))
+        assert served["serving_tokenized"].structured_input_signature[1]["token_ids"].shape.as_list() == [None, 2, None]
 
 
 class TokenTagger(bertzoo.Task):

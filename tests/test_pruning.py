@@ -188,6 +188,15 @@ def test_embeddings_are_pruned_only_on_request_and_layers_can_be_listed():
     assert [t.path for t in chosen.targets] == ["pooler"]
 
 
+def test_shared_albert_weights_are_pruned_once_per_step():
+    model = tiny_classifier(layers=2, num_groups=1)  # Both layers use one set of weights.
+    pruner = bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.5, begin_step=0))
+    assert len(pruner.targets) == 6
+    apply_steps(model, 1)
+    assert pruner.step == 1
+    assert pruner.sparsity() == pytest.approx(0.5, abs=1e-3)
+
+
 # --- Compiled training, strip, report, presets --------------------------------
 def test_fit_under_xla_on_raw_strings_then_strip_report_and_preset(tmp_path):
     tokenizer = BertTokenizer(builtin_vocabulary(1200))
@@ -264,13 +273,11 @@ def test_resuming_from_a_checkpoint_continues_on_schedule(tmp_path):
 
 
 def test_pruning_while_distilling():
-    from bertzoo.compression.distillation import Distiller
-
     teacher = tiny_classifier(seed=1, hidden=32, intermediate=64, layers=2)
     student = tiny_classifier(seed=2, hidden=16, intermediate=32, layers=1)
     teacher_before = [keras.ops.convert_to_numpy(v).copy() for v in teacher.weights]
     pruner = bertzoo.Pruner(student, bertzoo.ConstantSparsity(0.5, begin_step=0, frequency=1))
-    distiller = Distiller(teacher, student, temperature=2.0, alpha=0.5)
+    distiller = bertzoo.Distiller(teacher, student, temperature=2.0, alpha=0.5)
     distiller.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=False)  # XLA: tested above.
     x, y = tokenized(16)
     distiller.fit(x, y, batch_size=8, epochs=1, verbose=0)

@@ -116,3 +116,22 @@ def test_bad_quantization_requests(model):
     bertzoo.Pruner(pruned, bertzoo.ConstantSparsity(0.5, 0))
     with pytest.raises(ValueError, match=r"Pruner attached: quantize `pruner.strip\(\)`"):
         bertzoo.quantize(pruned)
+
+
+def test_command_line_quantize_and_sparsity(model, tmp_path, capsys):
+    from bertzoo import cli
+
+    model.save_to_preset(tmp_path / "float")
+    assert cli.main(["quantize", str(tmp_path / "float"), str(tmp_path / "int8")]) == 0
+    assert "MB gzipped" in capsys.readouterr().out
+    config = json.loads((tmp_path / "int8" / "config.json").read_text())
+    assert config["quantization"]["mode"] == "int8"
+    x = model.preprocessor(TEXTS)
+    again = bertzoo.BertClassifier.from_preset(tmp_path / "int8")
+    np.testing.assert_allclose(call(again, x), call(bertzoo.quantize(model), x), atol=1e-6)
+    assert cli.main(["quantize", str(tmp_path / "float"), str(tmp_path / "int8")]) == 1
+    assert "already exists" in capsys.readouterr().err
+
+    assert cli.main(["sparsity", str(tmp_path / "float")]) == 0
+    out = capsys.readouterr().out
+    assert "attention_0/query" in out and "gzip" in out

@@ -11,7 +11,9 @@ How this relates to `keras.distillation`: `Distiller` subclasses
 `keras.distillation.Distiller` (teacher freezing, model checks, the
 `student_loss_weight` mix, loss trackers, `compile`'s student loss) and its
 losses are `keras.distillation.DistillationLoss` subclasses; the soft-target
-loss *is* `keras.distillation.LogitsDistillation` (KL at `T`, scaled by `T^2`).
+loss *is* `keras.distillation.LogitsDistillation` (KL at `T`, scaled by `T^2`),
+configured with a `KLDivergence` instance because its default loss string
+silently skips the softmax and the `T^2` (see `soft_target_loss`).
 What it replaces, and why:
 
 - Feature extraction. Keras reads intermediate features from
@@ -20,19 +22,19 @@ What it replaces, and why:
   no layer's output, and attention probabilities are not computed by the
   default graph at all; so features come from
   `BertBackbone.compute_features(..., return_attention_scores=True)`.
-- One student forward pass. Keras runs the student twice per step (once for
-  `y_pred`, once through the feature extractor, with different dropout
-  masks). Here `call()` runs it once and keeps its features for
-  `compute_loss` (matched by the identity of `y_pred`).
+- One student forward pass. With feature losses Keras runs the student twice
+  per step (once for `y_pred`, once through the feature extractor, with
+  different dropout masks). Here `call()` runs it once and keeps its features
+  for `compute_loss` (matched by the identity of `y_pred`).
 - Loss mix. Keras scales every distillation loss by `1 - student_loss_weight`.
   Here `alpha` mixes only the hard-label loss with the soft-target loss, as in
   Hinton et al.; the intermediate losses have their own weights. On unlabeled
   batches (no `y`) the soft-target loss gets the full weight.
 - Learned projections. `FeatureDistillation` holds no weights; the TinyBERT
   projections are `Dense` layers of the distiller, trained with the student.
-- The teacher's forward pass runs with `training=False` under
-  `stop_gradient`, so no gradient ever flows into it (Keras only relies on
-  `teacher.trainable = False`).
+- The teacher's outputs also pass through `stop_gradient` (Keras relies on
+  `teacher.trainable = False` alone), so no gradient reaches the teacher even
+  if its variables are made trainable again or shared with the student.
 """
 
 import math
@@ -602,8 +604,13 @@ class Distiller(keras.distillation.Distiller):
             validation_data=None, shuffle=True, steps_per_epoch=None, **kwargs):
         """Distills on labelled or unlabelled data (see the class docstring).
 
+        The default learning-rate schedule decays to zero over the first
+        `fit()` after `compile()`: compile again (a fresh optimizer) before
+        another `fit()`, e.g. on unlabelled text first, then on labelled data.
+
         Example:
         >>> distiller.fit(unlabelled_texts, epochs=2)            # soft targets only
+        >>> distiller.compile()
         >>> distiller.fit(texts, labels, validation_data=(val_texts, val_labels))
         """
         dataset = self._as_dataset(x, y, sample_weight, batch_size, shuffle=shuffle)

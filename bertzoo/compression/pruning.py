@@ -140,6 +140,7 @@ class PruningState(keras.layers.Layer):
         super().__init__(trainable=False, **kwargs)
         self.shapes = [tuple(int(d) for d in s) for s in shapes]
         self.names = list(names)
+        self.variable_dtype = variable_dtype
         self.masks, self.steps = [], []
         for shape, name in zip(self.shapes, self.names):
             self.masks.append(
@@ -165,7 +166,9 @@ class PruningState(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"shapes": [list(s) for s in self.shapes], "names": self.names})
+        config.update(
+            {"shapes": [list(s) for s in self.shapes], "names": self.names, "variable_dtype": self.variable_dtype}
+        )
         return config
 
 
@@ -229,9 +232,12 @@ class Pruner:
     the Pruner before compiling any trainer that should prune (a trainer
     compiled earlier must be compiled again).
 
-    Checkpoints: `model.save_weights()` holds the masks and counters; to
-    resume, build the model, attach a `Pruner` with the same arguments,
-    compile, `load_weights()` and fit.
+    Checkpoints: `model.save_weights()` (and so `ModelCheckpoint` /
+    `BackupAndRestore`) holds the masks and step counters with the weights
+    and optimizer state. To resume: build the model, attach a `Pruner` with
+    the same arguments, compile, `model.optimizer.build(model.trainable_variables)`,
+    `model.load_weights(path)`, and fit on. Save whole models (`.keras`,
+    presets) from `strip()`.
 
     Example:
     >>> model = bertzoo.BertClassifier.from_preset("tiny", num_classes=2)
@@ -519,7 +525,8 @@ class SparsityReport:
             for every weight matrix (Dense kernels, embedding tables).
         total_sparsity: zeros / parameters over those matrices.
         overall_sparsity: zeros / parameters over all weights (biases, norms too).
-        dense_bytes: size of `model.save_weights()`'s file.
+        dense_bytes: size of the model's weights in an HDF5 file (as
+            `save_weights` writes them, less any optimizer state or masks).
         compressed_bytes: its size after gzip (level 6).
     """
 
@@ -585,8 +592,8 @@ def gzip_size(path, level=6):
 def sparsity_report(model):
     """Per-layer and total sparsity, and dense vs gzip-compressed weight size.
 
-    A model with a `Pruner` attached is measured as `pruner.strip()` would
-    give it (masks and counters are not counted).
+    Sizes count the model's weights only: not the optimizer state of a
+    compiled model, nor the masks of a model with a `Pruner` attached.
 
     Example:
     >>> report = bertzoo.sparsity_report(pruner.strip())
@@ -597,7 +604,9 @@ def sparsity_report(model):
     if not isinstance(model, keras.Model) or not model.built:
         raise ValueError(f"`sparsity_report` needs a built Keras model, got {model!r}.")
     rows = []
-    for path, (layer, variable, _) in Pruner._candidates(model).items():
+    order = {id(v): i for i, v in enumerate(model.weights)}
+    candidates = sorted(Pruner._candidates(model).items(), key=lambda kv: order.get(id(kv[1][1]), len(order)))
+    for path, (layer, variable, _) in candidates:
         value = ops.convert_to_numpy(variable)
         zeros = int(np.sum(value == 0))
         rows.append(
@@ -609,13 +618,20 @@ def sparsity_report(model):
                 "sparsity": zeros / value.size,
             }
         )
+    import h5py
+
     weights = model_weights(model)
-    total_params = sum(int(np.prod(v.shape)) for v in weights)
-    total_zeros = sum(int(np.sum(ops.convert_to_numpy(v) == 0)) for v in weights)
-    plain = copy_model(model) if pruning_state(model) is not None else model
+    arrays = [ops.convert_to_numpy(v) for v in weights]
+    total_params = sum(a.size for a in arrays)
+    total_zeros = sum(int(np.sum(a == 0)) for a in arrays)
+    # The model's own weights, one HDF5 dataset each as in a Keras weights
+    # file, but without what `save_weights` adds for a compiled or pruning
+    # model (optimizer slots, masks): those are not the model's size.
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.weights.h5")
-        plain.save_weights(path)
+        with h5py.File(path, "w") as f:
+            for index, (variable, array) in enumerate(zip(weights, arrays)):
+                f.create_dataset(f"{index}/{variable.path}", data=array)
         dense_bytes = os.path.getsize(path)
         compressed_bytes = gzip_size(path)
     return SparsityReport(rows, total_params, total_zeros, dense_bytes, compressed_bytes)

@@ -8,12 +8,11 @@ strings (the tokenizer is in the graph) or token ids and return predictions;
 
 from bertzoo.export.portable import PORTABLE_FORMATS
 from bertzoo.export.portable import export_portable
-from bertzoo.export.saved_model import classification_outputs
+from bertzoo.export.serving import classification_outputs
 from bertzoo.export.saved_model import custom_ops
 from bertzoo.export.saved_model import describe_export
 from bertzoo.export.saved_model import export_saved_model
 from bertzoo.export.saved_model import read_export_metadata
-from bertzoo.export.saved_model import serving_outputs
 
 FORMATS = ("tf_saved_model",) + tuple(PORTABLE_FORMATS)
 

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import keras
 
-from bertzoo.export.saved_model import TOKENIZED_KEYS
 from bertzoo.export.saved_model import _backbone_of
 from bertzoo.export.saved_model import quantization_modes
+from bertzoo.export.serving import TOKENIZED_KEYS
 
 PORTABLE_FORMATS = {
     "onnx": {"suffix": ".onnx", "modules": ("tf2onnx", "onnx")},
@@ -87,9 +87,14 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
         raise IsADirectoryError(f"{path} is a directory; {format} export writes one file (e.g. model{suffix}).")
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} already exists. Pass overwrite=True to replace it, or choose a new path.")
-    signature = [
-        {k: keras.InputSpec(shape=(None, sequence_length), dtype="int32", name=k) for k in TOKENIZED_KEYS}
-    ]
+    # The model's own inputs, with the token axis of the BERT inputs fixed.
+    signature = [{
+        name: keras.InputSpec(
+            shape=tuple(tensor.shape[:-1]) + ((sequence_length,) if name in TOKENIZED_KEYS else tensor.shape[-1:]),
+            dtype=tensor.dtype, name=name,
+        )
+        for name, tensor in model.input.items()
+    }]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:

@@ -3,13 +3,19 @@
 The SavedModel holds the tokenizer and the model in one TensorFlow graph, so a
 server needs TensorFlow and the TF Text op kernels, not Keras or bertzoo.
 
-Signatures (all with a variable batch size):
+Signatures (all with a variable batch size), for a `BertClassifier`:
 
-    serving_default    text: string [batch]                      (models with a preprocessor)
-    serving_pairs      text, text_pair: string [batch]           (when the backbone has 2+ segments)
+    serving_default    text: string [batch]
+    serving_pairs      text, text_pair: string [batch]   (backbones with 2+ segments)
     serving_tokenized  token_ids, segment_ids, padding_mask: int32 [batch, length]
 
-Without a preprocessor `serving_default` is the tokenized signature.
+returning `logits` and `probabilities` (float32 [batch, num_classes]),
+`label_ids` (int32 [batch]) and `label_names` (string [batch], when the model
+has `class_names`). Other tasks get their own raw-text signatures and outputs
+(question answering: the answer span; token classification: one label per
+word; see `bertzoo.export.serving`); `serving_tokenized` always takes the
+model's own inputs. Without a preprocessor `serving_default` is the
+tokenized signature.
 
 Texts are tokenized and truncated to the preprocessor's `sequence_length`
 exactly as in `Task.predict` (empty strings give `[CLS] [SEP]`; invalid UTF-8
@@ -22,14 +28,6 @@ the backbone's `max_sequence_length`; longer rows, ids outside the
 vocabulary, segment ids outside `[0, num_segments)` or mismatched shapes fail
 with an `InvalidArgumentError` naming the problem, and the server stays up.
 `padding_mask` is 1 on real tokens, 0 on padding.
-
-Outputs of a `BertClassifier` (see `classification_outputs`): `logits` and
-`probabilities` float32 [batch, num_classes], `label_ids` int32 [batch], and
-`label_names` string [batch] when the model has `class_names`. Other models:
-a task class may define `serving_outputs(self, outputs) -> dict of tensors`;
-otherwise the model's own outputs are returned under their names (a dict
-model, e.g. `BertBackbone`: `sequence_output`, `pooled_output`) or as
-`outputs`, with floating outputs cast to float32.
 """
 
 import json
@@ -37,13 +35,11 @@ from pathlib import Path
 
 import keras
 
+from bertzoo.export.serving import pairs_supported
+from bertzoo.export.serving import serving_functions
 from bertzoo.saving.atomic import atomic_directory
 from bertzoo.version import __version__
 
-TEXT_SIGNATURE = "serving_default"
-PAIRS_SIGNATURE = "serving_pairs"
-TOKENIZED_SIGNATURE = "serving_tokenized"
-TOKENIZED_KEYS = ("token_ids", "segment_ids", "padding_mask")
 METADATA_PATH = Path("assets.extra") / "bertzoo_export.json"
 
 
@@ -104,17 +100,18 @@ def export_saved_model(
     if preprocessor == "auto":
         preprocessor = getattr(model, "preprocessor", None)
     preprocessor = _packing_preprocessor(preprocessor, sequence_length, backbone)
+    supported = pairs_supported(model, backbone, preprocessor)
     if pairs == "auto":
-        pairs = preprocessor is not None and backbone.num_segments >= 2
+        pairs = supported
     if not isinstance(pairs, bool):
         raise ValueError(f"`pairs` must be True, False or 'auto', got {pairs!r}.")
-    if pairs and preprocessor is None:
-        raise ValueError("`pairs=True` needs a preprocessor to tokenize the text pairs; the model has none.")
-    if pairs and backbone.num_segments < 2:
+    if pairs and not supported:
         raise ValueError(
-            f"`pairs=True` needs a backbone with 2 segments, this one has num_segments={backbone.num_segments}."
+            f"`pairs=True` needs a text task ({type(model).__name__} is served otherwise, see "
+            "bertzoo.export.serving), a preprocessor and a backbone with 2 segments "
+            f"(num_segments={backbone.num_segments})."
         )
-    path = Path(path)
+    path = Path(path).expanduser()
     # Fail before the (slow) tracing when the target is taken.
     if path.exists() and not overwrite:
         raise FileExistsError(
@@ -122,21 +119,7 @@ def export_saved_model(
             "version directory (e.g. .../2)."
         )
 
-    serve = _ServingGraph(model, backbone, preprocessor)
-    string = lambda name: tf.TensorSpec([None], tf.string, name=name)  # noqa: E731
-    integer = lambda name: tf.TensorSpec([None, None], tf.int32, name=name)  # noqa: E731
-    functions = {}
-    if preprocessor is not None:
-        functions[TEXT_SIGNATURE] = tf.function(serve.text, input_signature=[string("text")])
-        if pairs:
-            functions[PAIRS_SIGNATURE] = tf.function(
-                serve.pairs, input_signature=[string("text"), string("text_pair")]
-            )
-    functions[TOKENIZED_SIGNATURE] = tf.function(
-        serve.tokenized, input_signature=[integer(k) for k in TOKENIZED_KEYS]
-    )
-    if preprocessor is None:  # TensorFlow Serving needs a `serving_default`.
-        functions[TEXT_SIGNATURE] = functions[TOKENIZED_SIGNATURE]
+    functions = serving_functions(model, backbone, preprocessor, pairs)
     # A plain trackable root: the signatures (also callable as attributes of
     # the loaded object) and the model's variables, nothing Keras-specific.
     root = tf.Module()
@@ -225,152 +208,6 @@ def custom_ops(path):
         used -= functions
     # `tf.raw_ops` lists exactly the ops built into TensorFlow.
     return sorted(op for op in used if not hasattr(tf.raw_ops, op))
-
-
-def classification_outputs(outputs, class_names=None, activation=None):
-    """Serving outputs of a classification head, as a dict of tensors.
-
-    `logits` and `probabilities` (float32, softmax of the logits),
-    `label_ids` (int32 argmax) and, with `class_names`, `label_names` (the
-    name of each row's predicted class). `activation` is the head's output
-    activation: None (the outputs are logits) or `"softmax"` (they are
-    probabilities; `logits` are then their logarithm, which has the same
-    softmax).
-
-    Example, a task's serving hook:
-    >>> def serving_outputs(self, outputs):
-    ...     return classification_outputs(outputs, self.class_names)
-    """
-    import tensorflow as tf
-
-    scores = tf.cast(outputs, tf.float32)
-    if activation in (None, "linear"):
-        logits, probabilities = scores, tf.nn.softmax(scores, axis=-1)
-    elif activation == "softmax":
-        probabilities, logits = scores, tf.math.log(scores)
-    else:
-        raise ValueError(
-            f"classification_outputs supports heads with no activation (logits) or 'softmax', "
-            f"got activation={activation!r}."
-        )
-    label_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
-    result = {"logits": logits, "probabilities": probabilities, "label_ids": label_ids}
-    if class_names is not None:
-        result["label_names"] = tf.gather(tf.constant([str(n) for n in class_names]), label_ids)
-    return result
-
-
-def serving_outputs(model, outputs):
-    """The dict of serving outputs for `model`'s raw `outputs` (see the module docstring)."""
-    import tensorflow as tf
-
-    from bertzoo.models.bert_classifier import BertClassifier
-
-    hook = getattr(model, "serving_outputs", None)
-    if callable(hook):
-        result = hook(outputs)
-    elif isinstance(model, BertClassifier) and model.activation in (None, "linear", "softmax"):
-        result = classification_outputs(outputs, model.class_names, model.activation)
-    elif isinstance(model, BertClassifier):
-        result = {"scores": outputs}  # e.g. sigmoid (multi-label) heads: no argmax label.
-    elif isinstance(outputs, dict):
-        result = dict(outputs)
-    elif isinstance(outputs, (list, tuple)):
-        result = {f"output_{i}": o for i, o in enumerate(outputs)}
-    else:
-        result = {"outputs": outputs}
-    if not isinstance(result, dict) or not result:
-        raise ValueError(
-            f"{type(model).__name__}.serving_outputs must return a non-empty dict of tensors, got {result!r}."
-        )
-    return {
-        name: tf.cast(value, tf.float32) if value.dtype.is_floating else value
-        for name, value in result.items()
-    }
-
-
-class _ServingGraph:
-    """The functions behind the signatures; traced once by the ExportArchive."""
-
-    def __init__(self, model, backbone, preprocessor):
-        self.model = model
-        self.backbone = backbone
-        self.preprocessor = preprocessor
-
-    def _predict(self, features):
-        outputs = self.model(features, training=False)
-        return serving_outputs(self.model, outputs)
-
-    def _from_text(self, segments):
-        import tensorflow as tf
-
-        features = self.preprocessor(segments)
-        features = {k: tf.cast(features[k], tf.int32) for k in TOKENIZED_KEYS}
-        # Drop the padding columns no row in this batch uses: position
-        # embeddings are absolute and padding is masked, so predictions do
-        # not change. The `1` keeps [CLS] when the batch is empty.
-        lengths = tf.reduce_sum(features["padding_mask"], axis=1)
-        longest = tf.reduce_max(tf.concat([lengths, [1]], axis=0))
-        return self._predict({k: v[:, :longest] for k, v in features.items()})
-
-    # The signatures declare 1-D inputs, but a loaded signature does not check
-    # ranks at run time, so the rank is made explicit here: a scalar string is
-    # a batch of one and higher ranks are flattened (row-major).
-    def text(self, text):
-        import tensorflow as tf
-
-        return self._from_text(tf.reshape(text, [-1]))
-
-    def pairs(self, text, text_pair):
-        import tensorflow as tf
-
-        text, text_pair = tf.reshape(text, [-1]), tf.reshape(text_pair, [-1])
-        check = tf.debugging.assert_equal(
-            tf.size(text), tf.size(text_pair),
-            message="`text` and `text_pair` must have the same number of strings (one pair per row)",
-        )
-        with tf.control_dependencies([check]):
-            return self._from_text((tf.identity(text), tf.identity(text_pair)))
-
-    def tokenized(self, token_ids, segment_ids, padding_mask):
-        import tensorflow as tf
-
-        backbone = self.backbone
-        shape = tf.shape(token_ids)
-        checks = [
-            tf.debugging.assert_equal(
-                tf.shape(segment_ids), shape, message="`segment_ids` must have the shape of `token_ids`"
-            ),
-            tf.debugging.assert_equal(
-                tf.shape(padding_mask), shape, message="`padding_mask` must have the shape of `token_ids`"
-            ),
-            tf.debugging.assert_less_equal(
-                shape[1], backbone.max_sequence_length,
-                message=f"sequences are longer than the model's max_sequence_length="
-                f"{backbone.max_sequence_length}; truncate them (keeping the final [SEP])",
-            ),
-            tf.debugging.Assert(
-                tf.logical_or(tf.equal(shape[0], 0), tf.greater(shape[1], 0)),
-                ["sequences need at least one token ([CLS]); got length 0"],
-            ),
-            tf.debugging.assert_non_negative(token_ids, message="`token_ids` must be >= 0"),
-            tf.debugging.assert_less(
-                token_ids, backbone.vocabulary_size,
-                message=f"`token_ids` must be < vocabulary_size={backbone.vocabulary_size}",
-            ),
-            tf.debugging.assert_non_negative(segment_ids, message="`segment_ids` must be >= 0"),
-            tf.debugging.assert_less(
-                segment_ids, backbone.num_segments,
-                message=f"`segment_ids` must be < num_segments={backbone.num_segments}",
-            ),
-        ]
-        with tf.control_dependencies(checks):
-            features = {
-                "token_ids": tf.identity(token_ids),
-                "segment_ids": tf.identity(segment_ids),
-                "padding_mask": tf.cast(tf.not_equal(padding_mask, 0), tf.int32),
-            }
-        return self._predict(features)
 
 
 def quantization_modes(model):

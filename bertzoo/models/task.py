@@ -56,12 +56,15 @@ def bert_optimizer(learning_rate=5e-5):
 
 
 def set_schedule_length(optimizer, x, batch_size, epochs, steps_per_epoch):
-    """Fills in the length of `optimizer`'s `WarmupLinearDecay` (when unset)
-    from what `fit()` was given."""
+    """Sets the length of `optimizer`'s `WarmupLinearDecay` from what `fit()`
+    was given, unless the user fixed it. A later `fit()` extends the schedule
+    from the current step, so it trains instead of running at rate zero."""
     import tensorflow as tf
 
     schedule = getattr(optimizer, "_learning_rate", None)
-    if not isinstance(schedule, WarmupLinearDecay) or schedule.total_steps is not None:
+    if not isinstance(schedule, WarmupLinearDecay):
+        return
+    if schedule.total_steps is not None and not getattr(schedule, "_length_from_fit", False):
         return
     steps = steps_per_epoch
     if steps is None and isinstance(x, tf.data.Dataset):
@@ -71,7 +74,8 @@ def set_schedule_length(optimizer, x, batch_size, epochs, steps_per_epoch):
         first = x[next(iter(x))] if isinstance(x, dict) else x
         steps = -(-len(first) // (batch_size or DEFAULT_BATCH_SIZE))
     if steps:
-        schedule.total_steps = steps * epochs
+        schedule.total_steps = int(keras.ops.convert_to_numpy(optimizer.iterations)) + steps * epochs
+        schedule._length_from_fit = True
 
 
 class Task(keras.Model):

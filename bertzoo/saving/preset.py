@@ -273,6 +273,16 @@ def preprocessor_settings(preprocessor):
     }
 
 
+def _save_model_weights(model, path):
+    """`model.save_weights` without the optimizer's state: Keras would also
+    write a compiled model's Adam moments, doubling a preset's size."""
+    from keras.src.saving import saving_lib
+
+    optimizer = getattr(model, "optimizer", None)
+    skip = [optimizer] if optimizer is not None else None
+    saving_lib.save_weights_only(model, str(path), objects_to_skip=skip)
+
+
 def _load_weights(model, path):
     try:
         model.load_weights(str(path))
@@ -319,10 +329,10 @@ def save_preset(
         config["quantization"] = quantization
     with atomic_directory(directory, overwrite=overwrite) as tmp:
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
-        backbone.save_weights(str(tmp / BACKBONE_WEIGHTS_FILE))
+        _save_model_weights(backbone, tmp / BACKBONE_WEIGHTS_FILE)
         weight_files = [BACKBONE_WEIGHTS_FILE]
         if task is not None:
-            task.save_weights(str(tmp / TASK_WEIGHTS_FILE))
+            _save_model_weights(task, tmp / TASK_WEIGHTS_FILE)
             weight_files.append(TASK_WEIGHTS_FILE)
         for filename, arrays in (extra_arrays or {}).items():
             _save_arrays(tmp, filename, arrays)

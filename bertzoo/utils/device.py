@@ -1,19 +1,22 @@
 """Per-device choices for the fast path: when to compile steps with XLA.
 
-The policy (`default_jit_compile`) comes from measurements with
-`python -m benchmarks.run` (BERT-base, batch 8, length 128; figures in
-`benchmarks/results.jsonl` and the README's "Performance" table):
+The CPU rows come from measurements on a 2-core AMD EPYC (AVX-512, AVX512_BF16,
+VNNI; no AMX) with TensorFlow 2.21, BERT-base, batch 8 x 128: interleaved
+A/B runs in one process, CPU seconds per call (the machine was shared), and
+`python -m benchmarks.run` (figures in `benchmarks/results.jsonl` and the
+README's "Performance" table).
 
-| where | weights / compute | XLA | why |
+| where | model | XLA | measured |
 |---|---|---|---|
-| GPU, TPU | any | on | fuses the elementwise work between matmuls |
-| CPU | float32 | on | about as fast as TF's oneDNN kernels for inference, faster training steps |
-| CPU | bfloat16 / float16 compute | off | XLA:CPU's low-precision dots are ~3x slower than oneDNN's AVX-512-BF16 kernels |
-| CPU | int8-quantized layers | on | TF has no fast int8 matmul kernel outside XLA (~10x slower) |
-| any | multi-replica `tf.distribute` strategy | off | see `jit_compile_supported` |
+| GPU, TPU | any | on | (not measured here: XLA's usual win, fused elementwise work) |
+| CPU | float32 | off | training step 3.9 vs 4.1 CPU-s (XLA slower), inference within ~8% either way, plus XLA's compile time |
+| CPU | bfloat16 / float16 compute | off | training step 2.8 vs 4.4 CPU-s, inference ~2x: XLA:CPU's bf16 dots are far slower than oneDNN's AVX512-BF16 kernels |
+| CPU | int8-quantized layers | on | 1.6 vs 12 s per batch: TensorFlow has no fast int8 matmul kernel outside XLA |
+| any | multi-replica `tf.distribute` strategy | off | Keras cannot compile those steps, see `jit_compile_supported` |
 
 TPUStrategy compiles every step with XLA whatever `jit_compile` says, so
-"off" there only drops a redundant nested compilation.
+"off" there only drops a redundant nested compilation. The JAX backend always
+compiles (its only fast path); the torch backend never (Keras's default).
 """
 
 import logging
@@ -21,9 +24,6 @@ import logging
 import keras
 
 logger = logging.getLogger("bertzoo")
-
-_LOW_PRECISION = ("bfloat16", "float16")
-
 
 def accelerator():
     """Returns "gpu", "tpu" or "cpu" for the current Keras backend's devices."""
@@ -45,25 +45,22 @@ def accelerator():
     return "cpu"
 
 
-def _precision(model_or_policy):
-    """`(compute_dtype, quantized)` of a model, layer or dtype policy.
+def _quantized(model_or_policy):
+    """Whether a model, layer or dtype policy computes with quantized kernels.
 
-    For a model, the layers decide: a classifier built on a bfloat16
-    backbone reports the global (float32) policy itself, and `quantize()`
-    changes the policies of the Dense/Embedding layers, not the model's.
+    For a model the layers decide: `quantize()` changes the policies of its
+    Dense/Embedding layers, not the model's own.
     """
     if model_or_policy is None or isinstance(model_or_policy, (str, keras.DTypePolicy)):
         policy = keras.dtype_policies.get(model_or_policy or keras.config.dtype_policy())
-        return policy.compute_dtype, bool(policy.quantization_mode)
+        return bool(policy.quantization_mode)
     if not isinstance(model_or_policy, keras.layers.Layer):
         raise TypeError(
             "default_jit_compile() takes a Keras model or layer, a dtype policy or a "
             f"policy name, got {type(model_or_policy).__name__}."
         )
     layers = [model_or_policy] + list(model_or_policy._flatten_layers(include_self=False, recursive=True))
-    quantized = any(getattr(layer, "quantization_mode", None) for layer in layers)
-    low = [layer.compute_dtype for layer in layers if layer.compute_dtype in _LOW_PRECISION]
-    return (low[0] if low else "float32"), quantized
+    return any(getattr(layer, "quantization_mode", None) for layer in layers)
 
 
 def _replicas(strategy):
@@ -108,35 +105,33 @@ def default_jit_compile(model_or_policy=None, strategy=None):
     Args:
         model_or_policy: the model (or layer) to compile, or a dtype policy
             or policy name; None means the global policy. Pass the model when
-            you have it: its layers' compute dtype and int8 quantization
-            decide, not the model's own policy.
+            you have it: whether its layers are int8-quantized decides, and
+            `quantize()` leaves the model's own policy unchanged.
         strategy: the `tf.distribute` strategy the model trains under; None
             looks at the strategy in scope.
 
     On the JAX backend always (its only compiled path); on the torch
     backend never (Keras's own default). TensorFlow backend: XLA on GPU/TPU
-    always. On CPU: on for float32 and for int8-quantized
-    models, off for bfloat16/float16 compute (oneDNN's kernels are faster);
-    off under a multi-replica `tf.distribute` strategy on any device, where
-    Keras cannot compile its steps (`jit_compile_supported`), with a logged
-    reason. See this module's docstring for the measurements.
+    always; on CPU only for int8-quantized models (TensorFlow's float32 and
+    oneDNN bfloat16 kernels are as fast or faster without it); never under a
+    multi-replica `tf.distribute` strategy, where Keras cannot compile its
+    steps (`jit_compile_supported`), with a logged reason. See this module's
+    docstring for the measurements.
 
     Example:
     >>> default_jit_compile("mixed_bfloat16")  # On a CPU-only machine.
     False
+    >>> default_jit_compile(bertzoo.quantize(model, "int8"))
+    True
     """
-    compute_dtype, quantized = _precision(model_or_policy)
+    quantized = _quantized(model_or_policy)
     backend = keras.backend.backend()
     if backend != "tensorflow":
         # JAX: jit_compile=False means op-by-op eager execution, always
         # slower. Torch: True means torch.compile, which Keras's "auto" avoids.
         return backend == "jax"
-    if accelerator() != "cpu":
-        wanted = True
-    elif compute_dtype in _LOW_PRECISION and not quantized:
-        wanted = False
-    else:
-        wanted = True
+    # On CPU only int8 models gain from XLA (see the module docstring).
+    wanted = accelerator() != "cpu" or quantized
     if wanted and not jit_compile_supported(strategy):
         logger.warning(
             "Compiling without XLA (jit_compile=False): Keras cannot "
