@@ -79,6 +79,7 @@ def test_new_head_on_a_task_preset_keeps_the_backbone(trained, tmp_path):
     trained.save_to_preset(tmp_path / "p")
     three = bertzoo.BertClassifier.from_preset(tmp_path / "p", num_classes=3)
     assert three.output_shape == (None, 3)
+
     np.testing.assert_array_equal(
         three.backbone.embeddings.token_embedding.embeddings.numpy(),
         trained.backbone.embeddings.token_embedding.embeddings.numpy(),
@@ -213,3 +214,11 @@ def test_bad_num_classes():
     backbone = bertzoo.BertBackbone.from_preset("tiny", load_weights=False)
     with pytest.raises(ValueError, match="num_classes"):
         bertzoo.BertClassifier(backbone, num_classes=0)
+
+
+def test_a_new_head_drops_the_old_class_names(tmp_path):
+    tiny_classifier(class_names=["negative", "positive"]).save_to_preset(tmp_path / "named")
+    again = bertzoo.BertClassifier.from_preset(tmp_path / "named")
+    assert again.class_names == ["negative", "positive"]
+    three = bertzoo.BertClassifier.from_preset(tmp_path / "named", num_classes=3)
+    assert three.class_names is None

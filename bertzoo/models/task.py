@@ -151,6 +151,8 @@ class Task(keras.Model):
         same_task = preset.class_name == cls.__name__
         task_config = preset.task_config if same_task else {}
         keeps_head = same_task and all(task_config.get(k) == v for k, v in kwargs.items())
+        if not keeps_head and "class_names" not in kwargs:
+            task_config.pop("class_names", None)  # Names of the old head's classes.
         task_config.update(kwargs)
         try:
             model = cls(backbone=backbone, preprocessor=preprocessor, **task_config)
