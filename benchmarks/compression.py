@@ -1,7 +1,9 @@
 """Compression figures (issue 6): unstructured pruning, structured pruning, int8.
 
-    python -m benchmarks.compression                # ~20 min on a loaded 2-core CPU
-    python -m benchmarks.compression --train-size 320 --test-size 128 --prune-steps 4 --runs 3  # smoke run
+    python -m benchmarks.compression                # ~16 min on a loaded 2-core CPU (10 once cached)
+    python -m benchmarks.compression --time-only --runs 15   # re-time the saved variants when it is quieter
+    python -m benchmarks.compression --train-size 96 --test-size 64 --prune-steps 2 --structured-steps 2 \
+        --runs 1 --no-record --cache /tmp/bench   # smoke run
 
 On `../shared/data/sentiment/amazon.tsv` (binary: rating > 0, neutral rows
 dropped; `bertzoo.datasets.split` with seed 0, 80/20, then the first
@@ -19,7 +21,8 @@ reference; cached in `--cache` so re-runs skip it), then compressed:
 - int8: `bertzoo.quantize(dense, "int8")` (and int8 on top of the chosen
   structured model), no training.
 
-For each variant: test accuracy, weight-file size raw and gzip-compressed,
+Training steps run without XLA (bertzoo's CPU float32 default; the masks
+run inside the compiled step either way). For each variant: test accuracy, weight-file size raw and gzip-compressed,
 and CPU latency (batch 1 and batch `--batch`, sequence `--sequence-length`)
 with and without XLA, as medians of `--runs` rounds that interleave the
 variants (so load changes hit all of them alike). Unstructured sparsity keeps
