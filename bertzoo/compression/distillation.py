@@ -46,7 +46,7 @@ from keras import ops
 from bertzoo.models.bert_backbone import BertBackbone
 from bertzoo.models.bert_classifier import BertClassifier
 from bertzoo.models.task import bert_optimizer
-from bertzoo.models.task import set_schedule_length
+from bertzoo.models.raw_inputs import RawInputsMixin
 from bertzoo.saving.preset import Preset
 from bertzoo.utils.device import default_jit_compile
 
@@ -332,7 +332,7 @@ def _classifier_features(model, inputs, training, attention):
 
 
 @keras.saving.register_keras_serializable(package="bertzoo")
-class Distiller(keras.distillation.Distiller):
+class Distiller(RawInputsMixin, keras.distillation.Distiller):
     """Trains a student `BertClassifier` to imitate a teacher `BertClassifier`.
 
     The loss of a labelled batch is
@@ -599,39 +599,6 @@ class Distiller(keras.distillation.Distiller):
     # --- Raw inputs (the task models' preprocessing) ------------------------
     def _as_dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
         return self._text_model()._as_dataset(x, y, sample_weight, batch_size, shuffle=shuffle)
-
-    def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None,
-            validation_data=None, shuffle=True, steps_per_epoch=None, **kwargs):
-        """Distills on labelled or unlabelled data (see the class docstring).
-
-        The default learning-rate schedule decays to zero over the first
-        `fit()` after `compile()`: compile again (a fresh optimizer) before
-        another `fit()`, e.g. on unlabelled text first, then on labelled data.
-
-        Example:
-        >>> distiller.fit(unlabelled_texts, epochs=2)            # soft targets only
-        >>> distiller.compile()
-        >>> distiller.fit(texts, labels, validation_data=(val_texts, val_labels))
-        """
-        dataset = self._as_dataset(x, y, sample_weight, batch_size, shuffle=shuffle)
-        if dataset is not None:
-            x, y, sample_weight, batch_size, shuffle = dataset, None, None, None, False
-        if validation_data is not None:
-            parts = validation_data if isinstance(validation_data, tuple) else (validation_data,)
-            validation_data = self._as_dataset(*parts) or validation_data
-        if self.optimizer is not None:
-            set_schedule_length(self.optimizer, x, batch_size, epochs, steps_per_epoch)
-        return super().fit(
-            x=x, y=y, batch_size=batch_size, epochs=epochs, sample_weight=sample_weight,
-            validation_data=validation_data, shuffle=shuffle, steps_per_epoch=steps_per_epoch, **kwargs,
-        )
-
-    def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
-        """Student accuracy, teacher agreement and the distillation losses."""
-        dataset = self._as_dataset(x, y, sample_weight, batch_size)
-        if dataset is not None:
-            x, y, sample_weight, batch_size = dataset, None, None, None
-        return super().evaluate(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
 
     def predict(self, x, batch_size=None, **kwargs):
         """The student's logits (the teacher does not run)."""

@@ -2,6 +2,7 @@
 
 import keras
 
+from bertzoo.models.raw_inputs import RawInputsMixin
 from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.saving.preset import Preset
 from bertzoo.saving.preset import preprocessor_settings
@@ -78,7 +79,7 @@ def set_schedule_length(optimizer, x, batch_size, epochs, steps_per_epoch):
         schedule._length_from_fit = True
 
 
-class Task(keras.Model):
+class Task(RawInputsMixin, keras.Model):
     """A functional model around a backbone, with an optional preprocessor.
 
     With a preprocessor attached, `fit`, `evaluate` and `predict` accept raw
@@ -314,30 +315,6 @@ class Task(keras.Model):
         run in `tf.data`. Tasks that build inputs or labels differently (span
         labels, masking, choices) override it."""
         return self.preprocessor(x, y, sample_weight)
-
-    def _set_schedule_length(self, x, batch_size, epochs, steps_per_epoch):
-        set_schedule_length(self.optimizer, x, batch_size, epochs, steps_per_epoch)
-
-    def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None,
-            validation_data=None, shuffle=True, steps_per_epoch=None, **kwargs):
-        dataset = self._as_dataset(x, y, sample_weight, batch_size, shuffle=shuffle)
-        if dataset is not None:  # Already shuffled, batched and tokenized.
-            x, y, sample_weight, batch_size, shuffle = dataset, None, None, None, False
-        if validation_data is not None:
-            parts = validation_data if isinstance(validation_data, tuple) else (validation_data,)
-            validation_data = self._as_dataset(*parts) or validation_data
-        if self.optimizer is not None:
-            self._set_schedule_length(x, batch_size, epochs, steps_per_epoch)
-        return super().fit(
-            x=x, y=y, batch_size=batch_size, epochs=epochs, sample_weight=sample_weight,
-            validation_data=validation_data, shuffle=shuffle, steps_per_epoch=steps_per_epoch, **kwargs,
-        )
-
-    def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
-        dataset = self._as_dataset(x, y, sample_weight, batch_size)
-        if dataset is not None:
-            x, y, sample_weight, batch_size = dataset, None, None, None
-        return super().evaluate(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
 
     def predict(self, x, batch_size=None, **kwargs):
         dataset = self._as_dataset(x, batch_size=batch_size)
