@@ -413,7 +413,7 @@ def distilled(tmp_path_factory):
     d = Distiller(teacher, student, temperature=2.0, alpha=0.5)
     d.compile(optimizer=keras.optimizers.Adam(5e-3), jit_compile=True)
     val = sentiment(48, seed=1)
-    history = d.fit(texts, labels, validation_data=val, epochs=6, batch_size=16, verbose=0)
+    history = d.fit(texts, labels, validation_data=val, epochs=10, batch_size=16, verbose=0)
     return {"teacher": teacher, "student": student, "distiller": d, "before": before,
             "history": history.history, "val": val, "tmp": tmp_path_factory.mktemp("distilled")}
 

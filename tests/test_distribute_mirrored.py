@@ -77,6 +77,15 @@ SCRIPT = textwrap.dedent(
             report["explicit_true"] = "accepted"
         except ValueError as e:
             report["explicit_true"] = str(e)
+        # The Distiller follows the same policy as task models.
+        distiller = bertzoo.Distiller(model, bertzoo.BertClassifier.from_preset(preset))
+        distiller.compile()
+        report["distiller_auto"] = distiller.jit_compile
+        try:
+            distiller.compile(jit_compile=True)
+            report["distiller_true"] = "accepted"
+        except ValueError as e:
+            report["distiller_true"] = str(e)
         # Keras itself, without bertzoo's guard: the failure the guard avoids.
         keras.Model.compile(model, optimizer="sgd", loss=model.default_loss(), jit_compile=True)
     try:
@@ -131,6 +140,11 @@ def test_auto_turns_xla_off_under_two_replicas_with_a_logged_reason(mirrored):
 def test_explicit_xla_under_two_replicas_is_refused_with_the_fix(mirrored):
     assert "jit_compile=True cannot be used under a tf.distribute strategy" in mirrored["explicit_true"]
     assert "jit_compile='auto'" in mirrored["explicit_true"]
+
+
+def test_distiller_follows_the_same_xla_policy_under_two_replicas(mirrored):
+    assert mirrored["distiller_auto"] is False
+    assert "jit_compile=True cannot be used under a tf.distribute strategy" in mirrored["distiller_true"]
 
 
 def test_keras_fit_with_xla_fails_on_the_second_replica(mirrored):

@@ -351,3 +351,39 @@ def test_blocks_under_mixed_float16_keep_float32_weights_and_normalize_in_float3
     reference.set_weights(block.get_weights())
     expected = n(reference(x.astype("float32")))
     np.testing.assert_allclose(n(out).astype("float32"), expected, atol=0.02)
+
+
+def _kernels(layer):
+    return [w.numpy() for w in layer.weights if len(w.shape) == 2]
+
+
+def test_every_weight_matrix_starts_from_its_own_random_draw():
+    # Regression: one unseeded Keras initializer shared by several weights
+    # hands them all the same values (Q = K = V = output at init).
+    keras.utils.set_random_seed(3)
+    attention = SelfAttentionBlock(num_heads=2, head_dim=4)
+    attention.build((None, 5, 8))
+    feedforward = FeedForwardBlock(intermediate_dim=8)
+    feedforward.build((None, 5, 8))
+    embeddings = BertEmbeddings(vocabulary_size=30, hidden_dim=8, embedding_dim=8, max_sequence_length=30,
+                                num_segments=2)
+    embeddings.build((None, 5), (None, 5))
+    matrices = _kernels(attention) + _kernels(feedforward) + [m[:2] for m in _kernels(embeddings)]
+    assert len(matrices) == 4 + 2 + 3
+    for i, a in enumerate(matrices):
+        for b in matrices[i + 1:]:
+            if a.shape == b.shape:
+                assert not np.allclose(a, b), "two weights were initialized identically"
+    for m in matrices:  # Still BERT's truncated normal, stddev 0.02.
+        assert np.abs(m).max() <= 2 * 0.02 + 1e-6 and 0.005 < m.std() < 0.03
+
+
+def test_same_global_seed_gives_the_same_initial_weights():
+    def build():
+        keras.utils.set_random_seed(11)
+        block = SelfAttentionBlock(num_heads=2, head_dim=4)
+        block.build((None, 5, 8))
+        return _kernels(block)
+
+    for a, b in zip(build(), build()):
+        np.testing.assert_array_equal(a, b)

@@ -48,7 +48,7 @@ from bertzoo.models.bert_classifier import BertClassifier
 from bertzoo.models.task import bert_optimizer
 from bertzoo.models.raw_inputs import RawInputsMixin
 from bertzoo.saving.preset import Preset
-from bertzoo.utils.device import default_jit_compile
+from bertzoo.utils.device import resolve_jit_compile
 
 LAYER_MAPS = ("uniform", "last")
 _EPSILON = 1e-9
@@ -508,8 +508,9 @@ class Distiller(RawInputsMixin, keras.distillation.Distiller):
             loss = self.student.default_loss()
         if metrics == "auto":
             metrics = self.student.default_metrics()
-        if jit_compile == "auto":
-            jit_compile = default_jit_compile(self.student.backbone.dtype_policy)
+        # The student decides: its dtype and whether it is quantized. A
+        # multi-replica strategy turns XLA off (or rejects jit_compile=True).
+        jit_compile = resolve_jit_compile(jit_compile, self.student, getattr(self, "distribute_strategy", None))
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=jit_compile, **kwargs)
 
     # --- Forward and loss -------------------------------------------------

@@ -51,13 +51,16 @@ class SelfAttentionBlock(keras.layers.Layer):
         self.initializer_range = float(initializer_range)
 
         width = self.num_heads * self.head_dim
-        init = keras.initializers.TruncatedNormal(stddev=self.initializer_range)
-        dense = dict(kernel_initializer=init, dtype=self.dtype_policy)
-        self.query_dense = keras.layers.Dense(width, name="query", **dense)
-        self.key_dense = keras.layers.Dense(width, name="key", **dense)
-        self.value_dense = keras.layers.Dense(width, name="value", **dense)
+        self.query_dense = keras.layers.Dense(
+            width, kernel_initializer=self._initializer(), dtype=self.dtype_policy, name="query"
+        )
+        self.key_dense = keras.layers.Dense(
+            width, kernel_initializer=self._initializer(), dtype=self.dtype_policy, name="key"
+        )
+        self.value_dense = keras.layers.Dense(
+            width, kernel_initializer=self._initializer(), dtype=self.dtype_policy, name="value"
+        )
         self.output_dense = None  # Needs the hidden size: created in build().
-        self._init = init
         self.probs_dropout = keras.layers.Dropout(
             self.attention_dropout, dtype=self.dtype_policy, name="probs_dropout"
         )
@@ -66,10 +69,16 @@ class SelfAttentionBlock(keras.layers.Layer):
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
 
+    def _initializer(self):
+        # A new instance per weight: Keras gives an unseeded initializer one
+        # fixed seed, so a shared instance would start Q, K, V and the output
+        # projection with identical kernels.
+        return keras.initializers.TruncatedNormal(stddev=self.initializer_range)
+
     def build(self, input_shape):
         hidden_dim = input_shape[-1]
         self.output_dense = keras.layers.Dense(
-            hidden_dim, kernel_initializer=self._init, dtype=self.dtype_policy, name="output"
+            hidden_dim, kernel_initializer=self._initializer(), dtype=self.dtype_policy, name="output"
         )
         for layer in (self.query_dense, self.key_dense, self.value_dense):
             layer.build(input_shape)

@@ -97,25 +97,28 @@ class BertEmbeddings(keras.layers.Layer):
         self.initializer_range = float(initializer_range)
 
         width = self.embedding_dim or self.hidden_dim
-        initializer = keras.initializers.TruncatedNormal(stddev=self.initializer_range)
+        # A new initializer per table (see SelfAttentionBlock._initializer).
+        def initializer():
+            return keras.initializers.TruncatedNormal(stddev=self.initializer_range)
+
         self.token_embedding = keras.layers.Embedding(
             self.vocabulary_size,
             width,
-            embeddings_initializer=initializer,
+            embeddings_initializer=initializer(),
             dtype=self.dtype_policy,
             name="token_embedding",
         )
         self.position_embedding = PositionEmbedding(
             self.max_sequence_length,
             width,
-            initializer=initializer,
+            initializer=initializer(),
             dtype=self.dtype_policy,
             name="position_embedding",
         )
         self.segment_embedding = keras.layers.Embedding(
             self.num_segments,
             width,
-            embeddings_initializer=initializer,
+            embeddings_initializer=initializer(),
             dtype=self.dtype_policy,
             name="segment_embedding",
         )
@@ -127,7 +130,7 @@ class BertEmbeddings(keras.layers.Layer):
         if self.embedding_dim is not None and self.embedding_dim != self.hidden_dim:
             self.projection = keras.layers.Dense(
                 self.hidden_dim,
-                kernel_initializer=initializer,
+                kernel_initializer=initializer(),
                 dtype=self.dtype_policy,
                 name="projection",
             )

@@ -33,10 +33,13 @@ class FeedForwardBlock(keras.layers.Layer):
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.initializer_range = float(initializer_range)
         self._activation_fn = get_activation(activation)
-        self._init = keras.initializers.TruncatedNormal(stddev=self.initializer_range)
+        # The activation goes inside the Dense layer, i.e. in its name scope:
+        # only then does TensorFlow's oneDNN remapper fuse matmul + bias + GELU
+        # into one kernel (measured ~4.5 ms of 30 per BERT-base layer, 8 x 128).
         self.intermediate_dense = keras.layers.Dense(
             self.intermediate_dim,
-            kernel_initializer=self._init,
+            activation=self._activation_fn,
+            kernel_initializer=self._initializer(),
             dtype=self.dtype_policy,
             name="intermediate",
         )
@@ -46,9 +49,13 @@ class FeedForwardBlock(keras.layers.Layer):
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
 
+    def _initializer(self):
+        # A new instance per weight (see SelfAttentionBlock._initializer).
+        return keras.initializers.TruncatedNormal(stddev=self.initializer_range)
+
     def build(self, input_shape):
         self.output_dense = keras.layers.Dense(
-            input_shape[-1], kernel_initializer=self._init, dtype=self.dtype_policy, name="output"
+            input_shape[-1], kernel_initializer=self._initializer(), dtype=self.dtype_policy, name="output"
         )
         self.intermediate_dense.build(input_shape)
         self.output_dense.build(tuple(input_shape[:-1]) + (self.intermediate_dim,))
@@ -58,7 +65,7 @@ class FeedForwardBlock(keras.layers.Layer):
     def call(self, x, training=None):
         # 2-D matmuls for oneDNN's matmul + bias fusion, as in SelfAttentionBlock.
         flat = _flatten(x)
-        h = self._activation_fn(self.intermediate_dense(flat))
+        h = self.intermediate_dense(flat)
         h = self.dropout_layer(self.output_dense(h), training=training)
         return ops.reshape(self.layer_norm(flat + h), ops.shape(x))
 

@@ -63,18 +63,16 @@ class MaskedLMHead(keras.layers.Layer):
         self.activation = activation
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.initializer_range = float(initializer_range)
-        initializer = keras.initializers.TruncatedNormal(stddev=self.initializer_range)
         self.transform = keras.layers.Dense(
             self.embedding_dim,
             activation=get_activation(activation),
-            kernel_initializer=initializer,
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=self.initializer_range),
             dtype=self.dtype_policy,
             name="transform",
         )
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
-        self._initializer = initializer
 
     @property
     def tied(self):
@@ -85,7 +83,9 @@ class MaskedLMHead(keras.layers.Layer):
         self.layer_norm.build(tuple(sequence_output_shape[:-1]) + (self.embedding_dim,))
         if not self.tied:
             self.decoder_kernel = self.add_weight(
-                name="decoder_kernel", shape=(self.embedding_dim, self.vocabulary_size), initializer=self._initializer
+                name="decoder_kernel",
+                shape=(self.embedding_dim, self.vocabulary_size),
+                initializer=keras.initializers.TruncatedNormal(stddev=self.initializer_range),
             )
         self.output_bias = self.add_weight(name="output_bias", shape=(self.vocabulary_size,), initializer="zeros")
         self.built = True
