@@ -19,9 +19,13 @@ Usage:
     python -m benchmarks.run --models bertzoo,keras_hub --dtypes bfloat16 --modes inference
     python -m benchmarks.run --preset tiny --runs 3  # a quick smoke run
 
-Prints a Markdown table (the README's), appends one JSON line per
+Prints a Markdown table of every configuration, appends one JSON line per
 configuration plus a summary line to benchmarks/results.jsonl (date,
-machine, load average, command), and draws a PNG chart (`--chart`).
+machine, load average, command), draws a PNG chart (`--chart`), and with
+`--readme README.md` rewrites the README's results table (between the
+`<!-- benchmarks.run:start -->` and `<!-- benchmarks.run:end -->` markers):
+
+    python -m benchmarks.run --wait-for-load 1 --readme README.md
 Libraries that are not installed are skipped with a note. Optional peer:
 `pip install torch transformers` (measurement only, not a bertzoo
 dependency).
@@ -169,6 +173,58 @@ def _describe(row):
     return f"{LABELS[row['library']]} {row['dtype']}{setting}"
 
 
+README_START = "<!-- benchmarks.run:start -->"
+README_END = "<!-- benchmarks.run:end -->"
+
+
+def readme_section(rows, summary, header):
+    """The README's results: per (mode, dtype) the best configuration of each
+    library, bertzoo's ratio to the best peer, and the overall winners."""
+    libraries = [name for name in LIBRARIES if any(r["library"] == name for r in rows)]
+    lines = [header, "",
+             "| mode | dtype | " + " | ".join(f"{LABELS[n]} seq/s" for n in libraries) + " | bertzoo vs best peer |",
+             "|---|---|" + "--:|" * (len(libraries) + 1)]
+    for mode in MODES:
+        for dtype in DTYPES:
+            found = [r for r in rows if (r["mode"], r["dtype"]) == (mode, dtype)]
+            if not found:
+                continue
+            cells = []
+            for name in libraries:
+                mine = [r for r in found if r["library"] == name]
+                best = max(mine, key=lambda r: r["seq_per_s"]) if mine else None
+                cells.append(f"{best['seq_per_s']:.2f} ({_short_setting(best)})" if best else "-")
+            ours = [r["vs_best_peer"] for r in found if r["library"] == "bertzoo" and r["vs_best_peer"]]
+            ratio = f"{max(ours):.2f}x" if ours else "-"
+            lines.append(f"| {mode} | {dtype} | " + " | ".join(cells) + f" | {ratio} |")
+    lines.append("")
+    for s in summary:
+        verdict = "faster than" if s["ratio"] > 1 else "not faster than"
+        lines.append(f"- {s['mode']}: bertzoo's best, {s['bertzoo_best']} ({s['bertzoo_seq_per_s']} seq/s), is "
+                     f"{s['ratio']}x the best peer, {s['peer_best']} ({s['peer_seq_per_s']} seq/s): {verdict} every peer.")
+    return "\n".join(lines)
+
+
+def _short_setting(row):
+    if "threads" in row:
+        return f"{row['threads']} thr"
+    return "XLA" if row["xla"] else "no XLA"
+
+
+def write_readme(path, section):
+    """Replaces the text between the README markers with `section`
+    (written to a temporary file, then renamed over the README)."""
+    path = Path(path)
+    text = path.read_text()
+    if text.count(README_START) != 1 or text.count(README_END) != 1:
+        raise SystemExit(f"{path} needs exactly one {README_START} and one {README_END} line around the table.")
+    before, rest = text.split(README_START)
+    _, after = rest.split(README_END)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(f"{before}{README_START}\n{section}\n{README_END}{after}")
+    os.replace(tmp, path)
+
+
 def table_rows(rows):
     table = []
     for r in rows:
@@ -187,6 +243,13 @@ def table_rows(rows):
             "error vs fp32": f"{check['relative_error']:.1e}" if check else "",
         })
     return table
+
+
+def _library_versions(rows):
+    versions = {}
+    for row in rows:
+        versions.update({k: v for k, v in row.get("versions", {}).items() if k != "torch_threads"})
+    return dict(sorted(versions.items()))
 
 
 def draw_chart(rows, path, title):
@@ -252,6 +315,8 @@ def main(argv=None):
                         help="first wait until the 1-min load average is below LOAD")
     parser.add_argument("--max-wait", type=float, default=900, help="seconds to wait for the load at most")
     parser.add_argument("--worker-timeout", type=int, default=1800)
+    parser.add_argument("--readme", type=Path, default=None, metavar="README",
+                        help="rewrite the results table between the markers in this file")
     args = parser.parse_args(argv)
     models = _csv(args.models, list(LIBRARIES), "--models")
     dtypes = _csv(args.dtypes, list(DTYPES), "--dtypes")
@@ -332,6 +397,15 @@ def main(argv=None):
     records.append({**setup, "kind": "summary", "summary": summary, "notes": notes})
     append_results("peers", records, command, path=args.results)
     print(f"appended {len(records)} lines to {args.results}")
+    if args.readme:
+        command_text = f"`{command.strip()}`"
+        header = (f"Measured {date} on {machine()} ({' '.join(features) or 'flags unknown'}), "
+                  f"{', '.join(f'{k} {v}' for k, v in _library_versions(rows).items())}; "
+                  f"load average {start_load[0]:.2f} at start, {end_load[0]:.2f} at end; BERT {args.preset}, "
+                  f"batch {args.batch_size} x length {args.sequence_length}, median of {args.runs} runs, best "
+                  f"setting per library in brackets (XLA on/off, PyTorch threads). Command: {command_text}.")
+        write_readme(args.readme, readme_section(rows, summary, header))
+        print(f"rewrote the results table in {args.readme}")
     if args.chart:
         title = (f"BERT {args.preset} ({args.batch_size}x{args.sequence_length}) on {machine()}, {date}, "
                  f"load {start_load[0]:.1f}-{end_load[0]:.1f}; median of {args.runs}")

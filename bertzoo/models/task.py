@@ -2,6 +2,7 @@
 
 import keras
 
+from bertzoo.models.optimizers import AdamW
 from bertzoo.models.raw_inputs import RawInputsMixin
 from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.saving.preset import Preset
@@ -46,7 +47,7 @@ def bert_optimizer(learning_rate=5e-5):
     Example:
     >>> model.compile(optimizer=bert_optimizer(1e-3))
     """
-    optimizer = keras.optimizers.AdamW(
+    optimizer = AdamW(
         learning_rate=WarmupLinearDecay(learning_rate, warmup_fraction=0.1),
         weight_decay=0.01,
         epsilon=1e-6,

@@ -1,17 +1,16 @@
 """Per-device choices for the fast path: when to compile steps with XLA.
 
 The CPU rows come from measurements on a 2-core AMD EPYC (AVX-512, AVX512_BF16,
-VNNI; no AMX) with TensorFlow 2.21, BERT-base, batch 8 x 128: interleaved
-A/B runs in one process, CPU seconds per call (the machine was shared), and
-`python -m benchmarks.run` (figures in `benchmarks/results.jsonl` and the
-README's "Performance" table).
+VNNI; no AMX) with TensorFlow 2.21, BERT-base, batch 8 x 128, by
+`python -m benchmarks.run` on a quiet machine (load average about 1;
+figures in `benchmarks/results.jsonl` and the README's "Performance" table).
 
 | where | model | XLA | measured |
 |---|---|---|---|
 | GPU, TPU | any | on | (not measured here: XLA's usual win, fused elementwise work) |
-| CPU | float32 | off | training step 3.9 vs 4.1 CPU-s (XLA slower), inference within ~8% either way, plus XLA's compile time |
-| CPU | bfloat16 / float16 compute | off | training step 2.8 vs 4.4 CPU-s, inference ~2x: XLA:CPU's bf16 dots are far slower than oneDNN's AVX512-BF16 kernels |
-| CPU | int8-quantized layers | on | 1.6 vs 12 s per batch: TensorFlow has no fast int8 matmul kernel outside XLA |
+| CPU | float32 | off | within 5% either way (XLA on/off: inference 440/459 ms, training step 1853/1873 ms), plus XLA's compile time |
+| CPU | bfloat16 / float16 compute | off | XLA on/off: inference 502/272 ms, training step 2030/1300 ms: XLA:CPU's bf16 dots are far slower than oneDNN's AVX512-BF16 kernels |
+| CPU | int8-quantized layers | on | XLA on/off: 380/2257 ms per batch: TensorFlow has no fast int8 matmul kernel outside XLA |
 | any | multi-replica `tf.distribute` strategy | off | Keras cannot compile those steps, see `jit_compile_supported` |
 
 TPUStrategy compiles every step with XLA whatever `jit_compile` says, so
@@ -79,10 +78,17 @@ def jit_compile_supported(strategy=None):
     `tf.function(jit_compile=True)`, and one XLA computation runs on one
     device. Reading the second replica's variables from it fails with
     "Trying to access resource .../replica_1/... located in device CPU:1 from
-    device CPU:0" (GPU:1 / GPU:0 alike). Keras's own `jit_compile="auto"`
-    turns XLA off under a strategy for this reason. TensorFlow itself
-    supports XLA per replica only for a `jit_compile=True` `tf.function`
-    passed directly to `strategy.run` on GPUs, which `fit()` never does.
+    device CPU:0" (tested here on two logical CPUs). The same holds on real
+    multi-GPU machines, as reported upstream: keras-team/keras#18145 (8 x
+    A100), tensorflow/tensorflow#53140 (P100s) and #45940 (variables not
+    shareable across replicas in one XLA computation), #48502 (no
+    `NcclAllReduce` kernel for XLA GPU devices), tensorflow/models#10752
+    (MultiWorkerMirroredStrategy, 2 x 8 GPUs), and keras-hub#949, after
+    which keras-hub stopped compiling with XLA under a strategy. Keras's own
+    `jit_compile="auto"` turns XLA off under a strategy for this reason.
+    The workaround TensorFlow's maintainers suggest there (#45940) is XLA
+    auto-clustering within each replica (`TF_XLA_FLAGS=--tf_xla_auto_jit=2`
+    with `jit_compile=False`); not tested here, for want of several GPUs.
 
     `strategy=None` looks at the strategy in scope (TensorFlow backend).
 
