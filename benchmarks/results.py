@@ -19,7 +19,24 @@ def machine():
                 break
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} cores"
+    described = f"{cpu}, {os.cpu_count()} cores"
+    gpus = _nvidia_gpus()
+    return f"{described}; {', '.join(gpus)}" if gpus else described
+
+
+def _nvidia_gpus():
+    """GPU names from `nvidia-smi -L` (no framework import), or []."""
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    # "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)" -> "NVIDIA H100 80GB HBM3"
+    return [line.split(":", 1)[1].split("(UUID")[0].strip() for line in listing.splitlines() if line.startswith("GPU ")]
 
 
 def append_results(benchmark, rows, command, path=RESULTS_FILE):

@@ -222,3 +222,21 @@ def test_a_new_head_drops_the_old_class_names(tmp_path):
     assert again.class_names == ["negative", "positive"]
     three = bertzoo.BertClassifier.from_preset(tmp_path / "named", num_classes=3)
     assert three.class_names is None
+
+
+@pytest.mark.parametrize("pairs", [False, True])
+def test_short_inputs_tokenize_eagerly_and_long_ones_stream(trained, pairs, monkeypatch):
+    from bertzoo.models import task as task_lib
+
+    a, _ = separable_task(12, seed=5)
+    x = (a, list(reversed(a))) if pairs else a
+    streamed = []
+    as_dataset = type(trained)._as_dataset
+    monkeypatch.setattr(type(trained), "_as_dataset", lambda self, *args, **kw: streamed.append(1) or as_dataset(self, *args, **kw))
+    eager = trained.predict(x, batch_size=5, verbose=0)  # Batches of 5, 5, 2.
+    assert not streamed, "a short list should not build a tf.data pipeline"
+    monkeypatch.setattr(task_lib, "EAGER_PREPROCESS_LIMIT", 11)  # 12 examples: over the limit.
+    through_tf_data = trained.predict(x, batch_size=5, verbose=0)
+    assert streamed
+    assert eager.shape == (12, 2)
+    np.testing.assert_allclose(eager, through_tf_data, rtol=1e-5, atol=1e-6)
