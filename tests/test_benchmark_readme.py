@@ -1,0 +1,47 @@
+"""`python -m benchmarks.run --readme`: the README's results table is rewritten in place."""
+
+import pytest
+
+from benchmarks.run import README_END
+from benchmarks.run import README_START
+from benchmarks.run import readme_section
+from benchmarks.run import summarize
+from benchmarks.run import write_readme
+
+
+def row(library, mode, dtype, seq_per_s, xla=False, **extra):
+    return {"library": library, "mode": mode, "dtype": dtype, "seq_per_s": seq_per_s, "xla": xla, **extra}
+
+
+def test_section_lists_each_library_best_setting_and_the_ratio_to_the_best_peer():
+    rows = [
+        row("bertzoo", "inference", "bfloat16", 28.0, vs_best_peer=28.0 / 24.0),
+        row("bertzoo", "inference", "bfloat16", 15.0, xla=True, vs_best_peer=15.0 / 24.0),
+        row("keras_hub", "inference", "bfloat16", 23.0),
+        row("transformers", "inference", "bfloat16", 24.0, threads=2),
+        row("transformers", "inference", "int8", 30.0, threads=2),
+        row("bertzoo", "inference", "int8", 23.0, xla=True, vs_best_peer=23.0 / 30.0),
+    ]
+    text = readme_section(rows, summarize(rows), "Measured somewhere.")
+    lines = text.splitlines()
+    assert lines[0] == "Measured somewhere."
+    assert "| inference | bfloat16 | 28.00 (no XLA) | 23.00 (no XLA) | 24.00 (2 thr) | 1.17x |" in lines
+    assert "| inference | int8 | 23.00 (XLA) | - | 30.00 (2 thr) | 0.77x |" in lines
+    # The best bertzoo row overall (28) against the best peer row overall (30).
+    assert any("0.93x the best peer" in line and "not faster than every peer" in line for line in lines)
+
+
+def test_only_the_text_between_the_markers_changes(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\nintro\n{README_START}\nold table\n{README_END}\n\nafter\n")
+    write_readme(readme, "new table")
+    assert readme.read_text() == f"# Title\n\nintro\n{README_START}\nnew table\n{README_END}\n\nafter\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["README.md"]  # No temporary file left behind.
+
+
+def test_missing_markers_are_an_error_and_leave_the_file_alone(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# Title\nno markers here\n")
+    with pytest.raises(SystemExit, match="needs exactly one"):
+        write_readme(readme, "table")
+    assert readme.read_text() == "# Title\nno markers here\n"
