@@ -1,8 +1,8 @@
 """Forward-pass time of bertzoo's BertBackbone against keras-hub's.
 
-Builds the `base` preset (random weights) and keras-hub's BertBackbone with
-the same configuration, copies keras-hub's weights into bertzoo's so both
-compute the same function (checked), then times one forward pass of a
+Builds the `base` preset (random weights) and its keras-hub BertBackbone
+twin with the same weights, so both compute the same function (checked),
+then times one forward pass of a
 (batch, length) batch with and without XLA. Each timed call is a
 `predict_on_batch` on a model compiled with `jit_compile=True` or `False`;
 after warm-up calls (the first one compiles) the two models are timed in
@@ -29,81 +29,23 @@ import numpy as np
 
 import bertzoo
 from bertzoo.saving.preset import builtin_presets
+from benchmarks.peers import make_inputs
 from benchmarks.results import RESULTS_FILE
 from benchmarks.results import append_results
 from benchmarks.results import machine
 from bertzoo.utils.device import accelerator
 
 
-def copy_keras_hub_weights(source, target):
-    """keras-hub BertBackbone -> bertzoo BertBackbone, by explicit names.
-
-    keras-hub's attention kernels are (H, heads, head_dim) / (heads,
-    head_dim, H) EinsumDense weights; bertzoo's are the same numbers as
-    (H, heads * head_dim) / (heads * head_dim, H) Dense kernels.
-    """
-    values = {v.path: keras.ops.convert_to_numpy(v) for v in source.weights}
-    hidden = target.hidden_dim
-    pairs = [
-        (target.embeddings.token_embedding.embeddings, "token_embedding/embeddings", None),
-        (target.embeddings.position_embedding.embeddings, "position_embedding/embeddings", None),
-        (target.embeddings.segment_embedding.embeddings, "segment_embedding/embeddings", None),
-        (target.embeddings.layer_norm.gamma, "embeddings_layer_norm/gamma", None),
-        (target.embeddings.layer_norm.beta, "embeddings_layer_norm/beta", None),
-        (target.pooler.kernel, "pooled_dense/kernel", None),
-        (target.pooler.bias, "pooled_dense/bias", None),
-    ]
-    for i in range(target.num_layers):
-        attention, ffn = target.layer_blocks(i)
-        p = f"transformer_layer_{i}"
-        projections = ((attention.query_dense, "query"), (attention.key_dense, "key"), (attention.value_dense, "value"))
-        for dense, name in projections:
-            pairs.append((dense.kernel, f"{p}/self_attention_layer/{name}/kernel", (hidden, -1)))
-            pairs.append((dense.bias, f"{p}/self_attention_layer/{name}/bias", (-1,)))
-        pairs += [
-            (attention.output_dense.kernel, f"{p}/self_attention_layer/attention_output/kernel", (-1, hidden)),
-            (attention.output_dense.bias, f"{p}/self_attention_layer/attention_output/bias", None),
-            (attention.layer_norm.gamma, f"{p}/self_attention_layer_norm/gamma", None),
-            (attention.layer_norm.beta, f"{p}/self_attention_layer_norm/beta", None),
-            (ffn.intermediate_dense.kernel, f"{p}/feedforward_intermediate_dense/kernel", None),
-            (ffn.intermediate_dense.bias, f"{p}/feedforward_intermediate_dense/bias", None),
-            (ffn.output_dense.kernel, f"{p}/feedforward_output_dense/kernel", None),
-            (ffn.output_dense.bias, f"{p}/feedforward_output_dense/bias", None),
-            (ffn.layer_norm.gamma, f"{p}/feedforward_layer_norm/gamma", None),
-            (ffn.layer_norm.beta, f"{p}/feedforward_layer_norm/beta", None),
-        ]
-    for variable, path, shape in pairs:
-        value = values[path]
-        variable.assign(value if shape is None else value.reshape(shape))
-    if {path for _, path, _ in pairs} != set(values) or len(pairs) != len(target.weights):
-        raise RuntimeError("The keras-hub -> bertzoo weight mapping is incomplete.")
-
-
 def build_models(preset):
-    config = builtin_presets()[preset]["backbone"]
-    if config.get("activation", "gelu_tanh") != "gelu_tanh" or config.get("embedding_dim"):
-        raise SystemExit(f"Preset {preset!r} has no keras-hub BertBackbone twin (needs gelu_tanh, E=H).")
-    theirs = keras_hub.models.BertBackbone(
-        vocabulary_size=config["vocabulary_size"],
-        num_layers=config["num_layers"],
-        num_heads=config["num_heads"],
-        hidden_dim=config["hidden_dim"],
-        intermediate_dim=config["intermediate_dim"],
-        max_sequence_length=config["max_sequence_length"],
-        num_segments=config["num_segments"],
-    )
+    """bertzoo's backbone (random weights) and its keras-hub twin holding the
+    same weights (`bertzoo.convert.to_keras_hub`, which refuses presets
+    keras-hub cannot express)."""
     ours = bertzoo.BertBackbone.from_preset(preset, load_weights=False)
-    copy_keras_hub_weights(theirs, ours)
-    return config, ours, theirs
-
-
-def make_inputs(batch, length, vocabulary_size, seed=0):
-    rng = np.random.default_rng(seed)
-    return {
-        "token_ids": rng.integers(0, vocabulary_size, (batch, length)).astype("int32"),
-        "segment_ids": (np.arange(length)[None, :] >= length // 2).repeat(batch, 0).astype("int32"),
-        "padding_mask": np.ones((batch, length), "int32"),
-    }
+    try:
+        theirs = bertzoo.convert.to_keras_hub(ours)
+    except ValueError as e:
+        raise SystemExit(f"Preset {preset!r} has no keras-hub BertBackbone twin: {e}")
+    return builtin_presets()[preset]["backbone"], ours, theirs
 
 
 def time_forward(models, inputs, xla, runs, warmup):

@@ -201,16 +201,11 @@ class KerasHub(KerasLibrary):
     def build(self, mode, policy, config):
         import keras_hub
 
-        backbone = keras_hub.models.BertBackbone(
-            vocabulary_size=config["vocabulary_size"],
-            num_layers=config["num_layers"],
-            num_heads=config["num_heads"],
-            hidden_dim=config["hidden_dim"],
-            intermediate_dim=config["intermediate_dim"],
-            max_sequence_length=config["max_sequence_length"],
-            num_segments=config["num_segments"],
-            dtype=policy,
-        )
+        import bertzoo
+
+        # keras-hub's own BertBackbone class, built by bertzoo's converter
+        # from a backbone of the same configuration (same weights).
+        backbone = bertzoo.convert.to_keras_hub(bertzoo.BertBackbone(**config, dtype=policy))
         if mode == "inference":
             return backbone
         return keras_hub.models.BertTextClassifier(backbone, NUM_CLASSES, preprocessor=None)

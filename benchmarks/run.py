@@ -159,18 +159,21 @@ def summarize(rows):
 def _setting(row):
     """The configuration column: XLA for Keras, threads for PyTorch."""
     if "threads" in row:
-        text = f"- ({row['threads']} thread{'s' if row['threads'] > 1 else ''})"
+        text = f"- ({_setting_name(row)})"
     else:
         text = "yes" if row["xla"] else "no"
     return text + (" (default)" if row["default"] else "")
 
 
-def _describe(row):
+def _setting_name(row):
+    """"XLA" / "no XLA" for the Keras libraries, "2 threads" for PyTorch."""
     if "threads" in row:
-        setting = f", {row['threads']} thread{'s' if row['threads'] > 1 else ''}"
-    else:
-        setting = ", XLA" if row["xla"] else ", no XLA"
-    return f"{LABELS[row['library']]} {row['dtype']}{setting}"
+        return f"{row['threads']} thread{'s' if row['threads'] > 1 else ''}"
+    return "XLA" if row["xla"] else "no XLA"
+
+
+def _describe(row):
+    return f"{LABELS[row['library']]} {row['dtype']}, {_setting_name(row)}"
 
 
 README_START = "<!-- benchmarks.run:start -->"
@@ -193,7 +196,7 @@ def readme_section(rows, summary, header):
             for name in libraries:
                 mine = [r for r in found if r["library"] == name]
                 best = max(mine, key=lambda r: r["seq_per_s"]) if mine else None
-                cells.append(f"{best['seq_per_s']:.2f} ({_short_setting(best)})" if best else "-")
+                cells.append(f"{best['seq_per_s']:.2f} ({_setting_name(best)})" if best else "-")
             ours = [r["vs_best_peer"] for r in found if r["library"] == "bertzoo" and r["vs_best_peer"]]
             ratio = f"{max(ours):.2f}x" if ours else "-"
             lines.append(f"| {mode} | {dtype} | " + " | ".join(cells) + f" | {ratio} |")
@@ -203,12 +206,6 @@ def readme_section(rows, summary, header):
         lines.append(f"- {s['mode']}: bertzoo's best, {s['bertzoo_best']} ({s['bertzoo_seq_per_s']} seq/s), is "
                      f"{s['ratio']}x the best peer, {s['peer_best']} ({s['peer_seq_per_s']} seq/s): {verdict} every peer.")
     return "\n".join(lines)
-
-
-def _short_setting(row):
-    if "threads" in row:
-        return f"{row['threads']} thr"
-    return "XLA" if row["xla"] else "no XLA"
 
 
 def write_readme(path, section):
@@ -272,7 +269,7 @@ def draw_chart(rows, path, title):
                 found = [r for r in rows if (r["mode"], r["dtype"], r["library"]) == (mode, dtype, name)]
                 best = max(found, key=lambda r: r["seq_per_s"]) if found else None
                 values.append(best["seq_per_s"] if best else 0.0)
-                labels.append("" if best is None else (f"{best['threads']} thr" if "threads" in best else ("XLA" if best["xla"] else "no XLA")))
+                labels.append("" if best is None else _setting_name(best))
             xs = [j + (i - (len(libraries) - 1) / 2) * width for j in range(len(dtypes))]
             bars = ax.bar(xs, values, width, label=LABELS[name], color=colors[name])
             for bar, value, label in zip(bars, values, labels):

@@ -25,8 +25,8 @@ def test_section_lists_each_library_best_setting_and_the_ratio_to_the_best_peer(
     text = readme_section(rows, summarize(rows), "Measured somewhere.")
     lines = text.splitlines()
     assert lines[0] == "Measured somewhere."
-    assert "| inference | bfloat16 | 28.00 (no XLA) | 23.00 (no XLA) | 24.00 (2 thr) | 1.17x |" in lines
-    assert "| inference | int8 | 23.00 (XLA) | - | 30.00 (2 thr) | 0.77x |" in lines
+    assert "| inference | bfloat16 | 28.00 (no XLA) | 23.00 (no XLA) | 24.00 (2 threads) | 1.17x |" in lines
+    assert "| inference | int8 | 23.00 (XLA) | - | 30.00 (2 threads) | 0.77x |" in lines
     # The best bertzoo row overall (28) against the best peer row overall (30).
     assert any("0.93x the best peer" in line and "not faster than every peer" in line for line in lines)
 

@@ -232,7 +232,11 @@ def test_short_inputs_tokenize_eagerly_and_long_ones_stream(trained, pairs, monk
     x = (a, list(reversed(a))) if pairs else a
     streamed = []
     as_dataset = type(trained)._as_dataset
-    monkeypatch.setattr(type(trained), "_as_dataset", lambda self, *args, **kw: streamed.append(1) or as_dataset(self, *args, **kw))
+    def spy(self, *args, **kwargs):
+        streamed.append(1)
+        return as_dataset(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(trained), "_as_dataset", spy)
     eager = trained.predict(x, batch_size=5, verbose=0)  # Batches of 5, 5, 2.
     assert not streamed, "a short list should not build a tf.data pipeline"
     monkeypatch.setattr(task_lib, "EAGER_PREPROCESS_LIMIT", 11)  # 12 examples: over the limit.

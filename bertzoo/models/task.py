@@ -338,10 +338,14 @@ class Task(RawInputsMixin, keras.Model):
 
         if self.preprocessor is None or _is_tokenized(x) or isinstance(x, tf.data.Dataset):
             return None
+        # Counted on the raw input (a list, or a tuple of lists for pairs and
+        # questions with contexts), so large inputs are converted only once,
+        # by `_as_dataset`.
+        first = x[0] if isinstance(x, tuple) else x
+        if not isinstance(first, (str, bytes)):
+            if not hasattr(first, "__len__") or len(first) > EAGER_PREPROCESS_LIMIT:
+                return None
         x, _ = self._raw_to_tensors(x, None)
-        rows = tf.nest.flatten(x, expand_composites=False)[0]
-        if int(rows.shape[0]) > EAGER_PREPROCESS_LIMIT:
-            return None
         features, _, _ = keras.utils.unpack_x_y_sample_weight(self._preprocess(x))
         return _int_features(features)
 
