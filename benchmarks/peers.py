@@ -27,7 +27,9 @@ Libraries:
 Keras inference is `predict_on_batch` on a model compiled with
 `jit_compile=True/False`; training is `train_on_batch`. int8 is
 `keras.Model.quantize("int8")` (what `bertzoo.quantize` does) and is timed for
-inference only: no library here trains int8 models.
+inference only: no library here trains int8 models. bertzoo's int8 model
+without XLA runs TensorFlow's fused oneDNN int8 kernel
+(`bertzoo.layers.dense`), keras-hub's Keras's own int8 ops.
 """
 
 import argparse
@@ -365,8 +367,31 @@ def matmul_peak(size=2048, runs=10):
                 fn = tf.function(tf.matmul, jit_compile=xla)
             times, _ = _timed(lambda: fn(x, y).numpy(), runs, warmup=2)
             best["xla" if xla else "no_xla"] = round(2 * size**3 / statistics.median(times) / 1e9, 1)
+        if dtype == "int8":
+            best.update(_fused_int8_peak(a, runs))
         peaks[dtype] = {"gflops": max(best.values()), **best}
     return peaks
+
+
+def _fused_int8_peak(a, runs):
+    """`{"onednn_fused": GOP/s}` of a square int8-quantized bertzoo `Dense`
+    on float32 inputs (input quantization included), where TensorFlow's
+    fused oneDNN int8 kernel runs it; `{}` elsewhere."""
+    import tensorflow as tf
+
+    from bertzoo.layers.dense import Dense
+    from bertzoo.layers.dense import onednn_int8_available
+
+    if not onednn_int8_available():
+        return {}
+    size = a.shape[0]
+    layer = Dense(size, use_bias=False)
+    layer.build((None, size))
+    layer.quantize("int8")
+    fn = tf.function(lambda x: layer(x, training=False))
+    x = tf.constant(a)
+    times, _ = _timed(lambda: fn(x).numpy(), runs, warmup=2)
+    return {"onednn_fused": round(2 * size**3 / statistics.median(times) / 1e9, 1)}
 
 
 # --- Worker ---------------------------------------------------------------

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import bertzoo
+from bertzoo.layers.dense import onednn_int8_available
 from bertzoo.utils.device import default_jit_compile
 from bertzoo.utils.device import jit_compile_supported
 from bertzoo.utils.device import resolve_jit_compile
@@ -69,8 +70,8 @@ SCRIPT = textwrap.dedent(
         model = bertzoo.BertClassifier.from_preset(preset)
         model.compile()
         report["auto_jit_compile"] = model.jit_compile
-        # int8 models are the CPU case where bertzoo would otherwise pick XLA.
-        report["auto_int8"] = bertzoo.utils.device.default_jit_compile("int8_from_float32")
+        # int4 models are the CPU case where bertzoo would otherwise pick XLA.
+        report["auto_int4"] = bertzoo.utils.device.default_jit_compile("int4_from_float32")
         report["logged"] = [r.getMessage() for r in records]
         try:
             model.compile(jit_compile=True)
@@ -132,7 +133,7 @@ def test_two_logical_cpu_replicas_follow_the_single_device_loss_trajectory(mirro
 
 def test_auto_turns_xla_off_under_two_replicas_with_a_logged_reason(mirrored):
     assert mirrored["auto_jit_compile"] is False
-    assert mirrored["auto_int8"] is False  # XLA without the strategy (see below).
+    assert mirrored["auto_int4"] is False  # XLA without the strategy (see below).
     assert len(mirrored["logged"]) == 1
     assert "multi-replica tf.distribute strategy" in mirrored["logged"][0]
 
@@ -157,12 +158,14 @@ def test_keras_fit_with_xla_fails_on_the_second_replica(mirrored):
 def test_policy_without_a_strategy():
     # This process has one CPU device and no strategy in scope.
     assert jit_compile_supported()
-    # CPU: XLA only for int8 models (bertzoo/utils/device.py has the figures).
+    # CPU: XLA only for quantized models that oneDNN's fused int8 kernel
+    # cannot run (bertzoo/utils/device.py has the figures).
     assert default_jit_compile("float32") is False
     assert default_jit_compile("mixed_bfloat16") is False
     assert default_jit_compile("bfloat16") is False
-    assert default_jit_compile("int8_from_float32") is True
-    assert default_jit_compile("int8_from_bfloat16") is True
+    assert default_jit_compile("int8_from_float32") is not onednn_int8_available()
+    assert default_jit_compile("int8_from_bfloat16") is not onednn_int8_available()
+    assert default_jit_compile("int4_from_float32") is True
 
 
 def test_policy_reads_the_layers_of_a_model():
@@ -171,7 +174,7 @@ def test_policy_reads_the_layers_of_a_model():
     backbone = bertzoo.BertBackbone(vocabulary_size=50, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32)
     model = bertzoo.BertClassifier(backbone, 2)
     assert default_jit_compile(model) is False
-    model.quantize("int8")
+    model.quantize("int4")
     assert model.dtype_policy.name == "float32"
     assert default_jit_compile(model) is True
     model.compile()

@@ -43,6 +43,7 @@ import warnings
 import keras
 from keras import ops
 
+from bertzoo.layers.dense import Dense
 from bertzoo.models.bert_backbone import BertBackbone
 from bertzoo.models.bert_classifier import BertClassifier
 from bertzoo.models.task import bert_optimizer
@@ -428,7 +429,7 @@ class Distiller(RawInputsMixin, keras.distillation.Distiller):
         def projection(name):
             if s_width == t_width:
                 return None
-            layer = keras.layers.Dense(t_width, dtype=student.backbone.dtype_policy, name=name)
+            layer = Dense(t_width, dtype=student.backbone.dtype_policy, name=name)
             layer.build((None, None, s_width))
             return layer
 

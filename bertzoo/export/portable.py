@@ -26,6 +26,7 @@ import keras
 from bertzoo.export.saved_model import _backbone_of
 from bertzoo.export.saved_model import quantization_modes
 from bertzoo.export.serving import TOKENIZED_KEYS
+from bertzoo.layers.dense import portable_kernels
 
 PORTABLE_FORMATS = {
     "onnx": {"suffix": ".onnx", "modules": ("tf2onnx", "onnx")},
@@ -99,7 +100,8 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
         written = tmp / path.name
-        keras.Model.export(model, str(written), format=format, verbose=verbose, input_signature=signature, **kwargs)
+        with portable_kernels():  # Standard ops only: the converters know no others.
+            keras.Model.export(model, str(written), format=format, verbose=verbose, input_signature=signature, **kwargs)
         os.replace(written, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

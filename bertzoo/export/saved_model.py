@@ -37,6 +37,7 @@ import keras
 
 from bertzoo.export.serving import pairs_supported
 from bertzoo.export.serving import serving_functions
+from bertzoo.layers.dense import portable_kernels
 from bertzoo.saving.atomic import atomic_directory
 from bertzoo.version import __version__
 
@@ -128,8 +129,10 @@ def export_saved_model(
         setattr(root, name, function)
 
     with atomic_directory(path, overwrite=overwrite) as tmp:
-        # Tracing happens here, once per signature.
-        tf.saved_model.save(root, str(tmp), signatures=functions)
+        # Tracing happens here, once per signature; with standard ops only,
+        # so that the SavedModel serves on any TensorFlow build.
+        with portable_kernels():
+            tf.saved_model.save(root, str(tmp), signatures=functions)
         signatures = _signature_specs(tmp)
         ops = custom_ops(tmp)
         metadata = {

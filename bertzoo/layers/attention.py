@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from bertzoo.layers.dense import Dense
+
 
 def _flatten(x):
     """`(..., hidden)` -> `(rows, hidden)`, keeping a static hidden size."""
@@ -51,13 +53,13 @@ class SelfAttentionBlock(keras.layers.Layer):
         self.initializer_range = float(initializer_range)
 
         width = self.num_heads * self.head_dim
-        self.query_dense = keras.layers.Dense(
+        self.query_dense = Dense(
             width, kernel_initializer=self._initializer(), dtype=self.dtype_policy, name="query"
         )
-        self.key_dense = keras.layers.Dense(
+        self.key_dense = Dense(
             width, kernel_initializer=self._initializer(), dtype=self.dtype_policy, name="key"
         )
-        self.value_dense = keras.layers.Dense(
+        self.value_dense = Dense(
             width, kernel_initializer=self._initializer(), dtype=self.dtype_policy, name="value"
         )
         self.output_dense = None  # Needs the hidden size: created in build().
@@ -77,7 +79,7 @@ class SelfAttentionBlock(keras.layers.Layer):
 
     def build(self, input_shape):
         hidden_dim = input_shape[-1]
-        self.output_dense = keras.layers.Dense(
+        self.output_dense = Dense(
             hidden_dim, kernel_initializer=self._initializer(), dtype=self.dtype_policy, name="output"
         )
         for layer in (self.query_dense, self.key_dense, self.value_dense):

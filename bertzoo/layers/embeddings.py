@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from bertzoo.layers.dense import Dense
 from bertzoo.utils.checks import concrete_value
 
 
@@ -128,7 +129,7 @@ class BertEmbeddings(keras.layers.Layer):
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
         self.projection = None
         if self.embedding_dim is not None and self.embedding_dim != self.hidden_dim:
-            self.projection = keras.layers.Dense(
+            self.projection = Dense(
                 self.hidden_dim,
                 kernel_initializer=initializer(),
                 dtype=self.dtype_policy,

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from bertzoo.layers.activations import get_activation
+from bertzoo.layers.dense import Dense
 
 
 @keras.saving.register_keras_serializable(package="bertzoo")
@@ -63,7 +64,7 @@ class MaskedLMHead(keras.layers.Layer):
         self.activation = activation
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.initializer_range = float(initializer_range)
-        self.transform = keras.layers.Dense(
+        self.transform = Dense(
             self.embedding_dim,
             activation=get_activation(activation),
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=self.initializer_range),

@@ -5,6 +5,7 @@ from keras import ops
 
 from bertzoo.layers.activations import get_activation
 from bertzoo.layers.attention import SelfAttentionBlock
+from bertzoo.layers.dense import Dense
 from bertzoo.layers.embeddings import BertEmbeddings
 from bertzoo.layers.feedforward import FeedForwardBlock
 from bertzoo.models.backbone import Backbone
@@ -194,7 +195,7 @@ class BertBackbone(Backbone):
             )
             for k in range(max(ffn_index) + 1)
         ]
-        self.pooler = keras.layers.Dense(
+        self.pooler = Dense(
             hidden_dim,
             activation="tanh",
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=initializer_range),

@@ -2,6 +2,7 @@
 
 import keras
 
+from bertzoo.layers.dense import Dense
 from bertzoo.models.task import Task
 from bertzoo.saving.preset import register_preset_class
 
@@ -49,7 +50,7 @@ class BertClassifier(Task):
         self.output_dropout = keras.layers.Dropout(dropout, dtype=policy, name="output_dropout")
         # Mixed-precision models emit float32 logits for a stable loss.
         head_dtype = "float32" if policy.compute_dtype != "float32" else policy
-        self.output_dense = keras.layers.Dense(
+        self.output_dense = Dense(
             num_classes,
             activation=activation,
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=backbone.initializer_range),

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from bertzoo.layers.dense import Dense
 from bertzoo.models.task import Task
 from bertzoo.saving.preset import register_preset_class
 
@@ -72,7 +73,7 @@ class BertMultipleChoice(Task):
         policy = backbone.dtype_policy
         head_dtype = "float32" if policy.compute_dtype != "float32" else policy
         self.output_dropout = keras.layers.Dropout(dropout, dtype=policy, name="output_dropout")
-        self.output_dense = keras.layers.Dense(
+        self.output_dense = Dense(
             1,
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=backbone.initializer_range),
             dtype=head_dtype,

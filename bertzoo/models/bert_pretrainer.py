@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 
+from bertzoo.layers.dense import Dense
 from bertzoo.layers.masked_lm_head import MaskedLMHead
 from bertzoo.models.head_utils import MaskedAccuracy
 from bertzoo.models.head_utils import masked_loss
@@ -117,7 +118,7 @@ class BertPretrainer(Task):
         )
         self.sentence_head = None
         if sentence_objective is not None:
-            self.sentence_head = keras.layers.Dense(
+            self.sentence_head = Dense(
                 2,
                 kernel_initializer=keras.initializers.TruncatedNormal(stddev=backbone.initializer_range),
                 dtype=head_dtype,

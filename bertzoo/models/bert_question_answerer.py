@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from bertzoo.layers.dense import Dense
 from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.task import Task
 from bertzoo.saving.preset import register_preset_class
@@ -135,7 +136,7 @@ class BertQuestionAnswerer(Task):
             )
         policy = backbone.dtype_policy
         head_dtype = "float32" if policy.compute_dtype != "float32" else policy
-        self.span_dense = keras.layers.Dense(
+        self.span_dense = Dense(
             2,
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=backbone.initializer_range),
             dtype=head_dtype,

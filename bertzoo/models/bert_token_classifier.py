@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 
+from bertzoo.layers.dense import Dense
 from bertzoo.models.head_utils import IGNORE_LABEL
 from bertzoo.models.head_utils import MaskedAccuracy
 from bertzoo.models.head_utils import masked_loss
@@ -163,7 +164,7 @@ class BertTokenClassifier(Task):
         policy = backbone.dtype_policy
         head_dtype = "float32" if policy.compute_dtype != "float32" else policy
         self.output_dropout = keras.layers.Dropout(dropout, dtype=policy, name="output_dropout")
-        self.output_dense = keras.layers.Dense(
+        self.output_dense = Dense(
             num_classes,
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=backbone.initializer_range),
             dtype=head_dtype,

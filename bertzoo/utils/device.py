@@ -10,7 +10,8 @@ figures in `benchmarks/results.jsonl` and the README's "Performance" table).
 | GPU, TPU | any | on | (not measured here: XLA's usual win, fused elementwise work) |
 | CPU | float32 | off | within 5% either way (XLA on/off: inference 440/459 ms, training step 1853/1873 ms), plus XLA's compile time |
 | CPU | bfloat16 / float16 compute | off | XLA on/off: inference 502/272 ms, training step 2030/1300 ms: XLA:CPU's bf16 dots are far slower than oneDNN's AVX512-BF16 kernels |
-| CPU | int8-quantized layers | on | XLA on/off: 380/2257 ms per batch: TensorFlow has no fast int8 matmul kernel outside XLA |
+| CPU | int8-quantized layers, TensorFlow with oneDNN | off | fused oneDNN int8 kernel (`bertzoo.layers.dense`) 220 ms per batch, against 380 ms with XLA |
+| CPU | other quantized layers (int4; int8 without oneDNN) | on | XLA on/off: 380/2257 ms per batch (int8): Keras's int8 ops have no fast matmul kernel outside XLA |
 | any | multi-replica `tf.distribute` strategy | off | Keras cannot compile those steps, see `jit_compile_supported` |
 
 TPUStrategy compiles every step with XLA whatever `jit_compile` says, so
@@ -44,22 +45,23 @@ def accelerator():
     return "cpu"
 
 
-def _quantized(model_or_policy):
-    """Whether a model, layer or dtype policy computes with quantized kernels.
+def _quantization_modes(model_or_policy):
+    """The quantization modes ("int8", "int4", ...) a model, layer or dtype
+    policy computes with; empty when none.
 
     For a model the layers decide: `quantize()` changes the policies of its
     Dense/Embedding layers, not the model's own.
     """
     if model_or_policy is None or isinstance(model_or_policy, (str, keras.DTypePolicy)):
         policy = keras.dtype_policies.get(model_or_policy or keras.config.dtype_policy())
-        return bool(policy.quantization_mode)
+        return {policy.quantization_mode} - {None}
     if not isinstance(model_or_policy, keras.layers.Layer):
         raise TypeError(
             "default_jit_compile() takes a Keras model or layer, a dtype policy or a "
             f"policy name, got {type(model_or_policy).__name__}."
         )
     layers = [model_or_policy] + list(model_or_policy._flatten_layers(include_self=False, recursive=True))
-    return any(getattr(layer, "quantization_mode", None) for layer in layers)
+    return {getattr(layer, "quantization_mode", None) for layer in layers} - {None}
 
 
 def _replicas(strategy):
@@ -127,17 +129,23 @@ def default_jit_compile(model_or_policy=None, strategy=None):
     Example:
     >>> default_jit_compile("mixed_bfloat16")  # On a CPU-only machine.
     False
-    >>> default_jit_compile(bertzoo.quantize(model, "int8"))
+    >>> default_jit_compile(bertzoo.quantize(model, "int8"))  # oneDNN's fused int8
+    False
+    >>> default_jit_compile(bertzoo.quantize(model, "int4"))
     True
     """
-    quantized = _quantized(model_or_policy)
+    modes = _quantization_modes(model_or_policy)
     backend = keras.backend.backend()
     if backend != "tensorflow":
         # JAX: jit_compile=False means op-by-op eager execution, always
         # slower. Torch: True means torch.compile, which Keras's "auto" avoids.
         return backend == "jax"
-    # On CPU only int8 models gain from XLA (see the module docstring).
-    wanted = accelerator() != "cpu" or quantized
+    # On CPU only quantized models without bertzoo's fused oneDNN int8
+    # kernel gain from XLA (see the module docstring).
+    from bertzoo.layers.dense import onednn_int8_available
+
+    fused = modes <= {"int8"} and onednn_int8_available()
+    wanted = accelerator() != "cpu" or bool(modes and not fused)
     if wanted and not jit_compile_supported(strategy):
         logger.warning(
             "Compiling without XLA (jit_compile=False): Keras cannot "

@@ -1,0 +1,197 @@
+"""bertzoo's Dense: int8 inference as TensorFlow's fused oneDNN kernel.
+
+The fused kernel is checked against a NumPy computation of the same
+arithmetic (symmetric per-tensor int8 inputs, Keras's int8 kernel and
+per-channel scales, bias, activation), and the places where Keras's own
+int8 path must run instead (XLA, gradients, exports) are checked to use it.
+"""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import bertzoo
+from bertzoo.layers import dense as dense_module
+from bertzoo.layers import get_activation
+from bertzoo.layers.dense import Dense
+from bertzoo.layers.dense import onednn_int8_available
+from bertzoo.layers.dense import portable_kernels
+
+needs_onednn = pytest.mark.skipif(
+    not onednn_int8_available(), reason="needs TensorFlow's oneDNN CPU build (x86-64, no GPU)"
+)
+
+_ERF = np.vectorize(math.erf)
+NUMPY_ACTIVATIONS = {
+    None: lambda y: y,
+    "gelu_tanh": lambda y: 0.5 * y * (1 + np.tanh(math.sqrt(2 / math.pi) * (y + 0.044715 * y**3))),
+    "gelu_exact": lambda y: 0.5 * y * (1 + _ERF(y / math.sqrt(2))),
+    "relu": lambda y: np.maximum(y, 0),
+    "tanh": np.tanh,
+    "silu": lambda y: y / (1 + np.exp(-y)),  # Not fused by oneDNN: applied after the kernel.
+}
+
+
+def quantized_dense(activation=None, units=24, inputs=40, seed=0, asymmetric=False):
+    keras.utils.set_random_seed(seed)
+    layer = Dense(
+        units,
+        activation=get_activation(activation) if activation else None,
+        asymmetric_int8_inputs=asymmetric,
+        bias_initializer="random_normal",
+    )
+    layer.build((None, inputs))
+    layer.quantize("int8")
+    return layer
+
+
+def numpy_reference(layer, x, activation):
+    """What the fused kernel computes, in float64."""
+    x = np.asarray(x, "float64").reshape(-1, x.shape[-1])
+    kernel = keras.ops.convert_to_numpy(layer._kernel).astype("float64")
+    scale = keras.ops.convert_to_numpy(layer.kernel_scale).astype("float64")
+    bias = keras.ops.convert_to_numpy(layer.bias).astype("float64")
+    if layer.asymmetric_int8_inputs:  # uint8 over [min(x, 0), max(x)], the offset folded into the bias.
+        low = min(x.min(), 0.0)
+        step = (x - low).max() / 255
+        q = np.clip(np.round((x - low) / step), 0, 255)
+        bias = bias + low * kernel.sum(0) / scale
+    else:  # int8 over [-max|x|, max|x|].
+        step = np.abs(x).max() / 127
+        q = np.clip(np.round(x / step), -127, 127)
+    return NUMPY_ACTIVATIONS[activation]((q @ kernel) * step / scale + bias)
+
+
+def count_fused_calls(monkeypatch):
+    calls = []
+    fused = dense_module._fused_int8_dense
+
+    def spy(layer, inputs):
+        calls.append(layer.name)
+        return fused(layer, inputs)
+
+    monkeypatch.setattr(dense_module, "_fused_int8_dense", spy)
+    return calls
+
+
+def inputs(shape=(3, 5, 40), seed=1):
+    return np.random.default_rng(seed).normal(size=shape).astype("float32")
+
+
+@needs_onednn
+@pytest.mark.parametrize("asymmetric", [False, True], ids=["symmetric", "asymmetric"])
+@pytest.mark.parametrize("activation", list(NUMPY_ACTIVATIONS))
+def test_fused_kernel_computes_the_int8_arithmetic(activation, asymmetric, monkeypatch):
+    calls = count_fused_calls(monkeypatch)
+    layer = quantized_dense(activation, asymmetric=asymmetric)
+    x = inputs() + (0.5 if asymmetric else 0.0)  # Off-centre inputs for the zero point to matter.
+    expected = numpy_reference(layer, x, activation).reshape(3, 5, -1)
+    traced = tf.function(lambda t: layer(t, training=False))(tf.constant(x))
+    eager = layer(x)
+    assert traced.shape == eager.shape == (3, 5, 24)
+    for out in (traced, eager):
+        np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+    assert len(calls) == 2  # Both the graph and the eager call used the fused kernel.
+
+
+@needs_onednn
+def test_fused_kernel_is_close_to_the_float_layer_and_keras_int8():
+    layer = quantized_dense("gelu_tanh")
+    keras.utils.set_random_seed(0)
+    float_layer = Dense(24, activation=get_activation("gelu_tanh"), bias_initializer="random_normal")
+    float_layer.build((None, 40))
+    x = inputs()
+    exact = float_layer(x).numpy()
+    fused = layer(x).numpy()
+    with portable_kernels():
+        keras_int8 = layer(x).numpy()
+
+    def relative(a):
+        return np.linalg.norm(a - exact) / np.linalg.norm(exact)
+
+    assert relative(fused) < 0.03 and relative(keras_int8) < 0.03
+    assert not np.array_equal(fused, keras_int8)  # Per-tensor vs per-token input scales.
+
+
+@needs_onednn
+def test_new_weights_are_used_by_an_already_traced_function():
+    # The kernel must not cache its weights: set_weights/load_weights after a
+    # first predict would otherwise be ignored.
+    layer = quantized_dense("gelu_exact", asymmetric=True)
+    call = tf.function(lambda t: layer(t, training=False))
+    x = inputs()
+    call(x)
+    layer._kernel.assign(-keras.ops.convert_to_numpy(layer._kernel))
+    expected = numpy_reference(layer, x, "gelu_exact").reshape(3, 5, -1)
+    np.testing.assert_allclose(call(x).numpy(), expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+@needs_onednn
+def test_model_uses_the_fused_kernel_without_xla_and_keras_int8_with_it(monkeypatch):
+    calls = count_fused_calls(monkeypatch)
+    keras.utils.set_random_seed(2)
+    backbone = bertzoo.BertBackbone(
+        vocabulary_size=60, num_layers=2, hidden_dim=32, num_heads=2, intermediate_dim=64, max_sequence_length=16
+    )
+    model = bertzoo.BertClassifier(backbone, 3)
+    x = {
+        "token_ids": np.random.default_rng(0).integers(1, 60, (4, 16)).astype("int32"),
+        "segment_ids": np.zeros((4, 16), "int32"),
+        "padding_mask": np.ones((4, 16), "int32"),
+    }
+    exact = model.predict_on_batch(x)
+    quantized = bertzoo.quantize(model, "int8")
+    assert bertzoo.utils.device.default_jit_compile(quantized) is False
+    quantized.compile(jit_compile=False)
+    fused = quantized.predict_on_batch(x)
+    # 2 layers x (Q, K, V, attention output, 2 feed-forward) + pooler + classifier head.
+    assert len(calls) == 14
+    quantized.compile(jit_compile=True)
+    with_xla = quantized.predict_on_batch(x)
+    assert len(calls) == 14  # Inside XLA: Keras's int8 ops.
+    scale = np.abs(exact).max()
+    np.testing.assert_allclose(fused, exact, atol=0.05 * scale)
+    np.testing.assert_allclose(with_xla, exact, atol=0.05 * scale)
+
+
+def test_gradients_flow_through_keras_int8_path(monkeypatch):
+    calls = count_fused_calls(monkeypatch)
+    layer = quantized_dense("gelu_tanh")
+    x = tf.constant(inputs())
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layer(x)
+    gradient = tape.gradient(y, x)
+    assert gradient is not None and np.abs(gradient.numpy()).max() > 0
+    assert calls == []
+
+
+def test_exports_hold_standard_ops_only(monkeypatch):
+    layer = quantized_dense("gelu_tanh")
+    spec = tf.TensorSpec((None, 40), tf.float32)
+
+    def op_types():
+        graph = tf.function(lambda t: layer(t, training=False)).get_concrete_function(spec).graph
+        return {op.type for op in graph.get_operations()}
+
+    with portable_kernels():
+        assert "_QuantizedMatMul" not in op_types()
+    if onednn_int8_available():
+        assert "_QuantizedMatMul" in op_types()
+
+
+@pytest.mark.filterwarnings("ignore:Layer .* does not have a `quantize` method")
+def test_keras_quantize_reaches_bertzoo_dense_layers():
+    # Keras's Model.quantize skips Dense subclasses unless they opt in.
+    backbone = bertzoo.BertBackbone(vocabulary_size=50, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32)
+    backbone.quantize("int8")
+    modes = {layer.path: layer.quantization_mode for layer in backbone._flatten_layers() if isinstance(layer, Dense)}
+    assert len(modes) == 7 and set(modes.values()) == {"int8"}
+    # Only the matmul after GELU quantizes its inputs with a zero point; the setting round-trips.
+    asymmetric = [layer.path for layer in backbone._flatten_layers() if getattr(layer, "asymmetric_int8_inputs", False)]
+    assert asymmetric == ["feedforward_0/output"]
+    again = Dense.from_config(backbone.get_layer("feedforward_0").output_dense.get_config())
+    assert again.asymmetric_int8_inputs is True
