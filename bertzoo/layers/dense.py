@@ -11,9 +11,9 @@ On TensorFlow's CPU build with oneDNN (the default x86 build), bertzoo
 instead runs each quantized Dense layer as TensorFlow's oneDNN
 `_QuantizedMatMul` kernel. That kernel does the VNNI int8 matmul with the
 bias, the activation (GELU, ReLU, tanh) and the rescaling to float fused in.
-Measured on the same CPU: 220 ms per batch, against 284 ms for the bfloat16
-model and 264 ms for PyTorch's dynamic int8 quantization (see
-`benchmarks/`).
+Measured on the same CPU in one `python -m benchmarks.run`: 218 ms per
+batch, against 358 ms for Keras's int8 under XLA, 312 ms for the bfloat16
+model and 329 ms for PyTorch's dynamic int8 quantization.
 
 The inputs are quantized per call with one scale for the whole tensor, as
 in PyTorch's dynamic quantization: symmetric int8, or uint8 with a zero
@@ -26,7 +26,7 @@ against the float32 model: BERT-base relative error 0.017 (Keras's path
 predictions at batch 1-64 (Keras's path 99.3%), accuracy 85.7-87.3% against
 86.7%. With one scale per tensor, an example's output also moves slightly
 with the other examples in its batch. Compile with `jit_compile=True` for
-Keras's per-token rounding (under XLA, about 1.7x slower on this CPU).
+Keras's per-token rounding (under XLA, about 1.6x slower on this CPU).
 
 Keras's own path is used wherever the fused kernel does not apply:
 - other backends, GPUs and TPUs, and TensorFlow builds without oneDNN;

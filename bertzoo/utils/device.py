@@ -10,7 +10,7 @@ figures in `benchmarks/results.jsonl` and the README's "Performance" table).
 | GPU, TPU | any | on | (not measured here: XLA's usual win, fused elementwise work) |
 | CPU | float32 | off | within 5% either way (XLA on/off: inference 440/459 ms, training step 1853/1873 ms), plus XLA's compile time |
 | CPU | bfloat16 / float16 compute | off | XLA on/off: inference 502/272 ms, training step 2030/1300 ms: XLA:CPU's bf16 dots are far slower than oneDNN's AVX512-BF16 kernels |
-| CPU | int8-quantized layers, TensorFlow with oneDNN | off | fused oneDNN int8 kernel (`bertzoo.layers.dense`) 220 ms per batch, against 380 ms with XLA |
+| CPU | int8-quantized layers, TensorFlow with oneDNN | off | fused oneDNN int8 kernel (`bertzoo.layers.dense`) 218 ms per batch, against 358 ms with XLA (one run, 2026-11-22) |
 | CPU | other quantized layers (int4; int8 without oneDNN) | on | XLA on/off: 380/2257 ms per batch (int8): Keras's int8 ops have no fast matmul kernel outside XLA |
 | any | multi-replica `tf.distribute` strategy | off | Keras cannot compile those steps, see `jit_compile_supported` |
 
