@@ -1,0 +1,300 @@
+"""Every use of a private Keras or TensorFlow symbol in bertzoo, in one place.
+
+Each function here wraps one private symbol and says what happens when a
+release moves or removes it: a public fallback where one exists, otherwise a
+`False`/`None` answer that callers treat as "this fast path is unavailable".
+`tests/test_private_api.py` exercises each one against the installed
+versions, so an upgrade that breaks one fails a named test instead of a user's
+model.
+
+Nothing outside this module imports `keras.src`, `tensorflow.python` or
+`tensorflow.core`, or touches an underscore attribute of a Keras or
+TensorFlow object.
+"""
+
+import collections
+import contextlib
+import gc
+import logging
+
+import keras
+
+logger = logging.getLogger("bertzoo")
+
+
+# --- Keras: layers and weights ---------------------------------------------
+
+
+def flatten_layers(layer, include_self=True, recursive=True):
+    """Every layer tracked by `layer` (depth first, each once).
+
+    Private: `Layer._flatten_layers`. Fallback: a walk over `layer.layers`
+    (public on models) and over attributes that hold layers.
+    """
+    method = getattr(layer, "_flatten_layers", None)
+    if method is not None:
+        return list(method(include_self=include_self, recursive=recursive))
+    found, seen = [], set()
+
+    def children(current):
+        values = list(getattr(current, "layers", []) or [])
+        for value in vars(current).values():
+            if isinstance(value, keras.layers.Layer):
+                values.append(value)
+            elif isinstance(value, (list, tuple)):
+                values.extend(v for v in value if isinstance(v, keras.layers.Layer))
+        return values
+
+    def visit(current, depth):
+        if id(current) in seen:
+            return
+        seen.add(id(current))
+        if depth or include_self:
+            found.append(current)
+        if depth == 0 or recursive:
+            for child in children(current):
+                visit(child, depth + 1)
+
+    visit(layer, 0)
+    return found
+
+
+def dense_kernel_variable(layer):
+    """The variable a Dense/EinsumDense layer stores its kernel in (int8
+    values once quantized), not the LoRA-merged tensor `layer.kernel` returns.
+
+    Private: `Dense._kernel`. Fallback: `layer.kernel`, which is the same
+    variable whenever LoRA is off.
+    """
+    variable = getattr(layer, "_kernel", None)
+    return variable if variable is not None else layer.kernel
+
+
+def save_weights_only(model, path, objects_to_skip=None):
+    """Writes `model`'s weights to a `.weights.h5` file, leaving out
+    `objects_to_skip` (e.g. the optimizer, or a task's backbone).
+
+    Private: `keras.src.saving.saving_lib.save_weights_only(objects_to_skip=)`.
+    Fallback: `model.save_weights`, which writes everything (a larger file
+    that still loads); skipping a sub-model is then impossible and raises.
+    """
+    try:
+        from keras.src.saving import saving_lib
+    except ImportError:
+        saving_lib = None
+    if saving_lib is not None and hasattr(saving_lib, "save_weights_only"):
+        saving_lib.save_weights_only(model, str(path), objects_to_skip=objects_to_skip or None)
+        return
+    optimizer = getattr(model, "optimizer", None)
+    if any(obj is not optimizer for obj in objects_to_skip or []):
+        raise RuntimeError(
+            "This Keras release has no keras.src.saving.saving_lib.save_weights_only: saving part of "
+            "a model is unavailable. Install a Keras 3 release from 3.4 on."
+        )
+    model.save_weights(str(path))
+
+
+def load_weights_only(model, path, objects_to_skip=None):
+    """Reads a `.weights.h5` file written by `save_weights_only` with the same
+    `objects_to_skip`.
+
+    Private: `keras.src.saving.saving_lib.load_weights_only(objects_to_skip=)`.
+    Fallback: `model.load_weights` when nothing is skipped.
+    """
+    try:
+        from keras.src.saving import saving_lib
+    except ImportError:
+        saving_lib = None
+    if saving_lib is not None and hasattr(saving_lib, "load_weights_only"):
+        saving_lib.load_weights_only(model, str(path), skip_mismatch=False, objects_to_skip=objects_to_skip or None)
+        return
+    if objects_to_skip:
+        raise RuntimeError(
+            "This Keras release has no keras.src.saving.saving_lib.load_weights_only: loading part of "
+            "a model is unavailable. Install a Keras 3 release from 3.4 on."
+        )
+    model.load_weights(str(path))
+
+
+@contextlib.contextmanager
+def fresh_layer_names():
+    """Auto-names layers as in a fresh process (`dropout`, not `dropout_37`)
+    inside the block, and restores the process's counters afterwards.
+
+    Private: `keras.src.backend.common.global_state`'s `object_name_uids`.
+    Fallback: names continue the process's numbering (arrays are unchanged).
+    """
+    try:
+        from keras.src.backend.common import global_state
+    except ImportError:
+        yield
+        return
+    saved = global_state.get_global_attribute("object_name_uids")
+    global_state.set_global_attribute("object_name_uids", collections.defaultdict(int))
+    try:
+        yield
+    finally:
+        global_state.set_global_attribute("object_name_uids", saved)
+
+
+@contextlib.contextmanager
+def one_garbage_collection():
+    """Runs one `gc.collect()` at the end of the block instead of one per
+    call inside it.
+
+    Keras's `Layer.__delattr__` runs a full `gc.collect()` each time a layer
+    drops a variable, which `Layer.quantize` does for every float kernel:
+    about 0.6 s each in a TensorFlow process, half a minute for a 6-layer
+    BERT. This patches the process-wide `gc.collect` for the duration, so
+    use it only around quantization, on one thread.
+    """
+    collect = gc.collect
+    gc.collect = lambda *args, **kwargs: 0
+    try:
+        yield
+    finally:
+        gc.collect = collect
+        gc.collect()
+
+
+# --- Keras: optimizers and compiled state ----------------------------------
+
+
+def learning_rate_schedule(optimizer):
+    """The `LearningRateSchedule` an optimizer was built with, or None.
+
+    Private: `Optimizer._learning_rate` (the public `learning_rate` property
+    evaluates the schedule at the current step).
+    """
+    schedule = getattr(optimizer, "_learning_rate", None)
+    if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
+        return schedule
+    return None
+
+
+def adam_moments(optimizer, variable):
+    """`(first moment, second moment)` slot variables Adam keeps for
+    `variable`, or None when this Keras release stores them otherwise.
+
+    Private: `Adam._momentums`, `Adam._velocities`, `Optimizer._get_variable_index`.
+    """
+    try:
+        index = optimizer._get_variable_index(variable)
+        return optimizer._momentums[index], optimizer._velocities[index]
+    except (AttributeError, IndexError, KeyError):
+        return None
+
+
+def compiled_metrics_container(model):
+    """The metrics container `compile(metrics=...)` built, or None.
+
+    Private: `Trainer._compile_metrics`.
+    """
+    return getattr(model, "_compile_metrics", None)
+
+
+# --- TensorFlow: graph context and ops -------------------------------------
+
+
+def tensorflow_onednn_enabled():
+    """Whether TensorFlow was built with oneDNN and runs with it.
+
+    Private: `tensorflow.python.util._pywrap_util_port.IsMklEnabled`.
+    Fallback: False (callers then skip oneDNN-only kernels).
+    """
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
+        return False
+
+
+def tensorflow_op_def(op_type):
+    """The registered `OpDef` of a TensorFlow op, or None when the op is not
+    registered (or the registry moved).
+
+    Private: `tensorflow.python.framework.op_def_registry.get`.
+    """
+    try:
+        from tensorflow.python.framework import op_def_registry
+
+        return op_def_registry.get(op_type)
+    except (ImportError, AttributeError):
+        return None
+
+
+def gradient_tape_active():
+    """Whether a `tf.GradientTape` may be recording right now.
+
+    Private: `tensorflow.python.eager.record.could_possibly_record`.
+    Fallback: True (callers then avoid kernels that have no gradient).
+    """
+    try:
+        from tensorflow.python.eager import record
+
+        return bool(record.could_possibly_record())
+    except (ImportError, AttributeError):
+        return True
+
+
+def in_xla_context():
+    """Whether the graph being traced is compiled by XLA (`jit_compile=True`).
+
+    Private: `tensorflow.python.ops.control_flow_util.GraphOrParentsInXlaContext`.
+    Fallback: True (callers then keep to ops XLA compiles).
+    """
+    try:
+        import tensorflow as tf
+        from tensorflow.python.ops import control_flow_util
+
+        return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+    except (ImportError, AttributeError):
+        return True
+
+
+def run_unexposed_op(op_type, inputs, output_dtype, attrs):
+    """Runs a registered TensorFlow op that `tf.raw_ops` does not expose (an
+    internal, underscore-named one), eagerly or in the graph being traced.
+
+    Private: `tensorflow.python.eager.execute`, `context`, `attr_value_pb2`
+    and `Graph.create_op`. There is no fallback: callers check the op with
+    `tensorflow_op_def` first (see `bertzoo.layers.dense`).
+    """
+    import tensorflow as tf
+    from tensorflow.core.framework import attr_value_pb2
+    from tensorflow.python.eager import context
+    from tensorflow.python.eager import execute
+
+    def enum(value):
+        return value.as_datatype_enum if isinstance(value, tf.DType) else value
+
+    if tf.executing_eagerly():
+        flat = []
+        for name, value in attrs.items():
+            flat += [name, [enum(v) for v in value] if isinstance(value, list) else enum(value)]
+        (output,) = execute.execute(op_type, 1, inputs=inputs, attrs=tuple(flat), ctx=context.context())
+        return output
+
+    def proto(value):
+        if isinstance(value, bool):
+            return attr_value_pb2.AttrValue(b=value)
+        if isinstance(value, str):
+            return attr_value_pb2.AttrValue(s=value.encode())
+        if isinstance(value, float):
+            return attr_value_pb2.AttrValue(f=value)
+        if isinstance(value, tf.DType):
+            return attr_value_pb2.AttrValue(type=value.as_datatype_enum)
+        if value and isinstance(value[0], str):
+            return attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(s=[v.encode() for v in value]))
+        return attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(type=[enum(v) for v in value]))
+
+    graph = tf.compat.v1.get_default_graph()
+    op = graph.create_op(
+        op_type,
+        inputs,
+        dtypes=[output_dtype],
+        name=op_type.lstrip("_"),
+        attrs={name: proto(value) for name, value in attrs.items()},
+    )
+    return op.outputs[0]
