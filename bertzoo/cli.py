@@ -17,6 +17,17 @@ import argparse
 import sys
 
 from bertzoo.version import __version__
+from bertzoo.convert import convert_checkpoint
+from bertzoo.export import describe_export
+from bertzoo.export import export_model
+from bertzoo.models.bert_backbone import BertBackbone
+from bertzoo.saving.preset import _PRESET_CLASSES
+from bertzoo.saving.preset import Preset
+from bertzoo.compression import gzip_size
+from bertzoo.compression import quantize
+from bertzoo.saving.preset import VOCABULARY_FILE
+from bertzoo.compression import sparsity_report
+from bertzoo.saving.listing import list_presets
 
 _COMMANDS = []
 
@@ -46,7 +57,6 @@ def command(name, help, arguments=()):
     ),
 )
 def _convert(args):
-    from bertzoo.convert import convert_checkpoint
 
     result = convert_checkpoint(args.source, args.destination, overwrite=args.overwrite)
     print(result.summary())
@@ -67,11 +77,6 @@ def _convert(args):
     ),
 )
 def _export(args):
-    from bertzoo.export import describe_export
-    from bertzoo.export import export_model
-    from bertzoo.models.bert_backbone import BertBackbone
-    from bertzoo.saving.preset import _PRESET_CLASSES
-    from bertzoo.saving.preset import Preset
 
     preset = Preset.resolve(args.preset)
     if preset.directory is None:
@@ -98,9 +103,6 @@ def _export(args):
 
 
 def _model_from_preset_directory(path):
-    from bertzoo.models.bert_backbone import BertBackbone
-    from bertzoo.saving.preset import _PRESET_CLASSES
-    from bertzoo.saving.preset import Preset
 
     preset = Preset.resolve(path)
     if preset.directory is None:
@@ -126,15 +128,11 @@ def _model_from_preset_directory(path):
 def _quantize(args):
     from pathlib import Path
 
-    from bertzoo.compression import gzip_size
-    from bertzoo.compression import quantize
-
     if Path(args.output).exists() and not args.overwrite:
         raise ValueError(f"{args.output} already exists. Pass --overwrite to replace it, or choose a new path.")
     model, preset = _model_from_preset_directory(args.preset)
     quantized = quantize(model, args.mode, include_embeddings=not args.keep_embeddings)
     if preset.class_name == "BertBackbone":
-        from bertzoo.saving.preset import VOCABULARY_FILE
 
         has_vocabulary = (preset.directory / VOCABULARY_FILE).is_file()
         tokenizer = preset.build_preprocessor().tokenizer if has_vocabulary else None
@@ -152,7 +150,6 @@ def _quantize(args):
     arguments=(argument("preset", metavar="PRESET_DIR", help="task or backbone preset directory"),),
 )
 def _sparsity(args):
-    from bertzoo.compression import sparsity_report
 
     model, _ = _model_from_preset_directory(args.preset)
     print(sparsity_report(model))
@@ -161,7 +158,6 @@ def _sparsity(args):
 
 @command("presets", "List the built-in presets with their sizes.")
 def _presets(args):
-    from bertzoo.saving.listing import list_presets
 
     list_presets(verbose=True)
     return 0

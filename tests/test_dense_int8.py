@@ -19,6 +19,8 @@ from bertzoo.layers import get_activation
 from bertzoo.layers.dense import Dense
 from bertzoo.layers.dense import onednn_int8_available
 from bertzoo.layers.dense import portable_kernels
+from bertzoo.utils import onednn
+from bertzoo.utils import private_api
 
 needs_onednn = pytest.mark.skipif(
     not onednn_int8_available(), reason="needs TensorFlow's oneDNN CPU build (x86-64, no GPU)"
@@ -51,7 +53,7 @@ def quantized_dense(activation=None, units=24, inputs=40, seed=0, asymmetric=Fal
 def numpy_reference(layer, x, activation):
     """What the fused kernel computes, in float64."""
     x = np.asarray(x, "float64").reshape(-1, x.shape[-1])
-    kernel = keras.ops.convert_to_numpy(layer._kernel).astype("float64")
+    kernel = keras.ops.convert_to_numpy(private_api.dense_kernel_variable(layer)).astype("float64")
     scale = keras.ops.convert_to_numpy(layer.kernel_scale).astype("float64")
     bias = keras.ops.convert_to_numpy(layer.bias).astype("float64")
     if layer.asymmetric_int8_inputs:  # uint8 over [min(x, 0), max(x)], the offset folded into the bias.
@@ -124,7 +126,8 @@ def test_new_weights_are_used_by_an_already_traced_function():
     call = tf.function(lambda t: layer(t, training=False))
     x = inputs()
     call(x)
-    layer._kernel.assign(-keras.ops.convert_to_numpy(layer._kernel))
+    kernel = private_api.dense_kernel_variable(layer)
+    kernel.assign(-keras.ops.convert_to_numpy(kernel))
     expected = numpy_reference(layer, x, "gelu_exact").reshape(3, 5, -1)
     np.testing.assert_allclose(call(x).numpy(), expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
 
@@ -188,10 +191,61 @@ def test_keras_quantize_reaches_bertzoo_dense_layers():
     # Keras's Model.quantize skips Dense subclasses unless they opt in.
     backbone = bertzoo.BertBackbone(vocabulary_size=50, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32)
     backbone.quantize("int8")
-    modes = {layer.path: layer.quantization_mode for layer in backbone._flatten_layers() if isinstance(layer, Dense)}
+    modes = {layer.path: layer.quantization_mode for layer in private_api.flatten_layers(backbone) if isinstance(layer, Dense)}
     assert len(modes) == 7 and set(modes.values()) == {"int8"}
     # Only the matmul after GELU quantizes its inputs with a zero point; the setting round-trips.
-    asymmetric = [layer.path for layer in backbone._flatten_layers() if getattr(layer, "asymmetric_int8_inputs", False)]
+    asymmetric = [layer.path for layer in private_api.flatten_layers(backbone) if getattr(layer, "asymmetric_int8_inputs", False)]
     assert asymmetric == ["feedforward_0/output"]
     again = Dense.from_config(backbone.get_layer("feedforward_0").output_dense.get_config())
     assert again.asymmetric_int8_inputs is True
+
+
+def fused_status_with(monkeypatch, op_def):
+    """`fused_int8_status()` as it answers when the op registry returns `op_def`."""
+    monkeypatch.setattr(private_api, "tensorflow_op_def", lambda name: op_def)
+    onednn.fused_int8_status.cache_clear()
+    try:
+        return onednn.fused_int8_status()
+    finally:
+        monkeypatch.undo()
+        onednn.fused_int8_status.cache_clear()
+
+
+def test_a_missing_fused_op_falls_back_to_keras_int8_with_a_logged_reason(monkeypatch, caplog):
+    layer = quantized_dense("gelu_tanh")
+    x = inputs()
+    with portable_kernels():
+        expected = layer(x).numpy()
+    calls = count_fused_calls(monkeypatch)
+    monkeypatch.setattr(private_api, "tensorflow_op_def", lambda name: None)
+    onednn.fused_int8_status.cache_clear()
+    try:
+        with caplog.at_level("INFO", logger="bertzoo"):
+            available, reason = onednn.fused_int8_status()
+            np.testing.assert_allclose(layer(x).numpy(), expected, rtol=1e-6)
+        assert not available
+        assert calls == []  # Keras's int8 ops ran: same output as the portable path.
+        assert onednn.FUSED_INT8_OP in reason or "oneDNN" in reason or "backend" in reason
+        assert any(reason in record.getMessage() for record in caplog.records)
+    finally:
+        onednn.fused_int8_status.cache_clear()
+
+
+@needs_onednn
+def test_a_fused_op_with_another_signature_is_not_called(monkeypatch):
+    real = private_api.tensorflow_op_def(onednn.FUSED_INT8_OP)
+    assert onednn.check_fused_int8_op(real) is None
+    assert fused_status_with(monkeypatch, real) == (True, None)
+
+    renamed_attr = type(real)()
+    renamed_attr.CopyFrom(real)
+    next(a for a in renamed_attr.attr if a.name == "fused_ops").name = "post_ops"
+    available, reason = fused_status_with(monkeypatch, renamed_attr)
+    assert not available and "fused_ops" in reason
+
+    other_inputs = type(real)()
+    other_inputs.CopyFrom(real)
+    other_inputs.input_arg[1].name = "min_max"
+    available, reason = fused_status_with(monkeypatch, other_inputs)
+    assert not available and "min_max" in reason
+    assert onednn.check_fused_int8_op(None) == f"TensorFlow has no {onednn.FUSED_INT8_OP} op registered"

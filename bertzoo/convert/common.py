@@ -25,14 +25,19 @@ Pre-training heads, kept beside the model in `pretraining_heads.safetensors`:
     nsp/{kernel,bias}    (BERT's next-sentence / ALBERT's sentence-order head)
 """
 
-import collections
-import contextlib
 import dataclasses
 import datetime
 import re
 from pathlib import Path
 
 import numpy as np
+
+from bertzoo.models.bert_pretrainer import pretraining_head_shapes
+from bertzoo.utils import private_api
+from bertzoo.saving.preset import PRETRAINING_HEADS_FILE
+from bertzoo.models.bert_backbone import BertBackbone
+from bertzoo.saving.preset import save_preset
+from bertzoo.text import BertTokenizer
 
 DEFAULT_SEQUENCE_LENGTH = 128
 _LIST_LIMIT = 20
@@ -123,7 +128,6 @@ class ConversionResult:
             + f" ({self.parameter_count:,} parameters)",
         ]
         if self.heads:
-            from bertzoo.saving.preset import PRETRAINING_HEADS_FILE
 
             lines.append(f"  pre-training heads kept in {PRETRAINING_HEADS_FILE}:")
             lines += [f"    {name} <- {source}" for name, source in self.heads.items()]
@@ -178,23 +182,6 @@ def backbone_variables(backbone):
     return variables
 
 
-def head_shapes(config):
-    """Expected shapes of the canonical pre-training head arrays."""
-    H = config["hidden_dim"]
-    E = config.get("embedding_dim") or H
-    V = config["vocabulary_size"]
-    return {
-        "mlm/transform/kernel": (H, E),
-        "mlm/transform/bias": (E,),
-        "mlm/layer_norm/gamma": (E,),
-        "mlm/layer_norm/beta": (E,),
-        "mlm/output_bias": (V,),
-        "mlm/decoder/kernel": (E, V),
-        "nsp/kernel": (H, 2),
-        "nsp/bias": (2,),
-    }
-
-
 _BLOCK = re.compile(r"^(attention|feedforward)_(\d+)/")
 
 
@@ -238,29 +225,6 @@ def _listing(title, items):
     return lines
 
 
-@contextlib.contextmanager
-def _fresh_layer_names():
-    """Auto-names layers as in a fresh process (`dropout`, not `dropout_37`).
-
-    Keras writes every layer's name into `model.weights.h5`, and unnamed
-    layers (our blocks' dropouts, the model itself) are numbered by a
-    per-process counter; without this, converting the same checkpoint twice
-    in one process would give files that differ in those names (never in
-    the arrays). The user's counters are restored afterwards.
-    """
-    try:
-        from keras.src.backend.common import global_state
-    except ImportError:  # A future Keras moved it: names may differ, arrays do not.
-        yield
-        return
-    saved = global_state.get_global_attribute("object_name_uids")
-    global_state.set_global_attribute("object_name_uids", collections.defaultdict(int))
-    try:
-        yield
-    finally:
-        global_state.set_global_attribute("object_name_uids", saved)
-
-
 def build_backbone(model):
     """Builds the `BertBackbone` of `model.config` and writes its weights.
 
@@ -269,11 +233,10 @@ def build_backbone(model):
     `ConversionError` listing every missing, unexpected and mis-shaped
     tensor at once.
     """
-    from bertzoo.models.bert_backbone import BertBackbone
 
     origin = f"{model.format} checkpoint {model.path}" if model.path else f"{model.format} model"
     try:
-        with _fresh_layer_names():
+        with private_api.fresh_layer_names():
             backbone = BertBackbone(**model.config)
     except ValueError as e:
         raise ConversionError(f"The config of {origin} is not a valid BertBackbone config: {e}") from e
@@ -297,7 +260,7 @@ def build_backbone(model):
         assignments.append((variable, array))
 
     heads, head_sources = {}, {}
-    expected_heads = head_shapes(model.config)
+    expected_heads = pretraining_head_shapes(model.config)
     for name, (canonical, transform) in model.head_table.items():
         if name not in model.tensors:
             continue
@@ -338,9 +301,6 @@ def build_backbone(model):
 
 def write_preset(model, destination, overwrite=False):
     """Converts `model` (a `SourceModel`) and writes it as a preset directory."""
-    from bertzoo.saving.preset import PRETRAINING_HEADS_FILE
-    from bertzoo.saving.preset import save_preset
-    from bertzoo.text import BertTokenizer
 
     backbone, heads, head_sources = build_backbone(model)
     tokenizer = None

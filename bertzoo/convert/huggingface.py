@@ -19,6 +19,7 @@ from bertzoo.convert.common import dense_rules
 from bertzoo.convert.common import map_activation
 from bertzoo.convert.common import norm_rules
 from bertzoo.convert.common import require_keys
+from bertzoo.text import load_vocabulary
 
 SUPPORTED_MODEL_TYPES = ("bert", "albert")
 _BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
@@ -214,7 +215,6 @@ def read(path):
 
     vocabulary, notes = None, []
     if (path / "vocab.txt").is_file():
-        from bertzoo.text import load_vocabulary
 
         vocabulary = load_vocabulary(path / "vocab.txt")
         check_vocabulary_size(vocabulary, config, origin)

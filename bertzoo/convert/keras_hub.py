@@ -20,6 +20,7 @@ from bertzoo.convert.common import default_sequence_length
 from bertzoo.convert.common import dense_rules
 from bertzoo.convert.common import norm_rules
 from bertzoo.convert.common import source_name
+from bertzoo.models.bert_backbone import BertBackbone
 
 KERAS_HUB_ACTIVATION = "gelu_tanh"
 KERAS_HUB_EPSILON = 1e-12
@@ -204,7 +205,6 @@ def to_keras_hub(backbone, allow_gelu_approximation=False):
     >>> kh = bertzoo.convert.to_keras_hub("presets_out/albert")
     >>> back = bertzoo.convert_checkpoint(kh, "presets_out/albert_again")
     """
-    from bertzoo.models.bert_backbone import BertBackbone
 
     if not isinstance(backbone, BertBackbone):
         backbone = BertBackbone.from_preset(backbone)

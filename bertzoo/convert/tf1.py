@@ -20,6 +20,7 @@ from bertzoo.convert.common import dense_rules
 from bertzoo.convert.common import map_activation
 from bertzoo.convert.common import norm_rules
 from bertzoo.convert.common import require_keys
+from bertzoo.text import load_vocabulary
 
 CONFIG_FILES = ("bert_config.json", "albert_config.json")
 OPTIMIZER_SLOTS = ("adam_m", "adam_v")
@@ -175,7 +176,6 @@ def read(path):
 
     vocabulary, notes = None, []
     if (path / "vocab.txt").is_file():
-        from bertzoo.text import load_vocabulary
 
         vocabulary = load_vocabulary(path / "vocab.txt")
         check_vocabulary_size(vocabulary, config, origin)

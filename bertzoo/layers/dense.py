@@ -3,34 +3,30 @@ oneDNN kernel.
 
 After `bertzoo.quantize(model, "int8")` a Dense layer holds an int8 kernel
 with per-output-channel scales. Keras computes such a layer as separate ops
-(quantize the inputs, int8 matmul, rescale, add the bias, activation).
-TensorFlow has no fast int8 matmul outside XLA, so that took 2.3 s per
-BERT-base batch (8 x 128) on the 2-core benchmark CPU, and 380 ms with XLA.
+(quantize the inputs, int8 matmul, rescale, add the bias, activation), and
+TensorFlow has no fast int8 matmul for them outside XLA.
 
 On TensorFlow's CPU build with oneDNN (the default x86 build), bertzoo
 instead runs each quantized Dense layer as TensorFlow's oneDNN
-`_QuantizedMatMul` kernel. That kernel does the VNNI int8 matmul with the
-bias, the activation (GELU, ReLU, tanh) and the rescaling to float fused in.
-Measured on the same CPU in one `python -m benchmarks.run`: 218 ms per
-batch, against 358 ms for Keras's int8 under XLA, 312 ms for the bfloat16
-model and 329 ms for PyTorch's dynamic int8 quantization.
+`_QuantizedMatMul` kernel: the VNNI int8 matmul with the bias, the
+activation (GELU, ReLU, tanh) and the rescaling to float fused in. The
+README's performance table and `benchmarks/results.jsonl` hold the measured
+speeds and the accuracy against the float model
+(`python -m benchmarks.run`, `python -m benchmarks.int8_fidelity`).
 
 The inputs are quantized per call with one scale for the whole tensor, as
 in PyTorch's dynamic quantization: symmetric int8, or uint8 with a zero
 point for one-sided inputs (`asymmetric_int8_inputs`, which BERT's second
 feed-forward matmul uses: its inputs are GELU outputs). Keras's own path
-uses one scale per token, so the two paths round differently. Measured
-against the float32 model: BERT-base relative error 0.017 (Keras's path
-0.016, PyTorch's 0.041); a fine-tuned all-MiniLM-L6-v2 sentiment classifier
-(722 test sentences, `python -m benchmarks.int8_fidelity`) agreed with the
-float model on 97.5-97.8% of predictions at batch 1-64, logits relative
-error 0.084-0.085, accuracy 85.7-87.3% against 86.7% (Keras's path: 99.3%,
-0.026, 86.8%). With one scale per tensor, an example's output also moves slightly
-with the other examples in its batch. Compile with `jit_compile=True` for
-Keras's per-token rounding (under XLA, about 1.6x slower on this CPU).
+uses one scale per token, so the two paths round differently, and with one
+scale per tensor an example's output also moves slightly with the other
+examples in its batch. Compile with `jit_compile=True` for Keras's
+per-token rounding.
 
 Keras's own path is used wherever the fused kernel does not apply:
 - other backends, GPUs and TPUs, and TensorFlow builds without oneDNN;
+- a TensorFlow without the op, or whose op has another signature than the
+  one bertzoo calls (checked once, reason logged: `fused_int8_status`);
 - inside XLA-compiled functions (`jit_compile=True`);
 - when gradients may be taken (`training=True` or an active
   `tf.GradientTape`): the fused kernel has no gradient;
@@ -41,14 +37,15 @@ Keras's own path is used wherever the fused kernel does not apply:
 """
 
 import contextlib
-import functools
-import platform
 import threading
 
 import keras
 
 from bertzoo.layers.activations import _gelu_exact
 from bertzoo.layers.activations import _gelu_tanh
+from bertzoo.utils import private_api
+from bertzoo.utils.onednn import FUSED_INT8_OP
+from bertzoo.utils.onednn import onednn_int8_available
 
 # oneDNN post-op names of the activations it can fuse.
 _FUSED_ACTIVATIONS = {
@@ -77,29 +74,6 @@ def portable_kernels():
         _portable.depth -= 1
 
 
-@functools.cache
-def onednn_int8_available():
-    """Whether this process can run TensorFlow's fused oneDNN int8 matmul:
-    the TensorFlow backend, an x86-64 CPU, a TensorFlow built with oneDNN
-    (with its optimizations on), and no GPU (the kernel is CPU-only).
-
-    Example:
-    >>> onednn_int8_available()
-    True
-    """
-    if keras.backend.backend() != "tensorflow":
-        return False
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
-    import tensorflow as tf
-    from tensorflow.python.framework import op_def_registry
-    from tensorflow.python.util import _pywrap_util_port
-
-    if not _pywrap_util_port.IsMklEnabled() or op_def_registry.get("_QuantizedMatMul") is None:
-        return False
-    return not tf.config.list_logical_devices("GPU")
-
-
 def _fused_kernel_applies(layer, inputs, training):
     if getattr(_portable, "depth", 0) or training or not onednn_int8_available():
         return False
@@ -107,52 +81,9 @@ def _fused_kernel_applies(layer, inputs, training):
         return False
     if layer.inputs_quantizer.value_range != (-127, 127) or inputs.shape[-1] is None:
         return False
-    from tensorflow.python.eager import record
-    from tensorflow.python.ops import control_flow_util
-    import tensorflow as tf
-
-    if record.could_possibly_record():  # A GradientTape is watching.
+    if private_api.gradient_tape_active():
         return False
-    return not control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
-
-
-def _run_op(op_type, inputs, output_dtype, attrs):
-    """Runs a registered TensorFlow op that `tf.raw_ops` does not expose
-    (an internal, underscore-named one), eagerly or in the graph being traced."""
-    import tensorflow as tf
-    from tensorflow.core.framework import attr_value_pb2
-    from tensorflow.python.eager import context
-    from tensorflow.python.eager import execute
-
-    def enum(value):
-        return value.as_datatype_enum if isinstance(value, tf.DType) else value
-
-    if tf.executing_eagerly():
-        flat = []
-        for name, value in attrs.items():
-            flat += [name, [enum(v) for v in value] if isinstance(value, list) else enum(value)]
-        (output,) = execute.execute(op_type, 1, inputs=inputs, attrs=tuple(flat), ctx=context.context())
-        return output
-
-    def proto(value):
-        if isinstance(value, bool):
-            return attr_value_pb2.AttrValue(b=value)
-        if isinstance(value, str):
-            return attr_value_pb2.AttrValue(s=value.encode())
-        if isinstance(value, float):
-            return attr_value_pb2.AttrValue(f=value)
-        if isinstance(value, tf.DType):
-            return attr_value_pb2.AttrValue(type=value.as_datatype_enum)
-        if value and isinstance(value[0], str):
-            return attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(s=[v.encode() for v in value]))
-        return attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(type=[enum(v) for v in value]))
-
-    graph = tf.compat.v1.get_default_graph()
-    op = graph.create_op(
-        op_type, inputs, dtypes=[output_dtype], name=op_type.lstrip("_"),
-        attrs={name: proto(value) for name, value in attrs.items()},
-    )
-    return op.outputs[0]
+    return not private_api.in_xla_context()
 
 
 def _fused_int8_dense(layer, inputs):
@@ -161,7 +92,7 @@ def _fused_int8_dense(layer, inputs):
 
     units = layer.units
     x = tf.reshape(tf.cast(inputs, tf.float32), [-1, inputs.shape[-1]])
-    kernel = tf.convert_to_tensor(layer._kernel)
+    kernel = tf.convert_to_tensor(private_api.dense_kernel_variable(layer))
     scale = tf.cast(layer.kernel_scale, tf.float32)
     bias = tf.zeros([units], tf.float32) if layer.bias is None else tf.cast(layer.bias, tf.float32)
     if layer.asymmetric_int8_inputs:
@@ -188,8 +119,8 @@ def _fused_int8_dense(layer, inputs):
     fused_ops = ["BiasAdd"] + ([activation] if activation else []) + ["Dequantize"]
     device_inputs = [quantized.output, tf.bitcast(kernel, tf.qint8), bias]
     host_inputs = [quantized.output_min, quantized.output_max, -weight_range, weight_range]
-    y = _run_op(
-        "_QuantizedMatMul",
+    y = private_api.run_unexposed_op(
+        FUSED_INT8_OP,
         device_inputs + host_inputs,
         tf.float32,
         {

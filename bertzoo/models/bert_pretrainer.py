@@ -21,6 +21,24 @@ _SENTENCE_ARRAYS = ("nsp/kernel", "nsp/bias")
 
 @register_preset_class
 @keras.saving.register_keras_serializable(package="bertzoo")
+def pretraining_head_shapes(config):
+    """Shapes of the canonical pre-training head arrays (see
+    `BertPretrainer.load_pretraining_heads`) for a backbone config."""
+    H = config["hidden_dim"]
+    E = config.get("embedding_dim") or H
+    V = config["vocabulary_size"]
+    return {
+        "mlm/transform/kernel": (H, E),
+        "mlm/transform/bias": (E,),
+        "mlm/layer_norm/gamma": (E,),
+        "mlm/layer_norm/beta": (E,),
+        "mlm/output_bias": (V,),
+        "mlm/decoder/kernel": (E, V),
+        "nsp/kernel": (H, 2),
+        "nsp/bias": (2,),
+    }
+
+
 class BertPretrainer(Task):
     """Pre-trains a backbone with BERT's objectives (BERT paper, section 3.1).
 
@@ -209,10 +227,8 @@ class BertPretrainer(Task):
         Example:
         >>> model.load_pretraining_heads(Preset.resolve("converted/bert").load_arrays())
         """
-        from bertzoo.convert.common import head_shapes
-
         backbone = self.backbone
-        expected = head_shapes(
+        expected = pretraining_head_shapes(
             {"hidden_dim": backbone.hidden_dim, "embedding_dim": backbone.embedding_dim,
              "vocabulary_size": backbone.vocabulary_size}
         )

@@ -6,10 +6,8 @@ import warnings
 import keras
 from keras import ops
 
-# Label of positions that carry no target (padding, [CLS]/[SEP], later
-# sub-tokens of a word, unused masked-LM slots). The losses skip it through
-# `SparseCategoricalCrossentropy(ignore_class=IGNORE_LABEL)`.
-IGNORE_LABEL = -100
+from bertzoo.text.pretraining import IGNORE_LABEL
+
 
 
 @keras.saving.register_keras_serializable(package="bertzoo")

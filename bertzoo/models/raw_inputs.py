@@ -1,5 +1,35 @@
 """`fit` / `evaluate` on raw text, shared by task models and trainers."""
 
+import keras
+
+from bertzoo.models.schedules import WarmupLinearDecay
+from bertzoo.utils import private_api
+
+DEFAULT_BATCH_SIZE = 32
+
+
+def set_schedule_length(optimizer, x, batch_size, epochs, steps_per_epoch):
+    """Sets the length of `optimizer`'s `WarmupLinearDecay` from what `fit()`
+    was given, unless the user fixed it. A later `fit()` extends the schedule
+    from the current step, so it trains instead of running at rate zero."""
+    import tensorflow as tf
+
+    schedule = private_api.learning_rate_schedule(optimizer)
+    if not isinstance(schedule, WarmupLinearDecay):
+        return
+    if schedule.total_steps is not None and not getattr(schedule, "_length_from_fit", False):
+        return
+    steps = steps_per_epoch
+    if steps is None and isinstance(x, tf.data.Dataset):
+        cardinality = int(x.cardinality())
+        steps = cardinality if cardinality > 0 else None
+    elif steps is None and x is not None:
+        first = x[next(iter(x))] if isinstance(x, dict) else x
+        steps = -(-len(first) // (batch_size or DEFAULT_BATCH_SIZE))
+    if steps:
+        schedule.total_steps = int(keras.ops.convert_to_numpy(optimizer.iterations)) + steps * epochs
+        schedule._length_from_fit = True
+
 
 class RawInputsMixin:
     """Runs `fit` and `evaluate` inputs through `self._as_dataset` first.
@@ -12,8 +42,6 @@ class RawInputsMixin:
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None,
             validation_data=None, shuffle=True, steps_per_epoch=None, **kwargs):
-        from bertzoo.models.task import set_schedule_length
-
         dataset = self._as_dataset(x, y, sample_weight, batch_size, shuffle=shuffle)
         if dataset is not None:  # Already shuffled, batched and tokenized.
             x, y, sample_weight, batch_size, shuffle = dataset, None, None, None, False

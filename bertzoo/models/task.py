@@ -2,15 +2,14 @@
 
 import keras
 
-from bertzoo.models.optimizers import AdamW
+from bertzoo.models.optimizers import bert_optimizer
+from bertzoo.models.raw_inputs import DEFAULT_BATCH_SIZE
 from bertzoo.models.raw_inputs import RawInputsMixin
-from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.saving.preset import Preset
 from bertzoo.saving.preset import preprocessor_settings
 from bertzoo.saving.preset import save_preset
 from bertzoo.utils.device import resolve_jit_compile
 
-DEFAULT_BATCH_SIZE = 32
 # `predict` tokenizes inputs up to this many examples eagerly, larger ones
 # stream through tf.data (see `Task._preprocess_in_memory`).
 EAGER_PREPROCESS_LIMIT = 4096
@@ -40,47 +39,6 @@ def _is_tokenized(x):
         spec = x.element_spec
         x = spec[0] if isinstance(spec, tuple) else spec
     return isinstance(x, dict) and "token_ids" in x
-
-
-def bert_optimizer(learning_rate=5e-5):
-    """AdamW as BERT is fine-tuned: weight decay 0.01 (not on biases and
-    LayerNorm), `WarmupLinearDecay` to `learning_rate` with 10% warm-up,
-    global gradient-norm clipping at 1. `compile(optimizer="auto")` uses it.
-
-    Example:
-    >>> model.compile(optimizer=bert_optimizer(1e-3))
-    """
-    optimizer = AdamW(
-        learning_rate=WarmupLinearDecay(learning_rate, warmup_fraction=0.1),
-        weight_decay=0.01,
-        epsilon=1e-6,
-        global_clipnorm=1.0,
-    )
-    optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
-    return optimizer
-
-
-def set_schedule_length(optimizer, x, batch_size, epochs, steps_per_epoch):
-    """Sets the length of `optimizer`'s `WarmupLinearDecay` from what `fit()`
-    was given, unless the user fixed it. A later `fit()` extends the schedule
-    from the current step, so it trains instead of running at rate zero."""
-    import tensorflow as tf
-
-    schedule = getattr(optimizer, "_learning_rate", None)
-    if not isinstance(schedule, WarmupLinearDecay):
-        return
-    if schedule.total_steps is not None and not getattr(schedule, "_length_from_fit", False):
-        return
-    steps = steps_per_epoch
-    if steps is None and isinstance(x, tf.data.Dataset):
-        cardinality = int(x.cardinality())
-        steps = cardinality if cardinality > 0 else None
-    elif steps is None and x is not None:
-        first = x[next(iter(x))] if isinstance(x, dict) else x
-        steps = -(-len(first) // (batch_size or DEFAULT_BATCH_SIZE))
-    if steps:
-        schedule.total_steps = int(keras.ops.convert_to_numpy(optimizer.iterations)) + steps * epochs
-        schedule._length_from_fit = True
 
 
 class Task(RawInputsMixin, keras.Model):

@@ -5,7 +5,7 @@ import tensorflow as tf
 from keras_hub.layers import MultiSegmentPacker
 
 from bertzoo.text.tokenizer import BertTokenizer
-from bertzoo.text.tokenizer import to_string_tensor
+from bertzoo.text.normalization import to_string_tensor
 
 TRUNCATE_MODES = ("round_robin", "waterfall")
 

@@ -13,9 +13,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bertzoo.models.head_utils import IGNORE_LABEL
 
 SENTENCE_OBJECTIVES = ("nsp", "sop")
+# Label of positions that carry no target (padding, [CLS]/[SEP], later
+# sub-tokens of a word, unused masked-LM slots). The task losses skip it
+# through `SparseCategoricalCrossentropy(ignore_class=IGNORE_LABEL)`.
+IGNORE_LABEL = -100
 
 
 def _check_rate(name, value):

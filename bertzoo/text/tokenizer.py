@@ -26,6 +26,8 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from bertzoo.text.normalization import pretokenize
+from bertzoo.text.normalization import to_string_tensor
 from bertzoo.text.vocabulary import check_vocabulary
 from bertzoo.text.vocabulary import load_vocabulary
 
@@ -36,83 +38,6 @@ SEP_TOKEN = "[SEP]"
 MASK_TOKEN = "[MASK]"
 SPECIAL_TOKENS = (PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)
 SUFFIX_INDICATOR = "##"
-
-# RE2 patterns. Whitespace is what BERT's `_is_whitespace` accepts (tab, newline,
-# carriage return, category Zs) plus the line/paragraph separators, which BERT's
-# later `str.split()` also splits on.
-_WHITESPACE = r"[\t\n\r\p{Zs}\x{2028}\x{2029}]"
-# BERT's `_clean_text` deletes control and format characters outright (it does
-# not split at them). Private-use characters (Co) are deleted too, as HF
-# `tokenizers` does; the reference BERT code would map their word to [UNK].
-_DELETED = r"[\p{Cc}\p{Cf}\p{Co}\x{FFFD}]"
-# BERT counts every non-alphanumeric printable ASCII character as punctuation,
-# plus everything in the Unicode P* categories.
-_PUNCTUATION = r"[!-/:-@\[-`{-~\p{P}]"
-# The ideograph blocks of BERT's `_is_chinese_char`; each becomes its own word.
-_CJK = (
-    r"[\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2B73F}"
-    r"\x{2B740}-\x{2B81F}\x{2B820}-\x{2CEAF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}]"
-)
-_ACCENTS = r"\p{Mn}"
-
-
-def pretokenize(text, lowercase=True, strip_accents=None, split_on_cjk=True):
-    """Normalizes and splits strings into words the way BERT does.
-
-    Args:
-        text: string tensor of any rank (rank 0 is treated as a batch of one).
-        lowercase: lower-case the text.
-        strip_accents: NFD-decompose and drop combining marks (category Mn).
-            `None` follows `lowercase`, like BERT uncased.
-        split_on_cjk: make every CJK ideograph a word of its own.
-
-    Returns:
-        A `tf.RaggedTensor` of words with one more dimension than `text`.
-    """
-    if strip_accents is None:
-        strip_accents = lowercase
-    text = tf.convert_to_tensor(text)
-    if text.shape.rank == 0:
-        text = tf.expand_dims(text, 0)
-    # Invalid UTF-8 becomes U+FFFD, which the cleaning step deletes, so raw byte
-    # input can never make the later Unicode ops fail.
-    text = tf.strings.unicode_transcode(
-        text, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
-    )
-    # Order matters: tab/newline/CR are control characters too, so they must
-    # become spaces before control characters are deleted.
-    text = tf.strings.regex_replace(text, _WHITESPACE, " ")
-    text = tf.strings.regex_replace(text, _DELETED, "")
-    if lowercase:
-        # Per-character lower-casing as in HF `tokenizers`: ICU (like Python's
-        # `str.lower()`) would turn a word-final capital sigma into final "ς",
-        # HF always gives "σ", so map it first. Not `tf_text.case_fold_utf8`:
-        # that is NFKC case folding ("ß" -> "ss", "ﬁ" -> "fi", re-composes
-        # Hangul jamo).
-        text = tf.strings.regex_replace(text, "\u03a3", "\u03c3")
-        text = tf.strings.lower(text, encoding="utf-8")
-    if strip_accents:
-        text = tf_text.normalize_utf8(text, "NFD")
-        text = tf.strings.regex_replace(text, _ACCENTS, "")
-    keep = f"{_PUNCTUATION}|{_CJK}" if split_on_cjk else _PUNCTUATION
-    return tf_text.regex_split(text, delim_regex_pattern=f" |{keep}", keep_delim_regex_pattern=keep)
-
-
-def to_string_tensor(value, what):
-    """`value` as a string tensor; ValueError naming `what` if it is not text."""
-    if isinstance(value, (list, tuple)) and len(value) == 0:
-        return tf.constant([], dtype=tf.string)
-    try:
-        tensor = tf.convert_to_tensor(value)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{what} expects strings, got {type(value).__name__}: {e}") from None
-    if tensor.dtype != tf.string:
-        raise ValueError(
-            f"{what} expects strings, got a {tensor.dtype.name} tensor. Pass raw text; "
-            "to turn token ids back into text use BertTokenizer.detokenize."
-        )
-    return tensor
-
 
 @keras.saving.register_keras_serializable(package="bertzoo")
 class BertTokenizer(keras.layers.Layer):

@@ -10,6 +10,8 @@ model's ids beyond the special tokens.
 
 from pathlib import Path
 
+from bertzoo.text.normalization import pretokenize
+
 DEFAULT_RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
@@ -129,8 +131,6 @@ def build_vocabulary(
     """
     import keras_hub
     import tensorflow as tf
-
-    from bertzoo.text.tokenizer import pretokenize
 
     reserved_tokens = list(reserved_tokens)
     check_vocabulary(reserved_tokens, "reserved_tokens")

@@ -23,6 +23,8 @@ import logging
 
 import keras
 
+from bertzoo.utils.onednn import onednn_int8_available
+
 logger = logging.getLogger("bertzoo")
 
 def accelerator():
@@ -142,8 +144,6 @@ def default_jit_compile(model_or_policy=None, strategy=None):
         return backend == "jax"
     # On CPU only quantized models without bertzoo's fused oneDNN int8
     # kernel gain from XLA (see the module docstring).
-    from bertzoo.layers.dense import onednn_int8_available
-
     fused = modes <= {"int8"} and onednn_int8_available()
     wanted = accelerator() != "cpu" or bool(modes and not fused)
     if wanted and not jit_compile_supported(strategy):

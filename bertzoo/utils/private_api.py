@@ -28,16 +28,20 @@ logger = logging.getLogger("bertzoo")
 def flatten_layers(layer, include_self=True, recursive=True):
     """Every layer tracked by `layer` (depth first, each once).
 
-    Private: `Layer._flatten_layers`. Fallback: a walk over `layer.layers`
-    (public on models) and over attributes that hold layers.
+    Private: `Layer._flatten_layers`. Fallback: `_walk_layers`, a walk over
+    `layer.layers` (public on models) and over attributes that hold layers.
     """
     method = getattr(layer, "_flatten_layers", None)
-    if method is not None:
-        return list(method(include_self=include_self, recursive=recursive))
+    if method is None:
+        return _walk_layers(layer, include_self, recursive)
+    return list(method(include_self=include_self, recursive=recursive))
+
+
+def _walk_layers(layer, include_self, recursive):
     found, seen = [], set()
 
     def children(current):
-        values = list(getattr(current, "layers", []) or [])
+        values = list(getattr(current, "layers", None) or [])
         for value in vars(current).values():
             if isinstance(value, keras.layers.Layer):
                 values.append(value)

@@ -1,0 +1,221 @@
+"""The package's import order, read from the source (no imports executed).
+
+bertzoo's subpackages form layers; each imports only from its own package
+and from layers below it:
+
+    version, utils, datasets -> layers -> text -> saving -> export -> models
+        -> compression, convert -> cli -> __main__, bertzoo/__init__.py
+
+A new upward import, an import cycle between modules, a function-level
+bertzoo import (the usual way a cycle is hidden) or a private Keras /
+TensorFlow access outside `bertzoo.utils.private_api` fails here, naming the
+file and line.
+"""
+
+import ast
+import collections
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "bertzoo"
+
+LAYERS = (
+    ("version", "utils", "datasets"),
+    ("layers",),
+    ("text",),
+    ("saving",),
+    ("export",),
+    ("models",),
+    ("compression", "convert"),
+    ("cli",),
+    ("__main__", "__init__"),
+)
+RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
+
+PRIVATE_MODULES = ("keras.src", "tensorflow.python", "tensorflow.core")
+# Underscore attributes of Keras/TensorFlow objects that bertzoo reads only
+# through `bertzoo.utils.private_api`.
+PRIVATE_ATTRIBUTES = {
+    "_flatten_layers",
+    "_kernel",
+    "_learning_rate",
+    "_compile_metrics",
+    "_momentums",
+    "_velocities",
+    "_get_variable_index",
+    "_tracker",
+    "_layers",
+}
+PRIVATE_API = "bertzoo.utils.private_api"
+
+
+def module_name(path):
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def subpackage(module):
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "__init__"
+    return parts[1]
+
+
+def parse_modules():
+    return {module_name(path): (path, ast.parse(path.read_text(), str(path))) for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def bertzoo_imports(tree):
+    """`[(line, imported name, at module level?)]` of a module's bertzoo imports;
+    `from a.b import c` gives `a.b.c` (a module or a name in one, see `resolve`)."""
+    top_level = {id(node) for node in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "bertzoo":
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names if alias.name.split(".")[0] == "bertzoo"]
+        else:
+            continue
+        found += [(node.lineno, name, id(node) in top_level) for name in names]
+    return found
+
+
+def resolve(name, modules):
+    """The module an imported name lives in: `bertzoo.text.BertTokenizer` ->
+    `bertzoo.text`, `bertzoo.convert.tf1` -> itself."""
+    while name not in modules and "." in name:
+        name = name.rsplit(".", 1)[0]
+    return name
+
+
+def import_graph(modules):
+    """`{module: {imported bertzoo modules}}`."""
+    graph = collections.defaultdict(set)
+    for module, (_, tree) in modules.items():
+        for _, name, _ in bertzoo_imports(tree):
+            target = resolve(name, modules)
+            if target != module:
+                graph[module].add(target)
+    return graph
+
+
+def find_cycles(graph):
+    """The strongly connected components of more than one node (Tarjan)."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(node):
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(set(graph) | {t for targets in graph.values() for t in targets}):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+@pytest.fixture(scope="module")
+def modules():
+    return parse_modules()
+
+
+def test_every_subpackage_has_a_layer(modules):
+    unknown = {subpackage(m) for m in modules} - set(RANK)
+    assert not unknown, f"Add these subpackages to LAYERS in {__file__}: {sorted(unknown)}"
+
+
+def test_imports_only_go_down_the_layers(modules):
+    upward = []
+    for module, (path, tree) in modules.items():
+        source = subpackage(module)
+        for line, name, _ in bertzoo_imports(tree):
+            target = subpackage(resolve(name, modules))
+            if target != source and RANK[target] >= RANK[source]:
+                upward.append(f"{path.relative_to(PACKAGE.parent)}:{line} ({source}) imports {name} ({target})")
+    assert not upward, "Imports that go up or sideways in the package order:\n" + "\n".join(upward)
+
+
+def test_no_import_cycles_between_modules(modules):
+    cycles = find_cycles(import_graph(modules))
+    assert not cycles, f"Import cycles: {cycles}"
+
+
+def test_no_function_level_bertzoo_imports(modules):
+    hidden = [
+        f"{path.relative_to(PACKAGE.parent)}:{line} imports {name} inside a function"
+        for path, tree in modules.values()
+        for line, name, top in bertzoo_imports(tree)
+        if not top
+    ]
+    assert not hidden, "Import bertzoo modules at module level:\n" + "\n".join(hidden)
+
+
+def test_private_keras_and_tensorflow_only_through_private_api(modules):
+    found = []
+    for module, (path, tree) in modules.items():
+        if module == PRIVATE_API:
+            continue
+        where = path.relative_to(PACKAGE.parent)
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            for name in names:
+                if any(name == p or name.startswith(p + ".") for p in PRIVATE_MODULES):
+                    found.append(f"{where}:{node.lineno} imports {name}")
+            if isinstance(node, ast.Attribute) and node.attr in PRIVATE_ATTRIBUTES:
+                # `self._x` on bertzoo's own classes is fine; anything else is a Keras/TF object.
+                if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                    found.append(f"{where}:{node.lineno} reads .{node.attr}")
+    assert not found, f"Private Keras/TensorFlow access outside {PRIVATE_API}:\n" + "\n".join(found)
+
+
+# The checks above must be able to fail: run them on planted graphs.
+
+
+def test_find_cycles_reports_a_planted_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert find_cycles(graph) == [["a", "b", "c"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_bertzoo_imports_sees_function_level_and_package_imports():
+    tree = ast.parse(
+        "from bertzoo.text import BertTokenizer\n"
+        "from bertzoo import export\n"
+        "def f():\n"
+        "    from bertzoo.models.task import Task\n"
+    )
+    assert bertzoo_imports(tree) == [
+        (1, "bertzoo.text.BertTokenizer", True),
+        (2, "bertzoo.export", True),
+        (4, "bertzoo.models.task.Task", False),
+    ]
+    modules = {"bertzoo": None, "bertzoo.text": None, "bertzoo.export": None, "bertzoo.models.task": None}
+    assert resolve("bertzoo.text.BertTokenizer", modules) == "bertzoo.text"
+    assert resolve("bertzoo.export", modules) == "bertzoo.export"
+    assert resolve("bertzoo.__version__", modules) == "bertzoo"

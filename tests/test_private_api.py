@@ -1,0 +1,148 @@
+"""One test per private Keras/TensorFlow symbol bertzoo uses.
+
+Each wrapper in `bertzoo.utils.private_api` is checked against the installed
+Keras and TensorFlow, so a release that moves a symbol fails here, by name,
+and where a wrapper has a public fallback the fallback is checked too.
+"""
+
+import gc
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bertzoo.utils import private_api
+
+
+class Wrapper(keras.layers.Layer):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.inner = keras.layers.Dense(3, name="inner")
+        self.pair = [keras.layers.Dense(2, name="first"), keras.layers.Dense(2, name="second")]
+
+    def call(self, x):
+        return self.pair[1](self.pair[0](self.inner(x)))
+
+
+def small_model():
+    inputs = keras.Input((4,))
+    outputs = keras.layers.Dense(2, name="head")(Wrapper(name="wrapper")(inputs))
+    return keras.Model(inputs, outputs)
+
+
+def test_flatten_layers_finds_nested_layers_and_the_fallback_agrees():
+    model = small_model()
+    names = [layer.name for layer in private_api.flatten_layers(model, include_self=False)]
+    assert {"wrapper", "inner", "first", "second", "head"} <= set(names)
+    assert len(names) == len(set(names))
+    fallback = [layer.name for layer in private_api._walk_layers(model, include_self=False, recursive=True)]
+    assert set(fallback) == set(names)
+    top = [layer.name for layer in private_api._walk_layers(model, include_self=False, recursive=False)]
+    assert "inner" not in top and "wrapper" in top
+
+
+def test_dense_kernel_variable_is_the_stored_variable():
+    layer = keras.layers.Dense(3)
+    layer.build((None, 4))
+    variable = private_api.dense_kernel_variable(layer)
+    assert isinstance(variable, keras.Variable) and variable is layer.kernel
+    layer.quantize("int8")
+    assert keras.backend.standardize_dtype(private_api.dense_kernel_variable(layer).dtype) == "int8"
+
+
+def test_save_and_load_weights_only_skip_the_named_objects(tmp_path):
+    model = small_model()
+    model(np.ones((1, 4), "float32"))
+    wrapper = model.get_layer("wrapper")
+    path = tmp_path / "head.weights.h5"
+    private_api.save_weights_only(model, path, objects_to_skip=[wrapper])
+    everything = tmp_path / "all.weights.h5"
+    private_api.save_weights_only(model, everything)
+    assert path.stat().st_size < everything.stat().st_size
+
+    other = small_model()
+    other(np.ones((1, 4), "float32"))
+    before = [w.copy() for w in other.get_layer("wrapper").get_weights()]
+    private_api.load_weights_only(other, path, objects_to_skip=[other.get_layer("wrapper")])
+    np.testing.assert_array_equal(other.get_layer("head").get_weights()[0], model.get_layer("head").get_weights()[0])
+    for a, b in zip(before, other.get_layer("wrapper").get_weights()):
+        np.testing.assert_array_equal(a, b)  # Skipped: untouched.
+
+
+def test_fresh_layer_names_numbers_from_zero_and_restores_the_counter():
+    keras.layers.Dropout(0.1)
+    keras.layers.Dropout(0.1)
+    with private_api.fresh_layer_names():
+        assert keras.layers.Dropout(0.1).name == "dropout"
+    assert keras.layers.Dropout(0.1).name not in ("dropout", "dropout_1")
+
+
+def test_one_garbage_collection_patches_gc_collect_only_inside():
+    original = gc.collect
+    with private_api.one_garbage_collection():
+        assert gc.collect is not original and gc.collect() == 0
+    assert gc.collect is original
+
+
+def test_learning_rate_schedule_of_an_optimizer():
+    schedule = keras.optimizers.schedules.ExponentialDecay(1e-3, 10, 0.5)
+    assert private_api.learning_rate_schedule(keras.optimizers.Adam(schedule)) is schedule
+    assert private_api.learning_rate_schedule(keras.optimizers.Adam(1e-3)) is None
+
+
+def test_adam_moments_are_the_slot_variables_of_a_variable():
+    variable = keras.Variable(np.ones((2, 3), "float32"))
+    optimizer = keras.optimizers.Adam(0.1)
+    optimizer.build([variable])
+    m, v = private_api.adam_moments(optimizer, variable)
+    assert tuple(m.shape) == tuple(v.shape) == (2, 3)
+    optimizer.apply_gradients([(np.ones((2, 3), "float32"), variable)])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(m), 0.1, rtol=1e-5)  # (1 - beta_1) * gradient.
+    assert private_api.adam_moments(keras.optimizers.SGD(0.1), variable) is None
+
+
+def test_compiled_metrics_container_exists_after_compile():
+    model = small_model()
+    assert private_api.compiled_metrics_container(model) is None
+    model.compile(loss="mse", metrics=["mae"])
+    assert private_api.compiled_metrics_container(model) is not None
+
+
+def test_tensorflow_onednn_enabled_is_a_bool():
+    assert isinstance(private_api.tensorflow_onednn_enabled(), bool)
+
+
+def test_tensorflow_op_def_of_registered_and_unknown_ops():
+    assert private_api.tensorflow_op_def("MatMul").name == "MatMul"
+    assert private_api.tensorflow_op_def("NoSuchOpAnywhere") is None
+
+
+def test_gradient_tape_active_only_under_a_tape():
+    assert private_api.gradient_tape_active() is False
+    with tf.GradientTape():
+        assert private_api.gradient_tape_active() is True
+
+
+def test_in_xla_context_only_under_jit_compile():
+    seen = {}
+
+    def probe(x, key):
+        seen[key] = private_api.in_xla_context()
+        return x + 1
+
+    tf.function(lambda x: probe(x, "graph"))(tf.constant(1.0))
+    tf.function(lambda x: probe(x, "xla"), jit_compile=True)(tf.constant(1.0))
+    assert seen == {"graph": False, "xla": True}
+    assert private_api.in_xla_context() is False  # Eager.
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "graph"])
+def test_run_unexposed_op_runs_an_op_by_name(traced):
+    a, b = tf.constant([1.0, 2.0]), tf.constant([3.0, 5.0])
+
+    def run(x, y):
+        return private_api.run_unexposed_op("AddV2", [x, y], tf.float32, {"T": tf.float32})
+
+    result = tf.function(run)(a, b) if traced else run(a, b)
+    np.testing.assert_array_equal(result.numpy(), [4.0, 7.0])
