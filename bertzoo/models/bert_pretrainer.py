@@ -19,8 +19,6 @@ _MLM_ARRAYS = ("mlm/transform/kernel", "mlm/transform/bias", "mlm/layer_norm/gam
 _SENTENCE_ARRAYS = ("nsp/kernel", "nsp/bias")
 
 
-@register_preset_class
-@keras.saving.register_keras_serializable(package="bertzoo")
 def pretraining_head_shapes(config):
     """Shapes of the canonical pre-training head arrays (see
     `BertPretrainer.load_pretraining_heads`) for a backbone config."""
@@ -39,6 +37,8 @@ def pretraining_head_shapes(config):
     }
 
 
+@register_preset_class
+@keras.saving.register_keras_serializable(package="bertzoo")
 class BertPretrainer(Task):
     """Pre-trains a backbone with BERT's objectives (BERT paper, section 3.1).
 
