@@ -20,6 +20,7 @@ of 100 characters. `tests/text/test_text_tokenizer.py` pins these cases.
 """
 
 import os
+import re
 import types
 
 import keras
@@ -64,6 +65,11 @@ class BertTokenizer(keras.layers.Layer):
             `[UNK]` (BERT's `max_input_chars_per_word`).
         split_on_cjk: make every CJK ideograph its own word (BERT's
             `tokenize_chinese_chars`).
+        special_tokens_in_strings: read `[CLS]`, `[SEP]`, `[PAD]`, `[MASK]`
+            and `[UNK]` written in the text as those tokens (as Hugging Face
+            tokenizers do), e.g. for fill-mask inputs. Default False, as in
+            keras-hub: text from users then cannot inject control tokens (a
+            review containing "[SEP]" stays three ordinary pieces).
 
     Example:
 
@@ -83,6 +89,7 @@ class BertTokenizer(keras.layers.Layer):
         strip_accents=None,
         max_chars_per_word=100,
         split_on_cjk=True,
+        special_tokens_in_strings=False,
         **kwargs,
     ):
         kwargs.setdefault("dtype", "int32")
@@ -91,7 +98,11 @@ class BertTokenizer(keras.layers.Layer):
         # convert them to backend float tensors.
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
-        for name, value in (("lowercase", lowercase), ("split_on_cjk", split_on_cjk)):
+        for name, value in (
+            ("lowercase", lowercase),
+            ("split_on_cjk", split_on_cjk),
+            ("special_tokens_in_strings", special_tokens_in_strings),
+        ):
             if not isinstance(value, bool):
                 raise ValueError(f"`{name}` must be True or False, got {value!r}.")
         if strip_accents is not None and not isinstance(strip_accents, bool):
@@ -126,6 +137,7 @@ class BertTokenizer(keras.layers.Layer):
         self.strip_accents = strip_accents
         self.max_chars_per_word = max_chars_per_word
         self.split_on_cjk = split_on_cjk
+        self.special_tokens_in_strings = special_tokens_in_strings
         self._token_to_id = types.MappingProxyType({t: i for i, t in enumerate(vocabulary)})
         for token in SPECIAL_TOKENS:
             if token not in self._token_to_id:
@@ -214,7 +226,10 @@ class BertTokenizer(keras.layers.Layer):
             )
         strings = to_string_tensor(strings, "BertTokenizer.tokenize")
         scalar = strings.shape.rank == 0
-        words = pretokenize(strings, self.lowercase, self.strip_accents, self.split_on_cjk)
+        if self.special_tokens_in_strings:
+            words = self._words_keeping_special_tokens(strings)
+        else:
+            words = pretokenize(strings, self.lowercase, self.strip_accents, self.split_on_cjk)
         too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > self.max_chars_per_word
         # The literal word "[UNK]" cannot come out of `pretokenize` (brackets are
         # punctuation), so replacing a word with it means exactly one [UNK] id.
@@ -223,6 +238,23 @@ class BertTokenizer(keras.layers.Layer):
         if scalar:
             return ids[0]
         return ids
+
+    def _words_keeping_special_tokens(self, strings):
+        """`pretokenize`, except that special tokens written in the text
+        (exactly, case included) stay whole words, which WordPiece then maps
+        to their own ids."""
+        if strings.shape.rank == 0:
+            strings = strings[tf.newaxis]
+        pattern = "|".join(re.escape(token) for token in SPECIAL_TOKENS)
+        pieces = tf_text.regex_split(strings, delim_regex_pattern=pattern, keep_delim_regex_pattern=pattern)
+        flat = pieces.flat_values
+        special = tf.reduce_any(tf.equal(flat[:, tf.newaxis], tf.constant(SPECIAL_TOKENS)[tf.newaxis, :]), axis=1)
+        # Each piece is either ordinary text (words from `pretokenize`) or
+        # one special token (itself); the other part of its row is empty.
+        ordinary = pretokenize(tf.where(special, "", flat), self.lowercase, self.strip_accents, self.split_on_cjk)
+        kept = tf.RaggedTensor.from_row_lengths(tf.boolean_mask(flat, special), tf.cast(special, tf.int64))
+        words = tf.concat([ordinary, kept], axis=1)
+        return pieces.with_flat_values(words).merge_dims(-2, -1)
 
     def detokenize(self, ids):
         """Joins token ids back into strings.
@@ -273,6 +305,7 @@ class BertTokenizer(keras.layers.Layer):
                 "strip_accents": self.strip_accents,
                 "max_chars_per_word": self.max_chars_per_word,
                 "split_on_cjk": self.split_on_cjk,
+                "special_tokens_in_strings": self.special_tokens_in_strings,
             }
         )
         return config

@@ -292,3 +292,46 @@ def test_config_round_trip():
     revived = keras.saving.deserialize_keras_object(serialized)
     assert isinstance(revived, BertTokenizer)
     assert revived(texts).to_list() == tokenizer(texts).to_list()
+
+
+SPECIAL_TOKEN_STRINGS = [
+    "The capital of France is [MASK].",
+    "[CLS] first [SEP] second [SEP]",
+    "[MASK][MASK]joined[SEP]no spaces",
+    "lower case [mask] and [Sep] are plain text",
+    "unknown [UNK] and padding [PAD] tokens",
+    "nested [[MASK]] brackets and [ MASK ] spaced",
+    "",
+]
+
+
+def test_special_tokens_in_strings_parity_with_hf_and_keras_hub(hf_tokenizer):
+    keras_hub = pytest.importorskip("keras_hub")
+    ours = BertTokenizer(_real_vocab(), special_tokens_in_strings=True)
+    theirs = keras_hub.models.BertTokenizer(
+        vocabulary=_real_vocab(), lowercase=True, strip_accents=True, special_tokens_in_strings=True
+    )
+    expected = _hf(hf_tokenizer, SPECIAL_TOKEN_STRINGS)
+    assert _ours(ours, SPECIAL_TOKEN_STRINGS) == expected
+    # keras-hub's BertTokenizer does not count "[UNK]" among its special
+    # tokens (it reads it as "[", "un", "##k", "]"); HF and bertzoo do.
+    agree = [i for i, text in enumerate(SPECIAL_TOKEN_STRINGS) if "[UNK]" not in text]
+    keras_hub_ids = _keras_hub(theirs, SPECIAL_TOKEN_STRINGS)
+    assert [keras_hub_ids[i] for i in agree] == [expected[i] for i in agree]
+    assert ours.mask_token_id in expected[0] and expected[0].count(ours.mask_token_id) == 1
+    graph = tf.function(lambda t: ours(t))(tf.constant(SPECIAL_TOKEN_STRINGS)).to_list()
+    assert graph == expected
+
+
+def test_special_tokens_in_strings_is_off_by_default():
+    tokenizer = BertTokenizer(TINY_VOCAB)
+    assert tokenizer.special_tokens_in_strings is False
+    ids = tokenizer("the [MASK] fox").numpy().tolist()
+    assert tokenizer.mask_token_id not in ids and ids[0] == 5 and ids[-1] == 6
+    on = BertTokenizer(TINY_VOCAB, special_tokens_in_strings=True)
+    assert on("the [MASK] fox").numpy().tolist() == [5, on.mask_token_id, 6]
+    assert on(["[SEP]", "fox[CLS]"]).to_list() == [[on.sep_token_id], [6, on.cls_token_id]]
+    restored = BertTokenizer.from_config(on.get_config())
+    assert restored.special_tokens_in_strings is True
+    with pytest.raises(ValueError, match="special_tokens_in_strings"):
+        BertTokenizer(TINY_VOCAB, special_tokens_in_strings="yes")
