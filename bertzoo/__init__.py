@@ -5,6 +5,7 @@ from bertzoo.layers import BertEmbeddings
 from bertzoo.layers import FeedForwardBlock
 from bertzoo.layers import SelfAttentionBlock
 from bertzoo.models.bert_backbone import BertBackbone
+from bertzoo.models.feature_extractor import FeatureExtractor
 from bertzoo.models.bert_classifier import BertClassifier
 from bertzoo.models.bert_multiple_choice import BertMultipleChoice
 from bertzoo.models.bert_pretrainer import BertPretrainer
