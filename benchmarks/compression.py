@@ -1,6 +1,6 @@
 """Compression figures (issue 6): unstructured pruning, structured pruning, int8.
 
-    python -m benchmarks.compression                # ~16 min on a loaded 2-core CPU (10 once cached)
+    python -m benchmarks.compression                # long (many minutes on a CPU; faster once cached)
     python -m benchmarks.compression --time-only --runs 15   # re-time the saved variants when it is quieter
     python -m benchmarks.compression --train-size 96 --test-size 64 --prune-steps 2 --structured-steps 2 \
         --runs 1 --no-record --cache /tmp/bench   # smoke run
@@ -42,9 +42,16 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "benchmarks" / "out"
-MINILM = ROOT.parent / "shared" / "models" / "all-MiniLM-L6-v2"
+from benchmarks.harness import OUT
+from benchmarks.harness import append_results
+from benchmarks.harness import command_line
+from benchmarks.harness import median_ms
+from benchmarks.harness import minilm_path
+from benchmarks.harness import print_table
+from benchmarks.harness import sentiment_path
+from benchmarks.harness import time_interleaved
+from benchmarks.harness import token_batch
+
 FIGURES_FILE = "figures.json"
 COLUMNS = [
     "variant", "encoder sparsity", "overall sparsity", "accuracy", "Δ acc (pts)", "weights MB", "gzip MB", "gzip vs dense",
@@ -57,7 +64,7 @@ def staircase_schedule(levels, steps, frequency):
     cubic ramp from the previous level over the first half, then fixed."""
     from keras import ops
 
-    from bertzoo.compression.schedules import PruningSchedule
+    from bertzoo.compression import PruningSchedule
 
     class Staircase(PruningSchedule):
         def __init__(self):
@@ -83,13 +90,10 @@ def staircase_schedule(levels, steps, frequency):
 
 
 def load_data(args):
-    from bertzoo.datasets import find_shared_sentiment
     from bertzoo.datasets import load_rated_sentences
     from bertzoo.datasets import split
 
-    path = Path(args.data) if args.data else find_shared_sentiment("amazon")
-    if path is None or not Path(path).is_file():
-        raise SystemExit("No data: pass --data or put ../shared/data/sentiment next to the checkout.")
+    path = sentiment_path("amazon", data=args.data)
     texts, labels = load_rated_sentences(path)
     (train_x, train_y), (test_x, test_y) = split(texts, labels, test_fraction=0.2, seed=0)
     n_train = args.train_size or len(train_x)
@@ -124,12 +128,15 @@ def sizes(model, directory):
     """Weight-file bytes raw and gzipped, and the saved preset directory's."""
     import bertzoo
     from bertzoo.compression import gzip_size
-    from bertzoo.compression.model_copy import copy_model
 
     report = bertzoo.sparsity_report(model)
     # A compiled model's `save_weights` (hence its preset) also holds the
     # optimizer's slots: save a plain copy to measure the model itself.
-    plain = copy_model(model) if getattr(model, "optimizer", None) is not None else model
+    plain = model
+    if getattr(model, "optimizer", None) is not None:
+        plain = type(model).from_config(model.get_config())
+        plain.set_weights(model.get_weights())
+        plain.source_preset = model.source_preset
     plain.save_to_preset(directory)
     preset_raw = sum(p.stat().st_size for p in Path(directory).iterdir())
     return report, {"preset_bytes": preset_raw, "preset_gzip_bytes": gzip_size(directory)}
@@ -144,31 +151,20 @@ def time_variants(models, length, batch, runs, vocabulary_size):
     """Median ms per call for every (variant, XLA?, batch size), interleaved."""
     import tensorflow as tf
 
-    rng = np.random.default_rng(0)
-    inputs = {}
-    for n in (1, batch):
-        inputs[n] = {
-            "token_ids": tf.constant(rng.integers(1000, vocabulary_size, (n, length)).astype("int32")),
-            "segment_ids": tf.zeros((n, length), "int32"),
-            "padding_mask": tf.ones((n, length), "int32"),
-        }
-    functions = {}
+    inputs = {n: {k: tf.constant(v) for k, v in token_batch(n, length, vocabulary_size).items()} for n in (1, batch)}
+    calls = {}
     for name, model in models.items():
         for xla in (False, True):
             fn = tf.function(lambda x, model=model: model(x, training=False), jit_compile=xla)
             for n in (1, batch):
-                start = time.perf_counter()
-                fn(inputs[n]).numpy()  # Trace and compile.
-                fn(inputs[n]).numpy()
-                functions[(name, xla, n)] = fn
-                print(f"  compiled {name} xla={xla} batch={n} in {time.perf_counter() - start:.1f}s", flush=True)
-    times = {key: [] for key in functions}
-    for _ in range(runs):
-        for (name, xla, n), fn in functions.items():
-            start = time.perf_counter()
-            fn(inputs[n]).numpy()
-            times[(name, xla, n)].append(time.perf_counter() - start)
-    return {key: 1000 * float(np.median(v)) for key, v in times.items()}
+                calls[(name, xla, n)] = lambda fn=fn, x=inputs[n]: fn(x).numpy()
+
+    def compiled(key, seconds):
+        name, xla, n = key
+        print(f"  compiled {name} xla={xla} batch={n} in {seconds:.1f}s", flush=True)
+
+    # Two untimed calls each: the first traces and compiles.
+    return median_ms(time_interleaved(calls, runs, warmup=2, on_warm=compiled))
 
 
 def chart(rows, path):
@@ -231,7 +227,7 @@ def main(argv=None):
     parser.add_argument("--time-only", action="store_true",
                         help="re-time the variants the last full run saved in --cache (keeps its accuracies)")
     args = parser.parse_args(argv)
-    command = "python -m benchmarks.compression " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_line("benchmarks.compression", argv if argv is not None else sys.argv[1:])
     started = time.time()
     if args.time_only:
         import tensorflow as tf
@@ -258,10 +254,9 @@ def main(argv=None):
     key = f"dense-n{len(train_y)}-e{args.epochs}-L{args.sequence_length}-lr{args.learning_rate:g}"
     dense_dir = cache / key
     if not (dense_dir / "config.json").is_file():
-        if not MINILM.is_dir():
-            raise SystemExit(f"{MINILM} is missing: the benchmark fine-tunes the converted MiniLM.")
+        minilm = minilm_path(purpose="the benchmark fine-tunes the converted MiniLM")
         if not (cache / "minilm" / "config.json").is_file():
-            bertzoo.convert_checkpoint(MINILM, cache / "minilm")
+            bertzoo.convert_checkpoint(minilm, cache / "minilm")
         model = bertzoo.BertClassifier.from_preset(cache / "minilm", num_classes=2,
                                                    sequence_length=args.sequence_length)
         model.compile(optimizer=bert_optimizer(args.learning_rate), jit_compile=False)
@@ -362,9 +357,6 @@ def retime(args, command, started):
 
 def finish(figures, timed, setup, args, command, started):
     """Times the `timed` models, prints the table, draws the chart, records."""
-    from benchmarks.results import append_results
-    from benchmarks.results import print_table
-
     print("timing ...", flush=True)
     ms = time_variants(timed, setup["sequence_length"], args.batch, args.runs, setup["vocabulary_size"])
     dense = next(f for f in figures if f["variant"] == "dense")

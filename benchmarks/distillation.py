@@ -13,12 +13,12 @@ hidden states, attention, embeddings) and on the hard labels alone. Prints the
 table and appends one row per model to benchmarks/results.jsonl. Latencies are
 CPU medians of several runs of one forward pass on tokenized inputs (batch 1
 and 32, sequence length 64), the models' runs interleaved in the same process,
-so the speedups are same-run ratios. With the defaults it took 12 minutes on
-the 2-core development machine at load average ~5.
+so the speedups are same-run ratios (`benchmarks.harness.time_interleaved`).
+The teacher comes from `examples/distill_to_small.py` (its data split and
+teacher fine-tuning).
 """
 
 import argparse
-import importlib.util
 import os
 import sys
 import tempfile
@@ -28,17 +28,21 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from benchmarks.results import append_results
-from benchmarks.results import print_table
+from benchmarks.harness import append_results
+from benchmarks.harness import command_line
+from benchmarks.harness import minilm_path
+from benchmarks.harness import print_table
+from benchmarks.harness import sentiment_path
+from benchmarks.harness import time_interleaved
+from examples import distill_to_small as example
 
-ROOT = Path(__file__).resolve().parents[1]
 
-
-def _example():
-    spec = importlib.util.spec_from_file_location("distill_to_small", ROOT / "examples" / "distill_to_small.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def latencies(models, features, runs):
+    """Median seconds of one forward pass of each model on `features`, the
+    models interleaved (the harness's loop, for `distill_to_small.measure`)."""
+    calls = {i: (lambda model=model: model.predict_on_batch(features)) for i, model in enumerate(models)}
+    timings = time_interleaved(calls, runs, warmup=2)  # The first call traces and compiles.
+    return [timings[i]["median_s"] for i in range(len(models))]
 
 
 def main(argv=None):
@@ -56,21 +60,17 @@ def main(argv=None):
     parser.add_argument("--output", default=None, help="default: a temporary directory")
     args = parser.parse_args(argv)
 
-    from bertzoo.compression.distillation import Distiller
-    from bertzoo.compression.distillation import init_student_from_teacher
-    from bertzoo.datasets import find_shared_sentiment
+    from bertzoo import Distiller
+    from bertzoo import init_student_from_teacher
     from bertzoo.models.task import bert_optimizer
 
-    example = _example()
-    data = args.data or find_shared_sentiment("amazon")
-    if data is None or example.find_minilm() is None:
-        raise SystemExit("Needs ../shared/data/sentiment and ../shared/models/all-MiniLM-L6-v2 next to the checkout.")
+    data = sentiment_path("amazon", data=args.data)
+    minilm_path(purpose="the teacher is the fine-tuned MiniLM")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         output = Path(args.output or tmp)
-        common = ["--data", str(data), "--train-size", str(args.train_size), "--test-size", str(args.test_size),
-                  "--sequence-length", str(args.sequence_length), "--teacher-epochs", str(args.teacher_epochs)]
-        ex_args = example.parse_args(common)
+        ex_args = example.settings(data=str(data), train_size=args.train_size, test_size=args.test_size,
+                                   sequence_length=args.sequence_length, teacher_epochs=args.teacher_epochs)
         keras.utils.set_random_seed(0)
         train, test, source = example.load_data(ex_args)
         print(f"Data: {source}")
@@ -104,7 +104,8 @@ def main(argv=None):
             model.compile(jit_compile="auto")  # Also drops the training optimizer's state from the preset.
             model.save_to_preset(directory)
             sizes.append(example.directory_bytes(directory))
-        measured = example.measure([m for _, m in models], test, teacher.preprocessor, 32, args.latency_runs)
+        measured = example.measure([m for _, m in models], test, teacher.preprocessor, 32, args.latency_runs,
+                                   timer=latencies)
         rows = []
         for (name, model), size, figures in zip(models, sizes, measured):
             total, non_embedding = example.count_parameters(model)
@@ -135,7 +136,7 @@ def main(argv=None):
     print_table(rows, columns)
     print(f"Total {time.perf_counter() - started:.0f} s, load average {os.getloadavg()[0]:.1f} "
           f"on {os.cpu_count()} cores")
-    append_results("distillation", rows, command="python -m benchmarks.distillation " + " ".join(argv))
+    append_results("distillation", rows, command=command_line("benchmarks.distillation", argv))
     return rows
 
 

@@ -49,14 +49,16 @@ import numpy as np
 import tensorflow as tf
 
 import bertzoo
-from benchmarks.results import RESULTS_FILE
-from benchmarks.results import append_results
-from benchmarks.results import print_table
-from bertzoo.datasets import find_shared_sentiment
+from benchmarks.harness import RESULTS_FILE
+from benchmarks.harness import append_results
+from benchmarks.harness import command_line
+from benchmarks.harness import minilm_path
+from benchmarks.harness import print_table
+from benchmarks.harness import sentiment_path
+from benchmarks.harness import time_interleaved
 from bertzoo.datasets import load_rated_sentences
 from bertzoo.datasets import synthetic_sentiment
 
-MINILM = Path(__file__).resolve().parents[2] / "shared" / "models" / "all-MiniLM-L6-v2"
 LOAD_SCRIPT = """
 import json, sys, time
 start = time.perf_counter()
@@ -77,8 +79,9 @@ def directory_size(path):
 
 def build_model(workdir, sequence_length):
     """A classifier (random head) on MiniLM when available, else on `mini`; saved as a preset."""
-    if MINILM.is_dir():
-        preset, name = str(bertzoo.convert_checkpoint(MINILM, workdir / "minilm").path), "all-MiniLM-L6-v2"
+    minilm = minilm_path(required=False)
+    if minilm is not None:
+        preset, name = str(bertzoo.convert_checkpoint(minilm, workdir / "minilm").path), "all-MiniLM-L6-v2"
     else:
         preset, name = "mini", "mini (random weights)"
     keras.utils.set_random_seed(0)
@@ -106,22 +109,6 @@ def variant(model, kind, workdir):
     raise ValueError(f"Unknown variant {kind!r}: use float32, int8 or mixed_bfloat16.")
 
 
-def median_ms(times):
-    return round(1000 * statistics.median(times), 3)
-
-
-def time_alternating(calls, runs, warmup):
-    """`{name: [seconds]}` for callables run in turn, `runs` rounds after `warmup` rounds."""
-    times = {name: [] for name in calls}
-    for round_index in range(warmup + runs):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            if round_index >= warmup:
-                times[name].append(time.perf_counter() - start)
-    return times
-
-
 def fresh_loads(path, count):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     results = []
@@ -145,7 +132,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     batches = [int(b) for b in args.batches.split(",")]
 
-    sentiment = find_shared_sentiment("amazon")
+    sentiment = sentiment_path("amazon", required=False)
     texts = load_rated_sentences(sentiment, max_rows=max(batches))[0] if sentiment else synthetic_sentiment(max(batches))[0]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -169,7 +156,7 @@ def main(argv=None):
                 id_tensors = {k: tf.constant(v) for k, v in ids.items()}
                 served_logits = text_fn(text=strings)["logits"].numpy()
                 keras_logits = model.predict(batch_texts, verbose=0)
-                times = time_alternating(
+                timings = time_interleaved(
                     {
                         "saved_model_text": lambda: text_fn(text=strings),
                         "keras_predict_text": lambda: model.predict(batch_texts, verbose=0),
@@ -180,7 +167,7 @@ def main(argv=None):
                     },
                     args.runs, args.warmup,
                 )
-                medians = {name: median_ms(t) for name, t in times.items()}
+                medians = {name: round(1000 * t["median_s"], 3) for name, t in timings.items()}
                 rows.append({
                     "config": {
                         "model": model_name, "variant": kind, "batch": batch, "sequence_length": args.sequence_length,
@@ -211,8 +198,8 @@ def main(argv=None):
                        "ratio_text_saved_model_to_keras_on_batch", "saved_model_ids_ms",
                        "keras_predict_on_batch_ids_ms", "ratio_ids_saved_model_to_keras"])
     print(f"load average (1 min): {os.getloadavg()[0]:.2f}")
-    command = "python -m benchmarks.export " + " ".join(sys.argv[1:] if argv is None else argv)
-    append_results("export", rows, command.strip(), path=args.output)
+    command = command_line("benchmarks.export", sys.argv[1:] if argv is None else argv)
+    append_results("export", rows, command, path=args.output)
     return rows
 
 

@@ -1,6 +1,6 @@
 """How closely int8 models follow the float model, per int8 path.
 
-    python -m benchmarks.int8_fidelity          # ~3 min on 2 cores, after benchmarks.compression
+    python -m benchmarks.int8_fidelity          # a few minutes, after benchmarks.compression
 
 bertzoo runs int8 Dense layers as TensorFlow's fused oneDNN kernel on CPU
 (one input scale per tensor; `bertzoo.layers.dense`) and Keras's own int8
@@ -22,11 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.compression import OUT
 from benchmarks.compression import load_data
 from benchmarks.compression import tokenize
-from benchmarks.results import append_results
-from benchmarks.results import print_table
+from benchmarks.harness import OUT
+from benchmarks.harness import append_results
+from benchmarks.harness import command_line
+from benchmarks.harness import print_table
 
 DEFAULT_DENSE = OUT / "compression_cache" / "dense-n2888-e2-L48-lr0.0001"  # benchmarks.compression's defaults
 COLUMNS = ["path", "batch", "accuracy", "Δ acc (pts)", "agreement", "logits rel. error"]
@@ -88,8 +89,8 @@ def main(argv=None):
     print(f"{args.dense.name} on {len(labels)} test sentences")
     print_table(rows, COLUMNS)
     if not args.no_record:
-        command = "python -m benchmarks.int8_fidelity " + " ".join(argv if argv is not None else sys.argv[1:])
-        append_results("int8_fidelity", [{**r, "model": args.dense.name} for r in rows], command.strip())
+        command = command_line("benchmarks.int8_fidelity", argv if argv is not None else sys.argv[1:])
+        append_results("int8_fidelity", [{**r, "model": args.dense.name} for r in rows], command)
 
 
 if __name__ == "__main__":

@@ -36,12 +36,14 @@ import argparse
 import gc
 import json
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
+
+from benchmarks.harness import library_versions
+from benchmarks.harness import time_interleaved
+from benchmarks.harness import token_batch
 
 DTYPES = ("float32", "bfloat16", "int8")
 MODES = ("inference", "training")
@@ -62,28 +64,6 @@ def backbone_config(preset):
     if config.get("embedding_dim") or config.get("num_groups") or config.get("activation", "gelu_tanh") != "gelu_tanh":
         raise SystemExit(f"Preset {preset!r} is not a plain BERT (needs gelu_tanh, no factorization or sharing).")
     return config
-
-
-def make_inputs(batch, length, vocabulary_size, seed=0):
-    """A full-length batch: random ids, two segments, no padding."""
-    rng = np.random.default_rng(seed)
-    return {
-        "token_ids": rng.integers(1, vocabulary_size, (batch, length)).astype("int32"),
-        "segment_ids": (np.arange(length)[None, :] >= length // 2).repeat(batch, 0).astype("int32"),
-        "padding_mask": np.ones((batch, length), "int32"),
-    }
-
-
-def _versions(*names):
-    import importlib.metadata as md
-
-    found = {}
-    for name in names:
-        try:
-            found[name] = md.version(name)
-        except md.PackageNotFoundError:
-            pass
-    return found
 
 
 def missing(library):
@@ -110,19 +90,6 @@ def _compare(output, reference):
     }
 
 
-def _timed(fn, runs, warmup):
-    """Wall-clock and process CPU seconds of `runs` calls after `warmup`."""
-    for _ in range(warmup):
-        fn()
-    times, cpu = [], []
-    for _ in range(runs):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        fn()
-        times.append(time.perf_counter() - start)
-        cpu.append(time.process_time() - start_cpu)
-    return times, cpu
-
-
 # --- Keras libraries ------------------------------------------------------
 
 
@@ -132,7 +99,7 @@ class KerasLibrary:
     name = None
 
     def versions(self):
-        return _versions("keras", "tensorflow", "keras-hub", "bertzoo")
+        return library_versions(("keras", "tensorflow", "keras-hub", "bertzoo"))
 
     def variants(self, mode, dtype):
         return [{"xla": False}, {"xla": True}]
@@ -213,7 +180,7 @@ class KerasHub(KerasLibrary):
         return keras_hub.models.BertTextClassifier(backbone, NUM_CLASSES, preprocessor=None)
 
     def default_xla(self, model):
-        return bool(model._resolve_auto_jit_compile())  # Keras's "auto".
+        return bool(model.jit_compile)  # Keras's "auto", resolved by the public property.
 
     def compile_for_training(self, model, xla):
         # The same training recipe as bertzoo's and the PyTorch worker's,
@@ -240,7 +207,7 @@ class Transformers:
     def versions(self):
         import torch
 
-        return {**_versions("torch", "transformers"), "torch_threads": torch.get_num_threads()}
+        return {**library_versions(("torch", "transformers")), "torch_threads": torch.get_num_threads()}
 
     def variants(self, mode, dtype):
         # PyTorch's OpenMP threads wait for each other at every op; on a busy
@@ -365,8 +332,8 @@ def matmul_peak(size=2048, runs=10):
             else:
                 x, y = tf.cast(a, dtype), tf.cast(b, dtype)
                 fn = tf.function(tf.matmul, jit_compile=xla)
-            times, _ = _timed(lambda: fn(x, y).numpy(), runs, warmup=2)
-            best["xla" if xla else "no_xla"] = round(2 * size**3 / statistics.median(times) / 1e9, 1)
+            median_s = time_interleaved({"matmul": lambda: fn(x, y).numpy()}, runs, warmup=2)["matmul"]["median_s"]
+            best["xla" if xla else "no_xla"] = round(2 * size**3 / median_s / 1e9, 1)
         if dtype == "int8":
             best.update(_fused_int8_peak(a, runs))
         peaks[dtype] = {"gflops": max(best.values()), **best}
@@ -379,7 +346,7 @@ def _fused_int8_peak(a, runs):
     fused oneDNN int8 kernel runs it; `{}` elsewhere."""
     import tensorflow as tf
 
-    from bertzoo.layers.dense import Dense
+    from bertzoo.layers import Dense
     from bertzoo.layers.dense import onednn_int8_available
 
     if not onednn_int8_available():
@@ -390,8 +357,8 @@ def _fused_int8_peak(a, runs):
     layer.quantize("int8")
     fn = tf.function(lambda x: layer(x, training=False))
     x = tf.constant(a)
-    times, _ = _timed(lambda: fn(x).numpy(), runs, warmup=2)
-    return {"onednn_fused": round(2 * size**3 / statistics.median(times) / 1e9, 1)}
+    median_s = time_interleaved({"dense": lambda: fn(x).numpy()}, runs, warmup=2)["dense"]["median_s"]
+    return {"onednn_fused": round(2 * size**3 / median_s / 1e9, 1)}
 
 
 # --- Worker ---------------------------------------------------------------
@@ -401,7 +368,7 @@ def run_worker(library, mode, dtype, preset, batch, length, runs, warmup):
     """Times every variant of one (library, mode, dtype); yields result dicts."""
     lib = LIBRARIES[library]()
     config = backbone_config(preset)
-    inputs = make_inputs(batch, length, config["vocabulary_size"])
+    inputs = token_batch(batch, length, config["vocabulary_size"])
     labels = np.arange(batch) % NUM_CLASSES
     base = {"library": library, "mode": mode, "dtype": dtype, "versions": lib.versions()}
     reference, model = lib.prepare(mode, dtype, config)
@@ -418,22 +385,20 @@ def run_worker(library, mode, dtype, preset, batch, length, runs, warmup):
             fn = lib.inference(model, inputs, variant)
         else:
             fn = lib.training(model, inputs, labels, variant)
-        compile_start = time.perf_counter()
-        fn()
-        first_call_s = time.perf_counter() - compile_start
-        times, cpu = _timed(fn, runs, max(warmup - 1, 0))
+        # At least one untimed call: the first one traces and compiles.
+        timed = time_interleaved({"fn": fn}, runs, max(warmup, 1))["fn"]
         yield {
             **base,
             **variant,
             "default": variant["xla"] == default and variant == [v for v in variants if v["xla"] == default][0],
-            "times_s": [round(t, 4) for t in times],
-            "median_s": statistics.median(times),
-            "min_s": min(times),
+            "times_s": [round(t, 4) for t in timed["times_s"]],
+            "median_s": timed["median_s"],
+            "min_s": timed["min_s"],
             # CPU seconds of this process per call: less sensitive than wall
             # time to other processes on a shared machine (but it counts
             # threads spinning while they wait).
-            "cpu_median_s": statistics.median(cpu),
-            "first_call_s": round(first_call_s, 2),
+            "cpu_median_s": timed["cpu_median_s"],
+            "first_call_s": round(timed["first_call_s"], 2),
             "load_before": round(load_before, 2),
             "load_after": round(os.getloadavg()[0], 2),
             "check_vs_float32": check,

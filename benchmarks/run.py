@@ -15,9 +15,10 @@ busy machine that share can exceed 100% when the peak landed in a busier
 moment.
 
 Usage:
-    python -m benchmarks.run                       # everything, ~15 min on 2 cores
+    python -m benchmarks.run                       # everything (long: many minutes on a CPU)
     python -m benchmarks.run --models bertzoo,keras_hub --dtypes bfloat16 --modes inference
     python -m benchmarks.run --preset tiny --runs 3  # a quick smoke run
+    python -m benchmarks.run --models bertzoo,keras_hub --dtypes float32 --modes inference  # forward pass vs keras-hub
 
 Prints a Markdown table of every configuration, appends one JSON line per
 configuration plus a summary line to benchmarks/results.jsonl (date,
@@ -37,7 +38,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from benchmarks.peers import DTYPES
@@ -45,12 +45,17 @@ from benchmarks.peers import LIBRARIES
 from benchmarks.peers import MODES
 from benchmarks.peers import backbone_config
 from benchmarks.peers import missing
-from benchmarks.results import RESULTS_FILE
-from benchmarks.results import append_results
-from benchmarks.results import machine
-from benchmarks.results import print_table
+from benchmarks.harness import OUT
+from benchmarks.harness import RESULTS_FILE
+from benchmarks.harness import ROOT
+from benchmarks.harness import append_results
+from benchmarks.harness import command_line
+from benchmarks.harness import cpu_features
+from benchmarks.harness import machine
+from benchmarks.harness import print_table
+from benchmarks.harness import wait_for_load
 
-DEFAULT_CHART = Path(__file__).resolve().parent / "out" / "peers.png"
+DEFAULT_CHART = OUT / "peers.png"
 LABELS = {"bertzoo": "bertzoo", "keras_hub": "keras-hub", "transformers": "HF transformers (PyTorch)"}
 COLUMNS = ["mode", "dtype", "library", "setting", "median ms", "seq/s", "GFLOP/s", "% of peak",
            "vs best peer", "CPU s/call", "error vs fp32"]
@@ -78,38 +83,14 @@ def encoder_flops(config, batch, length, mode):
     return forward * (3 if mode == "training" else 1)
 
 
-def cpu_features():
-    """The CPU flags that decide the fast paths (bfloat16, int8, AMX)."""
-    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return [flag for flag in wanted if flag in flags]
-
-
-def wait_for_load(threshold, max_wait):
-    """Sleeps until the 1-minute load average is below `threshold` (at most
-    `max_wait` seconds); returns the load average then."""
-    deadline = time.monotonic() + max_wait
-    load = os.getloadavg()[0]
-    while load >= threshold and time.monotonic() < deadline:
-        print(f"load average {load:.2f} >= {threshold}: waiting...", flush=True)
-        time.sleep(30)
-        load = os.getloadavg()[0]
-    return load
-
-
 def run_worker(args, **worker_args):
     """Runs one `benchmarks.peers` worker; returns (rows, error or None)."""
     command = [sys.executable, "-m", "benchmarks.peers"]
     for key, value in worker_args.items():
         command += [f"--{key.replace('_', '-')}", str(value)]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore"}
-    root = Path(__file__).resolve().parents[1]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=root,
+        done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT,
                               timeout=args.worker_timeout)
     except subprocess.TimeoutExpired:
         return [], f"timed out after {args.worker_timeout} s"
@@ -323,7 +304,7 @@ def main(argv=None):
     config = backbone_config(args.preset)
     if args.sequence_length > config["max_sequence_length"]:
         raise SystemExit(f"--sequence-length exceeds the preset's max_sequence_length ({config['max_sequence_length']}).")
-    command = "python -m benchmarks.run " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = command_line("benchmarks.run", sys.argv[1:] if argv is None else argv)
 
     if args.wait_for_load is not None:
         wait_for_load(args.wait_for_load, args.max_wait)

@@ -19,6 +19,16 @@ Then it distills (soft targets, hidden states, attention, embeddings), prints
 a table comparing teacher and student (parameters, preset size on disk, CPU
 latency at batch 1 and 32, accuracy, agreement), saves both presets and, when
 `bertzoo.export_saved_model` is available, a SavedModel of the student.
+
+From Python, `run(...)` takes the same settings as keyword arguments
+(underscores for dashes) and returns the figures:
+
+```python
+from examples import distill_to_small
+
+result = distill_to_small.run(data="synthetic", epochs=1, output="runs/distill")
+print(result["student"]["accuracy"], result["speedup_b32"])
+```
 """
 
 import argparse
@@ -53,6 +63,7 @@ def find_minilm():
 
 
 def parse_args(argv):
+    """The example's settings from command-line arguments."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     arg = parser.add_argument
     arg("--data", default=None,
@@ -94,6 +105,17 @@ def parse_args(argv):
     arg("--output", default="runs/distill", help="where the presets (and SavedModel) go")
     arg("--seed", type=int, default=0)
     return parser.parse_args(argv)
+
+
+def settings(**overrides):
+    """The example's settings: the command line's defaults, with `overrides`
+    (keyword names are the flags with underscores, e.g. `train_size=0`)."""
+    args = parse_args([])
+    unknown = sorted(set(overrides) - set(vars(args)))
+    if unknown:
+        raise TypeError(f"Unknown setting(s) {unknown}; known: {sorted(vars(args))}.")
+    vars(args).update(overrides)
+    return args
 
 
 # --- Data -------------------------------------------------------------------
@@ -219,8 +241,9 @@ def latencies(models, features, runs):
     return [statistics.median(samples) for samples in times]
 
 
-def measure(models, test, preprocessor, batch_size, runs):
-    """Accuracy, predictions and latency (batch 1 and 32) of each classifier."""
+def measure(models, test, preprocessor, batch_size, runs, timer=latencies):
+    """Accuracy, predictions and latency (batch 1 and 32) of each classifier;
+    `timer(models, features, runs)` gives the median seconds per model."""
     texts, labels = test
     results = []
     for model in models:
@@ -228,7 +251,7 @@ def measure(models, test, preprocessor, batch_size, runs):
         results.append({"accuracy": float(np.mean(predictions == labels)), "predictions": predictions})
     for b in (1, 32):
         features = preprocessor([texts[i % len(texts)] for i in range(b)])
-        for result, seconds in zip(results, latencies(models, features, runs)):
+        for result, seconds in zip(results, timer(models, features, runs)):
             result[f"latency_b{b}_ms"] = 1000 * seconds
     return results
 
@@ -262,8 +285,20 @@ def print_table(rows):
             print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
 
 
+def run(**overrides):
+    """Runs the example with `settings(**overrides)`; returns its figures:
+    the data and model sources, `teacher` and `student` rows (parameters,
+    preset size, latencies, accuracy), `agreement`, the ratios, and where the
+    student was saved."""
+    return _run(settings(**overrides))
+
+
 def main(argv=None):
-    args = parse_args(argv)
+    """The command line: `run` with the settings parsed from `argv`."""
+    return _run(parse_args(argv))
+
+
+def _run(args):
     keras.utils.set_random_seed(args.seed)
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)

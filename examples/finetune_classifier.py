@@ -5,6 +5,16 @@
 
 With no `--data`, it uses `../shared/data/sentiment/amazon.tsv` when that file
 is next to the checkout, otherwise a small generated sentiment set.
+
+From Python, `run(...)` takes the same settings as keyword arguments
+(underscores for dashes) and returns the figures:
+
+```python
+from examples import finetune_classifier
+
+result = finetune_classifier.run(preset="tiny", epochs=1, output="runs/classifier")
+print(result["accuracy"], result["train_examples_per_second"])
+```
 """
 
 import argparse
@@ -33,7 +43,8 @@ class EpochTimer(keras.callbacks.Callback):
         self.seconds.append(time.perf_counter() - self._start)
 
 
-def main(argv=None):
+def parse_args(argv):
+    """The example's settings from command-line arguments."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="tiny", help="built-in preset name or preset directory")
     parser.add_argument("--data", default=None, help="TSV file id<TAB>rating<TAB>text")
@@ -46,8 +57,32 @@ def main(argv=None):
     parser.add_argument("--output", default="runs/classifier", help="where to save the preset")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-examples", type=int, default=None, help="subsample the data")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def settings(**overrides):
+    """The example's settings: the command line's defaults, with `overrides`
+    (keyword names are the flags with underscores, e.g. `learning_rate=1e-4`)."""
+    args = parse_args([])
+    unknown = sorted(set(overrides) - set(vars(args)))
+    if unknown:
+        raise TypeError(f"Unknown setting(s) {unknown}; known: {sorted(vars(args))}.")
+    vars(args).update(overrides)
+    return args
+
+
+def run(**overrides):
+    """Fine-tunes with `settings(**overrides)`; returns the figures (data,
+    sizes, settings, accuracy, training examples per second)."""
+    return _run(settings(**overrides))
+
+
+def main(argv=None):
+    """The command line: `run` with the settings parsed from `argv`."""
+    return _run(parse_args(argv))
+
+
+def _run(args):
     keras.utils.set_random_seed(args.seed)
     data = args.data or find_shared_sentiment("amazon")
     if data:

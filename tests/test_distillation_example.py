@@ -1,6 +1,5 @@
 """Smoke test of examples/distill_to_small.py: its main() end to end, tiny settings."""
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -8,15 +7,7 @@ import numpy as np
 
 import bertzoo
 from bertzoo.datasets import synthetic_sentiment
-
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "distill_to_small.py"
-
-
-def load_example():
-    spec = importlib.util.spec_from_file_location("distill_to_small", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from examples import distill_to_small
 
 
 def small_teacher(directory):
@@ -33,8 +24,7 @@ def small_teacher(directory):
 
 
 def test_example_runs_end_to_end(tmp_path, capsys):
-    example = load_example()
-    result = example.main([
+    result = distill_to_small.main([
         "--data", "synthetic", "--train-size", "48", "--test-size", "16",
         "--teacher", str(small_teacher(tmp_path / "teacher_in")), "--student-layers", "1", "--epochs", "1",
         "--sequence-length", "24", "--batch-size", "16", "--latency-runs", "1", "--jit-compile", "off",

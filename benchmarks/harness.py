@@ -1,0 +1,296 @@
+"""What every benchmark shares: the timing loop, input batches, data paths,
+the results log and the printed table.
+
+- `time_interleaved(candidates, runs, warmup)`: the one timing loop. Each
+  candidate (a no-argument callable) is warmed up (the first call traces and
+  compiles, and is reported apart), then timed for `runs` rounds; a round
+  calls every candidate once, starting one candidate later each round, so
+  load changes on a shared machine hit all candidates alike and none always
+  runs first. Returns per candidate the wall-clock and process CPU seconds
+  of each call and their medians.
+- `token_batch(batch, length, vocabulary_size)`: a full-length batch of
+  random token ids (two segments, no padding).
+- `shared_path(...)`, `minilm_path()`, `sentiment_path()`: the `../shared`
+  material (real sentiment data, all-MiniLM-L6-v2 weights), found through
+  `BERTZOO_SHARED` or next to the checkout; absent material is either None
+  or a `SystemExit` naming what is missing and how to point at it.
+- `append_results(benchmark, rows, command)`: one JSON line per row in
+  `benchmarks/results.jsonl` (append-only), stamped with the date, the
+  machine (CPU model and flags, cores, GPUs), library versions, load
+  average and the command.
+- `print_table(rows, columns)`: a Markdown table.
+
+The examples (`examples/`) are imported as ordinary modules
+(`from examples import distill_to_small`): the repository root is on
+`sys.path` whenever `benchmarks` itself is importable.
+
+Nothing here imports TensorFlow or bertzoo at import time, so the PyTorch
+worker of `benchmarks.peers` can use it too.
+"""
+
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS_FILE = ROOT / "benchmarks" / "results.jsonl"
+OUT = ROOT / "benchmarks" / "out"
+SHARED_ENV = "BERTZOO_SHARED"
+MINILM = Path("models") / "all-MiniLM-L6-v2"
+VERSIONED = ("bertzoo", "keras", "tensorflow", "keras-hub", "numpy", "torch", "transformers")
+
+
+# --- Timing -------------------------------------------------------------------
+
+
+def time_interleaved(candidates, runs=5, warmup=2, on_warm=None):
+    """Times no-argument callables against each other.
+
+    Args:
+        candidates: `{name: callable}`; each call should finish its work
+            (e.g. return NumPy values), or the time measures a dispatch only.
+        runs: timed rounds; every round calls each candidate once, the first
+            candidate of round `r` being candidate `r % len(candidates)`.
+        warmup: untimed calls of each candidate first (one candidate after
+            the other); the first one's time is reported as `first_call_s`
+            (tracing and compilation).
+        on_warm: optional `on_warm(name, seconds)` called after a
+            candidate's warm-up calls (e.g. to print compile times).
+
+    Returns:
+        `{name: {"times_s": [...], "cpu_times_s": [...], "median_s",
+        "min_s", "cpu_median_s", "first_call_s"}}` in the candidates' order;
+        `first_call_s` is None without warm-up. Process CPU seconds are less
+        sensitive to other processes than wall time (but count threads
+        spinning while they wait).
+    """
+    if runs < 1:
+        raise ValueError(f"runs must be at least 1, got {runs}.")
+    names = list(candidates)
+    first = {}
+    for name in names:
+        start = time.perf_counter()
+        for i in range(warmup):
+            candidates[name]()
+            if i == 0:
+                first[name] = time.perf_counter() - start
+        if on_warm is not None:
+            on_warm(name, time.perf_counter() - start)
+    wall = {name: [] for name in names}
+    cpu = {name: [] for name in names}
+    for r in range(runs):
+        for i in range(len(names)):
+            name = names[(r + i) % len(names)]
+            start, start_cpu = time.perf_counter(), time.process_time()
+            candidates[name]()
+            wall[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
+    return {
+        name: {
+            "times_s": wall[name],
+            "cpu_times_s": cpu[name],
+            "median_s": statistics.median(wall[name]),
+            "min_s": min(wall[name]),
+            "cpu_median_s": statistics.median(cpu[name]),
+            "first_call_s": first.get(name),
+        }
+        for name in names
+    }
+
+
+def median_ms(timings):
+    """`{name: median milliseconds}` of `time_interleaved`'s result."""
+    return {name: 1000.0 * t["median_s"] for name, t in timings.items()}
+
+
+def wait_for_load(threshold, max_wait):
+    """Sleeps until the 1-minute load average is below `threshold` (at most
+    `max_wait` seconds); returns the load average then."""
+    deadline = time.monotonic() + max_wait
+    load = os.getloadavg()[0]
+    while load >= threshold and time.monotonic() < deadline:
+        print(f"load average {load:.2f} >= {threshold}: waiting...", flush=True)
+        time.sleep(30)
+        load = os.getloadavg()[0]
+    return load
+
+
+# --- Inputs -------------------------------------------------------------------
+
+
+def token_batch(batch, length, vocabulary_size, seed=0):
+    """A full-length batch as NumPy int32 arrays: random ids (never 0, the
+    padding id), the first half of each row segment 0 and the rest segment 1,
+    no padding."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return {
+        "token_ids": rng.integers(1, vocabulary_size, (batch, length)).astype("int32"),
+        "segment_ids": (np.arange(length)[None, :] >= length // 2).repeat(batch, 0).astype("int32"),
+        "padding_mask": np.ones((batch, length), "int32"),
+    }
+
+
+# --- Data paths ---------------------------------------------------------------
+
+
+def shared_dirs():
+    """Where `../shared` may be: `$BERTZOO_SHARED`, then next to the current
+    directory, then next to this checkout."""
+    found = [Path(os.environ[SHARED_ENV])] if os.environ.get(SHARED_ENV) else []
+    return found + [Path.cwd().parent / "shared", ROOT.parent / "shared"]
+
+
+def shared_path(relative, required=True, purpose=None):
+    """The first existing `<shared>/relative`, else None or (`required`) a
+    `SystemExit` naming what is missing and how to provide it."""
+    for base in shared_dirs():
+        path = base / relative
+        if path.exists():
+            return path
+    if not required:
+        return None
+    tried = ", ".join(str(base) for base in dict.fromkeys(shared_dirs()))
+    raise SystemExit(
+        f"{relative} not found in the shared folder (tried {tried}){': ' + purpose if purpose else ''}. "
+        f"Put ../shared next to the checkout or set {SHARED_ENV}=/path/to/shared."
+    )
+
+
+def minilm_path(required=True, purpose=None):
+    """The all-MiniLM-L6-v2 checkpoint (Hugging Face layout) in `../shared`."""
+    return shared_path(MINILM, required, purpose)
+
+
+def sentiment_path(name="amazon", data=None, required=True):
+    """`data` when given (it must exist), else `../shared/data/sentiment/NAME.tsv`."""
+    if data:
+        if not Path(data).is_file():
+            raise SystemExit(f"No data file at {data}.")
+        return Path(data)
+    return shared_path(Path("data") / "sentiment" / f"{name}.tsv", required, "pass --data or provide the data")
+
+
+# --- Results ------------------------------------------------------------------
+
+
+def cpu_model():
+    """The CPU's model name (from /proc/cpuinfo where there is one)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_features():
+    """The CPU flags that decide the fast paths (bfloat16, int8, AMX)."""
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return [flag for flag in wanted if flag in flags]
+
+
+def nvidia_gpus():
+    """GPU names from `nvidia-smi -L` (no framework import), or []."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    # "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)" -> "NVIDIA H100 80GB HBM3"
+    return [line.split(":", 1)[1].split("(UUID")[0].strip() for line in listing.splitlines() if line.startswith("GPU ")]
+
+
+def machine():
+    """A short description of this machine for tables and result rows."""
+    described = f"{cpu_model()}, {os.cpu_count()} cores"
+    gpus = nvidia_gpus()
+    return f"{described}; {', '.join(gpus)}" if gpus else described
+
+
+def library_versions(names=VERSIONED):
+    """`{distribution: version}` of the installed ones among `names` (read
+    from the package metadata: nothing is imported)."""
+    found = {}
+    for name in names:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    if "bertzoo" in names and "bertzoo" not in found:  # A checkout on PYTHONPATH, not installed.
+        text = (ROOT / "bertzoo" / "version.py").read_text()
+        found["bertzoo"] = text.split("__version__", 1)[1].split("=", 1)[1].split("\n")[0].strip().strip("\"'")
+    return found
+
+
+def machine_info():
+    """The machine and software a result was measured with."""
+    return {
+        "cpu": cpu_model(),
+        "cpu_flags": cpu_features(),
+        "cores": os.cpu_count(),
+        "gpus": nvidia_gpus(),
+        "python": platform.python_version(),
+        "versions": library_versions(),
+    }
+
+
+def command_line(module, argv):
+    """The command that reproduces a run, e.g. `python -m benchmarks.run --runs 3`."""
+    return " ".join(["python -m " + module, *argv]).strip()
+
+
+def append_results(benchmark, rows, command, path=RESULTS_FILE):
+    """Appends one JSON line per row to `path`, each stamped with the date,
+    benchmark, machine (a string, as in older rows), machine details
+    (`machine_info`), load average and command. The file is append-only:
+    older rows keep their own shape."""
+    stamp = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "benchmark": benchmark,
+        "machine": machine(),
+        "machine_info": machine_info(),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "command": command,
+    }
+    with open(path, "a") as f:
+        for row in rows:
+            f.write(json.dumps({**stamp, **row}) + "\n")
+
+
+def read_results(path=RESULTS_FILE, benchmark=None):
+    """The rows of a results file (optionally of one benchmark), oldest first."""
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return [r for r in rows if benchmark is None or r.get("benchmark") == benchmark]
+
+
+# --- Tables -------------------------------------------------------------------
+
+
+def print_table(rows, columns):
+    """Prints `rows` (dicts) as a Markdown table of `columns`."""
+
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return str(v)
+
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for row in rows:
+        print("| " + " | ".join(fmt(row.get(c, "")) for c in columns) + " |")

@@ -1,0 +1,98 @@
+"""benchmarks.harness: the one timing loop, the input batches, data paths and the results log."""
+
+import json
+
+import pytest
+
+from benchmarks import harness
+
+
+def test_timing_loop_reports_medians_per_candidate():
+    calls = {"a": 0, "b": 0}
+
+    def candidate(name):
+        def call():
+            calls[name] += 1
+
+        return call
+
+    timings = harness.time_interleaved({"a": candidate("a"), "b": candidate("b")}, runs=5, warmup=2)
+    assert list(timings) == ["a", "b"]
+    assert calls == {"a": 7, "b": 7}  # 2 warm-up + 5 timed calls each.
+    for t in timings.values():
+        assert len(t["times_s"]) == len(t["cpu_times_s"]) == 5
+        assert t["median_s"] == sorted(t["times_s"])[2]
+        assert t["min_s"] == min(t["times_s"]) <= t["median_s"]
+        assert t["cpu_median_s"] >= 0.0 and t["first_call_s"] >= 0.0
+    assert harness.median_ms(timings)["a"] == pytest.approx(1000 * timings["a"]["median_s"])
+
+
+def test_timing_rounds_interleave_and_rotate_the_candidates():
+    order, warmed = [], []
+    candidates = {name: (lambda name=name: order.append(name)) for name in "abc"}
+    harness.time_interleaved(candidates, runs=3, warmup=1, on_warm=lambda name, s: warmed.append(name))
+    assert order[:3] == ["a", "b", "c"]  # Warm-up, one candidate after the other.
+    assert warmed == ["a", "b", "c"]
+    assert order[3:] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+
+
+def test_no_warmup_has_no_first_call_time_and_runs_must_be_positive():
+    assert harness.time_interleaved({"f": lambda: None}, runs=1, warmup=0)["f"]["first_call_s"] is None
+    with pytest.raises(ValueError, match="runs"):
+        harness.time_interleaved({"f": lambda: None}, runs=0)
+
+
+def test_token_batch_is_full_length_with_two_segments():
+    batch = harness.token_batch(3, 8, 50)
+    assert {k: v.shape for k, v in batch.items()} == {k: (3, 8) for k in ("token_ids", "segment_ids", "padding_mask")}
+    assert batch["token_ids"].min() >= 1 and batch["token_ids"].max() < 50
+    assert batch["segment_ids"][0].tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert batch["padding_mask"].all()
+
+
+def test_results_writer_appends_rows_with_machine_info(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps({"benchmark": "old", "machine": "somewhere"}) + "\n")
+    harness.append_results("demo", [{"x": 1}, {"x": 2}], "python -m benchmarks.demo --runs 1", path=path)
+    rows = harness.read_results(path)
+    assert [r["benchmark"] for r in rows] == ["old", "demo", "demo"]  # Appended, the old row kept.
+    assert harness.read_results(path, benchmark="demo")[1]["x"] == 2
+    new = rows[1]
+    assert new["command"] == "python -m benchmarks.demo --runs 1"
+    assert isinstance(new["machine"], str) and new["date"]
+    info = new["machine_info"]
+    assert info["cpu"] and info["cores"] >= 1 and isinstance(info["cpu_flags"], list)
+    assert {"bertzoo", "keras"} <= set(info["versions"])
+
+
+def test_the_checked_in_results_stay_readable():
+    rows = harness.read_results()
+    assert rows and all("benchmark" in r for r in rows)
+
+
+def test_missing_shared_material_names_the_way_to_provide_it(tmp_path, monkeypatch):
+    monkeypatch.setenv(harness.SHARED_ENV, str(tmp_path))
+    monkeypatch.setattr(harness, "ROOT", tmp_path / "checkout")
+    monkeypatch.chdir(tmp_path)
+    assert harness.minilm_path(required=False) is None
+    with pytest.raises(SystemExit, match="BERTZOO_SHARED"):
+        harness.minilm_path(purpose="needed here")
+    with pytest.raises(SystemExit, match="No data file"):
+        harness.sentiment_path(data=tmp_path / "absent.tsv")
+    (tmp_path / "data" / "sentiment").mkdir(parents=True)
+    (tmp_path / "data" / "sentiment" / "amazon.tsv").write_text("1\t1\tgood\n")
+    assert harness.sentiment_path() == tmp_path / "data" / "sentiment" / "amazon.tsv"
+
+
+def test_benchmarks_import_the_examples_as_modules():
+    from benchmarks import distillation
+    from benchmarks import finetune
+    from examples import distill_to_small
+    from examples import finetune_classifier
+
+    assert distillation.example is distill_to_small
+    assert finetune.finetune_classifier is finetune_classifier
+    assert callable(distill_to_small.run) and callable(finetune_classifier.run)
+    assert distill_to_small.settings(train_size=0).train_size == 0
+    with pytest.raises(TypeError, match="Unknown setting"):
+        finetune_classifier.settings(no_such_flag=1)
