@@ -1,5 +1,7 @@
 """BERT / ALBERT pre-training: masked LM plus next-sentence or sentence-order prediction."""
 
+import weakref
+
 import keras
 import numpy as np
 
@@ -17,6 +19,8 @@ from bertzoo.text.pretraining import default_max_selections
 _MLM_ARRAYS = ("mlm/transform/kernel", "mlm/transform/bias", "mlm/layer_norm/gamma", "mlm/layer_norm/beta",
                "mlm/output_bias")
 _SENTENCE_ARRAYS = ("nsp/kernel", "nsp/bias")
+# Preprocessor -> its copy that reads special tokens in text (`predict_masked`).
+_FILL_MASK_PREPROCESSORS = weakref.WeakKeyDictionary()
 
 
 def pretraining_head_shapes(config):
@@ -262,3 +266,86 @@ class BertPretrainer(Task):
         if self.sentence_head is not None and "nsp/kernel" in arrays:
             self.sentence_head.kernel.assign(arrays["nsp/kernel"])
             self.sentence_head.bias.assign(arrays["nsp/bias"])
+
+    # --- Fill-mask ----------------------------------------------------------
+    def predict_masked(self, texts, top_k=5):
+        """The `top_k` most likely tokens at each `[MASK]` written in `texts`.
+
+        `[MASK]` (and the other special tokens, spelled exactly) are read as
+        tokens here whatever the preprocessor's `special_tokens_in_strings`
+        says. Probabilities are the masked-LM head's softmax over the whole
+        vocabulary. Meaningful with pretrained heads (a converted checkpoint
+        keeps them, see `load_pretraining_heads`).
+
+        Args:
+            texts: a string or a list of strings, each with at least one
+                `[MASK]` left after truncation to the preprocessor's
+                `sequence_length`.
+            top_k: how many candidates per mask, a positive integer.
+
+        Returns:
+            One list per text, with one list per `[MASK]` (left to right) of
+            `top_k` `(token, probability)` pairs, most likely first.
+
+        Example:
+        ```python
+        model = bertzoo.BertPretrainer.from_preset("converted/bert_base", sentence_objective=None)
+        model.predict_masked(["The capital of France is [MASK]."], top_k=5)
+        # [[[("paris", 0.41), ("lyon", 0.05), ...]]]
+        ```
+        """
+        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k <= 0:
+            raise ValueError(f"`top_k` must be a positive integer, got {top_k!r}.")
+        if self.preprocessor is None:
+            raise ValueError(
+                "predict_masked needs the model's preprocessor to tokenize text; this model was built with "
+                "preprocessor=None. Build it with from_preset(..., preprocessor='auto')."
+            )
+        single = isinstance(texts, str)
+        texts = [texts] if single else list(texts)
+        if not texts or not all(isinstance(t, str) for t in texts):
+            raise ValueError("predict_masked takes a string or a non-empty list of strings.")
+        features = self._fill_mask_preprocessor()(texts)
+        token_ids = np.asarray(features["token_ids"])
+        mask_id = self.preprocessor.tokenizer.mask_token_id
+        masked = [np.flatnonzero(row == mask_id) for row in token_ids]
+        for i, positions in enumerate(masked):
+            if positions.size == 0:
+                raise ValueError(
+                    f"Text {i} ({texts[i][:60]!r}) has no [MASK] token"
+                    + (" left after truncation" if "[MASK]" in texts[i] else "")
+                    + ": write [MASK] (upper case, in brackets) where a token should be predicted"
+                    + (f", within the first {self.preprocessor.sequence_length} tokens." if "[MASK]" in texts[i] else ".")
+                )
+        slots = max(p.size for p in masked)
+        mask_positions = np.zeros((len(texts), slots), "int32")
+        for i, positions in enumerate(masked):
+            mask_positions[i, : positions.size] = positions
+        inputs = {name: np.asarray(features[name]).astype("int32") for name in ("token_ids", "segment_ids", "padding_mask")}
+        inputs["mask_positions"] = mask_positions
+        logits = keras.ops.convert_to_numpy(self(inputs, training=False)["mlm"]).astype("float64")
+        probabilities = np.exp(logits - logits.max(-1, keepdims=True))
+        probabilities /= probabilities.sum(-1, keepdims=True)
+        top_k = min(int(top_k), probabilities.shape[-1])
+        vocabulary = self.preprocessor.tokenizer.get_vocabulary()
+        results = []
+        for i, positions in enumerate(masked):
+            per_mask = []
+            for slot in range(positions.size):
+                best = np.argsort(-probabilities[i, slot], kind="stable")[:top_k]
+                per_mask.append([(vocabulary[j], float(probabilities[i, slot, j])) for j in best])
+            results.append(per_mask)
+        return results
+
+    def _fill_mask_preprocessor(self):
+        """The model's preprocessor, reading special tokens written in text."""
+        preprocessor = self.preprocessor
+        if preprocessor.tokenizer.special_tokens_in_strings:
+            return preprocessor
+        # Kept outside the model (a Keras model would track it as a sublayer).
+        if preprocessor not in _FILL_MASK_PREPROCESSORS:
+            config = preprocessor.get_config()
+            tokenizer_config = dict(preprocessor.tokenizer.get_config(), special_tokens_in_strings=True)
+            config["tokenizer"] = type(preprocessor.tokenizer).from_config(tokenizer_config)
+            _FILL_MASK_PREPROCESSORS[preprocessor] = type(preprocessor).from_config(config)
+        return _FILL_MASK_PREPROCESSORS[preprocessor]

@@ -67,3 +67,49 @@ def test_untied_decoder_needs_tie_weights_false(ref, rng, make_bert_inputs, tmp_
     mlm, nsp = numpy_heads(ref, model, inputs, positions, "gelu_exact", decoder=decoder.T.astype("float64"))
     np.testing.assert_allclose(out["mlm"], mlm, atol=1e-4)
     np.testing.assert_allclose(out["sentence"], nsp, atol=1e-5)
+
+
+def test_predict_masked_matches_numpy_heads(ref, rng, tmp_path):
+    model = ref.random_model(rng, num_layers=2)
+    vocabulary = ref.tiny_vocabulary(40)
+    source = ref.write_hf(tmp_path / "hf", ref.hf_config(model), ref.hf_bert_arrays(model, prefix="bert."),
+                          vocabulary=vocabulary)
+    preset = bertzoo.convert_checkpoint(source, tmp_path / "preset").path
+    pretrainer = bertzoo.BertPretrainer.from_preset(preset, sentence_objective=None)
+    assert pretrainer.preprocessor.tokenizer.special_tokens_in_strings is False  # Still reads [MASK] here.
+    texts = ["tok7 [MASK] tok9 tok10", "[MASK] tok3 [MASK]"]
+    results = pretrainer.predict_masked(texts, top_k=3)
+
+    # The same inputs, built by hand: [CLS] ids [SEP], token ids of "tokN" are N + 5.
+    rows = [[2, 12, 4, 14, 15, 3], [2, 4, 8, 4, 3, 0]]
+    inputs = {
+        "token_ids": np.array(rows, "int32"),
+        "segment_ids": np.zeros((2, 6), "int32"),
+        "padding_mask": np.array([[1] * 6, [1] * 5 + [0]], "int32"),
+    }
+    positions = np.array([[2, 0], [1, 3]], "int32")
+    mlm, _ = numpy_heads(ref, model, inputs, positions, "gelu_exact")
+    probabilities = np.exp(mlm - mlm.max(-1, keepdims=True))
+    probabilities /= probabilities.sum(-1, keepdims=True)
+    assert [len(r) for r in results] == [1, 2]
+    for i, slots in enumerate([1, 2]):
+        for slot in range(slots):
+            best = np.argsort(-probabilities[i, slot])[:3]
+            assert [token for token, _ in results[i][slot]] == [vocabulary[j] for j in best]
+            np.testing.assert_allclose([p for _, p in results[i][slot]], probabilities[i, slot, best], atol=1e-5)
+
+
+def test_predict_masked_refuses_bad_input(ref, rng, tmp_path):
+    model = ref.random_model(rng)
+    source = ref.write_hf(tmp_path / "hf", ref.hf_config(model), ref.hf_bert_arrays(model, prefix="bert."),
+                          vocabulary=ref.tiny_vocabulary(40))
+    pretrainer = bertzoo.BertPretrainer.from_preset(
+        bertzoo.convert_checkpoint(source, tmp_path / "preset").path, sentence_objective=None, sequence_length=8
+    )
+    with pytest.raises(ValueError, match="`top_k` must be a positive integer, got 0"):
+        pretrainer.predict_masked("tok1 [MASK]", top_k=0)
+    with pytest.raises(ValueError, match=r"Text 1 \('tok1 tok2'\) has no \[MASK\] token"):
+        pretrainer.predict_masked(["[MASK]", "tok1 tok2"])
+    with pytest.raises(ValueError, match="left after truncation.*first 8 tokens"):
+        pretrainer.predict_masked("tok1 tok2 tok3 tok4 tok5 tok6 tok7 [MASK]")
+    assert len(pretrainer.predict_masked("tok1 [MASK]", top_k=1000)[0][0]) == 40  # Capped at the vocabulary.
