@@ -1,38 +1,140 @@
-"""Write a directory atomically: build it beside the target, then rename."""
+"""Write a directory atomically: build it beside the target, then swap it in.
+
+The new directory is written under a hidden sibling name,
+`.NAME.tmp-<pid>-<random>`, on the same filesystem as `NAME`. On success it
+replaces `NAME`:
+
+- On Linux, with one `renameat2(RENAME_EXCHANGE)` call: the old and the new
+  directory trade places in one atomic step, so at every instant `NAME` is
+  either the complete old directory or the complete new one. The old one,
+  now under the hidden name, is then deleted.
+- Elsewhere (or on a filesystem without RENAME_EXCHANGE), with two renames:
+  `NAME` -> `.NAME.old-<pid>-<random>`, then the new directory -> `NAME`.
+  Between the two renames `NAME` does not exist for a moment; a process
+  killed exactly there leaves the previous version under the `.old-` name,
+  which the next save of `NAME` restores if `NAME` is still missing.
+
+Every save of `NAME` first removes the hidden leftovers of earlier saves of
+the same `NAME` whose process is gone (a `kill -9`, a power cut), so
+interrupted saves never accumulate. Leftovers of a process still running
+(a concurrent save) are left alone.
+"""
 
 import contextlib
+import ctypes
+import errno
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _leftover_pattern(name):
+    return re.compile(rf"^\.{re.escape(name)}\.(tmp|old)-(\d+)-.+$|^\.{re.escape(name)}\.(tmp|old)-[^-]+$")
+
+
+def _process_alive(pid):
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # Someone else's live process.
+        return True
+    return True
+
+
+def leftovers(target):
+    """Hidden `.NAME.tmp-*` / `.NAME.old-*` siblings of `target` whose
+    writing process is gone (names without a process id come from older
+    bertzoo versions and count as gone)."""
+    target = Path(target).expanduser().absolute()
+    if not target.parent.is_dir():
+        return []
+    pattern = _leftover_pattern(target.name)
+    found = []
+    for entry in target.parent.iterdir():
+        match = pattern.match(entry.name)
+        if match and (match.group(2) is None or not _process_alive(int(match.group(2)))):
+            found.append(entry)
+    return sorted(found)
+
+
+def clean_leftovers(target):
+    """Removes what `leftovers(target)` lists; if `target` itself is missing
+    and a leftover `.old-` directory holds the previous version (a save
+    killed between its two renames), puts that back first."""
+    target = Path(target).expanduser().absolute()
+    stale = leftovers(target)
+    if not target.exists():
+        previous = [p / "previous" for p in stale if ".old-" in p.name and (p / "previous").is_dir()]
+        if previous:
+            os.rename(previous[-1], target)
+    for path in stale:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+def _exchange(a, b):
+    """Atomically swaps two paths with renameat2(RENAME_EXCHANGE); returns
+    False where the system or filesystem cannot."""
+    if not hasattr(os, "uname") or os.uname().sysname != "Linux":
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):  # glibc < 2.28, or another libc.
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    result = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if result == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, f"Could not swap {b} into place: {os.strerror(code)}", str(b))
+
+
+def _hidden_sibling(target, kind):
+    return Path(tempfile.mkdtemp(prefix=f".{target.name}.{kind}-{os.getpid()}-", dir=target.parent))
 
 
 @contextlib.contextmanager
 def atomic_directory(target, overwrite=True):
     """Yields a fresh temporary directory that replaces `target` on success.
 
-    The temporary directory lives next to `target` (same filesystem, so the
-    final rename is atomic). If the body raises, or the process dies, the
-    existing `target` is untouched and the partial directory is removed (or, on
-    a hard kill, left as a hidden `.NAME.tmp-*` sibling, never at `target`).
+    If the body raises, the existing `target` is untouched and the partial
+    directory is removed; on a hard kill it stays as a hidden sibling that
+    the next save of `target` removes (see the module docstring).
 
     Example:
-    >>> with atomic_directory("runs/preset") as tmp:
-    ...     (tmp / "config.json").write_text("{}")
+    ```python
+    with atomic_directory("runs/preset") as tmp:
+        (tmp / "config.json").write_text("{}")
+    ```
     """
     target = Path(target).expanduser().absolute()
-    if target.exists() and not target.is_dir():
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
         raise FileExistsError(f"{target} exists and is not a directory; choose another path.")
-    if target.exists() and not overwrite:
-        raise FileExistsError(
-            f"{target} already exists. Pass overwrite=True to replace it, or choose a new path."
-        )
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    clean_leftovers(target)
+    if target.exists() and not overwrite:
+        raise FileExistsError(f"{target} already exists. Pass overwrite=True to replace it, or choose a new path.")
+    tmp = _hidden_sibling(target, "tmp")
     try:
         yield tmp
-        if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+        if not target.exists():
+            os.rename(tmp, target)
+        elif not _exchange(tmp, target):
+            old = _hidden_sibling(target, "old")
             os.rename(target, old / "previous")
             try:
                 os.rename(tmp, target)
@@ -40,8 +142,6 @@ def atomic_directory(target, overwrite=True):
                 os.rename(old / "previous", target)
                 raise
             shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, target)
     finally:
-        if tmp.exists():
+        if tmp.exists():  # The partial directory, or the previous version after an exchange.
             shutil.rmtree(tmp, ignore_errors=True)

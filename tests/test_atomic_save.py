@@ -1,0 +1,196 @@
+"""Atomic directory writes: no window without a complete target, no leftovers
+after interrupted saves (`kill -9` in a subprocess), previous version restored."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bertzoo.saving import atomic
+from bertzoo.saving.atomic import atomic_directory
+from bertzoo.saving.atomic import clean_leftovers
+from bertzoo.saving.atomic import leftovers
+
+FILES = ("a.bin", "b.bin", "c.bin")
+
+
+def write_version(directory, version, size=1 << 16):
+    for name in FILES:
+        (directory / name).write_bytes(version.to_bytes(4, "little") * (size // 4))
+    (directory / "version.txt").write_text(str(version))
+
+
+def check_complete(directory):
+    version = int((directory / "version.txt").read_text())
+    for name in FILES:
+        data = (directory / name).read_bytes()
+        assert data[:4] == version.to_bytes(4, "little") and len(data) == 1 << 16
+    return version
+
+
+def dead_pid():
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def hidden_siblings(target):
+    return sorted(p.name for p in target.parent.iterdir() if p.name.startswith(f".{target.name}."))
+
+
+def test_replaces_the_target_and_leaves_nothing_beside_it(tmp_path):
+    target = tmp_path / "preset"
+    for version in range(3):
+        with atomic_directory(target) as tmp:
+            write_version(tmp, version)
+        assert check_complete(target) == version
+    assert hidden_siblings(target) == []
+
+
+def test_a_failing_body_keeps_the_old_target(tmp_path):
+    target = tmp_path / "preset"
+    with atomic_directory(target) as tmp:
+        write_version(tmp, 1)
+    with pytest.raises(RuntimeError, match="boom"), atomic_directory(target) as tmp:
+        write_version(tmp, 2)
+        raise RuntimeError("boom")
+    assert check_complete(target) == 1 and hidden_siblings(target) == []
+    with pytest.raises(FileExistsError, match="overwrite=True"), atomic_directory(target, overwrite=False):
+        pass
+
+
+def test_leftovers_of_dead_processes_are_removed_live_ones_kept(tmp_path):
+    target = tmp_path / "preset"
+    with atomic_directory(target) as tmp:
+        write_version(tmp, 1)
+    gone = dead_pid()
+    for name in (f".preset.tmp-{gone}-abc", f".preset.old-{gone}-def", ".preset.tmp-legacy8"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.weights.h5").write_bytes(b"x" * 1000)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live = tmp_path / f".preset.tmp-{sleeper.pid}-xyz"
+        live.mkdir()
+        (tmp_path / ".other.tmp-1-abc").mkdir()  # Another target's: not ours to touch.
+        assert [p.name for p in leftovers(target)] == sorted(
+            [f".preset.old-{gone}-def", f".preset.tmp-{gone}-abc", ".preset.tmp-legacy8"]
+        )
+        with atomic_directory(target) as tmp:
+            write_version(tmp, 2)
+        assert hidden_siblings(target) == [live.name]
+        assert (tmp_path / ".other.tmp-1-abc").is_dir()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_save_killed_between_the_two_renames_is_restored(tmp_path):
+    target = tmp_path / "preset"
+    with atomic_directory(target) as tmp:
+        write_version(tmp, 7)
+    old = tmp_path / f".preset.old-{dead_pid()}-abc"
+    old.mkdir()
+    os.rename(target, old / "previous")  # The fallback's first rename, then the process died.
+    assert not target.exists()
+    clean_leftovers(target)
+    assert check_complete(target) == 7 and hidden_siblings(target) == []
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "two_renames"])
+def test_readers_always_find_a_complete_target(tmp_path, monkeypatch, exchange):
+    if not exchange:
+        monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
+    target = tmp_path / "preset"
+    with atomic_directory(target) as tmp:
+        write_version(tmp, 0)
+    missing, stop = [], threading.Event()
+
+    def read():
+        # Each look opens the directory once and reads its files relative to
+        # it, as one consistent version (a loader reading by path could mix
+        # two versions; the preset checksums catch that).
+        while not stop.is_set():
+            try:
+                fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY)
+            except FileNotFoundError as e:
+                missing.append(repr(e))
+                continue
+            try:
+                with open("version.txt", opener=lambda name, flags: os.open(name, flags, dir_fd=fd)) as f:
+                    version = int(f.read())
+                for name in FILES:
+                    with open(name, "rb", opener=lambda n, flags: os.open(n, flags, dir_fd=fd)) as f:
+                        assert f.read(4) == version.to_bytes(4, "little")
+            except (FileNotFoundError, ValueError):
+                pass  # An old version, deleted after the swap while this reader still held it.
+            finally:
+                os.close(fd)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for version in range(1, 40):
+            with atomic_directory(target) as tmp:
+                write_version(tmp, version)
+    finally:
+        stop.set()
+        reader.join()
+    assert check_complete(target) == 39
+    if exchange and sys.platform.startswith("linux"):
+        assert missing == []  # One atomic exchange: never a moment without the target.
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="renameat2 is Linux-only")
+def test_exchange_is_used_on_linux(tmp_path, monkeypatch):
+    calls = []
+    real = atomic._exchange
+    monkeypatch.setattr(atomic, "_exchange", lambda a, b: calls.append((a, b)) or real(a, b))
+    target = tmp_path / "preset"
+    for version in range(2):
+        with atomic_directory(target) as tmp:
+            write_version(tmp, version)
+    assert len(calls) == 1 and check_complete(target) == 1
+
+
+SAVER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from bertzoo.saving.atomic import atomic_directory
+    sys.path.insert(0, {tests!r})
+    from test_atomic_save import write_version
+    target = Path(sys.argv[1])
+    version = 100
+    while True:
+        version += 1
+        with atomic_directory(target) as tmp:
+            write_version(tmp, version, size=1 << 20)
+    """
+)
+
+
+def test_kill_9_during_repeated_saves_never_loses_the_target_and_leaks_nothing(tmp_path):
+    target = tmp_path / "preset"
+    with atomic_directory(target) as tmp:
+        write_version(tmp, 1, size=1 << 16)
+    script = tmp_path / "saver.py"
+    script.write_text(SAVER.format(tests=str(Path(__file__).parent)))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    kills = 12
+    for i in range(kills):
+        process = subprocess.Popen([sys.executable, str(script), str(target)], env=env)
+        time.sleep(0.3 + 0.07 * i)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        assert target.is_dir(), f"kill {i}: no preset at the target"
+        assert check_complete(target) >= 1  # The old or a new version, whole.
+    with atomic_directory(target) as tmp:  # The next save cleans every leftover.
+        write_version(tmp, 2, size=1 << 16)
+    assert check_complete(target) == 2
+    assert hidden_siblings(target) == []
