@@ -2,12 +2,16 @@
 
 import keras
 
+from bertzoo.export import export_model
+from bertzoo.export.serving import TextServing
+from bertzoo.export.serving import named_outputs
 from bertzoo.models.optimizers import AdamW
 from bertzoo.models.raw_inputs import RawInputsMixin
 from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.saving.preset import Preset
 from bertzoo.saving.preset import preprocessor_settings
 from bertzoo.saving.preset import save_preset
+from bertzoo.utils import private_api
 from bertzoo.utils.device import resolve_jit_compile
 
 DEFAULT_BATCH_SIZE = 32
@@ -48,7 +52,10 @@ def bert_optimizer(learning_rate=5e-5):
     global gradient-norm clipping at 1. `compile(optimizer="auto")` uses it.
 
     Example:
-    >>> model.compile(optimizer=bert_optimizer(1e-3))
+
+    ```python
+    model.compile(optimizer=bert_optimizer(1e-3))
+    ```
     """
     optimizer = AdamW(
         learning_rate=WarmupLinearDecay(learning_rate, warmup_fraction=0.1),
@@ -66,7 +73,7 @@ def set_schedule_length(optimizer, x, batch_size, epochs, steps_per_epoch):
     from the current step, so it trains instead of running at rate zero."""
     import tensorflow as tf
 
-    schedule = getattr(optimizer, "_learning_rate", None)
+    schedule = private_api.learning_rate_schedule(optimizer)
     if not isinstance(schedule, WarmupLinearDecay):
         return
     if schedule.total_steps is not None and not getattr(schedule, "_length_from_fit", False):
@@ -91,9 +98,16 @@ class Task(RawInputsMixin, keras.Model):
     tuple `(first_segments, second_segments)`, or already tokenized dicts; the
     text is tokenized in `tf.data`, outside the compiled (XLA) step.
 
+    Each task owns its preprocessing and its serving: `preprocess` turns one
+    batch of raw inputs (and labels) into the model's features, the same code
+    in `fit`, `evaluate`, `predict` and the exported signatures;
+    `serving_signatures` declares what `export` writes.
+
     Subclasses build their graph in `__init__`, call
     `super().__init__(inputs=..., outputs=..., backbone=..., preprocessor=...)`
-    and return their own arguments from `task_config()`.
+    and return their own arguments from `task_config()`; tasks whose raw
+    inputs are not text (or text pairs) override `preprocess`,
+    `_raw_to_tensors` and `serving_signatures`.
     """
 
     source_preset = None
@@ -215,11 +229,12 @@ class Task(RawInputsMixin, keras.Model):
         are fixed (use `keras.export.ExportArchive` for custom ones).
 
         Example:
-        >>> model.export("serving/sentiment/1")
-        >>> model.export("sentiment.onnx", format="onnx")
-        """
-        from bertzoo.export import export_model
 
+        ```python
+        model.export("serving/sentiment/1")
+        model.export("sentiment.onnx", format="onnx")
+        ```
+        """
         if input_signature is not None:
             raise ValueError(
                 "Task.export writes fixed serving signatures and takes no `input_signature`; for a "
@@ -227,6 +242,35 @@ class Task(RawInputsMixin, keras.Model):
             )
         return export_model(self, filepath, format=format, overwrite=overwrite, sequence_length=sequence_length,
                             verbose=bool(verbose), **kwargs)
+
+    def serving_signatures(self, preprocessor=None, pairs="auto"):
+        """`{signature name: tf.function}`: what `export` writes for this task.
+
+        Text tasks (this default): `serving_default(text)`, `serving_pairs(text,
+        text_pair)` (with `pairs`; `"auto"`: when the backbone has 2+
+        segments) and `serving_tokenized` (the model's inputs), returning
+        `serving_outputs`. Without a preprocessor, `serving_default` takes
+        token ids. Raw text goes through `preprocess`, as in `predict`.
+
+        Args:
+            preprocessor: the `BertPreprocessor` the export packs text with
+                (the model's own, or one with another `sequence_length`), or
+                None for tokenized signatures only.
+            pairs: True, False or `"auto"`.
+        """
+        serving = TextServing(
+            self, preprocessor,
+            preprocess=lambda x: self.preprocess(x, preprocessor=preprocessor),
+            outputs=lambda outputs, features: self.serving_outputs(outputs),
+        )
+        return serving.signatures(pairs)
+
+    def serving_outputs(self, outputs):
+        """The exported signatures' outputs, a dict of tensors, from the
+        model's outputs. Default: the outputs by name
+        (`bertzoo.export.serving.named_outputs`); subclasses return their
+        post-processed predictions (e.g. `classification_outputs`)."""
+        return named_outputs(outputs)
 
     # --- Training defaults ------------------------------------------------
     def compile(
@@ -296,8 +340,8 @@ class Task(RawInputsMixin, keras.Model):
             if shuffle:
                 dataset = dataset.shuffle(int(dataset.cardinality()), reshuffle_each_iteration=True)
             dataset = dataset.batch(batch_size)
-        # `lambda *d` keeps pairs whole: element ((a, b), y) -> _preprocess((a, b), y).
-        dataset = dataset.map(lambda *d: _int_features(self._preprocess(*d)), num_parallel_calls=tf.data.AUTOTUNE)
+        # `lambda *d` keeps pairs whole: element ((a, b), y) -> preprocess((a, b), y).
+        dataset = dataset.map(lambda *d: _int_features(self.preprocess(*d)), num_parallel_calls=tf.data.AUTOTUNE)
         return dataset.prefetch(tf.data.AUTOTUNE)
 
     def _raw_to_tensors(self, x, y):
@@ -314,11 +358,19 @@ class Task(RawInputsMixin, keras.Model):
             x = tf.constant(x)
         return x, y
 
-    def _preprocess(self, x, y=None, sample_weight=None):
-        """Hook: one batch of raw inputs -> `(features, y, sample_weight)`,
-        run in `tf.data`. Tasks that build inputs or labels differently (span
-        labels, masking, choices) override it."""
-        return self.preprocessor(x, y, sample_weight)
+    def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
+        """One batch of raw inputs (tensors) -> the model's features, packed
+        with `y` and `sample_weight` as `keras.utils.pack_x_y_sample_weight`
+        does (features alone without `y`).
+
+        The task's preprocessing: `fit` and `evaluate` run it in `tf.data`,
+        `predict` eagerly, the exported signatures in their graph. Tasks that
+        build inputs or labels differently (span labels, masking, choices,
+        word alignment) override it. `preprocessor`: the `BertPreprocessor`
+        to pack with; default `self.preprocessor`.
+        """
+        preprocessor = self.preprocessor if preprocessor is None else preprocessor
+        return preprocessor(x, y, sample_weight)
 
     def predict(self, x, batch_size=None, **kwargs):
         features = self._preprocess_in_memory(x)
@@ -346,6 +398,6 @@ class Task(RawInputsMixin, keras.Model):
             if not hasattr(first, "__len__") or len(first) > EAGER_PREPROCESS_LIMIT:
                 return None
         x, _ = self._raw_to_tensors(x, None)
-        features, _, _ = keras.utils.unpack_x_y_sample_weight(self._preprocess(x))
+        features, _, _ = keras.utils.unpack_x_y_sample_weight(self.preprocess(x))
         return _int_features(features)
 
