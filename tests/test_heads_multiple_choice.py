@@ -28,7 +28,7 @@ CHOICES = [["the car is red", "the car is blue", "the boat is red"], ["it is blu
 def test_each_context_is_paired_with_each_choice():
     model = tiny_model()
     x, _ = model._raw_to_tensors((CONTEXTS, CHOICES), None)
-    features = model._preprocess(x)  # The tf.data step, run eagerly.
+    features = model.preprocess(x)  # The tf.data step, run eagerly.
     assert features["token_ids"].shape == (2, 3, 12)
     for b, context in enumerate(CONTEXTS):
         for c, choice in enumerate(CHOICES[b]):
@@ -41,7 +41,7 @@ def test_logits_and_loss_against_numpy():
     model = tiny_model()
     model.compile(jit_compile=False)
     x, _ = model._raw_to_tensors((CONTEXTS, CHOICES), None)
-    features = {k: np.asarray(v) for k, v in model._preprocess(x).items()}
+    features = {k: np.asarray(v) for k, v in model.preprocess(x).items()}
     logits = np.asarray(model(features, training=False))
     assert logits.shape == (2, 3)
     kernel = np.asarray(model.output_dense.kernel, "float64")
@@ -95,7 +95,7 @@ def test_preset_round_trip(trained, tmp_path):
     again = bertzoo.BertMultipleChoice.from_preset(tmp_path / "mc")
     assert again.num_choices == 3
     x, _ = model._raw_to_tensors((CONTEXTS, CHOICES), None)
-    features = {k: np.asarray(v) for k, v in model._preprocess(x).items()}
+    features = {k: np.asarray(v) for k, v in model.preprocess(x).items()}
     np.testing.assert_array_equal(again(features, training=False), model(features, training=False))
 
 

@@ -27,7 +27,7 @@ def tiny_model(sequence_length=16, mask_question=True):
 def labelled_batch(model, questions, contexts, spans):
     """What `fit` feeds the model for one batch (the same `tf.data` step, run eagerly)."""
     x, y = model._raw_to_tensors((questions, contexts), spans)
-    features, positions = model._preprocess(x, tf.constant(y))
+    features, positions = model.preprocess(x, tf.constant(y))
     return {k: v.numpy() for k, v in features.items()}, positions.numpy()
 
 

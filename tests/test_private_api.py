@@ -146,3 +146,14 @@ def test_run_unexposed_op_runs_an_op_by_name(traced):
 
     result = tf.function(run)(a, b) if traced else run(a, b)
     np.testing.assert_array_equal(result.numpy(), [4.0, 7.0])
+
+
+def test_read_saved_model_proto_lists_signatures_and_ops(tmp_path):
+    module = tf.Module()
+    module.double = tf.function(lambda x: 2.0 * x, input_signature=[tf.TensorSpec((None,), tf.float32)])
+    tf.saved_model.save(module, str(tmp_path), signatures={"serving_default": module.double})
+    proto = private_api.read_saved_model_proto(tmp_path)
+    graph = proto.meta_graphs[0]
+    assert "serving_default" in graph.signature_def
+    ops = {node.op for function in graph.graph_def.library.function for node in function.node_def}
+    assert "Mul" in ops

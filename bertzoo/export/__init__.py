@@ -4,10 +4,14 @@
 strings (the tokenizer is in the graph) or token ids and return predictions;
 `export_portable` writes the tokenized model as ONNX or LiteRT. `Task.export`
 (and `bertzoo export PRESET_DIR OUT_DIR`) picks between them by `format`.
+
+The package is generic: it writes the signatures a model declares
+(`serving_signatures`, see `bertzoo.export.serving`) and names no model class.
 """
 
 from bertzoo.export.portable import PORTABLE_FORMATS
 from bertzoo.export.portable import export_portable
+from bertzoo.export.serving import TextServing
 from bertzoo.export.serving import classification_outputs
 from bertzoo.export.saved_model import custom_ops
 from bertzoo.export.saved_model import describe_export
@@ -26,8 +30,11 @@ def export_model(model, path, format="tf_saved_model", overwrite=False, sequence
     Keras's exporter).
 
     Example:
-    >>> export_model(model, "serving/sentiment/1")
-    >>> export_model(model, "sentiment.onnx", format="onnx")
+
+    ```python
+    export_model(model, "serving/sentiment/1")
+    export_model(model, "sentiment.onnx", format="onnx")
+    ```
     """
     if format == "tf_saved_model":
         return export_saved_model(

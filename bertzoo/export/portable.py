@@ -54,11 +54,14 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
             ONNX, `optimizations` for LiteRT).
 
     Example:
-    >>> model.export("sentiment.onnx", format="onnx")
-    >>> import onnxruntime
-    >>> session = onnxruntime.InferenceSession("sentiment.onnx")
-    >>> features = model.preprocessor(["great", "awful"])
-    >>> (logits,) = session.run(None, {k: v.numpy().astype("int32") for k, v in features.items()})
+
+    ```python
+    model.export("sentiment.onnx", format="onnx")
+    import onnxruntime
+    session = onnxruntime.InferenceSession("sentiment.onnx")
+    features = model.preprocessor(["great", "awful"])
+    (logits,) = session.run(None, {k: v.numpy().astype("int32") for k, v in features.items()})
+    ```
     """
     if format not in PORTABLE_FORMATS:
         raise ValueError(f"Unknown portable format {format!r}; use one of {sorted(PORTABLE_FORMATS)}.")

@@ -11,10 +11,11 @@ Signatures (all with a variable batch size), for a `BertClassifier`:
 
 returning `logits` and `probabilities` (float32 [batch, num_classes]),
 `label_ids` (int32 [batch]) and `label_names` (string [batch], when the model
-has `class_names`). Other tasks get their own raw-text signatures and outputs
-(question answering: the answer span; token classification: one label per
-word; see `bertzoo.export.serving`); `serving_tokenized` always takes the
-model's own inputs. Without a preprocessor `serving_default` is the
+has `class_names`). Other tasks declare their own raw-text signatures and
+outputs (`serving_signatures`; question answering: the answer span; token
+classification: one label per word; see the task classes and
+`bertzoo.export.serving`); `serving_tokenized` always takes the model's own
+inputs. Without a preprocessor `serving_default` is the
 tokenized signature.
 
 Texts are tokenized and truncated to the preprocessor's `sequence_length`
@@ -34,11 +35,13 @@ import json
 from pathlib import Path
 
 import keras
+import tensorflow as tf
 
-from bertzoo.export.serving import pairs_supported
 from bertzoo.export.serving import serving_functions
 from bertzoo.layers.dense import portable_kernels
 from bertzoo.saving.atomic import atomic_directory
+from bertzoo.text.preprocessor import BertPreprocessor
+from bertzoo.utils import private_api
 from bertzoo.version import __version__
 
 METADATA_PATH = Path("assets.extra") / "bertzoo_export.json"
@@ -70,8 +73,9 @@ def export_saved_model(
         sequence_length: pack raw text to this many tokens instead of the
             preprocessor's `sequence_length` (at most the backbone's
             `max_sequence_length`).
-        pairs: add the `serving_pairs` signature. `"auto"`: when the model
-            has a preprocessor and the backbone has at least 2 segments.
+        pairs: add the `serving_pairs` signature. `"auto"`: as the model
+            declares (text tasks: when there is a preprocessor and the
+            backbone has at least 2 segments).
         preprocessor: `"auto"` uses `model.preprocessor`; pass a
             `bertzoo.text.BertPreprocessor` to serve a model without one
             (e.g. a backbone), or None for tokenized signatures only.
@@ -81,15 +85,16 @@ def export_saved_model(
         The export directory as a `Path`.
 
     Example:
-    >>> model = bertzoo.BertClassifier.from_preset("runs/sentiment")
-    >>> bertzoo.export_saved_model(model, "serving/sentiment/1")
-    >>> # On the server (TensorFlow and tensorflow-text only):
-    >>> import tensorflow as tf, tensorflow_text  # registers TF Text's ops
-    >>> served = tf.saved_model.load("serving/sentiment/1")
-    >>> served.signatures["serving_default"](text=tf.constant(["great", "awful"]))
-    """
-    import tensorflow as tf
 
+    ```python
+    model = bertzoo.BertClassifier.from_preset("runs/sentiment")
+    bertzoo.export_saved_model(model, "serving/sentiment/1")
+    # On the server (TensorFlow and tensorflow-text only):
+    import tensorflow as tf, tensorflow_text  # registers TF Text's ops
+    served = tf.saved_model.load("serving/sentiment/1")
+    served.signatures["serving_default"](text=tf.constant(["great", "awful"]))
+    ```
+    """
     if keras.backend.backend() != "tensorflow":
         raise RuntimeError(
             f"SavedModel export needs the TensorFlow backend, but Keras uses {keras.backend.backend()!r}. "
@@ -101,17 +106,8 @@ def export_saved_model(
     if preprocessor == "auto":
         preprocessor = getattr(model, "preprocessor", None)
     preprocessor = _packing_preprocessor(preprocessor, sequence_length, backbone)
-    supported = pairs_supported(model, backbone, preprocessor)
-    if pairs == "auto":
-        pairs = supported
-    if not isinstance(pairs, bool):
+    if not (isinstance(pairs, bool) or pairs == "auto"):
         raise ValueError(f"`pairs` must be True, False or 'auto', got {pairs!r}.")
-    if pairs and not supported:
-        raise ValueError(
-            f"`pairs=True` needs a text task ({type(model).__name__} is served otherwise, see "
-            "bertzoo.export.serving), a preprocessor and a backbone with 2 segments "
-            f"(num_segments={backbone.num_segments})."
-        )
     path = Path(path).expanduser()
     # Fail before the (slow) tracing when the target is taken.
     if path.exists() and not overwrite:
@@ -120,7 +116,7 @@ def export_saved_model(
             "version directory (e.g. .../2)."
         )
 
-    functions = serving_functions(model, backbone, preprocessor, pairs)
+    functions = serving_functions(model, preprocessor, pairs)
     # A plain trackable root: the signatures (also callable as attributes of
     # the loaded object) and the model's variables, nothing Keras-specific.
     root = tf.Module()
@@ -162,8 +158,10 @@ def read_export_metadata(path):
     """The `bertzoo_export.json` written next to an exported SavedModel.
 
     Example:
-    >>> read_export_metadata("serving/sentiment/1")["class_names"]
-    ['negative', 'positive']
+
+    ```python
+    read_export_metadata("serving/sentiment/1")["class_names"]  # ['negative', 'positive']
+    ```
     """
     file = Path(path) / METADATA_PATH
     if not file.is_file():
@@ -194,14 +192,12 @@ def custom_ops(path):
     TF Text's tokenizer ops, registered by `import tensorflow_text`).
 
     Example:
-    >>> custom_ops("serving/sentiment/1")
-    ['FastWordpieceTokenizeWithOffsets', 'NormalizeUTF8', ...]
-    """
-    import tensorflow as tf
-    from tensorflow.core.protobuf import saved_model_pb2
 
-    saved_model = saved_model_pb2.SavedModel()
-    saved_model.ParseFromString((Path(path) / "saved_model.pb").read_bytes())
+    ```python
+    custom_ops("serving/sentiment/1")  # ['FastWordpieceTokenizeWithOffsets', 'NormalizeUTF8', ...]
+    ```
+    """
+    saved_model = private_api.read_saved_model_proto(path)
     used = set()
     for graph in saved_model.meta_graphs:
         functions = {f.signature.name for f in graph.graph_def.library.function}
@@ -215,7 +211,7 @@ def custom_ops(path):
 
 def quantization_modes(model):
     """The Keras quantization modes of `model`'s layers, e.g. `["int8"]` (empty if none)."""
-    modes = {getattr(layer, "quantization_mode", None) for layer in model._flatten_layers()}
+    modes = {getattr(layer, "quantization_mode", None) for layer in private_api.flatten_layers(model)}
     return sorted(m for m in modes if m)
 
 
@@ -234,8 +230,6 @@ def _backbone_of(model):
 
 def _packing_preprocessor(preprocessor, sequence_length, backbone):
     """The preprocessor the text signatures use (with `sequence_length` applied)."""
-    from bertzoo.text.preprocessor import BertPreprocessor
-
     if preprocessor is None:
         if sequence_length is not None:
             raise ValueError(
@@ -267,11 +261,7 @@ def _packing_preprocessor(preprocessor, sequence_length, backbone):
 
 def _signature_specs(path):
     """`{signature: {"inputs": {name: spec}, "outputs": {name: spec}}}` as saved (what servers see)."""
-    import tensorflow as tf
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    saved_model = saved_model_pb2.SavedModel()
-    saved_model.ParseFromString((Path(path) / "saved_model.pb").read_bytes())
+    saved_model = private_api.read_saved_model_proto(path)
 
     def spec(info):
         shape = [-1 if d.size < 0 else int(d.size) for d in info.tensor_shape.dim]

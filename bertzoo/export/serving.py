@@ -1,32 +1,23 @@
-"""What each bertzoo model serves: its raw-text signatures and its outputs.
+"""Serving signatures: what an export writes, for any Keras model.
 
-`serving_functions(model, backbone, preprocessor, pairs)` returns the
-signature functions of an export. Every model gets `serving_tokenized`, the
-model's own inputs (names, ranks and dtypes as the model declares them). With
-a preprocessor, the raw-text signatures depend on the task:
+A model declares what it serves with a method
+`serving_signatures(preprocessor, pairs) -> {signature name: tf.function}`
+(bertzoo's tasks do, see `bertzoo.Task.serving_signatures`);
+`serving_functions` calls it. A model that declares none (e.g. a
+`BertBackbone` exported alone) is served by `TextServing`: text (and text
+pairs) in when a preprocessor is given, token ids in always, and its outputs
+by name out. This module names no model class: the pieces a task's own
+signatures are built from (`TextServing`, `string_function`,
+`classification_outputs`, ...) live here, the tasks' choices in their modules.
 
-    BertClassifier, BertBackbone,     serving_default(text), serving_pairs(text, text_pair)
-    other Task subclasses
-    BertQuestionAnswerer              serving_default(question, context)
-    BertMultipleChoice                serving_default(context, choices[batch, num_choices])
-    BertTokenClassifier               serving_default(text): words split on whitespace
-                                      serving_words(words[batch, words]): "" pads
-    BertPretrainer                    none (its inputs are masked at random)
-
-Outputs (floating ones are float32):
-
-    classifier, multiple choice       logits, probabilities, label_ids (+ label_names)
-    token classifier, per word        words, logits, probabilities, label_ids (-1: padding or
-                                      cut off), label_names ("" there), with class_names
-    question answerer                 start_logits, end_logits, start, end, score, answer
-                                      (the best span as BERT's SQuAD decoding picks it,
-                                      at most 30 tokens; start = end = 0, answer "" if none)
-    others                            the model's outputs by name, or a task's own
-                                      `serving_outputs(self, outputs) -> dict` hook
+Every export has `serving_tokenized`, the model's own inputs (names, ranks and
+dtypes as the model declares them), and a `serving_default`. Floating outputs
+are float32.
 """
 
+import tensorflow as tf
+
 TOKENIZED_KEYS = ("token_ids", "segment_ids", "padding_mask")
-MAX_ANSWER_LENGTH = 30
 
 
 def classification_outputs(outputs, class_names=None, activation=None):
@@ -40,11 +31,12 @@ def classification_outputs(outputs, class_names=None, activation=None):
     softmax).
 
     Example, a task's serving hook:
-    >>> def serving_outputs(self, outputs):
-    ...     return classification_outputs(outputs, self.class_names)
-    """
-    import tensorflow as tf
 
+    ```python
+    def serving_outputs(self, outputs):
+        return classification_outputs(outputs, self.class_names)
+    ```
+    """
     scores = tf.cast(outputs, tf.float32)
     if activation in (None, "linear"):
         logits, probabilities = scores, tf.nn.softmax(scores, axis=-1)
@@ -62,144 +54,135 @@ def classification_outputs(outputs, class_names=None, activation=None):
     return result
 
 
-def serving_functions(model, backbone, preprocessor, pairs):
-    """`{signature name: tf.function with an input signature}` for `model`."""
-    kind = _task_kind(model)
-    serving = {
-        "question_answerer": _QuestionAnswering,
-        "multiple_choice": _MultipleChoice,
-        "token_classifier": _TokenClassification,
-    }.get(kind, _Serving)(model, backbone, preprocessor)
-    functions = {}
-    if preprocessor is not None and kind != "pretrainer":
-        functions.update(serving.text_functions(pairs))
-    functions["serving_tokenized"] = serving.tokenized_function()
-    if "serving_default" not in functions:  # TensorFlow Serving needs a `serving_default`.
-        functions["serving_default"] = serving.tokenized_function()
+def named_outputs(outputs):
+    """A model's outputs as a dict: by name when they are a dict, `output_0`,
+    `output_1`, ... when a list or tuple, else `{"outputs": outputs}`."""
+    if isinstance(outputs, dict):
+        return dict(outputs)
+    if isinstance(outputs, (list, tuple)):
+        return {f"output_{i}": o for i, o in enumerate(outputs)}
+    return {"outputs": outputs}
+
+
+def serving_functions(model, preprocessor, pairs="auto"):
+    """`{signature name: tf.function with an input signature}` for `model`.
+
+    The model's own `serving_signatures(preprocessor, pairs=pairs)` when it
+    declares one, else `TextServing(model, preprocessor).signatures(pairs)`.
+    `pairs`: True, False or `"auto"` (the model's choice); True fails when
+    the model serves no `serving_pairs`.
+    """
+    declared = getattr(model, "serving_signatures", None)
+    if callable(declared):
+        functions = dict(declared(preprocessor, pairs=pairs))
+    else:
+        functions = TextServing(model, preprocessor).signatures(pairs)
+    if pairs is True and "serving_pairs" not in functions:
+        backbone = getattr(model, "backbone", model)
+        raise ValueError(
+            f"`pairs=True` needs a model that serves text pairs ({type(model).__name__} serves "
+            f"{', '.join(sorted(functions))}), a preprocessor and a backbone with 2 segments "
+            f"(num_segments={getattr(backbone, 'num_segments', None)})."
+        )
+    if "serving_tokenized" not in functions or "serving_default" not in functions:
+        raise ValueError(
+            f"{type(model).__name__}.serving_signatures must return `serving_default` and "
+            f"`serving_tokenized` among its signatures, got {sorted(functions)}."
+        )
     return functions
 
 
-def pairs_supported(model, backbone, preprocessor):
-    """Whether `serving_pairs` makes sense: a text task with a two-segment backbone."""
-    return preprocessor is not None and _task_kind(model) == "text" and backbone.num_segments >= 2
+class TextServing:
+    """The signatures of a model over BERT inputs, and the steps they share.
 
+    `signatures(pairs)` gives `serving_default(text)`, with `pairs`
+    `serving_pairs(text, text_pair)` (when a preprocessor is given), and
+    `serving_tokenized` (the model's own inputs, checked at run time; also
+    `serving_default` without a preprocessor). A task builds other
+    signatures from `tokenized_function`, `run` and `string_function`.
 
-def _task_kind(model):
-    # By class name, so that exporting never imports task modules it does not need.
-    names = {cls.__name__ for cls in type(model).__mro__}
-    for name, kind in (
-        ("BertQuestionAnswerer", "question_answerer"),
-        ("BertMultipleChoice", "multiple_choice"),
-        ("BertTokenClassifier", "token_classifier"),
-        ("BertPretrainer", "pretrainer"),
-    ):
-        if name in names:
-            return kind
-    return "text"
-
-
-def _as_int32(features):
-    import tensorflow as tf
-
-    return {k: tf.cast(features[k], tf.int32) for k in TOKENIZED_KEYS}
-
-
-def _trim(features, *others):
-    """Drops the trailing padding columns no row uses (last axis).
-
-    Position embeddings are absolute and padding is masked, so predictions do
-    not change; the compute shrinks to the longest text in the batch. The `1`
-    keeps `[CLS]` when the batch is empty.
+    Args:
+        model: a built Keras model with `token_ids`/`segment_ids`/
+            `padding_mask` inputs; its `backbone` (or the model itself) gives
+            `vocabulary_size`, `max_sequence_length`, `num_segments`.
+        preprocessor: the `BertPreprocessor` packing raw text, or None.
+        preprocess: `x -> features` for one batch of raw inputs; default: the
+            preprocessor. Tasks pass their own preprocessing (the code `fit`
+            and `predict` run).
+        outputs: `(model outputs, features) -> dict of tensors`; default:
+            `named_outputs`.
     """
-    import tensorflow as tf
 
-    lengths = tf.reshape(tf.reduce_sum(features["padding_mask"], axis=-1), [-1])
-    longest = tf.reduce_max(tf.concat([lengths, [1]], axis=0))
-    trimmed = {k: v[..., :longest] for k, v in features.items()}
-    return (trimmed,) + tuple(o[..., :longest] for o in others) if others else trimmed
-
-
-class _Serving:
-    """Text or text pairs in; the model's outputs, post-processed, out."""
-
-    def __init__(self, model, backbone, preprocessor):
+    def __init__(self, model, preprocessor=None, preprocess=None, outputs=None):
         self.model = model
-        self.backbone = backbone
+        self.backbone = getattr(model, "backbone", model)
         self.preprocessor = preprocessor
+        self.preprocess = preprocessor if preprocess is None else preprocess
+        self.outputs = outputs or (lambda outputs, features: named_outputs(outputs))
 
-    # --- Signatures -------------------------------------------------------
-    def text_functions(self, pairs):
-        functions = {"serving_default": _function(self.text, text=[None])}
-        if pairs:
-            functions["serving_pairs"] = _function(self.pairs, text=[None], text_pair=[None])
+    @property
+    def pairs_supported(self):
+        return self.preprocessor is not None and self.backbone.num_segments >= 2
+
+    def signatures(self, pairs="auto"):
+        """`serving_default`, `serving_pairs` (if `pairs`, or `"auto"` and
+        supported) and `serving_tokenized`."""
+        functions = self.tokenized_signatures()
+        if self.preprocessor is not None:
+            functions["serving_default"] = string_function(self.text, text=[None])
+            if pairs in (True, "auto") and self.pairs_supported:
+                functions["serving_pairs"] = string_function(self.pairs, text=[None], text_pair=[None])
         return functions
 
-    def tokenized_function(self):
-        import tensorflow as tf
-
-        names = sorted(self.model.input)
-        specs = [
-            tf.TensorSpec(tuple(self.model.input[n].shape), tf.as_dtype(self.model.input[n].dtype), name=n)
-            for n in names
-        ]
-        return _named_function("tokenized", lambda *values: self.tokenized(dict(zip(names, values))), specs)
+    def tokenized_signatures(self):
+        """`serving_tokenized`, and `serving_default` the same (TensorFlow
+        Serving needs a `serving_default`; a task with a preprocessor replaces
+        it with its raw-input signature)."""
+        return {"serving_default": self.tokenized_function(), "serving_tokenized": self.tokenized_function()}
 
     # --- Bodies -----------------------------------------------------------
     # The signatures declare 1-D string inputs, but a loaded signature does
     # not check ranks at run time, so the rank is made explicit: a scalar
     # string is a batch of one, higher ranks are flattened (row-major).
     def text(self, text):
-        import tensorflow as tf
-
-        return self.from_text(tf.reshape(text, [-1]))
+        return self.run(self.preprocess(tf.reshape(text, [-1])))
 
     def pairs(self, text, text_pair):
-        import tensorflow as tf
+        text, text_pair = same_size(tf.reshape(text, [-1]), tf.reshape(text_pair, [-1]), "text", "text_pair")
+        return self.run(self.preprocess((text, text_pair)))
 
-        text, text_pair = _same_size(tf.reshape(text, [-1]), tf.reshape(text_pair, [-1]), "text", "text_pair")
-        return self.from_text((text, text_pair))
+    def run(self, features):
+        """Preprocessed features -> the outputs dict, with the padding no row
+        uses cut off first (see `trim_padding`)."""
+        features = trim_padding(as_int32(features))
+        return self.finish(self.outputs(self.model(features, training=False), features))
 
-    def from_text(self, segments):
-        features = _trim(_as_int32(self.preprocessor(segments)))
-        return self.outputs(self.model(features, training=False), features)
+    def tokenized_function(self):
+        """`serving_tokenized`: the model's own inputs, checked at run time."""
+        names = sorted(self.model.input)
+        specs = [
+            tf.TensorSpec(tuple(self.model.input[n].shape), tf.as_dtype(self.model.input[n].dtype), name=n)
+            for n in names
+        ]
+        return named_function("tokenized", lambda *values: self.tokenized(dict(zip(names, values))), specs)
 
     def tokenized(self, inputs):
-        import tensorflow as tf
-
         with tf.control_dependencies(self._checks(inputs)):
             features = {k: tf.identity(v) for k, v in inputs.items()}
         if "padding_mask" in features:
             features["padding_mask"] = tf.cast(tf.not_equal(features["padding_mask"], 0), tf.int32)
-        return self.outputs(self.model(features, training=False), features)
+        return self.finish(self.outputs(self.model(features, training=False), features))
 
-    def outputs(self, outputs, features):
-        import tensorflow as tf
-
-        model = self.model
-        hook = getattr(model, "serving_outputs", None)
-        activation = getattr(model, "activation", None)
-        if callable(hook):
-            result = hook(outputs)
-        elif type(model).__name__ == "BertClassifier" and activation in (None, "linear", "softmax"):
-            result = classification_outputs(outputs, model.class_names, activation)
-        elif type(model).__name__ == "BertClassifier":
-            result = {"scores": outputs}  # e.g. sigmoid (multi-label) heads: no single label.
-        elif isinstance(outputs, dict):
-            result = dict(outputs)
-        elif isinstance(outputs, (list, tuple)):
-            result = {f"output_{i}": o for i, o in enumerate(outputs)}
-        else:
-            result = {"outputs": outputs}
+    def finish(self, result):
         if not isinstance(result, dict) or not result:
             raise ValueError(
-                f"{type(model).__name__}.serving_outputs must return a non-empty dict of tensors, got {result!r}."
+                f"The serving outputs of {type(self.model).__name__} must be a non-empty dict of tensors, "
+                f"got {result!r}."
             )
         return {k: tf.cast(v, tf.float32) if v.dtype.is_floating else v for k, v in result.items()}
 
     def _checks(self, inputs):
         """Run-time checks of tokenized inputs: clear errors instead of wrong results."""
-        import tensorflow as tf
-
         backbone = self.backbone
         token_ids = inputs["token_ids"]
         shape = tf.shape(token_ids)
@@ -236,133 +219,35 @@ class _Serving:
         return checks
 
 
-class _QuestionAnswering(_Serving):
-    """(question, context) in; the best answer span out."""
-
-    def text_functions(self, pairs):
-        return {"serving_default": _function(self.answer, question=[None], context=[None])}
-
-    def answer(self, question, context):
-        import tensorflow as tf
-
-        question, context = _same_size(tf.reshape(question, [-1]), tf.reshape(context, [-1]), "question", "context")
-        return self.from_text((question, context))
-
-    def outputs(self, outputs, features):
-        import tensorflow as tf
-
-        from bertzoo.models.bert_question_answerer import MASKED_LOGIT
-        from bertzoo.models.bert_question_answerer import context_positions
-
-        logits = tf.cast(outputs, tf.float32)  # (batch, 2, length)
-        starts, ends = logits[:, 0], logits[:, 1]
-        length = tf.shape(starts)[1]
-        # The decoding of `decode_spans` / `predict_spans`: start <= end, at
-        # most MAX_ANSWER_LENGTH tokens, both ends in the context, best
-        # start + end logit.
-        allowed = tf.cast(context_positions(features["padding_mask"], features["segment_ids"]), tf.bool)
-        allowed &= starts > MASKED_LOGIT / 2
-        allowed &= (tf.range(length) > 0)[tf.newaxis]
-        i, j = tf.range(length)[:, tf.newaxis], tf.range(length)[tf.newaxis]
-        band = (j >= i) & (j - i < MAX_ANSWER_LENGTH)
-        valid = band[tf.newaxis] & allowed[:, :, tf.newaxis] & allowed[:, tf.newaxis, :]
-        scores = tf.where(valid, starts[:, :, tf.newaxis] + ends[:, tf.newaxis, :], -float("inf"))
-        flat = tf.reshape(scores, [tf.shape(scores)[0], -1])
-        best = tf.argmax(flat, axis=1, output_type=tf.int32)
-        score = tf.gather(flat, best, batch_dims=1)
-        found = tf.math.is_finite(score)
-        start = tf.where(found, best // length, 0)
-        end = tf.where(found, best % length, 0)
-        positions = tf.ragged.range(start, tf.where(found, end + 1, 0))
-        span_ids = tf.gather(features["token_ids"], positions, batch_dims=1)
-        answer = self.preprocessor.tokenizer.detokenize(span_ids)
-        return {
-            "start_logits": starts, "end_logits": ends, "start": start, "end": end, "score": score,
-            "answer": tf.where(found, answer, ""),
-        }
+def as_int32(features):
+    """The BERT inputs of `features`, as int32 (the preprocessor's `padding_mask` is bool)."""
+    return {k: tf.cast(features[k], tf.int32) for k in TOKENIZED_KEYS}
 
 
-class _MultipleChoice(_Serving):
-    """(context, its choices) in; the chosen index out."""
+def trim_padding(features, *others):
+    """Drops the trailing padding columns no row uses (last axis).
 
-    def text_functions(self, pairs):
-        return {
-            "serving_default": _function(self.choose, context=[None], choices=[None, self.model.num_choices])
-        }
-
-    def choose(self, context, choices):
-        import tensorflow as tf
-
-        context = tf.reshape(context, [-1])
-        context, choices = _same_size(context, choices, "context", "choices", rows=True)
-        features = self.model._preprocess((context, choices))  # The task's own inference packing.
-        features = _trim(_as_int32(features))
-        return self.outputs(self.model(features, training=False), features)
-
-    def outputs(self, outputs, features):
-        return classification_outputs(outputs)
+    Position embeddings are absolute and padding is masked, so predictions do
+    not change; the compute shrinks to the longest text in the batch. The `1`
+    keeps `[CLS]` when the batch is empty. `others` (e.g. per-token labels)
+    are cut the same way.
+    """
+    lengths = tf.reshape(tf.reduce_sum(features["padding_mask"], axis=-1), [-1])
+    longest = tf.reduce_max(tf.concat([lengths, [1]], axis=0))
+    trimmed = {k: v[..., :longest] for k, v in features.items()}
+    return (trimmed,) + tuple(o[..., :longest] for o in others) if others else trimmed
 
 
-class _TokenClassification(_Serving):
-    """Sentences (split on whitespace) or pre-split words in; one label per word out."""
-
-    def text_functions(self, pairs):
-        return {
-            "serving_default": _function(self.sentences, text=[None]),
-            "serving_words": _function(self.words, words=[None, None]),
-        }
-
-    def sentences(self, text):
-        import tensorflow as tf
-
-        return self.words(tf.strings.split(tf.reshape(text, [-1])).to_tensor(""))
-
-    def words(self, words):
-        import tensorflow as tf
-
-        from bertzoo.models.bert_token_classifier import align_word_tensors
-
-        width = tf.shape(words)[1]
-        index = tf.where(words != "", tf.range(width)[tf.newaxis], -1)
-        features, word_at = align_word_tensors(
-            self.preprocessor.tokenizer, words, index, self.preprocessor.sequence_length
-        )
-        features, word_at = _trim(_as_int32(features), word_at)
-        per_token = classification_outputs(self.model(features, training=False), self.model.class_names)
-        # Each word takes the prediction of its first sub-token (as
-        # `predict_words` does); words cut off by the sequence length, and
-        # padding, get label -1.
-        positions = tf.where(word_at >= 0)
-        targets = tf.stack([positions[:, 0], tf.cast(tf.gather_nd(word_at, positions), tf.int64)], axis=1)
-        batch = tf.shape(words)[0]
-        result = {"words": words}
-        for name, value in per_token.items():
-            if name == "label_names":
-                continue
-            fill = -1 if name == "label_ids" else 0.0
-            empty = tf.fill(tf.concat([[batch, width], tf.shape(value)[2:]], axis=0), tf.cast(fill, value.dtype))
-            result[name] = tf.tensor_scatter_nd_update(empty, targets, tf.gather_nd(value, positions))
-        if self.model.class_names is not None:
-            names = tf.constant([""] + [str(n) for n in self.model.class_names])
-            result["label_names"] = tf.gather(names, result["label_ids"] + 1)
-        return result
-
-    def outputs(self, outputs, features):  # Token ids in: one prediction per token.
-        return classification_outputs(outputs, self.model.class_names)
-
-
-def _function(body, **inputs):
-    """`tf.function(body)` over string inputs of the given names and shapes."""
-    import tensorflow as tf
-
+def string_function(body, **inputs):
+    """`tf.function(body)` over string inputs of the given names and shapes,
+    e.g. `string_function(answer, question=[None], context=[None])`."""
     specs = [tf.TensorSpec(shape, tf.string, name=name) for name, shape in inputs.items()]
-    return _named_function(body.__name__, body, specs)
+    return named_function(body.__name__, body, specs)
 
 
-def _named_function(name, body, specs):
+def named_function(name, body, specs):
     """A `tf.function` of positional inputs; the signature's inputs are named
     after `specs`, and errors name the function `name`."""
-    import tensorflow as tf
 
     def function(*values):
         return body(*values)
@@ -371,10 +256,9 @@ def _named_function(name, body, specs):
     return tf.function(function, input_signature=specs, autograph=False)
 
 
-def _same_size(first, second, first_name, second_name, rows=False):
-    """`first`, `second` after checking they hold one row each per example."""
-    import tensorflow as tf
-
+def same_size(first, second, first_name, second_name, rows=False):
+    """`first`, `second` after checking they hold one row each per example
+    (`rows=True`: `second` has one row per element of `first`)."""
     size = tf.shape(second)[0] if rows else tf.size(second)
     check = tf.debugging.assert_equal(
         tf.size(first), size,

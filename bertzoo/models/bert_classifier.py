@@ -2,6 +2,7 @@
 
 import keras
 
+from bertzoo.export.serving import classification_outputs
 from bertzoo.layers.dense import Dense
 from bertzoo.models.task import Task
 from bertzoo.saving.preset import register_preset_class
@@ -24,10 +25,12 @@ class BertClassifier(Task):
         class_names: optional label names, used by exports.
 
     Example:
-    >>> model = bertzoo.BertClassifier.from_preset("tiny", num_classes=2)
-    >>> model.fit(["a gripping, funny film", "dull and far too long"], [1, 0])
-    >>> model.predict(["one more"]).shape
-    (1, 2)
+
+    ```python
+    model = bertzoo.BertClassifier.from_preset("tiny", num_classes=2)
+    model.fit(["a gripping, funny film", "dull and far too long"], [1, 0])
+    model.predict(["one more"]).shape  # (1, 2)
+    ```
     """
 
     def __init__(
@@ -75,3 +78,11 @@ class BertClassifier(Task):
             "activation": self.activation,
             "class_names": self.class_names,
         }
+
+    def serving_outputs(self, outputs):
+        """`logits`, `probabilities`, `label_ids` (and `label_names` with
+        `class_names`), see `classification_outputs`; a head with another
+        activation (e.g. sigmoid, multi-label) serves its `scores`."""
+        if self.activation in (None, "linear", "softmax"):
+            return classification_outputs(outputs, self.class_names, self.activation)
+        return {"scores": outputs}

@@ -2,8 +2,13 @@
 
 import keras
 import numpy as np
+import tensorflow as tf
 from keras import ops
 
+from bertzoo.export.serving import TextServing
+from bertzoo.export.serving import classification_outputs
+from bertzoo.export.serving import same_size
+from bertzoo.export.serving import string_function
 from bertzoo.layers.dense import Dense
 from bertzoo.models.task import Task
 from bertzoo.saving.preset import register_preset_class
@@ -61,10 +66,12 @@ class BertMultipleChoice(Task):
         dropout: dropout on the pooled output.
 
     Example:
-    >>> model = bertzoo.BertMultipleChoice.from_preset("tiny", num_choices=2)
-    >>> model.fit((["She opened the umbrella"], [["because it rained.", "because it was dry."]]), [0])
-    >>> model.predict((["He was hungry,"], [["so he ate.", "so he slept."]])).shape
-    (1, 2)
+
+    ```python
+    model = bertzoo.BertMultipleChoice.from_preset("tiny", num_choices=2)
+    model.fit((["She opened the umbrella"], [["because it rained.", "because it was dry."]]), [0])
+    model.predict((["He was hungry,"], [["so he ate.", "so he slept."]])).shape  # (1, 2)
+    ```
     """
 
     def __init__(self, backbone, num_choices, preprocessor=None, dropout=0.1, **kwargs):
@@ -96,8 +103,6 @@ class BertMultipleChoice(Task):
 
     # --- Raw inputs -------------------------------------------------------
     def _raw_to_tensors(self, x, y):
-        import tensorflow as tf
-
         if not (isinstance(x, tuple) and len(x) == 2):
             raise ValueError(
                 "BertMultipleChoice takes raw text as a tuple (contexts, choices): a list of strings and "
@@ -116,14 +121,32 @@ class BertMultipleChoice(Task):
                 )
         return (tf.constant(contexts, tf.string), tf.constant(choices, tf.string)), y
 
-    def _preprocess(self, x, y=None, sample_weight=None):
-        import tensorflow as tf
-
+    def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
+        """`(contexts, choices)` -> features of shape `(batch, num_choices,
+        sequence_length)`: each context packed with each of its choices."""
+        preprocessor = self.preprocessor if preprocessor is None else preprocessor
         contexts, choices = x
         choices = tf.ensure_shape(choices, [None, self.num_choices])
         # Every context is paired with each of its choices, then regrouped.
         firsts = tf.repeat(contexts, self.num_choices)
-        features = self.preprocessor((firsts, tf.reshape(choices, [-1])))
-        length = self.preprocessor.sequence_length
+        features = preprocessor((firsts, tf.reshape(choices, [-1])))
+        length = preprocessor.sequence_length
         features = {k: tf.reshape(v, [-1, self.num_choices, length]) for k, v in features.items()}
         return keras.utils.pack_x_y_sample_weight(features, y, sample_weight)
+
+    # --- Serving ----------------------------------------------------------
+    def serving_signatures(self, preprocessor=None, pairs="auto"):
+        """`serving_default(context, choices[batch, num_choices])` (with a
+        preprocessor) and `serving_tokenized` (a choices axis), returning
+        `logits`, `probabilities` and `label_ids`, the chosen index."""
+        serving = TextServing(self, preprocessor, outputs=lambda outputs, features: classification_outputs(outputs))
+        functions = serving.tokenized_signatures()
+        if preprocessor is None:
+            return functions
+
+        def choose(context, choices):
+            context, choices = same_size(tf.reshape(context, [-1]), choices, "context", "choices", rows=True)
+            return serving.run(self.preprocess((context, choices), preprocessor=preprocessor))
+
+        functions["serving_default"] = string_function(choose, context=[None], choices=[None, self.num_choices])
+        return functions

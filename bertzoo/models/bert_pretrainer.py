@@ -5,6 +5,7 @@ import weakref
 import keras
 import numpy as np
 
+from bertzoo.export.serving import TextServing
 from bertzoo.layers.dense import Dense
 from bertzoo.layers.masked_lm_head import MaskedLMHead
 from bertzoo.models.head_utils import MaskedAccuracy
@@ -83,10 +84,13 @@ class BertPretrainer(Task):
             False gives it a kernel of its own.
 
     Example:
-    >>> model = bertzoo.BertPretrainer.from_preset("tiny", sentence_objective="nsp")
-    >>> first, second, labels = bertzoo.sentence_pairs(documents, "nsp", seed=0)
-    >>> model.compile()
-    >>> model.fit((first, second), labels, epochs=1)
+
+    ```python
+    model = bertzoo.BertPretrainer.from_preset("tiny", sentence_objective="nsp")
+    first, second, labels = bertzoo.sentence_pairs(documents, "nsp", seed=0)
+    model.compile()
+    model.fit((first, second), labels, epochs=1)
+    ```
     """
 
     def __init__(
@@ -193,7 +197,10 @@ class BertPretrainer(Task):
         with unused_pooler_ok():  # Masked LM alone does not use the pooler.
             return super().fit(x=x, y=y, **kwargs)
 
-    def _preprocess(self, x, y=None, sample_weight=None):
+    def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
+        """Texts (or sentence pairs and their labels) -> masked features
+        (with `mask_positions`) and labels `{"mlm": ..., "sentence": ...}`;
+        masks are drawn afresh on every call."""
         paired = isinstance(x, tuple) and len(x) == 2
         if self.sentence_objective is not None:
             if not paired:
@@ -208,13 +215,19 @@ class BertPretrainer(Task):
                 "A masked-LM-only BertPretrainer (sentence_objective=None) makes its own labels: "
                 "pass texts without `y`."
             )
-        features = self.preprocessor(x)
+        features = (self.preprocessor if preprocessor is None else preprocessor)(x)
         masked = self.masker(features["token_ids"])
         features = dict(features, token_ids=masked["token_ids"], mask_positions=masked["mask_positions"])
         labels = {"mlm": masked["mask_labels"]}
         if y is not None:
             labels["sentence"] = y
         return keras.utils.pack_x_y_sample_weight(features, labels, sample_weight)
+
+    def serving_signatures(self, preprocessor=None, pairs="auto"):
+        """Tokenized (already masked) inputs only, `serving_default` and
+        `serving_tokenized`: raw text would be masked at random. Outputs:
+        the `mlm` (and `sentence`) logits."""
+        return TextServing(self).tokenized_signatures()
 
     # --- Converted heads --------------------------------------------------
     def _load_preset_extras(self, preset):
@@ -229,7 +242,10 @@ class BertPretrainer(Task):
         `from_preset` calls it for converted checkpoints.
 
         Example:
-        >>> model.load_pretraining_heads(Preset.resolve("converted/bert").load_arrays())
+
+        ```python
+        model.load_pretraining_heads(Preset.resolve("converted/bert").load_arrays())
+        ```
         """
         backbone = self.backbone
         expected = pretraining_head_shapes(

@@ -2,14 +2,22 @@
 
 import keras
 import numpy as np
+import tensorflow as tf
 from keras import ops
 
+from bertzoo.export.serving import TextServing
+from bertzoo.export.serving import same_size
+from bertzoo.export.serving import string_function
 from bertzoo.layers.dense import Dense
 from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.task import Task
 from bertzoo.saving.preset import register_preset_class
+from bertzoo.text.preprocessor import BertPreprocessor
 
 MASKED_LOGIT = -1e9
+# Longest answer span, in tokens, of `predict_spans`, `decode_spans` and the
+# exported `serving_default` (BERT's SQuAD setting).
+MAX_ANSWER_LENGTH = 30
 
 
 def context_positions(padding_mask, segment_ids):
@@ -51,12 +59,41 @@ class SpanLogits(keras.layers.Layer):
         return config
 
 
-def decode_spans(span_logits, max_answer_length=30, allowed=None):
-    """Best answer span per example: `start <= end`, at most
-    `max_answer_length` tokens, maximizing `start_logit + end_logit` (as
-    BERT's SQuAD code does). Position 0 (`[CLS]`, "no answer") is never
-    returned; `allowed` (bool `(batch, length)`) restricts both ends further,
-    by default to the unmasked positions.
+def best_spans(span_logits, allowed, max_answer_length=MAX_ANSWER_LENGTH):
+    """Best answer span per example, as TensorFlow tensors: eagerly for
+    `predict_spans` / `decode_spans`, in the graph of the exported signature.
+
+    A span has `start <= end`, at most `max_answer_length` tokens and both
+    ends at `allowed` positions (bool `(batch, length)`), never at position
+    0 (`[CLS]`, "no answer"); the best maximizes `start_logit + end_logit`,
+    as BERT's SQuAD code does. Computed in the dtype of `span_logits`.
+
+    Returns:
+        `(starts, ends, scores)` of shape `(batch,)` (int32, int32, the
+        logits' dtype); an example without any allowed span gets
+        `start = end = 0` and score `-inf`.
+    """
+    logits = tf.convert_to_tensor(span_logits)
+    starts, ends = logits[:, 0], logits[:, 1]
+    length = tf.shape(starts)[1]
+    positions = tf.range(length)
+    allowed = tf.cast(allowed, tf.bool) & (positions > 0)[tf.newaxis]
+    i, j = positions[:, tf.newaxis], positions[tf.newaxis]
+    band = (j >= i) & (j - i < max_answer_length)
+    valid = band[tf.newaxis] & allowed[:, :, tf.newaxis] & allowed[:, tf.newaxis, :]
+    scores = tf.where(valid, starts[:, :, tf.newaxis] + ends[:, tf.newaxis, :], tf.cast(-np.inf, logits.dtype))
+    flat = tf.reshape(scores, [tf.shape(scores)[0], -1])
+    best = tf.argmax(flat, axis=1, output_type=tf.int32)
+    score = tf.gather(flat, best, batch_dims=1)
+    found = tf.math.is_finite(score)
+    return tf.where(found, best // length, 0), tf.where(found, best % length, 0), score
+
+
+def decode_spans(span_logits, max_answer_length=MAX_ANSWER_LENGTH, allowed=None):
+    """Best answer span per example (see `best_spans`), as NumPy arrays.
+
+    `allowed` (bool `(batch, length)`) restricts both ends, by default to the
+    unmasked positions. Computed in float64.
 
     Args:
         span_logits: `(batch, 2, length)`, the output of `BertQuestionAnswerer`.
@@ -68,29 +105,23 @@ def decode_spans(span_logits, max_answer_length=30, allowed=None):
         without any allowed span gets `start = end = 0` and score `-inf`.
 
     Example:
-    >>> starts, ends, scores = decode_spans(model.predict(features), max_answer_length=30)
+
+    ```python
+    starts, ends, scores = decode_spans(model.predict(features), max_answer_length=30)
+    ```
     """
-    if isinstance(max_answer_length, bool) or not isinstance(max_answer_length, int) or max_answer_length < 1:
-        raise ValueError(f"`max_answer_length` must be a positive integer, got {max_answer_length!r}.")
+    _check_max_answer_length(max_answer_length)
     logits = np.asarray(span_logits, dtype="float64")
     if logits.ndim != 3 or logits.shape[1] != 2:
         raise ValueError(f"`span_logits` must have shape (batch, 2, length), got {logits.shape}.")
-    batch, _, length = logits.shape
-    starts, ends = logits[:, 0], logits[:, 1]
-    ok = starts > MASKED_LOGIT / 2 if allowed is None else np.asarray(allowed, bool)
-    ok = ok & (np.arange(length) > 0)[None]
-    i = np.arange(length)[:, None]
-    j = np.arange(length)[None, :]
-    band = (j >= i) & (j - i < max_answer_length)
-    valid = band[None] & ok[:, :, None] & ok[:, None, :]
-    scores = np.where(valid, starts[:, :, None] + ends[:, None, :], -np.inf)
-    best = scores.reshape(batch, -1).argmax(axis=1)
-    best_start, best_end = np.divmod(best, length)
-    best_score = scores.reshape(batch, -1)[np.arange(batch), best]
-    none = ~np.isfinite(best_score)
-    best_start[none] = 0
-    best_end[none] = 0
-    return best_start, best_end, best_score
+    if allowed is None:
+        allowed = logits[:, 0] > MASKED_LOGIT / 2
+    return tuple(np.asarray(t) for t in best_spans(logits, allowed, max_answer_length))
+
+
+def _check_max_answer_length(max_answer_length):
+    if isinstance(max_answer_length, bool) or not isinstance(max_answer_length, int) or max_answer_length < 1:
+        raise ValueError(f"`max_answer_length` must be a positive integer, got {max_answer_length!r}.")
 
 
 @register_preset_class
@@ -121,16 +152,17 @@ class BertQuestionAnswerer(Task):
         mask_question: allow answers only in the context (and `[CLS]`).
 
     Example:
-    >>> model = bertzoo.BertQuestionAnswerer.from_preset("tiny", sequence_length=256)
-    >>> context = "The Eiffel Tower was finished in 1889."
-    >>> model.fit((["When was the tower finished?"], [context]), [(33, 37)])
-    >>> model.predict_spans(["When was the tower finished?"], [context])[0]["text"]  # '1889' once trained
+
+    ```python
+    model = bertzoo.BertQuestionAnswerer.from_preset("tiny", sequence_length=256)
+    context = "The Eiffel Tower was finished in 1889."
+    model.fit((["When was the tower finished?"], [context]), [(33, 37)])
+    model.predict_spans(["When was the tower finished?"], [context])[0]["text"]  # '1889' once trained
+    ```
     """
 
     def __init__(self, backbone, preprocessor=None, mask_question=True, **kwargs):
         if preprocessor is not None and preprocessor.truncate != "waterfall":
-            from bertzoo.text.preprocessor import BertPreprocessor
-
             preprocessor = BertPreprocessor(
                 preprocessor.tokenizer, sequence_length=preprocessor.sequence_length, truncate="waterfall"
             )
@@ -181,17 +213,18 @@ class BertQuestionAnswerer(Task):
             y = y.astype("int32")
         return super()._raw_to_tensors((questions, contexts), y)
 
-    def _preprocess(self, x, y=None, sample_weight=None):
-        import tensorflow as tf
-
+    def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
+        """`(questions, contexts)` (and character spans) -> features (and
+        token positions `(batch, 2)`; an answer cut off points at `[CLS]`)."""
         if not (isinstance(x, tuple) and len(x) == 2):
             raise ValueError("BertQuestionAnswerer takes (questions, contexts) pairs.")
-        features = self.preprocessor(x)
+        preprocessor = self.preprocessor if preprocessor is None else preprocessor
+        features = preprocessor(x)
         if y is None:
             return features
         questions, contexts = x
-        tokenizer = self.preprocessor.tokenizer
-        budget = self.preprocessor.sequence_length - 3
+        tokenizer = preprocessor.tokenizer
+        budget = preprocessor.sequence_length - 3
 
         # Token counts of the question, the context, and the context up to the
         # answer's start and end, from one tokenizer call.
@@ -219,32 +252,86 @@ class BertQuestionAnswerer(Task):
         return keras.utils.pack_x_y_sample_weight(features, positions, sample_weight)
 
     # --- Decoding ---------------------------------------------------------
-    def predict_spans(self, questions, contexts, max_answer_length=30, batch_size=None, verbose=0):
+    def predict_spans(self, questions, contexts, max_answer_length=MAX_ANSWER_LENGTH, batch_size=None, verbose=0):
         """Answers questions: for each `(question, context)`, the best context
-        span (see `decode_spans`) as a dict with `text` (the span's tokens
+        span (see `best_spans`) as a dict with `text` (the span's tokens
         joined back: lower-cased for uncased vocabularies, pieces merged),
         `start` / `end` (token positions in the packed sequence) and `score`
         (start + end logit).
 
         Example:
-        >>> answer = model.predict_spans(["Who wrote it?"], ["It was written by Ada."])[0]
-        >>> sorted(answer)
-        ['end', 'score', 'start', 'text']
-        """
-        import tensorflow as tf
 
+        ```python
+        answer = model.predict_spans(["Who wrote it?"], ["It was written by Ada."])[0]
+        sorted(answer)  # ['end', 'score', 'start', 'text']
+        ```
+        """
         if self.preprocessor is None:
             raise ValueError("predict_spans needs a preprocessor; this model takes tokenized inputs.")
+        _check_max_answer_length(max_answer_length)
         questions, contexts = ([v] if isinstance(v, str) else list(v) for v in (questions, contexts))
-        features = self.preprocessor((tf.constant(questions), tf.constant(contexts)))
+        features = self.preprocess((tf.constant(questions), tf.constant(contexts)))
         features = {k: np.asarray(v) for k, v in features.items()}
-        logits = self.predict(features, batch_size=batch_size, verbose=verbose)
-        allowed = np.asarray(context_positions(features["padding_mask"], features["segment_ids"]))
-        starts, ends, scores = decode_spans(logits, max_answer_length, allowed)
-        tokenizer = self.preprocessor.tokenizer
-        results = []
-        for ids, start, end, score in zip(features["token_ids"], starts, ends, scores):
-            found = np.isfinite(score)
-            text = tokenizer.detokenize(ids[start : end + 1]).numpy().decode("utf-8") if found else ""
-            results.append({"text": text, "start": int(start), "end": int(end), "score": float(score)})
-        return results
+        logits = np.asarray(self.predict(features, batch_size=batch_size, verbose=verbose), "float64")
+        answers = self.decode_answers(logits, features, max_answer_length)
+        return [
+            {"text": text.decode("utf-8"), "start": int(start), "end": int(end), "score": float(score)}
+            for text, start, end, score in zip(
+                *(np.asarray(answers[k]) for k in ("answer", "start", "end", "score"))
+            )
+        ]
+
+    def decode_answers(self, span_logits, features, max_answer_length=MAX_ANSWER_LENGTH, tokenizer=None):
+        """The best answer span of each example, as a dict of tensors:
+        `start`, `end`, `score` (see `best_spans`, both ends in the context)
+        and `answer`, the span's text (`""` when there is none). Runs eagerly
+        (`predict_spans`) and in the exported `serving_default`.
+
+        Args:
+            span_logits: the model's output for `features`.
+            features: the model's inputs (`token_ids`, `segment_ids`,
+                `padding_mask`).
+            max_answer_length: longest span, in tokens.
+            tokenizer: joins the span's tokens back; default: the
+                preprocessor's. None without a preprocessor: no `answer`.
+        """
+        if tokenizer is None and self.preprocessor is not None:
+            tokenizer = self.preprocessor.tokenizer
+        allowed = context_positions(features["padding_mask"], features["segment_ids"])
+        start, end, score = best_spans(span_logits, allowed, max_answer_length)
+        result = {"start": start, "end": end, "score": score}
+        if tokenizer is not None:
+            found = tf.math.is_finite(score)
+            positions = tf.ragged.range(start, tf.where(found, end + 1, 0))
+            answer = tokenizer.detokenize(tf.gather(features["token_ids"], positions, batch_dims=1))
+            result["answer"] = tf.where(found, answer, "")
+        return result
+
+    # --- Serving ----------------------------------------------------------
+    def serving_signatures(self, preprocessor=None, pairs="auto"):
+        """`serving_default(question, context)` (with a preprocessor) and
+        `serving_tokenized`, returning `start_logits`, `end_logits` and the
+        best span: `start`, `end`, `score` and its text `answer` (as
+        `predict_spans` decodes it; `start = end = 0`, `answer = ""` if
+        none)."""
+        tokenizer = preprocessor.tokenizer if preprocessor is not None else None
+
+        def outputs(span_logits, features):
+            logits = tf.cast(span_logits, tf.float32)  # (batch, 2, length)
+            result = {"start_logits": logits[:, 0], "end_logits": logits[:, 1]}
+            result.update(self.decode_answers(logits, features, tokenizer=tokenizer))
+            return result
+
+        serving = TextServing(self, preprocessor, outputs=outputs)
+        functions = serving.tokenized_signatures()
+        if preprocessor is None:
+            return functions
+
+        def answer(question, context):
+            question, context = same_size(
+                tf.reshape(question, [-1]), tf.reshape(context, [-1]), "question", "context"
+            )
+            return serving.run(self.preprocess((question, context), preprocessor=preprocessor))
+
+        functions["serving_default"] = string_function(answer, question=[None], context=[None])
+        return functions

@@ -2,7 +2,13 @@
 
 import keras
 import numpy as np
+import tensorflow as tf
 
+from bertzoo.export.serving import TextServing
+from bertzoo.export.serving import as_int32
+from bertzoo.export.serving import classification_outputs
+from bertzoo.export.serving import string_function
+from bertzoo.export.serving import trim_padding
 from bertzoo.layers.dense import Dense
 from bertzoo.models.head_utils import IGNORE_LABEL
 from bertzoo.models.head_utils import MaskedAccuracy
@@ -61,8 +67,6 @@ def align_word_tensors(tokenizer, words, labels, sequence_length):
     `words`: string tensor `(batch, W)`, `""` for padding; `labels`: int
     `(batch, W)`. Returns `(features, token_labels)` of length `sequence_length`.
     """
-    import tensorflow as tf
-
     words = tf.convert_to_tensor(words)
     labels = tf.cast(labels, tf.int32)
     batch = tf.shape(words)[0]
@@ -114,9 +118,12 @@ def align_word_labels(tokenizer, words, labels=None, sequence_length=128):
         int32 token labels of the same shape (None without `labels`).
 
     Example:
-    >>> features, token_labels = align_word_labels(
-    ...     model.preprocessor.tokenizer, [["John", "lives", "in", "Reykjavik"]], [[1, 0, 0, 2]])
-    >>> model.fit(features, token_labels)
+
+    ```python
+    features, token_labels = align_word_labels(
+        model.preprocessor.tokenizer, [["John", "lives", "in", "Reykjavik"]], [[1, 0, 0, 2]])
+    model.fit(features, token_labels)
+    ```
     """
     padded_words, padded_labels = _pad_words(words, labels)
     given = padded_labels is not None
@@ -125,6 +132,12 @@ def align_word_labels(tokenizer, words, labels=None, sequence_length=128):
     features, token_labels = align_word_tensors(tokenizer, padded_words, padded_labels, sequence_length)
     features = {k: np.asarray(v).astype("int32") for k, v in features.items()}
     return features, (np.asarray(token_labels) if given else None)
+
+
+def _word_index(words):
+    """Each word's index in its sentence, IGNORE_LABEL for padding (`""`)."""
+    words = tf.convert_to_tensor(words)
+    return tf.where(words != "", tf.range(tf.shape(words)[1])[tf.newaxis], IGNORE_LABEL)
 
 
 @register_preset_class
@@ -150,10 +163,13 @@ class BertTokenClassifier(Task):
         class_names: optional label names, returned by `predict_words`.
 
     Example:
-    >>> model = bertzoo.BertTokenClassifier.from_preset(
-    ...     "tiny", num_classes=3, class_names=["O", "PER", "LOC"])
-    >>> model.fit([["John", "lives", "in", "Reykjavik"]], [[1, 0, 0, 2]])
-    >>> model.predict_words([["Anna", "visits", "Oslo"]])  # [['PER', 'O', 'LOC']] once trained
+
+    ```python
+    model = bertzoo.BertTokenClassifier.from_preset(
+        "tiny", num_classes=3, class_names=["O", "PER", "LOC"])
+    model.fit([["John", "lives", "in", "Reykjavik"]], [[1, 0, 0, 2]])
+    model.predict_words([["Anna", "visits", "Oslo"]])  # [['PER', 'O', 'LOC']] once trained
+    ```
     """
 
     def __init__(self, backbone, num_classes, preprocessor=None, dropout=0.1, class_names=None, **kwargs):
@@ -195,13 +211,14 @@ class BertTokenClassifier(Task):
     def _raw_to_tensors(self, x, y):
         return _pad_words(x, y)
 
-    def _preprocess(self, x, y=None, sample_weight=None):
-        import tensorflow as tf
-
+    def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
+        """Words `(batch, W)` (`""` pads) and per-word labels -> features and
+        token labels (see `align_word_tensors`). `predict_words` and the
+        exported signatures pass word indices as labels: the token labels
+        then say which word each token starts."""
+        preprocessor = self.preprocessor if preprocessor is None else preprocessor
         labels = tf.fill(tf.shape(x), IGNORE_LABEL) if y is None else y
-        features, token_labels = align_word_tensors(
-            self.preprocessor.tokenizer, x, labels, self.preprocessor.sequence_length
-        )
+        features, token_labels = align_word_tensors(preprocessor.tokenizer, x, labels, preprocessor.sequence_length)
         return keras.utils.pack_x_y_sample_weight(features, None if y is None else token_labels, sample_weight)
 
     def predict_words(self, words, batch_size=None, verbose=0):
@@ -210,18 +227,16 @@ class BertTokenClassifier(Task):
         or without any token.
 
         Example:
-        >>> model.predict_words([["Anna", "visits", "Oslo"], "Olaf left"])  # One label per word.
-        [['PER', 'O', 'LOC'], ['PER', 'O']]
+
+        ```python
+        model.predict_words([["Anna", "visits", "Oslo"], "Olaf left"])  # [['PER', 'O', 'LOC'], ['PER', 'O']]
+        ```
         """
         if self.preprocessor is None:
             raise ValueError("predict_words needs a preprocessor; this model takes tokenized inputs.")
         rows = _split_sentences(words)
         padded, _ = _pad_words(rows)
-        index = np.tile(np.arange(padded.shape[1], dtype="int32"), (padded.shape[0], 1))
-        index[padded == ""] = IGNORE_LABEL
-        features, word_at = align_word_tensors(
-            self.preprocessor.tokenizer, padded, index, self.preprocessor.sequence_length
-        )
+        features, word_at = self.preprocess(padded, _word_index(padded))
         features = {k: np.asarray(v) for k, v in features.items()}
         predicted = np.argmax(self.predict(features, batch_size=batch_size, verbose=verbose), axis=-1)
         word_at = np.asarray(word_at)
@@ -233,3 +248,47 @@ class BertTokenClassifier(Task):
                 labels[word_at[row, position]] = self.class_names[label] if self.class_names else label
             results.append(labels)
         return results
+
+    # --- Serving ----------------------------------------------------------
+    def serving_signatures(self, preprocessor=None, pairs="auto"):
+        """With a preprocessor: `serving_default(text)` (words split on
+        whitespace) and `serving_words(words[batch, words])` (`""` pads),
+        returning per word, as `predict_words` predicts: `words`, `logits`,
+        `probabilities`, `label_ids` (-1 for padding and words cut off) and,
+        with `class_names`, `label_names` (`""` there). `serving_tokenized`:
+        one prediction per token."""
+        serving = TextServing(
+            self, preprocessor, outputs=lambda outputs, features: classification_outputs(outputs, self.class_names)
+        )
+        functions = serving.tokenized_signatures()
+        if preprocessor is None:
+            return functions
+
+        def words(words):
+            features, word_at = self.preprocess(words, _word_index(words), preprocessor=preprocessor)
+            features, word_at = trim_padding(as_int32(features), word_at)
+            per_token = classification_outputs(self(features, training=False), self.class_names)
+            # Each word takes the prediction of its first sub-token (as
+            # `predict_words` does); words cut off by the sequence length, and
+            # padding, get label -1.
+            positions = tf.where(word_at >= 0)
+            targets = tf.stack([positions[:, 0], tf.cast(tf.gather_nd(word_at, positions), tf.int64)], axis=1)
+            batch, width = tf.shape(words)[0], tf.shape(words)[1]
+            result = {"words": words}
+            for name, value in per_token.items():
+                if name == "label_names":
+                    continue
+                fill = -1 if name == "label_ids" else 0.0
+                empty = tf.fill(tf.concat([[batch, width], tf.shape(value)[2:]], axis=0), tf.cast(fill, value.dtype))
+                result[name] = tf.tensor_scatter_nd_update(empty, targets, tf.gather_nd(value, positions))
+            if self.class_names is not None:
+                names = tf.constant([""] + [str(n) for n in self.class_names])
+                result["label_names"] = tf.gather(names, result["label_ids"] + 1)
+            return serving.finish(result)
+
+        def sentences(text):
+            return words(tf.strings.split(tf.reshape(text, [-1])).to_tensor(""))
+
+        functions["serving_default"] = string_function(sentences, text=[None])
+        functions["serving_words"] = string_function(words, words=[None, None])
+        return functions

@@ -2,6 +2,9 @@
 
 import keras
 
+from bertzoo.export import export_model
+from bertzoo.export.serving import TextServing
+from bertzoo.export.serving import named_outputs
 from bertzoo.models.optimizers import bert_optimizer
 from bertzoo.models.raw_inputs import DEFAULT_BATCH_SIZE
 from bertzoo.models.raw_inputs import RawInputsMixin
@@ -49,9 +52,16 @@ class Task(RawInputsMixin, keras.Model):
     tuple `(first_segments, second_segments)`, or already tokenized dicts; the
     text is tokenized in `tf.data`, outside the compiled (XLA) step.
 
+    Each task owns its preprocessing and its serving: `preprocess` turns one
+    batch of raw inputs (and labels) into the model's features, the same code
+    in `fit`, `evaluate`, `predict` and the exported signatures;
+    `serving_signatures` declares what `export` writes.
+
     Subclasses build their graph in `__init__`, call
     `super().__init__(inputs=..., outputs=..., backbone=..., preprocessor=...)`
-    and return their own arguments from `task_config()`.
+    and return their own arguments from `task_config()`; tasks whose raw
+    inputs are not text (or text pairs) override `preprocess`,
+    `_raw_to_tensors` and `serving_signatures`.
     """
 
     source_preset = None
@@ -173,11 +183,12 @@ class Task(RawInputsMixin, keras.Model):
         are fixed (use `keras.export.ExportArchive` for custom ones).
 
         Example:
-        >>> model.export("serving/sentiment/1")
-        >>> model.export("sentiment.onnx", format="onnx")
-        """
-        from bertzoo.export import export_model
 
+        ```python
+        model.export("serving/sentiment/1")
+        model.export("sentiment.onnx", format="onnx")
+        ```
+        """
         if input_signature is not None:
             raise ValueError(
                 "Task.export writes fixed serving signatures and takes no `input_signature`; for a "
@@ -185,6 +196,35 @@ class Task(RawInputsMixin, keras.Model):
             )
         return export_model(self, filepath, format=format, overwrite=overwrite, sequence_length=sequence_length,
                             verbose=bool(verbose), **kwargs)
+
+    def serving_signatures(self, preprocessor=None, pairs="auto"):
+        """`{signature name: tf.function}`: what `export` writes for this task.
+
+        Text tasks (this default): `serving_default(text)`, `serving_pairs(text,
+        text_pair)` (with `pairs`; `"auto"`: when the backbone has 2+
+        segments) and `serving_tokenized` (the model's inputs), returning
+        `serving_outputs`. Without a preprocessor, `serving_default` takes
+        token ids. Raw text goes through `preprocess`, as in `predict`.
+
+        Args:
+            preprocessor: the `BertPreprocessor` the export packs text with
+                (the model's own, or one with another `sequence_length`), or
+                None for tokenized signatures only.
+            pairs: True, False or `"auto"`.
+        """
+        serving = TextServing(
+            self, preprocessor,
+            preprocess=lambda x: self.preprocess(x, preprocessor=preprocessor),
+            outputs=lambda outputs, features: self.serving_outputs(outputs),
+        )
+        return serving.signatures(pairs)
+
+    def serving_outputs(self, outputs):
+        """The exported signatures' outputs, a dict of tensors, from the
+        model's outputs. Default: the outputs by name
+        (`bertzoo.export.serving.named_outputs`); subclasses return their
+        post-processed predictions (e.g. `classification_outputs`)."""
+        return named_outputs(outputs)
 
     # --- Training defaults ------------------------------------------------
     def compile(
@@ -254,8 +294,8 @@ class Task(RawInputsMixin, keras.Model):
             if shuffle:
                 dataset = dataset.shuffle(int(dataset.cardinality()), reshuffle_each_iteration=True)
             dataset = dataset.batch(batch_size)
-        # `lambda *d` keeps pairs whole: element ((a, b), y) -> _preprocess((a, b), y).
-        dataset = dataset.map(lambda *d: _int_features(self._preprocess(*d)), num_parallel_calls=tf.data.AUTOTUNE)
+        # `lambda *d` keeps pairs whole: element ((a, b), y) -> preprocess((a, b), y).
+        dataset = dataset.map(lambda *d: _int_features(self.preprocess(*d)), num_parallel_calls=tf.data.AUTOTUNE)
         return dataset.prefetch(tf.data.AUTOTUNE)
 
     def _raw_to_tensors(self, x, y):
@@ -272,11 +312,19 @@ class Task(RawInputsMixin, keras.Model):
             x = tf.constant(x)
         return x, y
 
-    def _preprocess(self, x, y=None, sample_weight=None):
-        """Hook: one batch of raw inputs -> `(features, y, sample_weight)`,
-        run in `tf.data`. Tasks that build inputs or labels differently (span
-        labels, masking, choices) override it."""
-        return self.preprocessor(x, y, sample_weight)
+    def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
+        """One batch of raw inputs (tensors) -> the model's features, packed
+        with `y` and `sample_weight` as `keras.utils.pack_x_y_sample_weight`
+        does (features alone without `y`).
+
+        The task's preprocessing: `fit` and `evaluate` run it in `tf.data`,
+        `predict` eagerly, the exported signatures in their graph. Tasks that
+        build inputs or labels differently (span labels, masking, choices,
+        word alignment) override it. `preprocessor`: the `BertPreprocessor`
+        to pack with; default `self.preprocessor`.
+        """
+        preprocessor = self.preprocessor if preprocessor is None else preprocessor
+        return preprocessor(x, y, sample_weight)
 
     def predict(self, x, batch_size=None, **kwargs):
         features = self._preprocess_in_memory(x)
@@ -304,6 +352,6 @@ class Task(RawInputsMixin, keras.Model):
             if not hasattr(first, "__len__") or len(first) > EAGER_PREPROCESS_LIMIT:
                 return None
         x, _ = self._raw_to_tensors(x, None)
-        features, _, _ = keras.utils.unpack_x_y_sample_weight(self._preprocess(x))
+        features, _, _ = keras.utils.unpack_x_y_sample_weight(self.preprocess(x))
         return _int_features(features)
 

@@ -257,6 +257,24 @@ def in_xla_context():
         return True
 
 
+def read_saved_model_proto(path):
+    """The `SavedModel` protocol buffer of the SavedModel directory `path`
+    (its `saved_model.pb`: graphs, functions, signature definitions).
+
+    Private: `tensorflow.core.protobuf.saved_model_pb2`. There is no public
+    fallback (`tf.saved_model.load` gives functions, not the graph's ops or
+    the signatures as saved); if the module moves this raises ImportError,
+    and exports fail before anything is written at their target.
+    """
+    from pathlib import Path
+
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel()
+    saved_model.ParseFromString((Path(path) / "saved_model.pb").read_bytes())
+    return saved_model
+
+
 def run_unexposed_op(op_type, inputs, output_dtype, attrs):
     """Runs a registered TensorFlow op that `tf.raw_ops` does not expose (an
     internal, underscore-named one), eagerly or in the graph being traced.
