@@ -70,7 +70,6 @@ def _export(args):
     from bertzoo.export import describe_export
     from bertzoo.export import export_model
     from bertzoo.models.bert_backbone import BertBackbone
-    from bertzoo.saving.preset import _PRESET_CLASSES
     from bertzoo.saving.preset import Preset
 
     preset = Preset.resolve(args.preset)
@@ -84,10 +83,8 @@ def _export(args):
         model = BertBackbone.from_preset(preset)
         if args.format == "tf_saved_model":
             extra["preprocessor"] = preset.build_preprocessor()
-    elif preset.class_name in _PRESET_CLASSES:
-        model = _PRESET_CLASSES[preset.class_name].from_preset(preset)
     else:
-        raise ValueError(f"{args.preset} holds a {preset.class_name}, which this bertzoo cannot build.")
+        model = preset.model_class().from_preset(preset)
     try:
         path = export_model(model, args.output, format=args.format, overwrite=args.overwrite,
                             sequence_length=args.sequence_length, **extra)
@@ -98,18 +95,12 @@ def _export(args):
 
 
 def _model_from_preset_directory(path):
-    from bertzoo.models.bert_backbone import BertBackbone
-    from bertzoo.saving.preset import _PRESET_CLASSES
     from bertzoo.saving.preset import Preset
 
     preset = Preset.resolve(path)
     if preset.directory is None:
         raise ValueError(f"{path!r} is a built-in preset definition without weights; pass a preset directory.")
-    if preset.class_name == "BertBackbone":
-        return BertBackbone.from_preset(preset), preset
-    if preset.class_name in _PRESET_CLASSES:
-        return _PRESET_CLASSES[preset.class_name].from_preset(preset), preset
-    raise ValueError(f"{path} holds a {preset.class_name}, which this bertzoo cannot build.")
+    return preset.model_class().from_preset(preset), preset
 
 
 @command(
@@ -137,8 +128,7 @@ def _quantize(args):
         from bertzoo.saving.preset import VOCABULARY_FILE
 
         has_vocabulary = (preset.directory / VOCABULARY_FILE).is_file()
-        tokenizer = preset.build_preprocessor().tokenizer if has_vocabulary else None
-        quantized.save_to_preset(args.output, tokenizer=tokenizer, preprocessor_config=preset.config.get("preprocessor"))
+        quantized.save_to_preset(args.output, preprocessor=preset.build_preprocessor() if has_vocabulary else None)
     else:
         quantized.save_to_preset(args.output)
     before, after = gzip_size(args.preset), gzip_size(args.output)
@@ -161,7 +151,7 @@ def _sparsity(args):
 
 @command("presets", "List the built-in presets with their sizes.")
 def _presets(args):
-    from bertzoo.saving.listing import list_presets
+    from bertzoo.models.listing import list_presets
 
     list_presets(verbose=True)
     return 0

@@ -34,6 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
+from bertzoo.saving.preset import PRETRAINING_HEADS_FILE
+from bertzoo.saving.preset import save_preset
+
 DEFAULT_SEQUENCE_LENGTH = 128
 _LIST_LIMIT = 20
 
@@ -123,8 +126,6 @@ class ConversionResult:
             + f" ({self.parameter_count:,} parameters)",
         ]
         if self.heads:
-            from bertzoo.saving.preset import PRETRAINING_HEADS_FILE
-
             lines.append(f"  pre-training heads kept in {PRETRAINING_HEADS_FILE}:")
             lines += [f"    {name} <- {source}" for name, source in self.heads.items()]
         if self.skipped:
@@ -337,9 +338,8 @@ def build_backbone(model):
 
 
 def write_preset(model, destination, overwrite=False):
-    """Converts `model` (a `SourceModel`) and writes it as a preset directory."""
-    from bertzoo.saving.preset import PRETRAINING_HEADS_FILE
-    from bertzoo.saving.preset import save_preset
+    """Converts `model` (a `SourceModel`) and writes it as a preset directory
+    (through `bertzoo.saving.preset.save_preset`, like `save_to_preset`)."""
     from bertzoo.text import BertTokenizer
 
     backbone, heads, head_sources = build_backbone(model)

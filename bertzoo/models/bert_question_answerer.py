@@ -7,7 +7,6 @@ from keras import ops
 from bertzoo.layers.dense import Dense
 from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.task import Task
-from bertzoo.saving.preset import register_preset_class
 
 MASKED_LOGIT = -1e9
 
@@ -93,7 +92,6 @@ def decode_spans(span_logits, max_answer_length=30, allowed=None):
     return best_start, best_end, best_score
 
 
-@register_preset_class
 @keras.saving.register_keras_serializable(package="bertzoo")
 class BertQuestionAnswerer(Task):
     """Span question answering (BERT paper, section 4.2, SQuAD): a dense layer
@@ -149,8 +147,8 @@ class BertQuestionAnswerer(Task):
         super().__init__(inputs=inputs, outputs=outputs, backbone=backbone, preprocessor=preprocessor, **kwargs)
         self.mask_question = bool(mask_question)
 
-    def task_config(self):
-        return {"mask_question": self.mask_question}
+    def get_config(self):
+        return {**super().get_config(), "mask_question": self.mask_question}
 
     def fit(self, *args, **kwargs):
         with unused_pooler_ok():

@@ -9,7 +9,6 @@ from bertzoo.models.head_utils import MaskedAccuracy
 from bertzoo.models.head_utils import masked_loss
 from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.task import Task
-from bertzoo.saving.preset import register_preset_class
 
 
 def _split_sentences(words):
@@ -127,7 +126,6 @@ def align_word_labels(tokenizer, words, labels=None, sequence_length=128):
     return features, (np.asarray(token_labels) if given else None)
 
 
-@register_preset_class
 @keras.saving.register_keras_serializable(package="bertzoo")
 class BertTokenClassifier(Task):
     """A token classifier: a dense layer over every token's final hidden
@@ -178,8 +176,13 @@ class BertTokenClassifier(Task):
         self.dropout = float(dropout)
         self.class_names = list(class_names) if class_names is not None else None
 
-    def task_config(self):
-        return {"num_classes": self.num_classes, "dropout": self.dropout, "class_names": self.class_names}
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_classes": self.num_classes,
+            "dropout": self.dropout,
+            "class_names": self.class_names,
+        }
 
     def default_loss(self):
         return masked_loss()
