@@ -50,7 +50,9 @@ def bert_optimizer(learning_rate=5e-5):
     global gradient-norm clipping at 1. `compile(optimizer="auto")` uses it.
 
     Example:
-    >>> model.compile(optimizer=bert_optimizer(1e-3))
+    ```python
+    model.compile(optimizer=bert_optimizer(1e-3))
+    ```
     """
     optimizer = AdamW(
         learning_rate=WarmupLinearDecay(learning_rate, warmup_fraction=0.1),

@@ -17,8 +17,10 @@ def atomic_directory(target, overwrite=True):
     a hard kill, left as a hidden `.NAME.tmp-*` sibling, never at `target`).
 
     Example:
-    >>> with atomic_directory("runs/preset") as tmp:
-    ...     (tmp / "config.json").write_text("{}")
+    ```python
+    with atomic_directory("runs/preset") as tmp:
+        (tmp / "config.json").write_text("{}")
+    ```
     """
     target = Path(target).expanduser().absolute()
     if target.exists() and not target.is_dir():
