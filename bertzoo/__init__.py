@@ -16,7 +16,7 @@ from bertzoo.text.pretraining import BertMaskGenerator
 from bertzoo.text.pretraining import sentence_pairs
 from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.models.task import Task
-from bertzoo.saving.listing import list_presets
+from bertzoo.models.listing import list_presets
 from bertzoo.saving.preset import Preset
 from bertzoo import convert
 from bertzoo.convert import convert_checkpoint

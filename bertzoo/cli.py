@@ -16,18 +16,16 @@ with `argument(...)`. Commands import what they need when they run.
 import argparse
 import sys
 
-from bertzoo.version import __version__
-from bertzoo.convert import convert_checkpoint
-from bertzoo.export import describe_export
-from bertzoo.export import export_model
-from bertzoo.models.bert_backbone import BertBackbone
-from bertzoo.saving.preset import _PRESET_CLASSES
-from bertzoo.saving.preset import Preset
+from bertzoo import export
 from bertzoo.compression import gzip_size
 from bertzoo.compression import quantize
-from bertzoo.saving.preset import VOCABULARY_FILE
 from bertzoo.compression import sparsity_report
-from bertzoo.saving.listing import list_presets
+from bertzoo.convert import convert_checkpoint
+from bertzoo.models.bert_backbone import BertBackbone
+from bertzoo.models.listing import list_presets
+from bertzoo.saving.preset import VOCABULARY_FILE
+from bertzoo.saving.preset import Preset
+from bertzoo.version import __version__
 
 _COMMANDS = []
 
@@ -89,16 +87,14 @@ def _export(args):
         model = BertBackbone.from_preset(preset)
         if args.format == "tf_saved_model":
             extra["preprocessor"] = preset.build_preprocessor()
-    elif preset.class_name in _PRESET_CLASSES:
-        model = _PRESET_CLASSES[preset.class_name].from_preset(preset)
     else:
-        raise ValueError(f"{args.preset} holds a {preset.class_name}, which this bertzoo cannot build.")
+        model = preset.model_class().from_preset(preset)
     try:
-        path = export_model(model, args.output, format=args.format, overwrite=args.overwrite,
+        path = export.export_model(model, args.output, format=args.format, overwrite=args.overwrite,
                             sequence_length=args.sequence_length, **extra)
     except ImportError as e:  # e.g. ONNX without tf2onnx: a message, not a traceback.
         raise ValueError(str(e)) from e
-    print(describe_export(path) if args.format == "tf_saved_model" else f"Wrote {path}")
+    print(export.describe_export(path) if args.format == "tf_saved_model" else f"Wrote {path}")
     return 0
 
 
@@ -107,11 +103,7 @@ def _model_from_preset_directory(path):
     preset = Preset.resolve(path)
     if preset.directory is None:
         raise ValueError(f"{path!r} is a built-in preset definition without weights; pass a preset directory.")
-    if preset.class_name == "BertBackbone":
-        return BertBackbone.from_preset(preset), preset
-    if preset.class_name in _PRESET_CLASSES:
-        return _PRESET_CLASSES[preset.class_name].from_preset(preset), preset
-    raise ValueError(f"{path} holds a {preset.class_name}, which this bertzoo cannot build.")
+    return preset.model_class().from_preset(preset), preset
 
 
 @command(
@@ -135,8 +127,7 @@ def _quantize(args):
     if preset.class_name == "BertBackbone":
 
         has_vocabulary = (preset.directory / VOCABULARY_FILE).is_file()
-        tokenizer = preset.build_preprocessor().tokenizer if has_vocabulary else None
-        quantized.save_to_preset(args.output, tokenizer=tokenizer, preprocessor_config=preset.config.get("preprocessor"))
+        quantized.save_to_preset(args.output, preprocessor=preset.build_preprocessor() if has_vocabulary else None)
     else:
         quantized.save_to_preset(args.output)
     before, after = gzip_size(args.preset), gzip_size(args.output)

@@ -46,6 +46,8 @@ PRIVATE_ATTRIBUTES = {
     "_get_variable_index",
     "_tracker",
     "_layers",
+    "_dtype_policy",
+    "_convert_input_args",
 }
 PRIVATE_API = "bertzoo.utils.private_api"
 

@@ -157,3 +157,17 @@ def test_read_saved_model_proto_lists_signatures_and_ops(tmp_path):
     assert "serving_default" in graph.signature_def
     ops = {node.op for function in graph.graph_def.library.function for node in function.node_def}
     assert "Mul" in ops
+
+
+def test_settle_dtype_policy_gives_a_layer_its_own_map_entry():
+    policy_map = keras.dtype_policies.DTypePolicyMap(default_policy="float32")
+    policy_map["head"] = keras.dtype_policies.get("int8_from_float32")
+    inputs = keras.Input((4,))
+    layer = keras.layers.Dense(3, name="head", dtype=policy_map)
+    keras.Model(inputs, layer(inputs))
+    private_api.settle_dtype_policy(layer)
+    assert layer.dtype_policy.name == "int8_from_float32" and layer.quantization_mode == "int8"
+    plain = keras.layers.Dense(2, name="plain")
+    plain.build((None, 4))
+    private_api.settle_dtype_policy(plain)  # No map: unchanged.
+    assert plain.dtype_policy.name == "float32"

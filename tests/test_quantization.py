@@ -1,13 +1,12 @@
 """Post-training quantization of bertzoo models, presets, and export."""
 
-import json
-
 import keras
 import numpy as np
 import pytest
 
 import bertzoo
 from bertzoo.layers.dense import portable_kernels
+from bertzoo.saving.preset import Preset
 from bertzoo.text.preprocessor import BertPreprocessor
 from bertzoo.text.tokenizer import BertTokenizer
 from bertzoo.text.vocabulary import builtin_vocabulary
@@ -64,9 +63,9 @@ def test_quantized_presets_load_back_with_identical_predictions(model, mode, tmp
     q = bertzoo.quantize(model, mode)
     expected = call(q, x)
     q.save_to_preset(tmp_path / "q")
-    config = json.loads((tmp_path / "q" / "config.json").read_text())
-    assert config["quantization"]["mode"] == mode
-    assert "attention_0/query" in config["quantization"]["layers"] and "logits" in config["quantization"]["layers"]
+    quantization = Preset.resolve(tmp_path / "q").quantization
+    assert quantization["mode"] == mode
+    assert "attention_0/query" in quantization["layers"] and "logits" in quantization["layers"]
 
     again = bertzoo.BertClassifier.from_preset(tmp_path / "q")
     assert again.backbone.feedforward_blocks[1].output_dense.quantization_mode == mode
@@ -128,8 +127,7 @@ def test_command_line_quantize_and_sparsity(model, tmp_path, capsys):
     model.save_to_preset(tmp_path / "float")
     assert cli.main(["quantize", str(tmp_path / "float"), str(tmp_path / "int8")]) == 0
     assert "MB gzipped" in capsys.readouterr().out
-    config = json.loads((tmp_path / "int8" / "config.json").read_text())
-    assert config["quantization"]["mode"] == "int8"
+    assert Preset.resolve(tmp_path / "int8").quantization["mode"] == "int8"
     x = model.preprocessor(TEXTS)
     again = bertzoo.BertClassifier.from_preset(tmp_path / "int8")
     np.testing.assert_allclose(call(again, x), call(bertzoo.quantize(model), x), atol=1e-6)

@@ -80,7 +80,7 @@ def test_pruned_model_equals_the_masked_full_model_and_round_trips(tmp_path):
 
     small.save_to_preset(tmp_path / "small")
     saved = json.loads((tmp_path / "small" / "config.json").read_text())
-    assert saved["backbone"]["num_heads"] == [3, 1]
+    assert saved["backbone"]["config"]["num_heads"] == [3, 1]
     again = bertzoo.BertClassifier.from_preset(tmp_path / "small", preprocessor=None)
     np.testing.assert_allclose(call(again, x), expected, atol=1e-5)
 

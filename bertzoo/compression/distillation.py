@@ -661,7 +661,7 @@ def _student_config(teacher_config, student, teacher_layers_of):
         config.update(overrides)
         return config, selected
     if isinstance(student, (str, Preset)) or hasattr(student, "__fspath__"):
-        config = dict(Preset.resolve(student).config["backbone"])
+        config = Preset.resolve(student).backbone_config
         return config, teacher_layers_of(config["num_layers"])
     raise ValueError(
         "`student` must be a dict of backbone settings (e.g. {'num_layers': 2}, applied to the "

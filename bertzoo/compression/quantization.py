@@ -1,11 +1,12 @@
 """Post-training weight quantization of bertzoo models, via Keras's own
-`Model.quantize`, and the record a preset keeps of it.
+`Model.quantize`.
 
 A quantized model's layers hold int8 (or packed int4) kernels plus scales, so
-its weights only load into a model quantized the same way. Presets therefore
-record the mode and the quantized layers in `config.json`
-(`"quantization": {"mode": "int8", "layers": [...]}`); `from_preset` builds
-the float model, quantizes those layers, then loads the weights.
+its weights only load into a model quantized the same way. Its config says
+which: the backbone's and the task's `dtype` become a
+`keras.dtype_policies.DTypePolicyMap` (layer path -> quantized policy), and a
+model built from that config (`from_preset`, `from_config`) has those layers
+quantized before its weights load (see `bertzoo.saving.serialization`).
 """
 
 import contextlib
@@ -15,7 +16,6 @@ import warnings
 import keras
 
 from bertzoo.compression.model_copy import copy_model
-from bertzoo.compression.model_copy import leaf_layers
 from bertzoo.compression.model_copy import pruning_state
 from bertzoo.compression.model_copy import quantization_mode
 
@@ -98,38 +98,3 @@ def quantize(model, mode="int8", include_embeddings=True):
 
     _quantize_in_place(clone, mode, select)
     return clone
-
-
-def quantization_spec(model):
-    """What a preset records about `model`'s quantization, or None:
-    `{"mode": "int8", "layers": [quantized layer paths]}`."""
-    mode = quantization_mode(model)
-    if mode is None:
-        return None
-    layers = [layer.path for layer in leaf_layers(model) if getattr(layer, "quantization_mode", None)]
-    return {"mode": mode, "layers": sorted(layers)}
-
-
-def apply_quantization_spec(model, spec):
-    """Quantizes the layers of `model` that `spec` lists (the ones `model`
-    has: a backbone takes the backbone part of a task's spec). Used before
-    loading a quantized preset's weights."""
-    if not spec:
-        return model
-    mode = spec.get("mode")
-    if mode not in MODES:
-        raise ValueError(
-            f"The preset was quantized with mode {mode!r}, which this bertzoo cannot rebuild "
-            f"(known: {list(MODES)}). Upgrade bertzoo."
-        )
-    paths = set(spec.get("layers") or [])
-    present = {layer.path for layer in leaf_layers(model)}
-    if not paths & present:
-        return model
-    if quantization_mode(model):
-        raise ValueError(
-            f"{type(model).__name__} '{model.name}' is already quantized; load the preset's "
-            "weights into a float model."
-        )
-    _quantize_in_place(model, mode, lambda layer: layer.built and layer.path in paths)
-    return model

@@ -32,12 +32,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bertzoo.models.bert_pretrainer import pretraining_head_shapes
-from bertzoo.utils import private_api
-from bertzoo.saving.preset import PRETRAINING_HEADS_FILE
 from bertzoo.models.bert_backbone import BertBackbone
+from bertzoo.models.bert_pretrainer import pretraining_head_shapes
+from bertzoo.saving.preset import PRETRAINING_HEADS_FILE
 from bertzoo.saving.preset import save_preset
 from bertzoo.text import BertTokenizer
+from bertzoo.utils import private_api
 
 DEFAULT_SEQUENCE_LENGTH = 128
 _LIST_LIMIT = 20
@@ -128,7 +128,6 @@ class ConversionResult:
             + f" ({self.parameter_count:,} parameters)",
         ]
         if self.heads:
-
             lines.append(f"  pre-training heads kept in {PRETRAINING_HEADS_FILE}:")
             lines += [f"    {name} <- {source}" for name, source in self.heads.items()]
         if self.skipped:
@@ -300,7 +299,8 @@ def build_backbone(model):
 
 
 def write_preset(model, destination, overwrite=False):
-    """Converts `model` (a `SourceModel`) and writes it as a preset directory."""
+    """Converts `model` (a `SourceModel`) and writes it as a preset directory
+    (through `bertzoo.saving.preset.save_preset`, like `save_to_preset`)."""
 
     backbone, heads, head_sources = build_backbone(model)
     tokenizer = None

@@ -4,22 +4,29 @@ import keras
 
 from bertzoo.saving.preset import Preset
 from bertzoo.saving.preset import save_preset
+from bertzoo.saving.serialization import quantized_policy_map
+from bertzoo.utils.private_api import flatten_layers
 
 
 class Backbone(keras.Model):
     """A functional encoder whose constructor arguments are its config.
 
     Subclasses build their graph in `__init__` and list their constructor
-    arguments in `get_config()`.
+    arguments in `get_config()`. A quantized backbone's config holds, as its
+    `dtype`, a `keras.dtype_policies.DTypePolicyMap` from each quantized
+    layer's path to its policy: built from that config, the layers are
+    quantized from the start, so saved int8/int4 weights load directly.
     """
 
     source_preset = None
 
     def get_config(self):
+        layers = flatten_layers(self, include_self=False)
+        dtype = quantized_policy_map(layers, self.dtype_policy) or self.dtype_policy
         return {
             "name": self.name,
             "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            "dtype": keras.dtype_policies.serialize(dtype),
         }
 
     @classmethod
@@ -36,7 +43,9 @@ class Backbone(keras.Model):
         `kwargs` override config entries (e.g. `dtype`, `dropout`).
 
         Example:
-        >>> backbone = bertzoo.BertBackbone.from_preset("tiny", load_weights=False)
+        ```python
+        backbone = bertzoo.BertBackbone.from_preset("tiny", load_weights=False)
+        ```
         """
         preset = Preset.resolve(preset)
         backbone = preset.build_backbone(**kwargs)
@@ -45,11 +54,14 @@ class Backbone(keras.Model):
         backbone.source_preset = preset.name
         return backbone
 
-    def save_to_preset(self, directory, tokenizer=None, preprocessor_config=None, metadata=None):
-        """Writes this backbone (and optionally a tokenizer) as a preset directory.
+    def save_to_preset(self, directory, tokenizer=None, preprocessor_config=None, metadata=None, preprocessor=None):
+        """Writes this backbone (and optionally a preprocessor, or a tokenizer
+        and text settings) as a preset directory.
 
         Example:
-        >>> backbone.save_to_preset("runs/my_backbone", tokenizer=tokenizer)
+        ```python
+        backbone.save_to_preset("runs/my_backbone", tokenizer=tokenizer)
+        ```
         """
         return save_preset(
             directory,
@@ -57,4 +69,5 @@ class Backbone(keras.Model):
             tokenizer=tokenizer,
             preprocessor_config=preprocessor_config,
             metadata=metadata,
+            preprocessor=preprocessor,
         )

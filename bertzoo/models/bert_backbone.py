@@ -11,6 +11,8 @@ from bertzoo.layers.feedforward import FeedForwardBlock
 from bertzoo.models.backbone import Backbone
 from bertzoo.utils.checks import check_positive_int
 from bertzoo.utils.checks import check_rate
+from bertzoo.utils.private_api import flatten_layers
+from bertzoo.utils.private_api import settle_dtype_policy
 
 SHARING_MODES = ("all", "attention", "ffn")
 
@@ -233,8 +235,15 @@ class BertBackbone(Backbone):
         if dtype is not None:
             # Keras's functional constructor ignores `dtype`: without this the
             # model reports the global policy, `get_config()` drops `dtype`, and
-            # `from_config` / `load_model` rebuild a float32 model.
-            self.dtype_policy = keras.dtype_policies.get(dtype)
+            # `from_config` / `load_model` rebuild a float32 model. A
+            # `DTypePolicyMap` (a quantized config) is for the layers, which
+            # then keep their own entry; the model takes the map's default.
+            policy = keras.dtype_policies.get(dtype)
+            if isinstance(policy, keras.dtype_policies.DTypePolicyMap):
+                for layer in flatten_layers(self, include_self=False):
+                    settle_dtype_policy(layer)
+                policy = policy.default_policy
+            self.dtype_policy = policy
 
         # === Config ===
         self.vocabulary_size = vocabulary_size

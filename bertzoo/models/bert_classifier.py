@@ -5,10 +5,8 @@ import keras
 from bertzoo.export.serving import classification_outputs
 from bertzoo.layers.dense import Dense
 from bertzoo.models.task import Task
-from bertzoo.saving.preset import register_preset_class
 
 
-@register_preset_class
 @keras.saving.register_keras_serializable(package="bertzoo")
 class BertClassifier(Task):
     """A BERT classifier: backbone, dropout, and a dense layer over the pooled
@@ -71,8 +69,9 @@ class BertClassifier(Task):
         self.activation = keras.activations.serialize(keras.activations.get(activation)) if activation else None
         self.class_names = list(class_names) if class_names is not None else None
 
-    def task_config(self):
+    def get_config(self):
         return {
+            **super().get_config(),
             "num_classes": self.num_classes,
             "dropout": self.dropout,
             "activation": self.activation,

@@ -11,7 +11,6 @@ from bertzoo.export.serving import same_size
 from bertzoo.export.serving import string_function
 from bertzoo.layers.dense import Dense
 from bertzoo.models.task import Task
-from bertzoo.saving.preset import register_preset_class
 
 
 @keras.saving.register_keras_serializable(package="bertzoo")
@@ -45,7 +44,6 @@ class SplitChoices(keras.layers.Layer):
         return config
 
 
-@register_preset_class
 @keras.saving.register_keras_serializable(package="bertzoo")
 class BertMultipleChoice(Task):
     """Multiple choice (BERT paper, section 4.4, SWAG): each `[CLS] context
@@ -98,8 +96,8 @@ class BertMultipleChoice(Task):
         self.num_choices = num_choices
         self.dropout = float(dropout)
 
-    def task_config(self):
-        return {"num_choices": self.num_choices, "dropout": self.dropout}
+    def get_config(self):
+        return {**super().get_config(), "num_choices": self.num_choices, "dropout": self.dropout}
 
     # --- Raw inputs -------------------------------------------------------
     def _raw_to_tensors(self, x, y):

@@ -12,7 +12,6 @@ from bertzoo.models.head_utils import MaskedAccuracy
 from bertzoo.models.head_utils import masked_loss
 from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.task import Task
-from bertzoo.saving.preset import register_preset_class
 from bertzoo.text.pretraining import SENTENCE_OBJECTIVES
 from bertzoo.text.pretraining import BertMaskGenerator
 from bertzoo.text.pretraining import default_max_selections
@@ -42,7 +41,6 @@ def pretraining_head_shapes(config):
     }
 
 
-@register_preset_class
 @keras.saving.register_keras_serializable(package="bertzoo")
 class BertPretrainer(Task):
     """Pre-trains a backbone with BERT's objectives (BERT paper, section 3.1).
@@ -164,8 +162,9 @@ class BertPretrainer(Task):
         self.max_predictions = max_predictions
         self.tie_weights = bool(tie_weights)
 
-    def task_config(self):
+    def get_config(self):
         return {
+            **super().get_config(),
             "sentence_objective": self.sentence_objective,
             "masking_rate": self.masking_rate,
             "mask_token_rate": self.mask_token_rate,

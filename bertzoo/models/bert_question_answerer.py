@@ -11,7 +11,6 @@ from bertzoo.export.serving import string_function
 from bertzoo.layers.dense import Dense
 from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.task import Task
-from bertzoo.saving.preset import register_preset_class
 from bertzoo.text.preprocessor import BertPreprocessor
 
 MASKED_LOGIT = -1e9
@@ -124,7 +123,6 @@ def _check_max_answer_length(max_answer_length):
         raise ValueError(f"`max_answer_length` must be a positive integer, got {max_answer_length!r}.")
 
 
-@register_preset_class
 @keras.saving.register_keras_serializable(package="bertzoo")
 class BertQuestionAnswerer(Task):
     """Span question answering (BERT paper, section 4.2, SQuAD): a dense layer
@@ -181,8 +179,8 @@ class BertQuestionAnswerer(Task):
         super().__init__(inputs=inputs, outputs=outputs, backbone=backbone, preprocessor=preprocessor, **kwargs)
         self.mask_question = bool(mask_question)
 
-    def task_config(self):
-        return {"mask_question": self.mask_question}
+    def get_config(self):
+        return {**super().get_config(), "mask_question": self.mask_question}
 
     def fit(self, *args, **kwargs):
         with unused_pooler_ok():

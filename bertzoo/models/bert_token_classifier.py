@@ -15,7 +15,6 @@ from bertzoo.models.head_utils import MaskedAccuracy
 from bertzoo.models.head_utils import masked_loss
 from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.task import Task
-from bertzoo.saving.preset import register_preset_class
 
 
 def _split_sentences(words):
@@ -140,7 +139,6 @@ def _word_index(words):
     return tf.where(words != "", tf.range(tf.shape(words)[1])[tf.newaxis], IGNORE_LABEL)
 
 
-@register_preset_class
 @keras.saving.register_keras_serializable(package="bertzoo")
 class BertTokenClassifier(Task):
     """A token classifier: a dense layer over every token's final hidden
@@ -194,8 +192,13 @@ class BertTokenClassifier(Task):
         self.dropout = float(dropout)
         self.class_names = list(class_names) if class_names is not None else None
 
-    def task_config(self):
-        return {"num_classes": self.num_classes, "dropout": self.dropout, "class_names": self.class_names}
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_classes": self.num_classes,
+            "dropout": self.dropout,
+            "class_names": self.class_names,
+        }
 
     def default_loss(self):
         return masked_loss()

@@ -9,9 +9,11 @@ from bertzoo.models.optimizers import bert_optimizer
 from bertzoo.models.raw_inputs import DEFAULT_BATCH_SIZE
 from bertzoo.models.raw_inputs import RawInputsMixin
 from bertzoo.saving.preset import Preset
-from bertzoo.saving.preset import preprocessor_settings
 from bertzoo.saving.preset import save_preset
+from bertzoo.saving.serialization import quantize_layers
+from bertzoo.saving.serialization import quantized_policy_map
 from bertzoo.utils.device import resolve_jit_compile
+from bertzoo.utils.private_api import flatten_layers
 
 # `predict` tokenizes inputs up to this many examples eagerly, larger ones
 # stream through tf.data (see `Task._preprocess_in_memory`).
@@ -59,39 +61,58 @@ class Task(RawInputsMixin, keras.Model):
 
     Subclasses build their graph in `__init__`, call
     `super().__init__(inputs=..., outputs=..., backbone=..., preprocessor=...)`
-    and return their own arguments from `task_config()`; tasks whose raw
-    inputs are not text (or text pairs) override `preprocess`,
-    `_raw_to_tensors` and `serving_signatures`.
+    and add their own arguments to `get_config()`. A quantized task's config
+    holds, as its `dtype`, a `keras.dtype_policies.DTypePolicyMap` of its
+    quantized head layers (the backbone's config has its own), and a task
+    built with it quantizes those layers. Tasks whose raw inputs are not text
+    (or text pairs) override `preprocess`, `_raw_to_tensors` and
+    `serving_signatures`.
     """
 
     source_preset = None
 
     def __init__(self, *args, backbone, preprocessor=None, **kwargs):
+        head_dtype = kwargs.get("dtype")
+        if isinstance(head_dtype, dict) and head_dtype.get("class_name") == "DTypePolicyMap":
+            head_dtype = kwargs["dtype"] = keras.dtype_policies.deserialize(head_dtype)
+        if isinstance(head_dtype, keras.dtype_policies.DTypePolicyMap):
+            kwargs.pop("dtype")
         super().__init__(*args, **kwargs)
         self.backbone = backbone
         self.preprocessor = preprocessor
+        if isinstance(head_dtype, keras.dtype_policies.DTypePolicyMap):
+            quantize_layers(self._head_layers(), head_dtype)
+
+    def _head_layers(self):
+        """The task's layers outside its backbone and preprocessor."""
+        skip = {id(layer) for layer in flatten_layers(self.backbone)}
+        if self.preprocessor is not None:
+            skip.update(id(layer) for layer in flatten_layers(self.preprocessor))
+        return [layer for layer in flatten_layers(self, include_self=False) if id(layer) not in skip]
 
     # --- Configuration ----------------------------------------------------
-    def task_config(self):
-        """The subclass's own constructor arguments (JSON-serializable)."""
-        raise NotImplementedError
-
     def get_config(self):
+        """The task's constructor arguments; subclasses add their own."""
         config = {
             "name": self.name,
             "trainable": self.trainable,
             "backbone": keras.layers.serialize(self.backbone),
             "preprocessor": keras.layers.serialize(self.preprocessor) if self.preprocessor else None,
         }
-        config.update(self.task_config())
+        head_dtype = quantized_policy_map(self._head_layers(), self.dtype_policy)
+        if head_dtype is not None:
+            config["dtype"] = keras.dtype_policies.serialize(head_dtype)
         return config
 
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        config["backbone"] = keras.layers.deserialize(config["backbone"])
-        if config.get("preprocessor") is not None:
+        if isinstance(config.get("backbone"), dict):
+            config["backbone"] = keras.layers.deserialize(config["backbone"])
+        if isinstance(config.get("preprocessor"), dict):
             config["preprocessor"] = keras.layers.deserialize(config["preprocessor"])
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(**config)
 
     # --- Presets ----------------------------------------------------------
@@ -114,7 +135,9 @@ class Task(RawInputsMixin, keras.Model):
         `preprocessor=None` means inputs arrive tokenized.
 
         Example:
-        >>> model = bertzoo.BertClassifier.from_preset("tiny", num_classes=2)
+        ```python
+        model = bertzoo.BertClassifier.from_preset("tiny", num_classes=2)
+        ```
         """
         preset = Preset.resolve(preset)
         backbone = preset.build_backbone(**({"dtype": dtype} if dtype is not None else {}))
@@ -122,10 +145,12 @@ class Task(RawInputsMixin, keras.Model):
             overrides = {"sequence_length": sequence_length} if sequence_length else {}
             preprocessor = preset.build_preprocessor(**overrides)
         same_task = preset.class_name == cls.__name__
-        task_config = preset.task_config if same_task else {}
+        task_config = preset.head_config if same_task else {}
         keeps_head = same_task and all(task_config.get(k) == v for k, v in kwargs.items())
-        if not keeps_head and "class_names" not in kwargs:
-            task_config.pop("class_names", None)  # Names of the old head's classes.
+        if not keeps_head:
+            task_config.pop("dtype", None)  # The old head's quantization.
+            if "class_names" not in kwargs:
+                task_config.pop("class_names", None)  # Names of the old head's classes.
         task_config.update(kwargs)
         try:
             model = cls(backbone=backbone, preprocessor=preprocessor, **task_config)
@@ -153,21 +178,12 @@ class Task(RawInputsMixin, keras.Model):
         """Writes the task, its backbone and its vocabulary as a preset directory.
 
         Example:
-        >>> model.save_to_preset("runs/sentiment")
-        >>> again = bertzoo.BertClassifier.from_preset("runs/sentiment")
+        ```python
+        model.save_to_preset("runs/sentiment")
+        again = bertzoo.BertClassifier.from_preset("runs/sentiment")
+        ```
         """
-        tokenizer = preprocessor_config = None
-        if self.preprocessor is not None:
-            tokenizer = self.preprocessor.tokenizer
-            preprocessor_config = preprocessor_settings(self.preprocessor)
-        return save_preset(
-            directory,
-            self.backbone,
-            task=self,
-            tokenizer=tokenizer,
-            preprocessor_config=preprocessor_config,
-            metadata=metadata,
-        )
+        return save_preset(directory, self.backbone, task=self, metadata=metadata)
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, overwrite=False,
                sequence_length=None, **kwargs):

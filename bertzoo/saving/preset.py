@@ -3,20 +3,29 @@
 A preset is either a built-in name (a definition in the top-level `presets/`
 folder: architecture and tokenizer settings, no weights) or a directory:
 
-    config.json         class, backbone config, task config, preprocessor config,
-                        and the quantization (mode, layers) of a quantized model
+    config.json         {"format_version": 2, "backbone": ..., "preprocessor": ...,
+                        "task": ...}: Keras-serialized objects
+                        (`keras.saving.serialize_keras_object`); "task" is the
+                        task's config without its backbone and preprocessor
+                        (null in a backbone preset). A quantized model's
+                        backbone and task configs carry a `DTypePolicyMap`
+                        (layer path -> int8/int4 policy) as their `dtype`.
+                        The tokenizer's `vocabulary` is "vocabulary.txt".
     model.weights.h5    backbone weights
-    task.weights.h5     the whole task model's weights (task presets only)
+    task.weights.h5     the task's own (head) weights, without the backbone's
+                        (task presets only)
     vocabulary.txt      one WordPiece token per line
     metadata.json       versions, parameter count, source, date, weight checksums
     *.safetensors       optional named arrays beside the model (e.g. the
                         pre-training heads of a converted checkpoint)
 
 Loading only reads JSON, text and HDF5 arrays: no pickle, no code execution.
-Classes named in `config.json` are looked up in a fixed table of bertzoo
-classes, never imported by name.
+Classes named in `config.json` must be registered bertzoo classes or Keras
+built-ins (see `bertzoo.saving.serialization`), never imported by name.
+Presets written in format 1 load too (`bertzoo.saving.format1`).
 """
 
+import copy
 import datetime
 import difflib
 import hashlib
@@ -28,7 +37,17 @@ from pathlib import Path
 
 import keras
 
+from bertzoo.saving import format1
 from bertzoo.saving.atomic import atomic_directory
+from bertzoo.saving.serialization import deserialize
+from bertzoo.saving.serialization import policy_map_modes
+from bertzoo.saving.serialization import retarget_policy_map
+from bertzoo.saving.serialization import serialize
+from bertzoo.text import vocabulary as vocabulary_lib
+from bertzoo.text.tokenizer import BertTokenizer
+from bertzoo.utils.private_api import flatten_layers
+from bertzoo.utils.private_api import load_weights_only
+from bertzoo.utils.private_api import save_weights_only
 from bertzoo.version import __version__
 
 CONFIG_FILE = "config.json"
@@ -37,17 +56,10 @@ TASK_WEIGHTS_FILE = "task.weights.h5"
 VOCABULARY_FILE = "vocabulary.txt"
 METADATA_FILE = "metadata.json"
 PRETRAINING_HEADS_FILE = "pretraining_heads.safetensors"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
-_PRESET_CLASSES = {}
 _warned_random_init = set()
 logger = logging.getLogger("bertzoo")
-
-
-def register_preset_class(cls):
-    """Class decorator: lets `config.json` name this class."""
-    _PRESET_CLASSES[cls.__name__] = cls
-    return cls
 
 
 def _builtin_dir():
@@ -77,9 +89,14 @@ def sha256_of(path):
 class Preset:
     """A resolved preset: a built-in definition or a directory on disk.
 
+    `config` is the preset's format-2 config (a format-1 file or a built-in
+    definition is read into one).
+
     Example:
-    >>> preset = Preset.resolve("tiny")
-    >>> backbone = preset.build_backbone()
+    ```python
+    preset = Preset.resolve("tiny")
+    backbone = preset.build_backbone()
+    ```
     """
 
     def __init__(self, name, config, directory=None, metadata=None):
@@ -98,14 +115,7 @@ class Preset:
             return cls._from_directory(path)
         builtins = builtin_presets()
         if str(preset) in builtins:
-            definition = builtins[str(preset)]
-            config = {
-                "class_name": "BertBackbone",
-                "backbone": definition["backbone"],
-                "task": None,
-                "preprocessor": definition.get("preprocessor", {}),
-            }
-            return cls(str(preset), config)
+            return cls(str(preset), format1.upgrade(builtins[str(preset)]))
         hint = difflib.get_close_matches(str(preset), list(builtins), n=3)
         suggestion = f" Did you mean {', '.join(repr(h) for h in hint)}?" if hint else ""
         raise ValueError(
@@ -126,14 +136,17 @@ class Preset:
             config = json.loads(config_path.read_text())
         except json.JSONDecodeError as e:
             raise ValueError(f"{config_path} is not valid JSON ({e}); the preset is damaged.") from e
-        for key in ("class_name", "backbone"):
+        version = config.get("format_version", 1)
+        for key in ("class_name", "backbone") if version == 1 else ("backbone",):
             if key not in config:
                 raise ValueError(f"{config_path} has no {key!r} entry; the preset is damaged.")
-        if config.get("format_version", FORMAT_VERSION) > FORMAT_VERSION:
+        if version > FORMAT_VERSION:
             raise ValueError(
                 f"{path} was written by a newer bertzoo (format {config['format_version']}); "
                 f"this bertzoo {__version__} reads format {FORMAT_VERSION}. Upgrade bertzoo."
             )
+        if version == 1:
+            config = format1.upgrade(config)
         metadata = {}
         if (path / METADATA_FILE).is_file():
             metadata = json.loads((path / METADATA_FILE).read_text())
@@ -141,26 +154,83 @@ class Preset:
 
     # --- Contents ---------------------------------------------------------
     @property
-    def class_name(self):
-        return self.config["class_name"]
+    def format_version(self):
+        return self.config.get("format_version", FORMAT_VERSION)
 
     @property
-    def task_config(self):
-        return dict(self.config.get("task") or {})
+    def class_name(self):
+        """The class of the saved model ("BertClassifier", "BertBackbone", ...)."""
+        return (self.config.get("task") or self.config["backbone"])["class_name"]
+
+    def model_class(self):
+        """The registered bertzoo class of the saved model (looked up in
+        Keras's registry, never imported)."""
+        node = self.config.get("task") or self.config["backbone"]
+        registered = node.get("registered_name") or ""
+        cls = keras.saving.get_registered_object(registered) if registered.startswith("bertzoo>") else None
+        if cls is None or not getattr(cls, "__module__", "").startswith("bertzoo."):
+            raise ValueError(f"{self.name} holds a {self.class_name}, which this bertzoo cannot build.")
+        return cls
+
+    @property
+    def backbone_config(self):
+        """The backbone's architecture: its constructor arguments without
+        `name`, `trainable` and `dtype` (see `quantization`)."""
+        config = dict(self.config["backbone"]["config"])
+        for key in ("name", "trainable", "dtype"):
+            config.pop(key, None)
+        return config
+
+    @property
+    def head_config(self):
+        """The task's own constructor arguments (its config without backbone,
+        preprocessor, name and trainable); {} for a backbone preset. A
+        quantized head's `dtype` is a `DTypePolicyMap`."""
+        task = self.config.get("task")
+        config = dict(task["config"]) if task else {}
+        for key in ("name", "trainable", "backbone", "preprocessor"):
+            config.pop(key, None)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = deserialize(config["dtype"], f"{self.name}'s config")
+        return config
+
+    @property
+    def quantization(self):
+        """`{"mode": "int8", "layers": [quantized layer paths]}` of a
+        quantized preset (from its dtype policy maps), or None."""
+        modes = {}
+        for node in (self.config["backbone"], self.config.get("task")):
+            dtype = (node or {}).get("config", {}).get("dtype")
+            if isinstance(dtype, dict) and dtype.get("class_name") == "DTypePolicyMap":
+                modes.update(policy_map_modes(deserialize(dtype, f"{self.name}'s config")))
+        if not modes:
+            return None
+        kinds = sorted(set(modes.values()))
+        return {"mode": kinds[0] if len(kinds) == 1 else kinds, "layers": sorted(modes)}
 
     def build_backbone(self, **overrides):
-        from bertzoo.models.bert_backbone import BertBackbone
-
-        return BertBackbone(**{**self.config["backbone"], **overrides})
+        """Builds the backbone from the saved config, `overrides` replacing
+        entries. Its precision is `dtype` (default: Keras's global policy),
+        as in format 1; a quantized preset's layers are built quantized."""
+        node = copy.deepcopy(self.config["backbone"])
+        config = node["config"]
+        saved_dtype = config.pop("dtype", None)
+        for key in ("name", "trainable"):
+            config.pop(key, None)
+        dtype = overrides.pop("dtype", None)
+        if isinstance(saved_dtype, dict) and saved_dtype.get("class_name") == "DTypePolicyMap":
+            policy_map = retarget_policy_map(deserialize(saved_dtype, f"{self.name}'s config"), dtype)
+            config["dtype"] = keras.dtype_policies.serialize(policy_map)
+        elif dtype is not None:
+            config["dtype"] = dtype if isinstance(dtype, str) else keras.dtype_policies.serialize(dtype)
+        config.update(overrides)
+        return deserialize(node, f"{self.name}'s config")
 
     def vocabulary(self):
         """The preset's vocabulary as a list of tokens."""
-        from bertzoo.text.vocabulary import builtin_vocabulary
-        from bertzoo.text.vocabulary import load_vocabulary
-
-        size = self.config["backbone"]["vocabulary_size"]
+        size = self.backbone_config["vocabulary_size"]
         if self.directory is None:
-            return builtin_vocabulary(size)
+            return vocabulary_lib.builtin_vocabulary(size)
         path = self.directory / VOCABULARY_FILE
         if not path.is_file():
             raise FileNotFoundError(
@@ -168,7 +238,7 @@ class Preset:
                 "tokenize text. Pass tokenized inputs with preprocessor=None, or add the "
                 "vocabulary.txt the model was trained with."
             )
-        tokens = load_vocabulary(path)
+        tokens = vocabulary_lib.load_vocabulary(path)
         if len(tokens) != size:
             raise ValueError(
                 f"{path} has {len(tokens)} tokens but the model's embedding table has "
@@ -177,18 +247,16 @@ class Preset:
         return tokens
 
     def build_preprocessor(self, **overrides):
-        from bertzoo.text.preprocessor import BertPreprocessor
-        from bertzoo.text.tokenizer import BertTokenizer
-
-        settings = {"sequence_length": 128, "truncate": "round_robin", "lowercase": True}
-        settings.update(self.config.get("preprocessor") or {})
-        settings.update(overrides)
-        tokenizer = BertTokenizer(
-            self.vocabulary(),
-            lowercase=settings.pop("lowercase"),
-            strip_accents=settings.pop("strip_accents", None),
-        )
-        return BertPreprocessor(tokenizer, **settings)
+        """Builds the saved `BertPreprocessor` (default settings when the
+        preset has none) with the preset's vocabulary; `overrides` replace its
+        or its tokenizer's settings (`sequence_length`, `lowercase`, ...)."""
+        node = copy.deepcopy(self.config.get("preprocessor") or format1.preprocessor_node())
+        tokenizer = node["config"]["tokenizer"]
+        for key, value in overrides.items():
+            (tokenizer if key in format1.TOKENIZER_KEYS else node)["config"][key] = value
+        if tokenizer["config"].get("vocabulary") == VOCABULARY_FILE:
+            tokenizer["config"]["vocabulary"] = self.vocabulary()
+        return deserialize(node, f"{self.name}'s config")
 
     # --- Weights ----------------------------------------------------------
     def _weights_path(self, filename):
@@ -220,21 +288,16 @@ class Preset:
         if not self.has_weights():
             self.warn_random_init()
             return
-        self._quantize_like_saved(backbone)
         _load_weights(backbone, self._weights_path(BACKBONE_WEIGHTS_FILE))
 
     def load_task_weights(self, task):
-        self._quantize_like_saved(task)
-        _load_weights(task, self._weights_path(TASK_WEIGHTS_FILE))
-
-    def _quantize_like_saved(self, model):
-        # Quantized weights (int8 kernels + scales) only load into layers
-        # quantized the same way: redo the recorded quantization first.
-        spec = self.config.get("quantization")
-        if spec:
-            from bertzoo.compression.quantization import apply_quantization_spec
-
-            apply_quantization_spec(model, spec)
+        """Loads the whole task: the backbone's weights, then the head's."""
+        if self.format_version == 1:  # One file held the whole task.
+            _load_weights(task, self._weights_path(TASK_WEIGHTS_FILE))
+            return
+        path = self._weights_path(TASK_WEIGHTS_FILE)
+        self.load_backbone_weights(task.backbone)
+        _load_weights(task, path, objects_to_skip=flatten_layers(task.backbone))
 
     def has_arrays(self, filename=PRETRAINING_HEADS_FILE):
         return self.directory is not None and (self.directory / filename).is_file()
@@ -261,37 +324,45 @@ class Preset:
             )
 
 
-def preprocessor_settings(preprocessor):
-    """The text settings a preset stores for `preprocessor` (the inverse of
-    `Preset.build_preprocessor`, with the vocabulary kept in its own file)."""
-    tokenizer = preprocessor.tokenizer
-    return {
-        "sequence_length": preprocessor.sequence_length,
-        "truncate": preprocessor.truncate,
-        "lowercase": tokenizer.lowercase,
-        "strip_accents": tokenizer.strip_accents,
-    }
-
-
-def _save_model_weights(model, path):
-    """`model.save_weights` without the optimizer's state: Keras would also
-    write a compiled model's Adam moments, doubling a preset's size."""
-    from keras.src.saving import saving_lib
-
+def _without_optimizer(model, objects=()):
+    """`objects` plus `model`'s optimizer: Keras would also write a compiled
+    model's Adam moments, doubling a preset's size."""
     optimizer = getattr(model, "optimizer", None)
-    skip = [optimizer] if optimizer is not None else None
-    saving_lib.save_weights_only(model, str(path), objects_to_skip=skip)
+    return list(objects) + ([optimizer] if optimizer is not None else [])
 
 
-def _load_weights(model, path):
+def _load_weights(model, path, objects_to_skip=None):
     try:
-        model.load_weights(str(path))
+        load_weights_only(model, path, objects_to_skip=objects_to_skip)
     except (OSError, ValueError, KeyError) as e:
         raise ValueError(
             f"Could not load weights from {path} into {type(model).__name__} "
             f"'{model.name}': {e}. The file is damaged or belongs to a model with a "
             "different configuration."
         ) from e
+
+
+def _detach_vocabulary(node):
+    """Replaces the vocabulary of each `BertTokenizer` in the serialized tree
+    `node` by the file name it is saved under; returns that vocabulary."""
+    registered = keras.saving.get_registered_name(BertTokenizer)
+    found = []
+
+    def visit(value):
+        if isinstance(value, dict):
+            if value.get("registered_name") == registered and isinstance(value["config"].get("vocabulary"), list):
+                found.append(value["config"]["vocabulary"])
+                value["config"]["vocabulary"] = VOCABULARY_FILE
+            for item in value.values():
+                visit(item)
+        elif isinstance(value, list):
+            for item in value:
+                visit(item)
+
+    visit(node)
+    if any(tokens != found[0] for tokens in found):
+        raise ValueError("The model holds tokenizers with different vocabularies; a preset keeps one.")
+    return found[0] if found else None
 
 
 def save_preset(
@@ -303,47 +374,53 @@ def save_preset(
     metadata=None,
     overwrite=True,
     extra_arrays=None,
+    preprocessor=None,
 ):
     """Writes a preset directory atomically (see the module docstring).
 
-    `tokenizer` provides `vocabulary.txt`; `preprocessor_config` holds the
-    text settings (`sequence_length`, `truncate`, `lowercase`, ...).
-    `extra_arrays` maps file names (ending in `.safetensors`) to
-    `{name: NumPy array}`; each is written with safetensors and checksummed
-    in `metadata.json` like the weights (read back with `Preset.load_arrays`).
+    A task's preprocessor (with its vocabulary) is saved from the task; for a
+    backbone, pass `preprocessor`, or `tokenizer` (its vocabulary) and
+    `preprocessor_config` (text settings: `sequence_length`, `truncate`,
+    `lowercase`, ...). `extra_arrays` maps file names (ending in
+    `.safetensors`) to `{name: NumPy array}`; each is written with safetensors
+    and checksummed in `metadata.json` like the weights (read back with
+    `Preset.load_arrays`).
     """
-    from bertzoo.text.vocabulary import save_vocabulary
-
     model = task if task is not None else backbone
-    config = {
-        "format_version": FORMAT_VERSION,
-        "class_name": type(model).__name__,
-        "backbone": _plain_config(backbone),
-        "task": task.task_config() if task is not None else None,
-        "preprocessor": preprocessor_config,
-    }
-    from bertzoo.compression.quantization import quantization_spec
-
-    quantization = quantization_spec(model)
-    if quantization:
-        config["quantization"] = quantization
+    config = {"format_version": FORMAT_VERSION, "backbone": serialize(backbone), "preprocessor": None, "task": None}
+    preprocessor_node = None
+    if task is not None:
+        config["task"] = serialize(task)
+        task_config = config["task"]["config"]
+        task_config.pop("backbone", None)
+        preprocessor_node = task_config.pop("preprocessor", None)
+    elif preprocessor is not None:
+        preprocessor_node = serialize(preprocessor)
+    if preprocessor_node is None and (tokenizer is not None or preprocessor_config):
+        preprocessor_node = format1.preprocessor_node(preprocessor_config, tokenizer)
+    vocabulary = _detach_vocabulary(preprocessor_node) if preprocessor_node else None
+    if vocabulary is None and tokenizer is not None:
+        vocabulary = tokenizer.get_vocabulary()
+    config["preprocessor"] = preprocessor_node
     with atomic_directory(directory, overwrite=overwrite) as tmp:
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
-        _save_model_weights(backbone, tmp / BACKBONE_WEIGHTS_FILE)
+        save_weights_only(backbone, tmp / BACKBONE_WEIGHTS_FILE, objects_to_skip=_without_optimizer(backbone))
         weight_files = [BACKBONE_WEIGHTS_FILE]
         if task is not None:
-            _save_model_weights(task, tmp / TASK_WEIGHTS_FILE)
+            # The head only: the backbone's weights are in model.weights.h5.
+            skip = _without_optimizer(task, flatten_layers(backbone))
+            save_weights_only(task, tmp / TASK_WEIGHTS_FILE, objects_to_skip=skip)
             weight_files.append(TASK_WEIGHTS_FILE)
         for filename, arrays in (extra_arrays or {}).items():
             _save_arrays(tmp, filename, arrays)
             weight_files.append(filename)
-        if tokenizer is not None:
-            save_vocabulary(tokenizer.get_vocabulary(), tmp / VOCABULARY_FILE)
+        if vocabulary is not None:
+            vocabulary_lib.save_vocabulary(vocabulary, tmp / VOCABULARY_FILE)
         info = {
             "bertzoo_version": __version__,
             "keras_version": keras.__version__,
             "backend": keras.backend.backend(),
-            "class_name": config["class_name"],
+            "class_name": type(model).__name__,
             "parameter_count": int(model.count_params()),
             "backbone_parameter_count": int(backbone.count_params()),
             "source_preset": getattr(model, "source_preset", None),
@@ -369,10 +446,3 @@ def _save_arrays(directory, filename, arrays):
             "'.safetensors' (no folders)."
         )
     save_file({name: np.ascontiguousarray(a) for name, a in arrays.items()}, str(directory / filename))
-
-
-def _plain_config(backbone):
-    config = backbone.get_config()
-    for key in ("name", "trainable", "dtype"):
-        config.pop(key, None)
-    return config

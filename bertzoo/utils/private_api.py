@@ -74,6 +74,23 @@ def dense_kernel_variable(layer):
     return variable if variable is not None else layer.kernel
 
 
+def settle_dtype_policy(layer):
+    """Gives a built `layer` that holds a `DTypePolicyMap` its own entry of
+    that map as its policy (what `Model.quantize` leaves a layer with).
+
+    Needed because Keras (3.15) reads `layer.dtype_policy.quantization_mode`,
+    i.e. the map's default, when it saves a quantized `Dense` or `Embedding`
+    (`_get_kernel_with_merged_lora`), and writes no scales: a model built
+    from a quantized config could not be saved again.
+
+    Private: `Layer._dtype_policy`. Fallback: the layer keeps the map (when
+    the attribute is gone, Keras resolves maps by itself).
+    """
+    policy = getattr(layer, "_dtype_policy", None)
+    if isinstance(policy, keras.dtype_policies.DTypePolicyMap) and layer.path:
+        layer._dtype_policy = policy[layer.path]
+
+
 def save_weights_only(model, path, objects_to_skip=None):
     """Writes `model`'s weights to a `.weights.h5` file, leaving out
     `objects_to_skip` (e.g. the optimizer, or a task's backbone).

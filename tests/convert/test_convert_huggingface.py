@@ -140,7 +140,8 @@ def test_minilm_sentence_embedding_is_unit_length_and_survives_save_load(minilm_
 def test_minilm_preset_is_an_ordinary_preset(minilm_preset, minilm_inputs):
     preset = Preset.resolve(minilm_preset.path)
     assert preset.vocabulary() == bertzoo.text.load_vocabulary(MINILM / "vocab.txt")
-    assert preset.config["preprocessor"] == {"sequence_length": 128, "lowercase": True}
+    preprocessor = preset.build_preprocessor()
+    assert (preprocessor.sequence_length, preprocessor.tokenizer.lowercase) == (128, True)
     source = preset.metadata["source"]
     assert source["format"] == "huggingface" and source["path"] == str(MINILM.resolve())
     datetime.datetime.fromisoformat(source["converted"])
@@ -192,7 +193,7 @@ def test_hf_bert_matches_numpy(ref, rng, make_bert_inputs, tmp_path, hidden_act,
     assert diff < 1e-5
 
     preset = Preset.resolve(result.path)
-    assert preset.config["preprocessor"]["lowercase"] is False
+    assert preset.config["preprocessor"]["config"]["tokenizer"]["config"]["lowercase"] is False
     heads = preset.load_arrays(PRETRAINING_HEADS_FILE)
     np.testing.assert_array_equal(heads["nsp/kernel"], model["heads"]["nsp"][0])
     np.testing.assert_array_equal(heads["mlm/transform/kernel"], model["heads"]["transform"][0])

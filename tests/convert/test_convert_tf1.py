@@ -24,7 +24,8 @@ def test_tf1_bert_matches_numpy_and_keeps_the_pretraining_heads(ref, rng, make_b
 
     preset = Preset.resolve(result.path)
     assert preset.vocabulary() == vocabulary
-    assert preset.config["preprocessor"] == {"sequence_length": 16, "lowercase": True}
+    preprocessor = preset.build_preprocessor()
+    assert (preprocessor.sequence_length, preprocessor.tokenizer.lowercase) == (16, True)
     assert preset.metadata["source"]["format"] == "tf1"
     heads = preset.load_arrays()
     assert sorted(heads) == sorted(

@@ -8,9 +8,10 @@ def list_presets(verbose=True):
     """Returns (and by default prints) the built-in presets with parameter counts.
 
     Example:
-    >>> info = bertzoo.list_presets(verbose=False)
-    >>> info["base"]["parameters"]
-    109482240
+    ```python
+    info = bertzoo.list_presets(verbose=False)
+    info["base"]["parameters"]  # 109482240
+    ```
     """
     rows = {}
     for name, definition in builtin_presets().items():

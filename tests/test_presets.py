@@ -1,0 +1,116 @@
+"""Preset format 2 (Keras serialization, each weight stored once) and the
+reader for format 1, tested on presets written by the format-1 code."""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import bertzoo
+from bertzoo.saving.preset import Preset
+
+FIXTURES = Path(__file__).parent / "fixtures"
+EXPECTED = json.loads((FIXTURES / "format1_expected.json").read_text())
+INPUTS = {k: np.asarray(v, "int32") for k, v in EXPECTED["inputs"].items()}
+
+
+def h5_datasets(path):
+    names = []
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+    return names
+
+
+@pytest.mark.parametrize("name", ["format1_classifier", "format1_classifier_int8"])
+def test_format1_presets_load_with_the_recorded_predictions(name, tmp_path):
+    preset = Preset.resolve(FIXTURES / name)
+    assert preset.format_version == 1 and preset.class_name == "BertClassifier"
+    model = bertzoo.BertClassifier.from_preset(FIXTURES / name)
+    assert model.class_names == ["a", "b", "c"]
+    np.testing.assert_allclose(model.predict(INPUTS, verbose=0), EXPECTED[name], atol=1e-5)
+    features = model.preprocessor(EXPECTED["texts"])
+    assert features["token_ids"].numpy().tolist() == EXPECTED["inputs"]["token_ids"]
+    if name.endswith("int8"):
+        assert preset.quantization["mode"] == "int8" and "logits" in preset.quantization["layers"]
+        assert model.output_dense.quantization_mode == "int8"
+        assert model.backbone.attention_blocks[0].query_dense.quantization_mode == "int8"
+
+    # Saved again, it is a format-2 preset with the same predictions.
+    model.save_to_preset(tmp_path / "again")
+    config = json.loads((tmp_path / "again" / "config.json").read_text())
+    assert config["format_version"] == 2
+    again = bertzoo.BertClassifier.from_preset(tmp_path / "again")
+    np.testing.assert_allclose(again.predict(INPUTS, verbose=0), EXPECTED[name], atol=1e-5)
+    backbone = bertzoo.BertBackbone.from_preset(FIXTURES / name)
+    np.testing.assert_array_equal(
+        backbone(INPUTS)["pooled_output"].numpy(), model.backbone(INPUTS)["pooled_output"].numpy()
+    )
+
+
+def test_format2_stores_each_weight_once(tmp_path):
+    model = bertzoo.BertClassifier.from_preset(FIXTURES / "format1_classifier")
+    model.save_to_preset(tmp_path / "p")
+    backbone_names = h5_datasets(tmp_path / "p" / "model.weights.h5")
+    head_names = h5_datasets(tmp_path / "p" / "task.weights.h5")
+    assert len(head_names) == 2  # The logits layer's kernel and bias.
+    assert len(backbone_names) == len(model.backbone.weights)
+    old = FIXTURES / "format1_classifier"
+    new = tmp_path / "p"
+    size = lambda d: sum(p.stat().st_size for p in d.iterdir())
+    assert size(new) < 0.65 * size(old)
+
+
+def test_format2_config_is_keras_serialization(tmp_path):
+    model = bertzoo.BertClassifier.from_preset(FIXTURES / "format1_classifier_int8")
+    model.save_to_preset(tmp_path / "p")
+    config = json.loads((tmp_path / "p" / "config.json").read_text())
+    assert sorted(config) == ["backbone", "format_version", "preprocessor", "task"]
+    assert config["backbone"]["registered_name"] == "bertzoo>BertBackbone"
+    assert config["task"]["registered_name"] == "bertzoo>BertClassifier"
+    assert "backbone" not in config["task"]["config"] and "preprocessor" not in config["task"]["config"]
+    assert config["preprocessor"]["config"]["tokenizer"]["config"]["vocabulary"] == "vocabulary.txt"
+    backbone_map = config["backbone"]["config"]["dtype"]
+    assert backbone_map["class_name"] == "DTypePolicyMap"
+    assert "attention_0/query" in backbone_map["config"]["policy_map"]
+    assert list(config["task"]["config"]["dtype"]["config"]["policy_map"]) == ["logits"]
+    # The task's config rebuilds the quantized task (keras.saving round trip).
+    clone = bertzoo.BertClassifier.from_config(model.get_config())
+    assert clone.output_dense.quantization_mode == "int8"
+    assert clone.backbone.embeddings.token_embedding.quantization_mode == "int8"
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        {"module": "os", "class_name": "system", "config": {}, "registered_name": None},
+        {"module": "evil_module_xyz", "class_name": "BertBackbone", "config": {}, "registered_name": None},
+        {"module": "keras.layers", "class_name": "Dense", "config": {}, "registered_name": "other>Dense"},
+        {"module": "bertzoo.models", "class_name": "Nope", "config": {}, "registered_name": "bertzoo>Nope"},
+        {"module": "keras.layers", "class_name": "__lambda__", "config": {"code": "1"}, "registered_name": None},
+    ],
+)
+def test_configs_naming_other_classes_are_refused_before_any_import(node, tmp_path):
+    directory = tmp_path / "p"
+    shutil.copytree(FIXTURES / "format1_classifier", directory)
+    (directory / "metadata.json").unlink()
+    preset = Preset.resolve(directory)
+    preset.config["backbone"]["config"]["activation"] = node  # Nested anywhere.
+    with pytest.raises(ValueError, match="file is refused"):
+        preset.build_backbone()
+    config = preset.config
+    (directory / "config.json").write_text(json.dumps({**config, "format_version": 2, "backbone": node}))
+    with pytest.raises(ValueError, match="file is refused"):
+        bertzoo.BertBackbone.from_preset(directory)
+    assert "evil_module_xyz" not in sys.modules
+
+
+def test_newer_formats_are_refused(tmp_path):
+    shutil.copytree(FIXTURES / "format1_classifier", tmp_path / "p")
+    config = json.loads((tmp_path / "p" / "config.json").read_text())
+    (tmp_path / "p" / "config.json").write_text(json.dumps({**config, "format_version": 3}))
+    with pytest.raises(ValueError, match="newer bertzoo"):
+        Preset.resolve(tmp_path / "p")
