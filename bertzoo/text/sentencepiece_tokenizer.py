@@ -21,6 +21,9 @@ replace_quotes=True, split_digit_comma=True`.) Where two segmentations have
 exactly the same score (the same pieces in another order, "..." "." against
 "." "..."), SentencePiece builds and Hugging Face may pick differently: TF
 Text's SentencePiece (used here and by keras-hub in `tf.data`) is followed.
+With `strip_accents`, Hangul syllables (split into jamo by NFKD) are
+re-composed by SentencePiece's NFKC rules as in ALBERT's own pipeline; Hugging
+Face's tokenizer leaves them split (mostly `<unk>`).
 
 Model file and config: the constructor takes the serialized model proto as
 `bytes` or the path of a `.model` file (`spiece.model`, `30k-clean.model`).
