@@ -4,8 +4,9 @@ import keras
 import tensorflow as tf
 from keras_hub.layers import MultiSegmentPacker
 
-from bertzoo.text.tokenizer import BertTokenizer
 from bertzoo.text.normalization import to_string_tensor
+from bertzoo.text.sentencepiece_tokenizer import SentencePieceTokenizer
+from bertzoo.text.tokenizer import BertTokenizer
 
 TRUNCATE_MODES = ("round_robin", "waterfall")
 
@@ -35,7 +36,8 @@ class BertPreprocessor(keras.layers.Layer):
     inside a jit-compiled (XLA) model. Eager and `tf.data` outputs are identical.
 
     Args:
-        tokenizer: a `BertTokenizer`.
+        tokenizer: a `BertTokenizer` (WordPiece) or a `SentencePieceTokenizer`
+            (ALBERT); `[CLS]`, `[SEP]` and padding ids come from it.
         sequence_length: output length, an integer >= 3.
         truncate: `"round_robin"` (default) or `"waterfall"`.
 
@@ -56,10 +58,11 @@ class BertPreprocessor(keras.layers.Layer):
         super().__init__(**kwargs)
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
-        if not isinstance(tokenizer, BertTokenizer):
+        if not isinstance(tokenizer, (BertTokenizer, SentencePieceTokenizer)):
             raise ValueError(
-                "`tokenizer` must be a bertzoo BertTokenizer, got "
-                f"{type(tokenizer).__name__}. Build one with BertTokenizer(vocabulary)."
+                "`tokenizer` must be a bertzoo BertTokenizer or SentencePieceTokenizer, got "
+                f"{type(tokenizer).__name__}. Build one with BertTokenizer(vocabulary) "
+                "(WordPiece) or SentencePieceTokenizer(proto) (ALBERT)."
             )
         if (
             isinstance(sequence_length, bool)
