@@ -416,7 +416,7 @@ class Distiller(RawInputsMixin, keras.distillation.Distiller):
             if self.preprocessor is None:
                 raise ValueError("Raw text needs a preprocessor: pass a tokenized dict, or attach one.")
             # The task's own preprocessing (labels too: word labels, answer spans), as one batch.
-            batch = next(iter(self._as_dataset(x, None if y is None else np.asarray(y), batch_size=_ONE_BATCH)))
+            batch = next(iter(self._as_dataset(x, y, batch_size=_ONE_BATCH)))
             x, y = batch if isinstance(batch, tuple) else (batch, None)
         student = self._features(self.student, x, False)
         teacher = self._teacher_features(x)
