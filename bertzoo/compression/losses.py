@@ -19,7 +19,30 @@ def _token_mask(padding_mask, like):
     return ops.cast(padding_mask, "float32")
 
 
-class HiddenStateDistillation(keras.distillation.DistillationLoss):
+class _LayerPairsLoss(keras.distillation.DistillationLoss):
+    """A loss over `(student_layer, teacher_layer)` pairs of per-layer outputs."""
+
+    # The outputs list holds layer `i` at index `i - 1 + _INDEX_SHIFT`; they are `_WHAT`.
+    _INDEX_SHIFT = 0
+    _WHAT = "outputs"
+
+    def __init__(self, layer_pairs):
+        self.layer_pairs = [(int(s), int(t)) for s, t in layer_pairs]
+
+    def validate_outputs(self, teacher_outputs, student_outputs):
+        need_t = max(t for _, t in self.layer_pairs) + self._INDEX_SHIFT
+        need_s = max(s for s, _ in self.layer_pairs) + self._INDEX_SHIFT
+        if len(teacher_outputs) < need_t or len(student_outputs) < need_s:
+            raise ValueError(
+                f"The layer pairs {self.layer_pairs} need {need_t} teacher and {need_s} student "
+                f"{self._WHAT}, got {len(teacher_outputs)} and {len(student_outputs)}."
+            )
+
+    def get_config(self):
+        return {"layer_pairs": [list(p) for p in self.layer_pairs]}
+
+
+class HiddenStateDistillation(_LayerPairsLoss):
     """Mean squared error between mapped hidden states (TinyBERT).
 
     `compute_loss(teacher_hidden_states, student_hidden_states, padding_mask)`
@@ -37,18 +60,12 @@ class HiddenStateDistillation(keras.distillation.DistillationLoss):
     ```
     """
 
-    def __init__(self, layer_pairs, projection=None):
-        self.layer_pairs = [(int(s), int(t)) for s, t in layer_pairs]
-        self.projection = projection
+    _INDEX_SHIFT = 1  # Index 0 is the embedding output.
+    _WHAT = "hidden states"
 
-    def validate_outputs(self, teacher_outputs, student_outputs):
-        need_t = max(t for _, t in self.layer_pairs) + 1
-        need_s = max(s for s, _ in self.layer_pairs) + 1
-        if len(teacher_outputs) < need_t or len(student_outputs) < need_s:
-            raise ValueError(
-                f"The layer pairs {self.layer_pairs} need {need_t} teacher and {need_s} student "
-                f"hidden states, got {len(teacher_outputs)} and {len(student_outputs)}."
-            )
+    def __init__(self, layer_pairs, projection=None):
+        super().__init__(layer_pairs)
+        self.projection = projection
 
     def compute_loss(self, teacher_outputs, student_outputs, padding_mask=None, **kwargs):
         self.validate_outputs(teacher_outputs, student_outputs)
@@ -68,9 +85,6 @@ class HiddenStateDistillation(keras.distillation.DistillationLoss):
             squared = ops.sum(ops.square(student - teacher), axis=-1) * mask
             total = total + ops.sum(squared) / (ops.maximum(ops.sum(mask), 1.0) * teacher.shape[-1])
         return total / len(self.layer_pairs)
-
-    def get_config(self):
-        return {"layer_pairs": [list(p) for p in self.layer_pairs]}
 
 
 class SoftTargetDistillation(keras.distillation.LogitsDistillation):
@@ -129,7 +143,7 @@ def _average_heads(probs, groups):
     return ops.einsum("bhqk,hg->bgqk", probs, ops.convert_to_tensor(averaging, "float32"))
 
 
-class AttentionDistillation(keras.distillation.DistillationLoss):
+class AttentionDistillation(_LayerPairsLoss):
     """KL divergence between mapped attention distributions (MiniLM).
 
     `compute_loss(teacher_attention, student_attention, padding_mask)` takes
@@ -152,17 +166,7 @@ class AttentionDistillation(keras.distillation.DistillationLoss):
     ```
     """
 
-    def __init__(self, layer_pairs):
-        self.layer_pairs = [(int(s), int(t)) for s, t in layer_pairs]
-
-    def validate_outputs(self, teacher_outputs, student_outputs):
-        need_t = max(t for _, t in self.layer_pairs)
-        need_s = max(s for s, _ in self.layer_pairs)
-        if len(teacher_outputs) < need_t or len(student_outputs) < need_s:
-            raise ValueError(
-                f"The layer pairs {self.layer_pairs} need {need_t} teacher and {need_s} student "
-                f"attention maps, got {len(teacher_outputs)} and {len(student_outputs)}."
-            )
+    _WHAT = "attention maps"
 
     def compute_loss(self, teacher_outputs, student_outputs, padding_mask=None, **kwargs):
         self.validate_outputs(teacher_outputs, student_outputs)
@@ -183,6 +187,3 @@ class AttentionDistillation(keras.distillation.DistillationLoss):
             kl = ops.sum(kl, axis=1) * mask
             total = total + ops.sum(kl) / (ops.maximum(ops.sum(mask), 1.0) * groups)
         return total / len(self.layer_pairs)
-
-    def get_config(self):
-        return {"layer_pairs": [list(p) for p in self.layer_pairs]}
