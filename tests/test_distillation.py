@@ -9,12 +9,12 @@ import pytest
 import tensorflow as tf
 
 import bertzoo
-from bertzoo.compression.distillation import AttentionDistillation
-from bertzoo.compression.distillation import Distiller
-from bertzoo.compression.distillation import HiddenStateDistillation
-from bertzoo.compression.distillation import init_student_from_teacher
-from bertzoo.compression.distillation import layer_map_pairs
-from bertzoo.compression.distillation import soft_target_loss
+from bertzoo.compression.distiller import Distiller
+from bertzoo.compression.layer_maps import layer_map_pairs
+from bertzoo.compression.losses import AttentionDistillation
+from bertzoo.compression.losses import HiddenStateDistillation
+from bertzoo.compression.losses import soft_target_loss
+from bertzoo.compression.student_init import init_student_from_teacher
 from bertzoo.text import BertPreprocessor
 from bertzoo.text import BertTokenizer
 

@@ -1,4 +1,4 @@
-"""Helpers shared by the compression tools: leaf layers, copies, checks."""
+"""Helpers shared by the compression tools: a pruner's state, model copies."""
 
 import keras
 
@@ -7,30 +7,9 @@ import keras
 PRUNING_STATE_ATTR = "_pruning_state"
 
 
-def leaf_layers(model):
-    """Every layer of `model` (nested ones included) without sub-layers,
-    each once, in the model's order."""
-    seen, leaves = set(), []
-    for layer in model._flatten_layers(include_self=False, recursive=True):
-        if id(layer) in seen or list(layer._flatten_layers(include_self=False, recursive=False)):
-            continue
-        seen.add(id(layer))
-        leaves.append(layer)
-    return leaves
-
-
 def pruning_state(model):
     """The pruning state a `Pruner` attached to `model`, or None."""
     return getattr(model, PRUNING_STATE_ATTR, None)
-
-
-def quantization_mode(model):
-    """The quantization mode of `model`'s layers ("int8", ...), or None."""
-    for layer in leaf_layers(model):
-        mode = getattr(layer, "quantization_mode", None)
-        if mode:
-            return mode
-    return None
 
 
 def model_weights(model):

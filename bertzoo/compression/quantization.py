@@ -9,35 +9,22 @@ model built from that config (`from_preset`, `from_config`) has those layers
 quantized before its weights load (see `bertzoo.saving.serialization`).
 """
 
-import contextlib
-import gc
 import warnings
 
 import keras
 
 from bertzoo.compression.model_copy import copy_model
 from bertzoo.compression.model_copy import pruning_state
-from bertzoo.compression.model_copy import quantization_mode
+from bertzoo.utils import private_api
+from bertzoo.utils import quantization_mode
 
 MODES = ("int8", "int4")
 
 
-@contextlib.contextmanager
-def _one_garbage_collection():
-    # Keras's `Layer.__delattr__` runs a full `gc.collect()` for every float
-    # kernel a layer drops while quantizing: ~0.6 s each in a TensorFlow
-    # process, i.e. half a minute for a 6-layer BERT. Collect once instead.
-    collect = gc.collect
-    gc.collect = lambda *args, **kwargs: 0
-    try:
-        yield
-    finally:
-        gc.collect = collect
-        gc.collect()
-
-
 def _quantize_in_place(model, mode, select):
-    with warnings.catch_warnings(), _one_garbage_collection():
+    # Keras runs a full `gc.collect()` for every float kernel a layer drops
+    # while quantizing (see `private_api.one_garbage_collection`): collect once.
+    with warnings.catch_warnings(), private_api.one_garbage_collection():
         # Keras warns once per layer type that has no `quantize` (Dropout,
         # LayerNormalization, ...): expected here, and noise to users.
         warnings.filterwarnings("ignore", message=r".*does not have a `quantize` method.*")
@@ -59,9 +46,11 @@ def quantize(model, mode="int8", include_embeddings=True):
     `from_preset`, and exports like any model.
 
     Example:
-    >>> q = bertzoo.quantize(model, "int8")
-    >>> q.save_to_preset("runs/sentiment-int8")
-    >>> again = bertzoo.BertClassifier.from_preset("runs/sentiment-int8")
+    ```python
+    q = bertzoo.quantize(model, "int8")
+    q.save_to_preset("runs/sentiment-int8")
+    again = bertzoo.BertClassifier.from_preset("runs/sentiment-int8")
+    ```
     """
     if mode not in MODES:
         raise ValueError(
@@ -94,7 +83,7 @@ def quantize(model, mode="int8", include_embeddings=True):
     preprocessor = getattr(clone, "preprocessor", None)
     preprocessor_paths = set()
     if preprocessor is not None:
-        preprocessor_paths = {layer.path for layer in preprocessor._flatten_layers(include_self=True)}
+        preprocessor_paths = {layer.path for layer in private_api.flatten_layers(preprocessor, include_self=True)}
 
     _quantize_in_place(clone, mode, select)
     return clone

@@ -14,12 +14,16 @@ what the original model computes with those heads' and neurons' outputs
 zeroed, and it is genuinely smaller and faster.
 """
 
+import re
+
 import keras
 import numpy as np
 
-from bertzoo.compression.model_copy import quantization_mode
 from bertzoo.models.bert_backbone import BertBackbone
-from bertzoo.models.bert_backbone import _per_layer
+from bertzoo.utils import quantization_mode
+
+# Canonical weight names (`BertBackbone.named_weights()`) that slicing cuts.
+_SLICED = re.compile(r"(attention|feedforward)_(\d+)/(query|key|value|output|intermediate)/(kernel|bias)")
 
 
 def _backbone_of(model):
@@ -35,6 +39,15 @@ def _backbone_of(model):
             "float model, then quantize the result."
         )
     return backbone
+
+
+def _block_indices(backbone):
+    """For each layer, the index of its attention block and of its
+    feed-forward block (shared ALBERT blocks repeat)."""
+    blocks = [backbone.layer_blocks(i) for i in range(backbone.num_layers)]
+    attention = [backbone.attention_blocks.index(a) for a, _ in blocks]
+    feedforward = [backbone.feedforward_blocks.index(f) for _, f in blocks]
+    return attention, feedforward
 
 
 def _calibration_batches(model, data, steps):
@@ -74,8 +87,10 @@ def head_and_neuron_importance(model, data, steps=None):
         steps: number of batches to use (default: all).
 
     Example:
-    >>> scores = bertzoo.compression.head_and_neuron_importance(model, (texts, labels), steps=20)
-    >>> scores["heads"][0]        # layer 0, one score per head
+    ```python
+    scores = bertzoo.compression.head_and_neuron_importance(model, (texts, labels), steps=20)
+    scores["heads"][0]  # layer 0, one score per head
+    ```
     """
     import tensorflow as tf
 
@@ -90,8 +105,9 @@ def head_and_neuron_importance(model, data, steps=None):
         loss_fn = model.default_loss()
     elif isinstance(loss_fn, str):
         loss_fn = keras.losses.get(loss_fn)
-    attention_kernels = [block.output_dense._kernel for block in backbone.attention_blocks]
-    ffn_kernels = [block.output_dense._kernel for block in backbone.feedforward_blocks]
+    named = backbone.named_weights()
+    attention_kernels = [named[f"attention_{k}/output/kernel"] for k in range(len(backbone.attention_blocks))]
+    ffn_kernels = [named[f"feedforward_{k}/output/kernel"] for k in range(len(backbone.feedforward_blocks))]
     kernels = attention_kernels + ffn_kernels
 
     @tf.function(reduce_retracing=True)
@@ -116,9 +132,10 @@ def head_and_neuron_importance(model, data, steps=None):
         batches += 1
     if batches == 0:
         raise ValueError("`data` yielded no batches: structured pruning needs calibration data.")
+    attention_index, ffn_index = _block_indices(backbone)
     return {
-        "heads": [head_scores[k].copy() for k in backbone._attention_index],
-        "neurons": [neuron_scores[k].copy() for k in backbone._ffn_index],
+        "heads": [head_scores[k].copy() for k in attention_index],
+        "neurons": [neuron_scores[k].copy() for k in ffn_index],
     }
 
 
@@ -205,18 +222,20 @@ def prune_heads_and_neurons(model, heads_to_keep=None, ffn_keep_ratio=None, data
     a block must keep the same counts.
 
     Example:
-    >>> small = bertzoo.prune_heads_and_neurons(model, heads_to_keep=8, ffn_keep_ratio=0.5,
-    ...                                         data=(texts, labels))
-    >>> small.save_to_preset("runs/pruned")
+    ```python
+    small = bertzoo.prune_heads_and_neurons(model, heads_to_keep=8, ffn_keep_ratio=0.5, data=(texts, labels))
+    small.save_to_preset("runs/pruned")
+    ```
     """
     backbone = _backbone_of(model)
     num_layers = backbone.num_layers
-    heads = _per_layer("num_heads", backbone.num_heads, num_layers)
-    intermediate = _per_layer("intermediate_dim", backbone.intermediate_dim, num_layers)
+    attention_index, ffn_index = _block_indices(backbone)
+    heads = [backbone.attention_blocks[k].num_heads for k in attention_index]
+    intermediate = [backbone.feedforward_blocks[k].intermediate_dim for k in ffn_index]
     keep_heads = _heads_per_layer(heads_to_keep, heads)
     keep_neurons = _neurons_per_layer(ffn_keep_ratio, intermediate)
-    _check_shared(backbone._attention_index, keep_heads, "attention", backbone.num_groups)
-    _check_shared(backbone._ffn_index, keep_neurons, "feed-forward", backbone.num_groups)
+    _check_shared(attention_index, keep_heads, "attention", backbone.num_groups)
+    _check_shared(ffn_index, keep_neurons, "feed-forward", backbone.num_groups)
 
     if importance is None:
         if keep_heads == heads and keep_neurons == intermediate:
@@ -238,52 +257,44 @@ def prune_heads_and_neurons(model, heads_to_keep=None, ffn_keep_ratio=None, data
 
     # Per block (shared blocks use the first layer that uses them).
     head_keep = {}
-    for i, block in enumerate(backbone._attention_index):
+    for i, block in enumerate(attention_index):
         head_keep.setdefault(block, _top(importance["heads"][i], keep_heads[i], "heads", i))
     neuron_keep = {}
-    for i, block in enumerate(backbone._ffn_index):
+    for i, block in enumerate(ffn_index):
         neuron_keep.setdefault(block, _top(importance["neurons"][i], keep_neurons[i], "neurons", i))
 
     config = backbone.get_config()
     config.update(num_heads=keep_heads, intermediate_dim=keep_neurons, head_dim=backbone.head_dim)
     small = type(backbone).from_config(config)
-    _copy_sliced(backbone, small, head_keep, neuron_keep)
+    values = _sliced_weights(backbone, backbone.head_dim, head_keep, neuron_keep)
+    for name, variable in small.named_weights().items():
+        variable.assign(values[name])
 
     if model is backbone:
         small.source_preset = getattr(backbone, "source_preset", None)
         return small
-    task_config = model.get_config()
-    preprocessor = task_config.get("preprocessor")
-    task_config["backbone"] = small
-    task_config["preprocessor"] = keras.layers.deserialize(preprocessor) if preprocessor else None
-    task = type(model)(**task_config)
-    for layer in model.layers:
-        if layer is backbone or not layer.weights:
-            continue
-        task.get_layer(layer.name).set_weights(layer.get_weights())
+    task = model.with_backbone(small)  # Same hidden size: the head weights are copied.
     task.source_preset = getattr(model, "source_preset", None)
     return task
 
 
-def _copy_sliced(source, target, head_keep, neuron_keep):
-    def get(layer):
-        return [keras.ops.convert_to_numpy(w) for w in layer.weights]
-
-    target.embeddings.set_weights(get(source.embeddings))
-    target.pooler.set_weights(get(source.pooler))
-    head_dim = source.head_dim
-    for k, (old, new) in enumerate(zip(source.attention_blocks, target.attention_blocks)):
-        cols = (head_keep[k][:, None] * head_dim + np.arange(head_dim)[None, :]).reshape(-1)
-        for name in ("query_dense", "key_dense", "value_dense"):
-            kernel, bias = get(getattr(old, name))
-            getattr(new, name).set_weights([kernel[:, cols], bias[cols]])
-        kernel, bias = get(old.output_dense)
-        new.output_dense.set_weights([kernel[cols, :], bias])
-        new.layer_norm.set_weights(get(old.layer_norm))
-    for k, (old, new) in enumerate(zip(source.feedforward_blocks, target.feedforward_blocks)):
-        rows = neuron_keep[k]
-        kernel, bias = get(old.intermediate_dense)
-        new.intermediate_dense.set_weights([kernel[:, rows], bias[rows]])
-        kernel, bias = get(old.output_dense)
-        new.output_dense.set_weights([kernel[rows, :], bias])
-        new.layer_norm.set_weights(get(old.layer_norm))
+def _sliced_weights(backbone, head_dim, head_keep, neuron_keep):
+    """`backbone`'s weights by canonical name, as NumPy arrays cut to the kept
+    heads (query/key/value columns, attention output rows) and neurons
+    (intermediate columns, feed-forward output rows) of each block."""
+    values = {}
+    for name, variable in backbone.named_weights().items():
+        value = keras.ops.convert_to_numpy(variable)
+        match = _SLICED.fullmatch(name)
+        if match:
+            kind, k, part, what = match.group(1), int(match.group(2)), match.group(3), match.group(4)
+            if kind == "attention":
+                keep = (head_keep[k][:, None] * head_dim + np.arange(head_dim)[None, :]).reshape(-1)
+            else:
+                keep = neuron_keep[k]
+            if part == "output":
+                value = value[keep, :] if what == "kernel" else value  # Rows of the output projection.
+            else:
+                value = value[..., keep]  # Columns of the kernel, entries of the bias.
+        values[name] = value
+    return values

@@ -7,16 +7,9 @@ the model under bertzoo's *canonical* names. `build_backbone` is the single
 place where arrays are checked (missing, unexpected, wrong shape) and written
 into a model; `write_preset` stores the result as an ordinary preset.
 
-Canonical names (kernels are `[in, out]`, as Keras stores them; `k` indexes
-`BertBackbone.attention_blocks` / `feedforward_blocks`):
-
-    embeddings/token, embeddings/position, embeddings/segment
-    embeddings/layer_norm/{gamma,beta}, embeddings/projection/{kernel,bias}
-    attention_{k}/{query,key,value,output}/{kernel,bias}
-    attention_{k}/layer_norm/{gamma,beta}
-    feedforward_{k}/{intermediate,output}/{kernel,bias}
-    feedforward_{k}/layer_norm/{gamma,beta}
-    pooler/{kernel,bias}
+Canonical names are those of `BertBackbone.named_weights()` (e.g.
+`embeddings/token`, `attention_{k}/query/kernel`, `pooler/bias`; kernels are
+`[in, out]`, as Keras stores them).
 
 Pre-training heads, kept beside the model in `pretraining_heads.safetensors`:
 
@@ -145,40 +138,6 @@ class ConversionResult:
 # --- Canonical names ---------------------------------------------------------
 
 
-def _dense_vars(prefix, layer):
-    return {f"{prefix}/kernel": layer.kernel, f"{prefix}/bias": layer.bias}
-
-
-def _norm_vars(prefix, layer):
-    return {f"{prefix}/gamma": layer.gamma, f"{prefix}/beta": layer.beta}
-
-
-def backbone_variables(backbone):
-    """`{canonical name: keras.Variable}` for every weight of a `BertBackbone`."""
-    e = backbone.embeddings
-    variables = {
-        "embeddings/token": e.token_embedding.embeddings,
-        "embeddings/position": e.position_embedding.embeddings,
-        "embeddings/segment": e.segment_embedding.embeddings,
-        **_norm_vars("embeddings/layer_norm", e.layer_norm),
-    }
-    if e.projection is not None:
-        variables.update(_dense_vars("embeddings/projection", e.projection))
-    for k, block in enumerate(backbone.attention_blocks):
-        for part in ("query", "key", "value", "output"):
-            variables.update(_dense_vars(f"attention_{k}/{part}", getattr(block, f"{part}_dense")))
-        variables.update(_norm_vars(f"attention_{k}/layer_norm", block.layer_norm))
-    for k, block in enumerate(backbone.feedforward_blocks):
-        variables.update(_dense_vars(f"feedforward_{k}/intermediate", block.intermediate_dense))
-        variables.update(_dense_vars(f"feedforward_{k}/output", block.output_dense))
-        variables.update(_norm_vars(f"feedforward_{k}/layer_norm", block.layer_norm))
-    variables.update(_dense_vars("pooler", backbone.pooler))
-    if len(variables) != len(backbone.weights):
-        raise RuntimeError(
-            f"bertzoo.convert maps {len(variables)} weights but {type(backbone).__name__} has "
-            f"{len(backbone.weights)}: the canonical naming is out of date with the model."
-        )
-    return variables
 
 
 _BLOCK = re.compile(r"^(attention|feedforward)_(\d+)/")
@@ -239,7 +198,7 @@ def build_backbone(model):
             backbone = BertBackbone(**model.config)
     except ValueError as e:
         raise ConversionError(f"The config of {origin} is not a valid BertBackbone config: {e}") from e
-    variables = backbone_variables(backbone)
+    variables = backbone.named_weights()
 
     used, missing, mismatched, assignments = set(), [], [], []
     for canonical, variable in variables.items():

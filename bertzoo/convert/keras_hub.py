@@ -14,7 +14,6 @@ import numpy as np
 from bertzoo.convert.common import ConversionError
 from bertzoo.convert.common import SourceModel
 from bertzoo.convert.common import albert_layout
-from bertzoo.convert.common import backbone_variables
 from bertzoo.convert.common import check_vocabulary_size
 from bertzoo.convert.common import default_sequence_length
 from bertzoo.convert.common import dense_rules
@@ -260,7 +259,7 @@ def to_keras_hub(backbone, allow_gelu_approximation=False):
     )
     targets = _variables(target)
     assigned = set()
-    for canonical, variable in backbone_variables(backbone).items():
+    for canonical, variable in backbone.named_weights().items():
         name, _ = source_name(layout, canonical)
         destination = targets[name]
         destination.assign(np.reshape(variable.numpy(), destination.shape))

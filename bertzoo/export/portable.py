@@ -24,9 +24,9 @@ from pathlib import Path
 import keras
 
 from bertzoo.export.saved_model import _backbone_of
-from bertzoo.export.saved_model import quantization_modes
 from bertzoo.export.serving import TOKENIZED_KEYS
 from bertzoo.layers.dense import portable_kernels
+from bertzoo.utils import quantization_mode
 
 PORTABLE_FORMATS = {
     "onnx": {"suffix": ".onnx", "modules": ("tf2onnx", "onnx")},
@@ -120,7 +120,7 @@ def _check_convertible(model, backbone, format):
             "bfloat16 types; LiteRT needs TF 'select' ops for bfloat16). Export the float32 model "
             "instead, e.g. BertClassifier.from_preset(preset_dir, dtype='float32')."
         )
-    if format == "litert" and quantization_modes(model):
+    if format == "litert" and quantization_mode(model):
         raise ValueError(
             "LiteRT export of a Keras-quantized (int8) model fails: the converter has no kernel for "
             "Keras's int8 x int8 matmuls. Export the float32 model with LiteRT's own int8 "

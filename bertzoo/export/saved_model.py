@@ -42,6 +42,7 @@ from bertzoo.layers.dense import portable_kernels
 from bertzoo.saving.atomic import atomic_directory
 from bertzoo.text.preprocessor import BertPreprocessor
 from bertzoo.utils import private_api
+from bertzoo.utils import quantization_mode
 from bertzoo.version import __version__
 
 METADATA_PATH = Path("assets.extra") / "bertzoo_export.json"
@@ -138,7 +139,7 @@ def export_saved_model(
             "class_name": type(model).__name__,
             "source_preset": getattr(model, "source_preset", None),
             "dtype_policy": backbone.dtype_policy.name,
-            "quantization": quantization_modes(model) or None,
+            "quantization": quantization_mode(model).split("+") if quantization_mode(model) else None,
             "class_names": getattr(model, "class_names", None),
             "sequence_length": preprocessor.sequence_length if preprocessor is not None else None,
             "truncate": preprocessor.truncate if preprocessor is not None else None,
@@ -207,12 +208,6 @@ def custom_ops(path):
         used -= functions
     # `tf.raw_ops` lists exactly the ops built into TensorFlow.
     return sorted(op for op in used if not hasattr(tf.raw_ops, op))
-
-
-def quantization_modes(model):
-    """The Keras quantization modes of `model`'s layers, e.g. `["int8"]` (empty if none)."""
-    modes = {getattr(layer, "quantization_mode", None) for layer in private_api.flatten_layers(model)}
-    return sorted(m for m in modes if m)
 
 
 def _backbone_of(model):

@@ -9,6 +9,8 @@ from bertzoo.layers.dense import Dense
 from bertzoo.layers.embeddings import BertEmbeddings
 from bertzoo.layers.feedforward import FeedForwardBlock
 from bertzoo.models.backbone import Backbone
+from bertzoo.utils import private_api
+from bertzoo.utils import quantization_mode
 from bertzoo.utils.checks import check_positive_int
 from bertzoo.utils.checks import check_rate
 from bertzoo.utils.private_api import flatten_layers
@@ -269,6 +271,65 @@ class BertBackbone(Backbone):
             self.attention_blocks[self._attention_index[index]],
             self.feedforward_blocks[self._ffn_index[index]],
         )
+
+    def named_weights(self):
+        """Every weight of this backbone under its canonical name, in order.
+
+        Returns a dict `{canonical name: keras.Variable}`: the one listing of
+        a backbone's weights that checkpoint conversion, pruning and
+        structured pruning share. Kernels are `[in, out]` as Keras stores
+        them; `k` indexes `attention_blocks` / `feedforward_blocks` (shared
+        ALBERT blocks appear once):
+
+            embeddings/token, embeddings/position, embeddings/segment
+            embeddings/layer_norm/{gamma,beta}, embeddings/projection/{kernel,bias}
+            attention_{k}/{query,key,value,output}/{kernel,bias}
+            attention_{k}/layer_norm/{gamma,beta}
+            feedforward_{k}/{intermediate,output}/{kernel,bias}
+            feedforward_{k}/layer_norm/{gamma,beta}
+            pooler/{kernel,bias}
+
+        Kernels and tables are the variables the layers store (not LoRA-merged
+        tensors). A quantized backbone holds other weights (int8 values and
+        scales) and raises a `ValueError`: name the weights of the float model.
+        """
+
+        def dense(prefix, layer):
+            return {f"{prefix}/kernel": private_api.dense_kernel_variable(layer), f"{prefix}/bias": layer.bias}
+
+        def norm(prefix, layer):
+            return {f"{prefix}/gamma": layer.gamma, f"{prefix}/beta": layer.beta}
+
+        mode = quantization_mode(self)
+        if mode:
+            raise ValueError(
+                f"{type(self).__name__} '{self.name}' is quantized ({mode}): named_weights() names the "
+                "weights of the float model."
+            )
+        e = self.embeddings
+        weights = {
+            "embeddings/token": private_api.embeddings_variable(e.token_embedding),
+            "embeddings/position": e.position_embedding.embeddings,
+            "embeddings/segment": private_api.embeddings_variable(e.segment_embedding),
+            **norm("embeddings/layer_norm", e.layer_norm),
+        }
+        if e.projection is not None:
+            weights.update(dense("embeddings/projection", e.projection))
+        for k, block in enumerate(self.attention_blocks):
+            for part in ("query", "key", "value", "output"):
+                weights.update(dense(f"attention_{k}/{part}", getattr(block, f"{part}_dense")))
+            weights.update(norm(f"attention_{k}/layer_norm", block.layer_norm))
+        for k, block in enumerate(self.feedforward_blocks):
+            weights.update(dense(f"feedforward_{k}/intermediate", block.intermediate_dense))
+            weights.update(dense(f"feedforward_{k}/output", block.output_dense))
+            weights.update(norm(f"feedforward_{k}/layer_norm", block.layer_norm))
+        weights.update(dense("pooler", self.pooler))
+        if len(weights) != len(self.weights):
+            raise RuntimeError(
+                f"named_weights() names {len(weights)} weights but {type(self).__name__} '{self.name}' has "
+                f"{len(self.weights)}: the canonical naming is out of date with the model."
+            )
+        return weights
 
     def compute_features(self, inputs, training=None, return_attention_scores=False):
         """Runs the encoder and returns every intermediate the caller asks for.

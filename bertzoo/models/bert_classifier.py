@@ -59,8 +59,7 @@ class BertClassifier(Task):
             name="logits",
         )
         inputs = backbone.input
-        pooled = backbone(inputs)["pooled_output"]
-        outputs = self.output_dense(self.output_dropout(pooled))
+        outputs = self.compute_head_outputs(inputs, backbone(inputs))
         super().__init__(
             inputs=inputs, outputs=outputs, backbone=backbone, preprocessor=preprocessor, **kwargs
         )
@@ -68,6 +67,10 @@ class BertClassifier(Task):
         self.dropout = float(dropout)
         self.activation = keras.activations.serialize(keras.activations.get(activation)) if activation else None
         self.class_names = list(class_names) if class_names is not None else None
+
+    def compute_head_outputs(self, inputs, features, training=None):
+        pooled = self.output_dropout(features["pooled_output"], training=training)
+        return self.output_dense(pooled)
 
     def get_config(self):
         return {

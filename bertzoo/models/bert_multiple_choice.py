@@ -84,17 +84,23 @@ class BertMultipleChoice(Task):
             dtype=head_dtype,
             name="choice_scores",
         )
+        self.merge_choices = MergeChoices(name="merge_choices")
+        self.split_choices = SplitChoices(num_choices, dtype=head_dtype, name="logits")
         inputs = {
             name: keras.Input(shape=(num_choices, None), dtype="int32", name=name)
             for name in ("token_ids", "segment_ids", "padding_mask")
         }
-        merge = MergeChoices(name="merge_choices")
-        pooled = backbone({name: merge(value) for name, value in inputs.items()})["pooled_output"]
-        scores = self.output_dense(self.output_dropout(pooled))
-        outputs = SplitChoices(num_choices, dtype=head_dtype, name="logits")(scores)
+        outputs = self.compute_head_outputs(inputs, backbone(self._backbone_inputs(inputs)))
         super().__init__(inputs=inputs, outputs=outputs, backbone=backbone, preprocessor=preprocessor, **kwargs)
         self.num_choices = num_choices
         self.dropout = float(dropout)
+
+    def _backbone_inputs(self, inputs):
+        return {name: self.merge_choices(value) for name, value in inputs.items()}
+
+    def compute_head_outputs(self, inputs, features, training=None):
+        scores = self.output_dense(self.output_dropout(features["pooled_output"], training=training))
+        return self.split_choices(scores)
 
     def get_config(self):
         return {**super().get_config(), "num_choices": self.num_choices, "dropout": self.dropout}

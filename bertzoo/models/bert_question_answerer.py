@@ -174,10 +174,13 @@ class BertQuestionAnswerer(Task):
         )
         self.span_logits = SpanLogits(mask_question, dtype=head_dtype, name="span_logits")
         inputs = backbone.input
-        scores = self.span_dense(backbone(inputs)["sequence_output"])
-        outputs = self.span_logits(scores, inputs["padding_mask"], inputs["segment_ids"])
+        outputs = self.compute_head_outputs(inputs, backbone(inputs))
         super().__init__(inputs=inputs, outputs=outputs, backbone=backbone, preprocessor=preprocessor, **kwargs)
         self.mask_question = bool(mask_question)
+
+    def compute_head_outputs(self, inputs, features, training=None):
+        scores = self.span_dense(features["sequence_output"])
+        return self.span_logits(scores, inputs["padding_mask"], inputs["segment_ids"])
 
     def get_config(self):
         return {**super().get_config(), "mask_question": self.mask_question}

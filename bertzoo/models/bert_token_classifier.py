@@ -185,12 +185,17 @@ class BertTokenClassifier(Task):
             name="logits",
         )
         inputs = backbone.input
-        sequence = backbone(inputs)["sequence_output"]
-        outputs = self.output_dense(self.output_dropout(sequence))
+        outputs = self.compute_head_outputs(inputs, backbone(inputs))
         super().__init__(inputs=inputs, outputs=outputs, backbone=backbone, preprocessor=preprocessor, **kwargs)
         self.num_classes = num_classes
         self.dropout = float(dropout)
         self.class_names = list(class_names) if class_names is not None else None
+
+    per_token_outputs = True
+
+    def compute_head_outputs(self, inputs, features, training=None):
+        sequence = self.output_dropout(features["sequence_output"], training=training)
+        return self.output_dense(sequence)
 
     def get_config(self):
         return {

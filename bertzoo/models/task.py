@@ -115,6 +115,89 @@ class Task(RawInputsMixin, keras.Model):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(**config)
 
+    # --- Backbone and head ------------------------------------------------
+    # True for heads with one row of outputs per token (a tagger): padding
+    # rows then carry no prediction (see `compute_features`).
+    per_token_outputs = False
+
+    def with_backbone(self, backbone):
+        """A new task of this class and head config around `backbone`.
+
+        The one way bertzoo rebuilds a task (copies, structured pruning,
+        distillation students). The preprocessor is kept (as a copy, so the
+        two tasks share no layer). Head weights are copied when every head
+        weight of the new task has the shape of this one's (a backbone of the
+        same hidden size); otherwise the whole head keeps its fresh
+        initialization, as `from_preset` gives a new head.
+
+        Example:
+        ```python
+        small = model.with_backbone(bertzoo.BertBackbone(**smaller_config))
+        ```
+        """
+        preprocessor = None
+        if self.preprocessor is not None:
+            preprocessor = keras.layers.deserialize(keras.layers.serialize(self.preprocessor))
+        task = type(self).from_config({**self.get_config(), "backbone": backbone, "preprocessor": preprocessor})
+
+        def head_weights(model):
+            skip = {id(v) for v in model.backbone.weights}
+            weights = []
+            for layer in task.layers:  # The new task's head layers, found by name in `model`.
+                if layer is task.backbone or layer is task.preprocessor or not layer.weights:
+                    continue
+                weights += [v for v in model.get_layer(layer.name).weights if id(v) not in skip]
+            return weights
+
+        sources, targets = head_weights(self), head_weights(task)
+        if len(sources) == len(targets) and all(
+            tuple(s.shape) == tuple(t.shape) for s, t in zip(sources, targets)
+        ):
+            for source, target in zip(sources, targets):
+                target.assign(keras.ops.cast(source.value, target.dtype))
+        return task
+
+    def compute_head_outputs(self, inputs, features, training=None):
+        """The head: this task's outputs (logits) from its `inputs` and the
+        backbone's `features` (`sequence_output`, `pooled_output`, as
+        `BertBackbone.compute_features` returns them for `inputs`).
+
+        The task's graph is built with it, so custom training loops (e.g.
+        `bertzoo.Distiller`) compute exactly what the model computes.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not expose its head as compute_head_outputs().")
+
+    def _backbone_inputs(self, inputs):
+        """Hook: the task's inputs -> the backbone's (tasks that reshape
+        their inputs, e.g. multiple choice, override it)."""
+        return inputs
+
+    def compute_features(self, inputs, training=None, return_attention_scores=False):
+        """One forward pass that keeps the backbone's intermediates.
+
+        Returns `BertBackbone.compute_features`'s dict for the sequences the
+        backbone encodes (`hidden_states`, optionally `attention_scores`,
+        ...), plus `padding_mask` (theirs: one row per choice for multiple
+        choice), `logits` (the task's outputs, `compute_head_outputs`) and,
+        for heads with one output row per token (`per_token_outputs`),
+        `logits_mask`: which rows are real tokens.
+
+        Example:
+        ```python
+        features = model.compute_features(model.preprocessor(texts), return_attention_scores=True)
+        features["logits"], features["hidden_states"][-1]
+        ```
+        """
+        encoded = self._backbone_inputs(inputs)
+        features = self.backbone.compute_features(
+            encoded, training=training, return_attention_scores=return_attention_scores
+        )
+        features["padding_mask"] = encoded["padding_mask"]
+        features["logits"] = self.compute_head_outputs(inputs, features, training=training)
+        if self.per_token_outputs:
+            features["logits_mask"] = encoded["padding_mask"]
+        return features
+
     # --- Presets ----------------------------------------------------------
     @classmethod
     def from_preset(

@@ -1,0 +1,3 @@
+"""Low-level helpers shared by every bertzoo package."""
+
+from bertzoo.utils.layers import quantization_mode

@@ -23,6 +23,7 @@ import logging
 
 import keras
 
+from bertzoo.utils.layers import quantization_mode
 from bertzoo.utils.onednn import onednn_int8_available
 
 logger = logging.getLogger("bertzoo")
@@ -45,25 +46,6 @@ def accelerator():
 
         return "gpu" if torch.cuda.is_available() else "cpu"
     return "cpu"
-
-
-def _quantization_modes(model_or_policy):
-    """The quantization modes ("int8", "int4", ...) a model, layer or dtype
-    policy computes with; empty when none.
-
-    For a model the layers decide: `quantize()` changes the policies of its
-    Dense/Embedding layers, not the model's own.
-    """
-    if model_or_policy is None or isinstance(model_or_policy, (str, keras.DTypePolicy)):
-        policy = keras.dtype_policies.get(model_or_policy or keras.config.dtype_policy())
-        return {policy.quantization_mode} - {None}
-    if not isinstance(model_or_policy, keras.layers.Layer):
-        raise TypeError(
-            "default_jit_compile() takes a Keras model or layer, a dtype policy or a "
-            f"policy name, got {type(model_or_policy).__name__}."
-        )
-    layers = [model_or_policy] + list(model_or_policy._flatten_layers(include_self=False, recursive=True))
-    return {getattr(layer, "quantization_mode", None) for layer in layers} - {None}
 
 
 def _replicas(strategy):
@@ -136,7 +118,7 @@ def default_jit_compile(model_or_policy=None, strategy=None):
     >>> default_jit_compile(bertzoo.quantize(model, "int4"))
     True
     """
-    modes = _quantization_modes(model_or_policy)
+    mode = quantization_mode(model_or_policy)
     backend = keras.backend.backend()
     if backend != "tensorflow":
         # JAX: jit_compile=False means op-by-op eager execution, always
@@ -144,8 +126,8 @@ def default_jit_compile(model_or_policy=None, strategy=None):
         return backend == "jax"
     # On CPU only quantized models without bertzoo's fused oneDNN int8
     # kernel gain from XLA (see the module docstring).
-    fused = modes <= {"int8"} and onednn_int8_available()
-    wanted = accelerator() != "cpu" or bool(modes and not fused)
+    fused = mode in (None, "int8") and onednn_int8_available()
+    wanted = accelerator() != "cpu" or bool(mode and not fused)
     if wanted and not jit_compile_supported(strategy):
         logger.warning(
             "Compiling without XLA (jit_compile=False): Keras cannot "

@@ -91,6 +91,18 @@ def settle_dtype_policy(layer):
         layer._dtype_policy = policy[layer.path]
 
 
+def embeddings_variable(layer):
+    """The variable a `keras.layers.Embedding` stores its table in (int8
+    values once quantized), not the LoRA-merged tensor `layer.embeddings`
+    returns.
+
+    Private: `Embedding._embeddings`. Fallback: `layer.embeddings`, which is
+    the same variable whenever LoRA is off.
+    """
+    variable = getattr(layer, "_embeddings", None)
+    return variable if variable is not None else layer.embeddings
+
+
 def save_weights_only(model, path, objects_to_skip=None):
     """Writes `model`'s weights to a `.weights.h5` file, leaving out
     `objects_to_skip` (e.g. the optimizer, or a task's backbone).

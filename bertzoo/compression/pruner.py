@@ -17,101 +17,29 @@ schedule after `load_weights()` into a model with the same `Pruner`.
 """
 
 import difflib
-import gzip
-import os
 import re
-import tempfile
 
 import keras
 import numpy as np
 from keras import ops
 
+from bertzoo.compression.masks import block_scores
+from bertzoo.compression.masks import expand_blocks
+from bertzoo.compression.masks import magnitude_threshold
+from bertzoo.compression.masks import n_of_m_mask
+from bertzoo.compression.masks import parse_pattern
+from bertzoo.compression.masks import prunable_weights
 from bertzoo.compression.model_copy import PRUNING_STATE_ATTR
 from bertzoo.compression.model_copy import copy_model
-from bertzoo.compression.model_copy import leaf_layers
-from bertzoo.compression.model_copy import model_weights
 from bertzoo.compression.model_copy import pruning_state
-from bertzoo.compression.model_copy import quantization_mode
 from bertzoo.compression.schedules import check_schedule
-from bertzoo.layers.embeddings import PositionEmbedding
+from bertzoo.utils import quantization_mode
 
 SCOPES = ("layer", "global")
-
-
-# --- Patterns ---------------------------------------------------------------
-def parse_pattern(pattern):
-    """Returns `None`, `("block", rows, cols)` or `("n:m", n, m)`."""
-    if pattern is None:
-        return None
-    text = str(pattern).strip().lower()
-    block = re.fullmatch(r"(\d+)x(\d+)", text)
-    if block:
-        rows, cols = int(block.group(1)), int(block.group(2))
-        if rows >= 1 and cols >= 1 and rows * cols > 1:
-            return ("block", rows, cols)
-    nm = re.fullmatch(r"(\d+):(\d+)", text)
-    if nm:
-        n, m = int(nm.group(1)), int(nm.group(2))
-        if 1 <= n < m:
-            return ("n:m", n, m)
-    raise ValueError(
-        f"Unknown pruning `pattern`={pattern!r}. Use None (unstructured), a block "
-        "shape 'RxC' such as '1x4' or '4x1' (R rows of the input dimension by C columns "
-        "of the output dimension), or 'N:M' such as '2:4' (N of every M consecutive "
-        "weights along the input dimension are kept)."
-    )
-
-
-def _block_scores(magnitudes, rows, cols):
-    """Mean magnitude of each `rows x cols` block (edges padded with zeros)."""
-    height, width = magnitudes.shape
-    pad_h, pad_w = -height % rows, -width % cols
-    padded = ops.pad(magnitudes, [[0, pad_h], [0, pad_w]])
-    blocks = ops.reshape(padded, ((height + pad_h) // rows, rows, (width + pad_w) // cols, cols))
-    return ops.mean(blocks, axis=(1, 3))
-
-
-def _expand_blocks(block_mask, shape, rows, cols):
-    expanded = ops.repeat(ops.repeat(block_mask, rows, axis=0), cols, axis=1)
-    return expanded[: shape[0], : shape[1]]
-
-
-def _threshold(scores, sparsity):
-    """The k-th smallest of the (non-negative) `scores`, k = round(sparsity * n):
-    pruning every score <= it prunes k of them. -1 (below every score) when
-    k is 0.
-
-    Found by bisection on the float32 bit patterns (which order non-negative
-    floats like their values): 32 counting passes, exact. Sorting would do,
-    but XLA's CPU sort inside a train step is slow (seconds per kernel).
-    """
-    flat = ops.reshape(ops.cast(scores, "float32"), (-1,))
-    size = flat.shape[0]
-    count = ops.cast(ops.round(ops.cast(sparsity, "float32") * size), "int32")
-    bits = ops.view(flat, "int32")
-    low = ops.convert_to_tensor(-1, "int32")  # count(bits <= low) = 0 < k
-    high = ops.max(bits)  # count(bits <= high) = n >= k
-    for _ in range(32):
-        middle = low + (high - low) // 2
-        enough = ops.sum(ops.cast(bits <= middle, "int32")) >= count
-        high = ops.where(enough, middle, high)
-        low = ops.where(enough, low, middle)
-    return ops.where(count > 0, ops.view(high, "float32"), ops.convert_to_tensor(-1.0, "float32"))
-
-
-def _n_of_m_mask(magnitudes, n, m, axis):
-    """Keeps the `n` largest of every `m` consecutive entries along `axis`."""
-    moved = ops.moveaxis(magnitudes, axis, -1)
-    lead, length = tuple(moved.shape[:-1]), moved.shape[-1]
-    groups = ops.reshape(moved, lead + (length // m, m))
-    # Rank within the group (0 = largest; ties go to the earlier entry), by
-    # pairwise comparison: m is small, and it avoids a sort under XLA.
-    a, b = groups[..., :, None], groups[..., None, :]
-    earlier = np.tril(np.ones((m, m), bool), k=-1)[None, :]  # [i, j]: j < i
-    beats = ops.logical_or(b > a, ops.logical_and(ops.equal(b, a), earlier))
-    ranks = ops.sum(ops.cast(beats, "int32"), axis=-1)
-    keep = ops.reshape(ranks < n, lead + (length,))
-    return ops.moveaxis(keep, -1, axis)
+# Canonical names (`BertBackbone.named_weights()`) of the weights
+# `layers="encoder"` and `include_embeddings=True` select.
+_ENCODER_KERNELS = re.compile(r"(attention_\d+/(query|key|value|output)|feedforward_\d+/(intermediate|output))/kernel")
+_EMBEDDING_TABLES = ("embeddings/token", "embeddings/position", "embeddings/segment", "embeddings/projection/kernel")
 
 
 # --- State and constraint ---------------------------------------------------
@@ -240,13 +168,15 @@ class Pruner:
     presets) from `strip()`.
 
     Example:
-    >>> model = bertzoo.BertClassifier.from_preset("tiny", num_classes=2)
-    >>> pruner = bertzoo.Pruner(model, bertzoo.PolynomialDecay(
-    ...     initial_sparsity=0.0, final_sparsity=0.9, begin_step=0, end_step=2000, frequency=100))
-    >>> pruner.compile()
-    >>> pruner.fit(texts, labels, epochs=3)
-    >>> pruned = pruner.strip()
-    >>> print(bertzoo.sparsity_report(pruned))
+    ```python
+    model = bertzoo.BertClassifier.from_preset("tiny", num_classes=2)
+    pruner = bertzoo.Pruner(model, bertzoo.PolynomialDecay(
+        initial_sparsity=0.0, final_sparsity=0.9, begin_step=0, end_step=2000, frequency=100))
+    pruner.compile()
+    pruner.fit(texts, labels, epochs=3)
+    pruned = pruner.strip()
+    print(bertzoo.sparsity_report(pruned))
+    ```
     """
 
     def __init__(self, model, schedule, layers="encoder", include_embeddings=False, scope="layer", pattern=None):
@@ -303,37 +233,21 @@ class Pruner:
 
     # --- Selection --------------------------------------------------------
     @staticmethod
-    def _candidates(model):
-        """`{path: (layer, variable, input_axis)}` for every prunable weight."""
-        found = {}
-        for layer in leaf_layers(model):
-            if isinstance(layer, keras.layers.Dense):
-                found[layer.path] = (layer, layer._kernel, 0)
-            elif isinstance(layer, keras.layers.Embedding):
-                found[layer.path] = (layer, layer._embeddings, 1)
-            elif isinstance(layer, PositionEmbedding):
-                found[layer.path] = (layer, layer.embeddings, 1)
-        return found
-
-    @staticmethod
-    def _encoder_and_embedding_paths(model):
+    def _encoder_and_embedding_paths(model, candidates):
+        """The layer paths `layers="encoder"` and `include_embeddings` stand
+        for, from the backbone's canonical weight names; None without one."""
         backbone = getattr(model, "backbone", model)
-        if not hasattr(backbone, "attention_blocks"):
+        if not hasattr(backbone, "named_weights"):
             return None, None
-        encoder = []
-        for block in backbone.attention_blocks:
-            encoder += [block.query_dense, block.key_dense, block.value_dense, block.output_dense]
-        for block in backbone.feedforward_blocks:
-            encoder += [block.intermediate_dense, block.output_dense]
-        emb = backbone.embeddings
-        embeddings = [emb.token_embedding, emb.position_embedding, emb.segment_embedding]
-        if emb.projection is not None:
-            embeddings.append(emb.projection)
-        return [layer.path for layer in encoder], [layer.path for layer in embeddings]
+        path_of = {id(variable): path for path, (_, variable, _) in candidates.items()}
+        named = backbone.named_weights()
+        encoder = [path_of[id(v)] for name, v in named.items() if _ENCODER_KERNELS.fullmatch(name)]
+        embeddings = [path_of[id(named[name])] for name in _EMBEDDING_TABLES if name in named]
+        return encoder, embeddings
 
     def _select(self, model, layers, include_embeddings):
-        candidates = self._candidates(model)
-        encoder, embeddings = self._encoder_and_embedding_paths(model)
+        candidates = prunable_weights(model)
+        encoder, embeddings = self._encoder_and_embedding_paths(model, candidates)
         if isinstance(layers, str) and layers == "encoder":
             if encoder is None:
                 raise ValueError(
@@ -394,13 +308,13 @@ class Pruner:
     def _scores(self, index, w):
         magnitudes = ops.abs(ops.cast(w, "float32"))
         if self._pattern and self._pattern[0] == "block":
-            return _block_scores(magnitudes, self._pattern[1], self._pattern[2])
+            return block_scores(magnitudes, self._pattern[1], self._pattern[2])
         return magnitudes
 
     def _mask_from_scores(self, index, scores, threshold):
         keep = ops.cast(scores > threshold, self.state.masks[index].dtype)
         if self._pattern and self._pattern[0] == "block":
-            keep = _expand_blocks(keep, self.targets[index].variable.shape, self._pattern[1], self._pattern[2])
+            keep = expand_blocks(keep, self.targets[index].variable.shape, self._pattern[1], self._pattern[2])
         return keep
 
     def _global_threshold(self, index, w, sparsity):
@@ -408,7 +322,7 @@ class Pruner:
         for i, target in enumerate(self.targets):
             value = w if i == index else ops.convert_to_tensor(target.variable)
             scores.append(ops.reshape(self._scores(i, value), (-1,)))
-        return _threshold(ops.concatenate(scores, axis=0), sparsity)
+        return magnitude_threshold(ops.concatenate(scores, axis=0), sparsity)
 
     def _new_mask(self, index, w, should_prune, sparsity, current):
         dtype = current.dtype
@@ -418,14 +332,14 @@ class Pruner:
             active = ops.logical_and(should_prune, sparsity > 0)
             return ops.cond(
                 active,
-                lambda: ops.cast(_n_of_m_mask(ops.abs(w), n, m, axis), dtype),
+                lambda: ops.cast(n_of_m_mask(ops.abs(w), n, m, axis), dtype),
                 lambda: current,
             )
         if self.scope == "layer":
 
             def prune():
                 scores = self._scores(index, w)
-                return self._mask_from_scores(index, scores, _threshold(scores, sparsity))
+                return self._mask_from_scores(index, scores, magnitude_threshold(scores, sparsity))
 
             return ops.cond(should_prune, prune, lambda: current)
         # Global: the first weight updated in a pruning step computes the
@@ -478,8 +392,10 @@ class Pruner:
         constraints) with the pruned weights set to zero.
 
         Example:
-        >>> pruned = pruner.strip()
-        >>> pruned.save_to_preset("runs/pruned")
+        ```python
+        pruned = pruner.strip()
+        pruned.save_to_preset("runs/pruned")
+        ```
         """
         masks = {id(t.variable): ops.convert_to_numpy(self.state.masks[i]) for i, t in enumerate(self.targets)}
 
@@ -513,125 +429,3 @@ class _SparsityLogger(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
             logs["sparsity"] = round(self.pruner.sparsity(), 4)
-
-
-# --- Report -----------------------------------------------------------------
-class SparsityReport:
-    """Per-layer and total sparsity of a model, and its weights' size on disk
-    raw and gzip-compressed (zeros compress away; the rest does not).
-
-    Attributes:
-        layers: list of dicts `{"path", "shape", "parameters", "zeros", "sparsity"}`
-            for every weight matrix (Dense kernels, embedding tables).
-        total_sparsity: zeros / parameters over those matrices.
-        overall_sparsity: zeros / parameters over all weights (biases, norms too).
-        dense_bytes: size of the model's weights in an HDF5 file (as
-            `save_weights` writes them, less any optimizer state or masks).
-        compressed_bytes: its size after gzip (level 6).
-    """
-
-    def __init__(self, layers, total_params, total_zeros, dense_bytes, compressed_bytes):
-        self.layers = layers
-        matrix_params = sum(row["parameters"] for row in layers)
-        matrix_zeros = sum(row["zeros"] for row in layers)
-        self.total_sparsity = matrix_zeros / matrix_params if matrix_params else 0.0
-        self.overall_sparsity = total_zeros / total_params if total_params else 0.0
-        self.parameters = total_params
-        self.dense_bytes = dense_bytes
-        self.compressed_bytes = compressed_bytes
-
-    @property
-    def compression_ratio(self):
-        """compressed_bytes / dense_bytes."""
-        return self.compressed_bytes / self.dense_bytes
-
-    def to_dict(self):
-        return {
-            "layers": self.layers,
-            "total_sparsity": self.total_sparsity,
-            "overall_sparsity": self.overall_sparsity,
-            "parameters": self.parameters,
-            "dense_bytes": self.dense_bytes,
-            "compressed_bytes": self.compressed_bytes,
-        }
-
-    def __str__(self):
-        width = max([len("layer")] + [len(r["path"]) for r in self.layers])
-        lines = [f"{'layer':<{width}}  {'shape':>14}  {'params':>11}  {'sparsity':>8}"]
-        for r in self.layers:
-            shape = "x".join(str(d) for d in r["shape"])
-            lines.append(f"{r['path']:<{width}}  {shape:>14}  {r['parameters']:>11,}  {r['sparsity']:>8.1%}")
-        lines.append(f"{'total (weight matrices)':<{width}}  {'':>14}  {'':>11}  {self.total_sparsity:>8.1%}")
-        lines.append(
-            f"all weights: {self.parameters:,} parameters, {self.overall_sparsity:.1%} zero; "
-            f"weights file {self.dense_bytes / 1e6:.2f} MB, gzip {self.compressed_bytes / 1e6:.2f} MB "
-            f"({self.compression_ratio:.1%})"
-        )
-        return "\n".join(lines)
-
-    def __repr__(self):
-        return (
-            f"SparsityReport(total_sparsity={self.total_sparsity:.4f}, dense_bytes={self.dense_bytes}, "
-            f"compressed_bytes={self.compressed_bytes})"
-        )
-
-
-def gzip_size(path, level=6):
-    """Bytes of `path` (a file, or every file of a directory) after gzip."""
-    path = os.fspath(path)
-    files = [path] if os.path.isfile(path) else sorted(
-        os.path.join(root, name) for root, _, names in os.walk(path) for name in names
-    )
-    total = 0
-    for name in files:
-        with open(name, "rb") as f:
-            total += len(gzip.compress(f.read(), compresslevel=level, mtime=0))
-    return total
-
-
-def sparsity_report(model):
-    """Per-layer and total sparsity, and dense vs gzip-compressed weight size.
-
-    Sizes count the model's weights only: not the optimizer state of a
-    compiled model, nor the masks of a model with a `Pruner` attached.
-
-    Example:
-    >>> report = bertzoo.sparsity_report(pruner.strip())
-    >>> print(report)            # a table; report.to_dict() for the figures
-    >>> report.total_sparsity
-    0.9
-    """
-    if not isinstance(model, keras.Model) or not model.built:
-        raise ValueError(f"`sparsity_report` needs a built Keras model, got {model!r}.")
-    rows = []
-    order = {id(v): i for i, v in enumerate(model.weights)}
-    candidates = sorted(Pruner._candidates(model).items(), key=lambda kv: order.get(id(kv[1][1]), len(order)))
-    for path, (layer, variable, _) in candidates:
-        value = ops.convert_to_numpy(variable)
-        zeros = int(np.sum(value == 0))
-        rows.append(
-            {
-                "path": path,
-                "shape": list(value.shape),
-                "parameters": int(value.size),
-                "zeros": zeros,
-                "sparsity": zeros / value.size,
-            }
-        )
-    import h5py
-
-    weights = model_weights(model)
-    arrays = [ops.convert_to_numpy(v) for v in weights]
-    total_params = sum(a.size for a in arrays)
-    total_zeros = sum(int(np.sum(a == 0)) for a in arrays)
-    # The model's own weights, one HDF5 dataset each as in a Keras weights
-    # file, but without what `save_weights` adds for a compiled or pruning
-    # model (optimizer slots, masks): those are not the model's size.
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "model.weights.h5")
-        with h5py.File(path, "w") as f:
-            for index, (variable, array) in enumerate(zip(weights, arrays)):
-                f.create_dataset(f"{index}/{variable.path}", data=array)
-        dense_bytes = os.path.getsize(path)
-        compressed_bytes = gzip_size(path)
-    return SparsityReport(rows, total_params, total_zeros, dense_bytes, compressed_bytes)

@@ -1,0 +1,465 @@
+"""Knowledge distillation of BERT task models into smaller ones.
+
+`Distiller` trains a student task model (a classifier, tagger, question
+answerer or multiple-choice model) to imitate a fine-tuned teacher:
+Hinton et al.'s soft targets at temperature `T` mixed with the hard labels,
+plus TinyBERT-style intermediate losses (hidden states through a learned
+projection when widths differ, attention distributions, the embedding
+layer) between mapped layers. The losses are in `bertzoo.compression.losses`;
+`init_student_from_teacher` (in `student_init`) builds a shallower student
+from every k-th teacher layer (DistilBERT).
+
+How this relates to `keras.distillation`: `Distiller` subclasses
+`keras.distillation.Distiller` (teacher freezing, model checks, the
+`student_loss_weight` mix, loss trackers, `compile`'s student loss) and its
+losses are `keras.distillation.DistillationLoss` subclasses; the soft-target
+loss *is* `keras.distillation.LogitsDistillation` (KL at `T`, scaled by `T^2`),
+configured with a `KLDivergence` instance because its default loss string
+silently skips the softmax and the `T^2` (see `soft_target_loss`).
+What it replaces, and why:
+
+- Feature extraction. Keras reads intermediate features from
+  `model.get_layer(name).output` through a second functional model. A BERT
+  task's backbone is one nested layer, its per-layer hidden states are no
+  layer's output, and attention probabilities are not computed by the
+  default graph at all; so features come from the task's own
+  `compute_features(..., return_attention_scores=True)` (the backbone's
+  features and the head's logits, in one pass).
+- One student forward pass. With feature losses Keras runs the student twice
+  per step (once for `y_pred`, once through the feature extractor, with
+  different dropout masks). Here `call()` runs it once and keeps its features
+  for `compute_loss` (matched by the identity of `y_pred`).
+- Loss mix. Keras scales every distillation loss by `1 - student_loss_weight`.
+  Here `alpha` mixes only the hard-label loss with the soft-target loss, as in
+  Hinton et al.; the intermediate losses have their own weights. On unlabeled
+  batches (no `y`) the soft-target loss gets the full weight.
+- Learned projections. `FeatureDistillation` holds no weights; the TinyBERT
+  projections are `Dense` layers of the distiller, trained with the student.
+- The teacher's outputs also pass through `stop_gradient` (Keras relies on
+  `teacher.trainable = False` alone), so no gradient reaches the teacher even
+  if its variables are made trainable again or shared with the student.
+"""
+
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+from bertzoo.compression.layer_maps import layer_map_pairs
+from bertzoo.compression.losses import AttentionDistillation
+from bertzoo.compression.losses import HiddenStateDistillation
+from bertzoo.compression.losses import soft_target_loss
+from bertzoo.layers.dense import Dense
+from bertzoo.models.head_utils import unused_pooler_ok
+from bertzoo.models.raw_inputs import RawInputsMixin
+from bertzoo.models.task import Task
+from bertzoo.models.task import bert_optimizer
+from bertzoo.utils import private_api
+from bertzoo.utils.device import resolve_jit_compile
+
+# `loss_terms` tokenizes raw inputs as one batch of at most this many examples.
+_ONE_BATCH = 1 << 30
+
+
+# --- Models -----------------------------------------------------------------
+def _check_task(role, model):
+    if not isinstance(model, Task) or type(model).compute_head_outputs is Task.compute_head_outputs:
+        raise ValueError(
+            f"The {role} must be a bertzoo BertClassifier or another task with a head (BertTokenClassifier, "
+            f"BertQuestionAnswerer, BertMultipleChoice), got {type(model).__name__}. "
+            f"Build one with e.g. bertzoo.BertClassifier.from_preset(...)."
+        )
+
+
+def _check_same_head(teacher, student):
+    """Teacher and student must give logits of the same kind and shape."""
+    if type(teacher) is not type(student):
+        raise ValueError(
+            f"The teacher is a {type(teacher).__name__} but the student a {type(student).__name__}: "
+            "distill into a student of the teacher's class."
+        )
+    if getattr(teacher, "num_classes", None) != getattr(student, "num_classes", None):
+        raise ValueError(
+            f"The teacher predicts {teacher.num_classes} classes but the student "
+            f"{student.num_classes}: build the student with num_classes={teacher.num_classes}."
+        )
+    if tuple(teacher.output.shape) != tuple(student.output.shape):
+        raise ValueError(
+            f"The teacher's outputs have shape {tuple(teacher.output.shape)} but the student's "
+            f"{tuple(student.output.shape)}: build the student with the teacher's head settings."
+        )
+
+
+def _tokenizer_difference(a, b):
+    """Why two `BertTokenizer`s give different ids for the same text, or None."""
+    va, vb = a.get_vocabulary(), b.get_vocabulary()
+    if va != vb:
+        if len(va) != len(vb):
+            return f"the vocabularies have {len(va)} and {len(vb)} tokens"
+        i = next(i for i, (x, y) in enumerate(zip(va, vb)) if x != y)
+        return f"the vocabularies differ (id {i} is {va[i]!r} for the teacher, {vb[i]!r} for the student)"
+    for setting in ("lowercase", "strip_accents", "max_chars_per_word", "split_on_cjk"):
+        if getattr(a, setting) != getattr(b, setting):
+            return f"`{setting}` is {getattr(a, setting)!r} for the teacher, {getattr(b, setting)!r} for the student"
+    return None
+
+
+def _check_same_tokens(teacher, student):
+    """Teacher and student must read the same token ids (one tokenization)."""
+    tv, sv = teacher.backbone.vocabulary_size, student.backbone.vocabulary_size
+    fix = (
+        "Distillation feeds both models the same token ids, so they need one vocabulary. "
+        "Give a randomly initialized student the teacher's tokenizer, e.g. "
+        "BertClassifier.from_preset('tiny', num_classes=..., preprocessor=teacher.preprocessor, "
+        f"load_weights=False) (its backbone needs vocabulary_size={tv}), or build the student "
+        "from the teacher with bertzoo.init_student_from_teacher(teacher, {'num_layers': ...})."
+    )
+    if tv != sv:
+        raise ValueError(
+            f"Teacher and student vocabularies differ: the teacher has vocabulary_size={tv}, "
+            f"the student {sv}. {fix}"
+        )
+    if teacher.preprocessor is not None and student.preprocessor is not None:
+        why = _tokenizer_difference(teacher.preprocessor.tokenizer, student.preprocessor.tokenizer)
+        if why:
+            raise ValueError(f"Teacher and student tokenize text differently: {why}. {fix}")
+    text_model = student if student.preprocessor is not None else teacher
+    if text_model.preprocessor is not None:
+        length = text_model.preprocessor.sequence_length
+        for role, model in (("teacher", teacher), ("student", student)):
+            if model.backbone.max_sequence_length < length:
+                raise ValueError(
+                    f"The shared preprocessor makes sequences of {length} tokens but the {role} "
+                    f"has max_sequence_length={model.backbone.max_sequence_length}. Build the "
+                    "models with a shorter `sequence_length`."
+                )
+
+
+def _check_weight(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or math.isinf(value):
+        raise ValueError(f"`{name}` must be a finite number >= 0 (0 turns the loss off), got {value!r}.")
+    return float(value)
+
+
+@keras.saving.register_keras_serializable(package="bertzoo")
+class Distiller(RawInputsMixin, keras.distillation.Distiller):
+    """Trains a student task model to imitate a teacher of the same class.
+
+    Any bertzoo head works: `BertClassifier` (soft targets over the classes),
+    `BertTokenClassifier` (over each token's classes, padding tokens left
+    out), `BertQuestionAnswerer` (over the positions of the start and of the
+    end logits) and `BertMultipleChoice` (over the choices; the intermediate
+    losses then compare every encoded choice).
+
+    The loss of a labelled batch is
+
+        alpha * CE(y, student) + (1 - alpha) * T^2 * KL(softmax(teacher / T) || softmax(student / T))
+        + hidden_state_weight * mean over pairs of MSE(W_h h_student[s], h_teacher[t])
+        + attention_weight * mean over pairs of KL(A_teacher[t] || A_student[s])
+        + embedding_weight * MSE(W_e e_student, e_teacher)
+
+    and of an unlabelled batch (no `y`: raw text alone) the same with
+    `alpha = 0`: the teacher's soft targets replace the labels. `W_h` and
+    `W_e` are learned `Dense` projections, present only when the hidden sizes
+    differ. The pairs `(s, t)` come from `layer_map`; a weight of 0 turns its
+    loss off (and attention probabilities are then not computed at all).
+
+    The teacher is frozen (`teacher.trainable` is set to False), runs in
+    inference mode (no dropout) and its outputs pass through
+    `stop_gradient`. Teacher and student must read the same token ids: with
+    raw-text inputs the student's preprocessor (else the teacher's) tokenizes
+    once for both, and differing vocabularies are an error. `fit`,
+    `evaluate` and `predict` accept what task models accept: raw strings,
+    string pairs, `tf.data` datasets of them, or tokenized dicts.
+
+    Metrics: `accuracy` is the student's (on labelled data), `agreement` is
+    the fraction of predictions (examples; real tokens for a tagger; start
+    and end for spans) where student and teacher pick the same class,
+    `student_loss` the hard-label loss and `distillation_loss` the weighted
+    sum of the other terms. After `fit`, `distiller.student` is an ordinary
+    task model (save it with `save_to_preset`).
+
+    Args:
+        teacher: a trained bertzoo task model (e.g. `bertzoo.BertClassifier`).
+        student: the task model to train: same class and head settings
+            (e.g. `num_classes`) as the teacher.
+        temperature: softmax temperature `T > 0` of the soft targets.
+        alpha: weight in [0, 1] of the hard-label loss against the soft one.
+        hidden_state_weight: weight of the hidden-state loss.
+        attention_weight: weight of the attention-distribution loss.
+        embedding_weight: weight of the embedding-output loss.
+        layer_map: "uniform", "last", or `[(student_layer, teacher_layer), ...]`
+            (layers numbered from 1); see `layer_map_pairs`.
+
+    Example:
+    ```python
+    teacher = bertzoo.BertClassifier.from_preset("runs/teacher")  # fine-tuned
+    # A random student may take the teacher's tokenizer (one vocabulary for both):
+    student = bertzoo.BertClassifier.from_preset(
+        "tiny", num_classes=2, preprocessor=teacher.preprocessor, load_weights=False)
+    # ...or start from every k-th teacher layer (same width):
+    # student = bertzoo.init_student_from_teacher(teacher, {"num_layers": 2})
+    distiller = bertzoo.Distiller(teacher, student, temperature=2.0, alpha=0.5)
+    distiller.compile()
+    distiller.fit(train_texts, train_labels, validation_data=(val_texts, val_labels), epochs=3)
+    student.save_to_preset("runs/student")
+    ```
+    """
+
+    def __init__(
+        self,
+        teacher,
+        student,
+        temperature=2.0,
+        alpha=0.5,
+        hidden_state_weight=1.0,
+        attention_weight=1.0,
+        embedding_weight=1.0,
+        layer_map="uniform",
+        name="distiller",
+        **kwargs,
+    ):
+        _check_task("teacher", teacher)
+        _check_task("student", student)
+        if teacher is student:
+            raise ValueError("The teacher and the student are the same model: pass two models.")
+        _check_same_head(teacher, student)
+        _check_same_tokens(teacher, student)
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+            raise ValueError(f"`temperature` must be a number > 0, got {temperature!r} (1 = plain softmax).")
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
+            raise ValueError(
+                f"`alpha` must be in [0, 1] (the weight of the hard-label loss; 0 = soft targets "
+                f"only), got {alpha!r}."
+            )
+        weights = {
+            "hidden": _check_weight("hidden_state_weight", hidden_state_weight),
+            "attention": _check_weight("attention_weight", attention_weight),
+            "embedding": _check_weight("embedding_weight", embedding_weight),
+        }
+        layer_pairs = layer_map_pairs(layer_map, student.backbone.num_layers, teacher.backbone.num_layers)
+
+        s_width, t_width = student.backbone.hidden_dim, teacher.backbone.hidden_dim
+
+        def projection(name):
+            if s_width == t_width:
+                return None
+            layer = Dense(t_width, dtype=student.backbone.dtype_policy, name=name)
+            layer.build((None, None, s_width))
+            return layer
+
+        hidden_projection = projection("hidden_projection") if weights["hidden"] else None
+        embedding_projection = projection("embedding_projection") if weights["embedding"] else None
+        terms = {"soft": soft_target_loss(float(temperature))}
+        if weights["hidden"]:
+            terms["hidden"] = HiddenStateDistillation(layer_pairs, hidden_projection)
+        if weights["attention"]:
+            terms["attention"] = AttentionDistillation(layer_pairs)
+        if weights["embedding"]:
+            terms["embedding"] = HiddenStateDistillation([(0, 0)], embedding_projection)
+        super().__init__(
+            teacher=teacher,
+            student=student,
+            distillation_losses=list(terms.values()),
+            distillation_loss_weights=[1.0] + [weights[k] for k in terms if k != "soft"],
+            student_loss_weight=float(alpha),
+            name=name,
+            **kwargs,
+        )
+        self._terms = terms
+        self.hidden_projection = hidden_projection
+        self.embedding_projection = embedding_projection
+        self.temperature = float(temperature)
+        self.hidden_state_weight = weights["hidden"]
+        self.attention_weight = weights["attention"]
+        self.embedding_weight = weights["embedding"]
+        self.layer_map = layer_map if isinstance(layer_map, str) else [list(p) for p in layer_pairs]
+        self.layer_pairs = layer_pairs
+        self._term_weights = weights
+        self._needs_attention = bool(weights["attention"])
+        self.agreement_tracker = keras.metrics.Mean(name="agreement")
+        # The hard-label loss until `compile()` sets the chosen one.
+        self._student_loss = student.default_loss()
+        # Features of the latest student forward pass, keyed by its logits;
+        # not tracked by Keras (they are tensors of one trace, not state).
+        object.__setattr__(self, "_student_pass", None)
+
+    @property
+    def alpha(self):
+        """Weight of the hard-label loss (Keras's `student_loss_weight`)."""
+        return self.student_loss_weight
+
+    @property
+    def preprocessor(self):
+        """The preprocessor that tokenizes raw text for both models, or None."""
+        return self._text_model().preprocessor
+
+    def _text_model(self):
+        return self.student if self.student.preprocessor is not None else self.teacher
+
+    @property
+    def metrics(self):
+        # Keras's `total_loss` tracker would repeat `loss`; the compiled
+        # metrics stay unbuilt while only unlabelled data has been seen.
+        compiled = private_api.compiled_metrics_container(self)
+        return [
+            m for m in super().metrics
+            if m is not self.total_loss_tracker and not (m is compiled and not m.built)
+        ]
+
+    # --- Training defaults ------------------------------------------------
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", jit_compile="auto", **kwargs):
+        """Compiles with the student's fine-tuning defaults.
+
+        `optimizer="auto"`: `bertzoo.models.task.bert_optimizer()` (AdamW, peak
+        learning rate 5e-5, warm-up then linear decay over the `fit()` run);
+        pass `bert_optimizer(1e-3)` for a randomly initialized student.
+        `loss="auto"`: the student's hard-label loss (logits cross-entropy).
+        `metrics="auto"`: the student's accuracy. `jit_compile="auto"`: XLA
+        where it is faster (`bertzoo.utils.device.default_jit_compile`).
+        """
+        if optimizer == "auto":
+            optimizer = bert_optimizer()
+        if loss == "auto":
+            loss = self.student.default_loss()
+        if metrics == "auto":
+            metrics = self.student.default_metrics()
+        # The student decides: its dtype and whether it is quantized. A
+        # multi-replica strategy turns XLA off (or rejects jit_compile=True).
+        jit_compile = resolve_jit_compile(jit_compile, self.student, getattr(self, "distribute_strategy", None))
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=jit_compile, **kwargs)
+
+    # --- Forward and loss -------------------------------------------------
+    def call(self, inputs, training=None):
+        """The student's logits (its features are kept for `compute_loss`)."""
+        features = self._features(self.student, inputs, training)
+        object.__setattr__(self, "_student_pass", (features["logits"], features))
+        return features["logits"]
+
+    def _features(self, model, inputs, training):
+        """One forward pass of `model`: its logits and backbone features."""
+        return model.compute_features(inputs, training=training, return_attention_scores=self._needs_attention)
+
+    def _teacher_features(self, x):
+        features = self._features(self.teacher, x, training=False)
+        return keras.tree.map_structure(ops.stop_gradient, features)
+
+    def _loss_terms(self, x, y, student, teacher, sample_weight=None):
+        """Unweighted loss terms (scalars) and the teacher-student agreement."""
+        mask = student["padding_mask"]  # Of the encoded sequences (one per choice for multiple choice).
+        logits_mask = student.get("logits_mask")  # Per-token heads: padding rows carry no target.
+        terms = {}
+        if y is not None:
+            hard = self._student_loss(y, student["logits"], sample_weight)
+            terms["hard"] = ops.mean(hard)
+        for key, loss in self._terms.items():
+            if key == "soft":
+                terms[key] = loss.compute_loss(teacher["logits"], student["logits"], mask=logits_mask)
+            elif key == "attention":
+                terms[key] = loss.compute_loss(teacher["attention_scores"], student["attention_scores"], mask)
+            else:
+                terms[key] = loss.compute_loss(teacher["hidden_states"], student["hidden_states"], mask)
+        same = ops.cast(ops.equal(ops.argmax(student["logits"], axis=-1), ops.argmax(teacher["logits"], axis=-1)),
+                        "float32")
+        if logits_mask is None:
+            return terms, ops.mean(same)
+        logits_mask = ops.cast(logits_mask, "float32")
+        return terms, ops.sum(same * logits_mask) / ops.maximum(ops.sum(logits_mask), 1.0)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        student = None
+        if y_pred is not None and self._student_pass is not None and self._student_pass[0] is y_pred:
+            student = self._student_pass[1]
+        object.__setattr__(self, "_student_pass", None)
+        if student is None:  # `y_pred` did not come from this model's `call`.
+            student = self._features(self.student, x, training)
+        teacher = self._teacher_features(x)
+        terms, agreement = self._loss_terms(x, y, student, teacher, sample_weight)
+
+        soft_weight = 1.0 - self.student_loss_weight if y is not None else 1.0
+        distillation = soft_weight * terms["soft"]
+        for key, weight in self._term_weights.items():
+            if key in terms:
+                distillation = distillation + weight * terms[key]
+        total = distillation
+        if y is not None:
+            total = total + self.student_loss_weight * terms["hard"]
+            self.student_loss_tracker.update_state(terms["hard"])
+        self.distillation_loss_tracker.update_state(distillation)
+        self.total_loss_tracker.update_state(total)
+        self.agreement_tracker.update_state(agreement)
+        return total
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        if y is not None:
+            return super().compute_metrics(x, y, y_pred, sample_weight)
+        # Unlabelled data: the label metrics (compiled ones, the hard loss)
+        # have nothing to compare.
+        skip = (private_api.compiled_metrics_container(self), self.student_loss_tracker)
+        return {m.name: m.result() for m in self.metrics if all(m is not s for s in skip)}
+
+    def loss_terms(self, x, y=None):
+        """The unweighted loss terms on one batch, both models in inference mode.
+
+        Returns a dict of floats: `soft` (T^2-scaled KL), `hidden`,
+        `attention`, `embedding` (the enabled ones), `hard` when `y` is given,
+        and `agreement`.
+
+        Example:
+        ```python
+        distiller.loss_terms(["a fine film", "a dull film"], [1, 0])
+        # {'hard': 0.69, 'soft': 0.01, 'hidden': 1.8, ...}
+        ```
+        """
+        if not (isinstance(x, dict) and "token_ids" in x):
+            if self.preprocessor is None:
+                raise ValueError("Raw text needs a preprocessor: pass a tokenized dict, or attach one.")
+            # The task's own preprocessing (labels too: word labels, answer spans), as one batch.
+            batch = next(iter(self._as_dataset(x, y, batch_size=_ONE_BATCH)))
+            x, y = batch if isinstance(batch, tuple) else (batch, None)
+        student = self._features(self.student, x, False)
+        teacher = self._teacher_features(x)
+        y = None if y is None else ops.convert_to_tensor(np.asarray(y))
+        terms, agreement = self._loss_terms(x, y, student, teacher)
+        terms["agreement"] = agreement
+        return {k: float(ops.convert_to_numpy(v)) for k, v in terms.items()}
+
+    # --- Raw inputs (the task models' preprocessing) ------------------------
+    def _as_dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
+        return self._text_model()._as_dataset(x, y, sample_weight, batch_size, shuffle=shuffle)
+
+    def fit(self, *args, **kwargs):
+        # Tagger and span students leave the pooler without gradients.
+        with unused_pooler_ok():
+            return super().fit(*args, **kwargs)
+
+    def predict(self, x, batch_size=None, **kwargs):
+        """The student's logits (the teacher does not run)."""
+        dataset = self._as_dataset(x, batch_size=batch_size)
+        if dataset is not None:
+            x, batch_size = dataset, None
+        return self.student.predict(x, batch_size=batch_size, **kwargs)
+
+    # --- Config -----------------------------------------------------------
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "teacher": keras.saving.serialize_keras_object(self.teacher),
+            "student": keras.saving.serialize_keras_object(self.student),
+            "temperature": self.temperature,
+            "alpha": self.alpha,
+            "hidden_state_weight": self.hidden_state_weight,
+            "attention_weight": self.attention_weight,
+            "embedding_weight": self.embedding_weight,
+            "layer_map": self.layer_map,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        for role in ("teacher", "student"):
+            if isinstance(config[role], dict):
+                config[role] = keras.saving.deserialize_keras_object(config[role])
+        return cls(**config)

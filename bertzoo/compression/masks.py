@@ -1,0 +1,105 @@
+"""Pruning masks: what can be pruned, and how weights are scored and cut.
+
+Patterns: unstructured (each weight by its magnitude), blocks `"RxC"`
+(scored by mean magnitude) and `"N:M"` (N of every M consecutive inputs
+kept). Everything here runs inside the compiled train step (XLA included).
+"""
+
+import re
+
+import keras
+import numpy as np
+from keras import ops
+
+from bertzoo.layers.embeddings import PositionEmbedding
+from bertzoo.utils import private_api
+from bertzoo.utils.layers import leaf_layers
+
+
+def prunable_weights(model):
+    """`{layer path: (layer, variable, input_axis)}` for every weight matrix
+    of `model` that can be pruned: Dense kernels and embedding tables."""
+    found = {}
+    for layer in leaf_layers(model):
+        if isinstance(layer, keras.layers.Dense):
+            found[layer.path] = (layer, private_api.dense_kernel_variable(layer), 0)
+        elif isinstance(layer, keras.layers.Embedding):
+            found[layer.path] = (layer, private_api.embeddings_variable(layer), 1)
+        elif isinstance(layer, PositionEmbedding):
+            found[layer.path] = (layer, layer.embeddings, 1)
+    return found
+
+
+def parse_pattern(pattern):
+    """Returns `None`, `("block", rows, cols)` or `("n:m", n, m)`."""
+    if pattern is None:
+        return None
+    text = str(pattern).strip().lower()
+    block = re.fullmatch(r"(\d+)x(\d+)", text)
+    if block:
+        rows, cols = int(block.group(1)), int(block.group(2))
+        if rows >= 1 and cols >= 1 and rows * cols > 1:
+            return ("block", rows, cols)
+    nm = re.fullmatch(r"(\d+):(\d+)", text)
+    if nm:
+        n, m = int(nm.group(1)), int(nm.group(2))
+        if 1 <= n < m:
+            return ("n:m", n, m)
+    raise ValueError(
+        f"Unknown pruning `pattern`={pattern!r}. Use None (unstructured), a block "
+        "shape 'RxC' such as '1x4' or '4x1' (R rows of the input dimension by C columns "
+        "of the output dimension), or 'N:M' such as '2:4' (N of every M consecutive "
+        "weights along the input dimension are kept)."
+    )
+
+
+def block_scores(magnitudes, rows, cols):
+    """Mean magnitude of each `rows x cols` block (edges padded with zeros)."""
+    height, width = magnitudes.shape
+    pad_h, pad_w = -height % rows, -width % cols
+    padded = ops.pad(magnitudes, [[0, pad_h], [0, pad_w]])
+    blocks = ops.reshape(padded, ((height + pad_h) // rows, rows, (width + pad_w) // cols, cols))
+    return ops.mean(blocks, axis=(1, 3))
+
+
+def expand_blocks(block_mask, shape, rows, cols):
+    expanded = ops.repeat(ops.repeat(block_mask, rows, axis=0), cols, axis=1)
+    return expanded[: shape[0], : shape[1]]
+
+
+def magnitude_threshold(scores, sparsity):
+    """The k-th smallest of the (non-negative) `scores`, k = round(sparsity * n):
+    pruning every score <= it prunes k of them. -1 (below every score) when
+    k is 0.
+
+    Found by bisection on the float32 bit patterns (which order non-negative
+    floats like their values): 32 counting passes, exact. Sorting would do,
+    but XLA's CPU sort inside a train step is slow (seconds per kernel).
+    """
+    flat = ops.reshape(ops.cast(scores, "float32"), (-1,))
+    size = flat.shape[0]
+    count = ops.cast(ops.round(ops.cast(sparsity, "float32") * size), "int32")
+    bits = ops.view(flat, "int32")
+    low = ops.convert_to_tensor(-1, "int32")  # count(bits <= low) = 0 < k
+    high = ops.max(bits)  # count(bits <= high) = n >= k
+    for _ in range(32):
+        middle = low + (high - low) // 2
+        enough = ops.sum(ops.cast(bits <= middle, "int32")) >= count
+        high = ops.where(enough, middle, high)
+        low = ops.where(enough, low, middle)
+    return ops.where(count > 0, ops.view(high, "float32"), ops.convert_to_tensor(-1.0, "float32"))
+
+
+def n_of_m_mask(magnitudes, n, m, axis):
+    """Keeps the `n` largest of every `m` consecutive entries along `axis`."""
+    moved = ops.moveaxis(magnitudes, axis, -1)
+    lead, length = tuple(moved.shape[:-1]), moved.shape[-1]
+    groups = ops.reshape(moved, lead + (length // m, m))
+    # Rank within the group (0 = largest; ties go to the earlier entry), by
+    # pairwise comparison: m is small, and it avoids a sort under XLA.
+    a, b = groups[..., :, None], groups[..., None, :]
+    earlier = np.tril(np.ones((m, m), bool), k=-1)[None, :]  # [i, j]: j < i
+    beats = ops.logical_or(b > a, ops.logical_and(ops.equal(b, a), earlier))
+    ranks = ops.sum(ops.cast(beats, "int32"), axis=-1)
+    keep = ops.reshape(ranks < n, lead + (length,))
+    return ops.moveaxis(keep, -1, axis)

@@ -1,0 +1,45 @@
+"""Walking a model's layers: its leaf layers and its quantization mode."""
+
+import keras
+
+from bertzoo.utils import private_api
+
+
+def leaf_layers(model):
+    """Every layer of `model` (nested ones included) without sub-layers,
+    each once, in the model's order."""
+    seen, leaves = set(), []
+    for layer in private_api.flatten_layers(model, include_self=False, recursive=True):
+        if id(layer) in seen or private_api.flatten_layers(layer, include_self=False, recursive=False):
+            continue
+        seen.add(id(layer))
+        leaves.append(layer)
+    return leaves
+
+
+def quantization_mode(model_or_policy):
+    """The quantization mode a model, layer or dtype policy computes with:
+    None (float), or the mode (`"int8"`, `"int4"`, ...).
+
+    For a model the layers decide: `quantize()` changes the policies of its
+    Dense/Embedding layers, not the model's own. A model whose layers use
+    several modes gives them sorted and joined by `+` (e.g. `"int4+int8"`).
+    A policy name or `None` (the global policy) reads that policy.
+
+    Example:
+    ```python
+    quantization_mode(bertzoo.quantize(model, "int8"))  # "int8"
+    quantization_mode("mixed_bfloat16")  # None
+    ```
+    """
+    if model_or_policy is None or isinstance(model_or_policy, (str, keras.DTypePolicy)):
+        policy = keras.dtype_policies.get(model_or_policy or keras.config.dtype_policy())
+        return policy.quantization_mode or None
+    if not isinstance(model_or_policy, keras.layers.Layer):
+        raise TypeError(
+            "quantization_mode() takes a Keras model or layer, a dtype policy or a policy name, "
+            f"got {type(model_or_policy).__name__}."
+        )
+    layers = private_api.flatten_layers(model_or_policy, include_self=True, recursive=True)
+    modes = sorted({getattr(layer, "quantization_mode", None) for layer in layers} - {None})
+    return "+".join(modes) or None
