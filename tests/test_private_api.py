@@ -171,3 +171,11 @@ def test_settle_dtype_policy_gives_a_layer_its_own_map_entry():
     plain.build((None, 4))
     private_api.settle_dtype_policy(plain)  # No map: unchanged.
     assert plain.dtype_policy.name == "float32"
+
+
+def test_embeddings_variable_is_the_stored_table():
+    layer = keras.layers.Embedding(10, 4)
+    layer.build((None,))
+    assert private_api.embeddings_variable(layer) is layer.embeddings
+    layer.quantize("int8")
+    assert keras.backend.standardize_dtype(private_api.embeddings_variable(layer).dtype) == "int8"
