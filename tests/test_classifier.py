@@ -4,6 +4,7 @@ import json
 import os
 import warnings
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -165,7 +166,25 @@ def test_unknown_preset_suggests_close_names():
 
 def test_missing_head_argument_is_explained():
     with pytest.raises(TypeError, match="num_classes"):
-        bertzoo.BertClassifier.from_preset("tiny", load_weights=False)
+        bertzoo.BertTokenClassifier.from_preset("tiny", load_weights=False)
+
+
+@pytest.mark.filterwarnings("ignore:Preset 'base' has no pretrained weights")
+def test_the_design_cards_first_line_fits_raw_strings_without_compile():
+    model = bertzoo.BertClassifier.from_preset("base")
+    history = model.fit(["a gripping, funny film", "dull and far too long"], [1, 0], epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    assert model.num_classes == 2 and model.optimizer.iterations.numpy() == 1
+    assert model.predict(["one more"], verbose=0).shape == (1, 2)
+
+
+def test_construction_compiles_with_defaults_and_a_users_compile_replaces_them():
+    model = tiny_classifier()
+    assert model.compiled and isinstance(model.optimizer, bertzoo.models.optimizers.AdamW)
+    assert model.optimizer.global_clipnorm == 1.0
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy", jit_compile=False)
+    assert isinstance(model.optimizer, keras.optimizers.SGD) and model.jit_compile is False
+    assert bertzoo.BertClassifier(model.backbone, class_names=["neg", "neu", "pos"]).num_classes == 3
 
 
 @pytest.fixture

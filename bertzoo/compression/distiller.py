@@ -51,12 +51,12 @@ from bertzoo.compression.losses import AttentionDistillation
 from bertzoo.compression.losses import HiddenStateDistillation
 from bertzoo.compression.losses import soft_target_loss
 from bertzoo.layers.dense import Dense
+from bertzoo.models.compile_defaults import DefaultCompileMixin
 from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.raw_inputs import RawInputsMixin
 from bertzoo.models.task import Task
 from bertzoo.models.task import bert_optimizer
 from bertzoo.utils import private_api
-from bertzoo.utils.device import resolve_jit_compile
 
 # `loss_terms` tokenizes raw inputs as one batch of at most this many examples.
 _ONE_BATCH = 1 << 30
@@ -143,7 +143,7 @@ def _check_weight(name, value):
 
 
 @keras.saving.register_keras_serializable(package="bertzoo")
-class Distiller(RawInputsMixin, keras.distillation.Distiller):
+class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distiller):
     """Trains a student task model to imitate a teacher of the same class.
 
     Any bertzoo head works: `BertClassifier` (soft targets over the classes),
@@ -200,8 +200,7 @@ class Distiller(RawInputsMixin, keras.distillation.Distiller):
         "tiny", num_classes=2, preprocessor=teacher.preprocessor, load_weights=False)
     # ...or start from every k-th teacher layer (same width):
     # student = bertzoo.init_student_from_teacher(teacher, {"num_layers": 2})
-    distiller = bertzoo.Distiller(teacher, student, temperature=2.0, alpha=0.5)
-    distiller.compile()
+    distiller = bertzoo.Distiller(teacher, student, temperature=2.0, alpha=0.5)  # Compiled with defaults.
     distiller.fit(train_texts, train_labels, validation_data=(val_texts, val_labels), epochs=3)
     student.save_to_preset("runs/student")
     ```
@@ -327,7 +326,7 @@ class Distiller(RawInputsMixin, keras.distillation.Distiller):
             metrics = self.student.default_metrics()
         # The student decides: its dtype and whether it is quantized. A
         # multi-replica strategy turns XLA off (or rejects jit_compile=True).
-        jit_compile = resolve_jit_compile(jit_compile, self.student, getattr(self, "distribute_strategy", None))
+        jit_compile = self._provisional_jit_compile(jit_compile, self.student)
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=jit_compile, **kwargs)
 
     # --- Forward and loss -------------------------------------------------

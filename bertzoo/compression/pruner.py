@@ -172,8 +172,7 @@ class Pruner:
     model = bertzoo.BertClassifier.from_preset("tiny", num_classes=2)
     pruner = bertzoo.Pruner(model, bertzoo.PolynomialDecay(
         initial_sparsity=0.0, final_sparsity=0.9, begin_step=0, end_step=2000, frequency=100))
-    pruner.compile()
-    pruner.fit(texts, labels, epochs=3)
+    pruner.fit(texts, labels, epochs=3)  # A bertzoo task comes compiled with its defaults.
     pruned = pruner.strip()
     print(bertzoo.sparsity_report(pruned))
     ```
@@ -375,6 +374,12 @@ class Pruner:
     def fit(self, *args, callbacks=None, **kwargs):
         """Trains the model with `model.fit` (raw strings, pairs, datasets:
         whatever the model accepts); the epoch logs gain `sparsity`."""
+        if not self._model.compiled:
+            raise ValueError(
+                f"{type(self._model).__name__} '{self._model.name}' is not compiled: call "
+                "pruner.compile(optimizer=..., loss=...) first (bertzoo tasks come compiled with their "
+                "fine-tuning defaults)."
+            )
         callbacks = list(callbacks or []) + [_SparsityLogger(self)]
         return self._model.fit(*args, callbacks=callbacks, **kwargs)
 

@@ -14,7 +14,8 @@ class BertClassifier(Task):
 
     Args:
         backbone: a `bertzoo.BertBackbone`.
-        num_classes: number of labels.
+        num_classes: number of labels; None (the default) means
+            `len(class_names)`, or 2 (binary, e.g. sentiment) without names.
         preprocessor: a `bertzoo.text.BertPreprocessor`, or None for
             tokenized inputs.
         dropout: dropout on the pooled output.
@@ -25,7 +26,7 @@ class BertClassifier(Task):
     Example:
 
     ```python
-    model = bertzoo.BertClassifier.from_preset("tiny", num_classes=2)
+    model = bertzoo.BertClassifier.from_preset("tiny")  # 2 classes, compiled with the defaults
     model.fit(["a gripping, funny film", "dull and far too long"], [1, 0])
     model.predict(["one more"]).shape  # (1, 2)
     ```
@@ -34,13 +35,15 @@ class BertClassifier(Task):
     def __init__(
         self,
         backbone,
-        num_classes,
+        num_classes=None,
         preprocessor=None,
         dropout=0.1,
         activation=None,
         class_names=None,
         **kwargs,
     ):
+        if num_classes is None:
+            num_classes = len(class_names) if class_names is not None else 2
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
             raise ValueError(f"`num_classes` must be a positive integer, got {num_classes!r}.")
         if class_names is not None and len(class_names) != num_classes:

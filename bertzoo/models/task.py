@@ -5,6 +5,7 @@ import keras
 from bertzoo.export import export_model
 from bertzoo.export.serving import TextServing
 from bertzoo.export.serving import named_outputs
+from bertzoo.models.compile_defaults import DefaultCompileMixin
 from bertzoo.models.optimizers import bert_optimizer
 from bertzoo.models.raw_inputs import DEFAULT_BATCH_SIZE
 from bertzoo.models.raw_inputs import RawInputsMixin
@@ -12,7 +13,6 @@ from bertzoo.saving.preset import Preset
 from bertzoo.saving.preset import save_preset
 from bertzoo.saving.serialization import quantize_layers
 from bertzoo.saving.serialization import quantized_policy_map
-from bertzoo.utils.device import resolve_jit_compile
 from bertzoo.utils.private_api import flatten_layers
 
 # `predict` tokenizes inputs up to this many examples eagerly, larger ones
@@ -46,7 +46,7 @@ def _is_tokenized(x):
     return isinstance(x, dict) and "token_ids" in x
 
 
-class Task(RawInputsMixin, keras.Model):
+class Task(DefaultCompileMixin, RawInputsMixin, keras.Model):
     """A functional model around a backbone, with an optional preprocessor.
 
     With a preprocessor attached, `fit`, `evaluate` and `predict` accept raw
@@ -334,14 +334,16 @@ class Task(RawInputsMixin, keras.Model):
         jit_compile="auto",
         **kwargs,
     ):
-        """Compiles with BERT fine-tuning defaults.
+        """Compiles with BERT fine-tuning defaults (construction already
+        did; call it to change them).
 
         `optimizer="auto"`: AdamW (weight decay 0.01, not on biases and
         LayerNorm), peak learning rate 5e-5 with 10% linear warm-up then linear
         decay to zero over the `fit()` run, global gradient-norm clipping at 1.
         `jit_compile="auto"`: XLA where it is faster (see
-        `bertzoo.utils.device.default_jit_compile`); never under a
-        multi-replica `tf.distribute` strategy, where Keras cannot use it.
+        `bertzoo.utils.device.resolve_jit_compile`), decided when the model
+        first runs; never under a multi-replica `tf.distribute` strategy,
+        where Keras cannot use it.
         """
         if optimizer == "auto":
             optimizer = bert_optimizer()
@@ -351,7 +353,7 @@ class Task(RawInputsMixin, keras.Model):
             metrics = self.default_metrics()
         # The model, not `self.dtype_policy`: a bfloat16 or int8 backbone sits
         # under a float32 task policy, and the strategy decides too.
-        jit_compile = resolve_jit_compile(jit_compile, self, getattr(self, "distribute_strategy", None))
+        jit_compile = self._provisional_jit_compile(jit_compile, self)
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=jit_compile, **kwargs)
 
     def compile_from_config(self, config):

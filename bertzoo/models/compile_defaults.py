@@ -1,0 +1,81 @@
+"""Compiled on construction with BERT's fine-tuning defaults, XLA decided lazily.
+
+bertzoo's task models and trainers are usable as soon as they are built,
+as keras-hub's tasks are: `BertClassifier.from_preset("base").fit(texts,
+labels)` needs no `compile()` call. Construction compiles with the defaults
+(`bert_optimizer()`, the task's loss and metrics); a user's own
+`compile(...)` replaces them.
+
+`jit_compile="auto"` is resolved when Keras first builds a train, test or
+predict function, not at `compile()`: the choice may be measured on the
+model (see `bertzoo.utils.device.resolve_jit_compile`), which should only
+cost time for models that actually run.
+"""
+
+import functools
+import threading
+
+from bertzoo.utils.device import resolve_jit_compile
+
+_constructing = threading.local()
+
+
+class DefaultCompileMixin:
+    """Mix in before the Keras model class. Subclasses implement
+    `_default_compile()` (a plain `self.compile()` with "auto" everywhere)
+    and pass `jit_compile` through `_provisional_jit_compile`."""
+
+    _AUTO_JIT_ATTRIBUTE = "_bertzoo_auto_jit_compile"
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None or getattr(init, "_compiles_after", False):
+            return
+
+        @functools.wraps(init)
+        def __init__(self, *args, **kwargs):
+            # Only the outermost constructor of a subclass chain compiles,
+            # once every attribute the defaults read is set.
+            depth = getattr(_constructing, "depth", 0)
+            _constructing.depth = depth + 1
+            try:
+                init(self, *args, **kwargs)
+            finally:
+                _constructing.depth = depth
+            if depth == 0 and not self.compiled:
+                self._default_compile()
+
+        __init__._compiles_after = True
+        cls.__init__ = __init__
+
+    def _default_compile(self):
+        self.compile()
+
+    def _provisional_jit_compile(self, jit_compile, model):
+        """What to hand Keras's `compile` now: "auto" is recorded and
+        resolved later (`False` until then); `True`/`False` are checked
+        against the strategy now."""
+        auto = jit_compile == "auto"
+        object.__setattr__(self, self._AUTO_JIT_ATTRIBUTE, model if auto else None)
+        if auto:
+            return False
+        return resolve_jit_compile(jit_compile, model, getattr(self, "distribute_strategy", None))
+
+    def _resolve_auto_jit_compile(self):
+        model = getattr(self, self._AUTO_JIT_ATTRIBUTE, None)
+        if model is not None:
+            object.__setattr__(self, self._AUTO_JIT_ATTRIBUTE, None)
+            self.jit_compile = resolve_jit_compile("auto", model, getattr(self, "distribute_strategy", None))
+
+    def make_train_function(self, force=False):
+        self._resolve_auto_jit_compile()
+        return super().make_train_function(force)
+
+    def make_test_function(self, force=False):
+        self._resolve_auto_jit_compile()
+        return super().make_test_function(force)
+
+    def make_predict_function(self, force=False):
+        self._resolve_auto_jit_compile()
+        return super().make_predict_function(force)
