@@ -31,3 +31,4 @@ from bertzoo.compression import Pruner
 from bertzoo.compression import prune_heads_and_neurons
 from bertzoo.compression import quantize
 from bertzoo.compression import sparsity_report
+from bertzoo.utils.fast_path import explain_fast_path

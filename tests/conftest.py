@@ -1,8 +1,15 @@
 """Shared test fixtures. Keep this small: module-specific helpers belong in
 the test module that uses them."""
 
+import os
+
 import numpy as np
 import pytest
+
+# `jit_compile="auto"` measures each model (seconds, timing-dependent): the
+# suite uses the rule instead, also in its subprocesses. tests/test_fast_path.py
+# unsets this to test the measurement.
+os.environ["BERTZOO_JIT_COMPILE"] = "rule"
 
 
 @pytest.fixture

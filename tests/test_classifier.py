@@ -263,3 +263,16 @@ def test_short_inputs_tokenize_eagerly_and_long_ones_stream(trained, pairs, monk
     assert streamed
     assert eager.shape == (12, 2)
     np.testing.assert_allclose(eager, through_tf_data, rtol=1e-5, atol=1e-6)
+
+
+def test_auto_jit_compile_is_decided_when_a_step_function_is_built(monkeypatch):
+    monkeypatch.setenv("BERTZOO_JIT_COMPILE", "1")  # Pinned: no timing in this test.
+    model = tiny_classifier()
+    assert model.jit_compile is False  # Provisional until the model runs.
+    assert model.get_compile_config()["jit_compile"] == "auto"
+    model.make_predict_function()
+    assert model.jit_compile is True
+    monkeypatch.setenv("BERTZOO_JIT_COMPILE", "0")
+    model.compile(jit_compile=True)  # The user's choice is kept as given.
+    model.make_predict_function(force=True)
+    assert model.jit_compile is True and model.get_compile_config()["jit_compile"] is True

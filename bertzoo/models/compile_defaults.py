@@ -15,6 +15,7 @@ cost time for models that actually run.
 import functools
 import threading
 
+from bertzoo.utils import fast_path
 from bertzoo.utils.device import resolve_jit_compile
 
 _constructing = threading.local()
@@ -62,20 +63,30 @@ class DefaultCompileMixin:
             return False
         return resolve_jit_compile(jit_compile, model, getattr(self, "distribute_strategy", None))
 
-    def _resolve_auto_jit_compile(self):
+    def _resolve_auto_jit_compile(self, mode):
+        """Sets `self.jit_compile` to the choice for `mode` ("train", "test"
+        or "predict") when the user's compile said "auto"."""
         model = getattr(self, self._AUTO_JIT_ATTRIBUTE, None)
         if model is not None:
-            object.__setattr__(self, self._AUTO_JIT_ATTRIBUTE, None)
-            self.jit_compile = resolve_jit_compile("auto", model, getattr(self, "distribute_strategy", None))
+            chosen = resolve_jit_compile("auto", model, getattr(self, "distribute_strategy", None))
+            self.jit_compile = fast_path.jit_compile_for(model, mode, default=chosen)
+
+    def get_compile_config(self):
+        # Keras would save the provisional value; a reloaded model decides
+        # again where it runs.
+        config = super().get_compile_config()
+        if config is not None and getattr(self, self._AUTO_JIT_ATTRIBUTE, None) is not None:
+            config = dict(config, jit_compile="auto")
+        return config
 
     def make_train_function(self, force=False):
-        self._resolve_auto_jit_compile()
+        self._resolve_auto_jit_compile("train")
         return super().make_train_function(force)
 
     def make_test_function(self, force=False):
-        self._resolve_auto_jit_compile()
+        self._resolve_auto_jit_compile("test")
         return super().make_test_function(force)
 
     def make_predict_function(self, force=False):
-        self._resolve_auto_jit_compile()
+        self._resolve_auto_jit_compile("predict")
         return super().make_predict_function(force)

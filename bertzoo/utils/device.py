@@ -1,5 +1,11 @@
 """Per-device choices for the fast path: when to compile steps with XLA.
 
+`jit_compile="auto"` on the TensorFlow backend is decided by measuring the
+model on the machine at hand (`bertzoo.utils.fast_path`, cached on disk);
+the rules below apply only where nothing can be measured (a dtype policy
+instead of a model, a model without symbolic inputs, or
+`BERTZOO_JIT_COMPILE=rule`). The figures behind them:
+
 The CPU rows come from measurements on a 2-core AMD EPYC (AVX-512, AVX512_BF16,
 VNNI; no AMX) with TensorFlow 2.21, BERT-base, batch 8 x 128, by
 `python -m benchmarks.run` on a quiet machine (load average about 1;
@@ -10,7 +16,7 @@ figures in `benchmarks/results.jsonl` and the README's "Performance" table).
 | GPU, TPU | any | on | (not measured here: XLA's usual win, fused elementwise work) |
 | CPU | float32 | off | within 5% either way (XLA on/off: inference 440/459 ms, training step 1853/1873 ms), plus XLA's compile time |
 | CPU | bfloat16 / float16 compute | off | XLA on/off: inference 502/272 ms, training step 2030/1300 ms: XLA:CPU's bf16 dots are far slower than oneDNN's AVX512-BF16 kernels |
-| CPU | int8-quantized layers, TensorFlow with oneDNN | off | fused oneDNN int8 kernel (`bertzoo.layers.dense`) 218 ms per batch, against 358 ms with XLA (one run, 2026-11-22) |
+| CPU | int8-quantized layers, TensorFlow with oneDNN | off | fused oneDNN int8 kernel (`bertzoo.layers.dense`) 218 ms per batch, against 358 ms with XLA |
 | CPU | other quantized layers (int4; int8 without oneDNN) | on | XLA on/off: 380/2257 ms per batch (int8): Keras's int8 ops have no fast matmul kernel outside XLA |
 | any | multi-replica `tf.distribute` strategy | off | Keras cannot compile those steps, see `jit_compile_supported` |
 
@@ -19,10 +25,12 @@ TPUStrategy compiles every step with XLA whatever `jit_compile` says, so
 compiles (its only fast path); the torch backend never (Keras's default).
 """
 
+import functools
 import logging
 
 import keras
 
+from bertzoo.utils import fast_path
 from bertzoo.utils.layers import quantization_mode
 from bertzoo.utils.onednn import onednn_int8_available
 
@@ -79,9 +87,10 @@ def jit_compile_supported(strategy=None):
     `strategy=None` looks at the strategy in scope (TensorFlow backend).
 
     Example:
-    >>> with tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"]).scope():
-    ...     jit_compile_supported()
-    False
+    ```python
+    with tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"]).scope():
+        jit_compile_supported()  # False
+    ```
     """
     if strategy is None and keras.backend.backend() == "tensorflow":
         import tensorflow as tf
@@ -91,8 +100,19 @@ def jit_compile_supported(strategy=None):
     return replicas == 1 or is_tpu
 
 
+@functools.cache
+def _log_multi_replica_once():
+    logger.warning(
+        "Compiling without XLA (jit_compile=False): Keras cannot "
+        "XLA-compile the steps of a multi-replica tf.distribute strategy "
+        "(one XLA computation runs on one device). See "
+        "bertzoo.utils.device.jit_compile_supported."
+    )
+
+
 def default_jit_compile(model_or_policy=None, strategy=None):
-    """Whether bertzoo compiles train/predict steps with XLA by default.
+    """Whether bertzoo compiles train/predict steps with XLA by default: the
+    measured choice for a model, or the rule where nothing can be measured.
 
     Args:
         model_or_policy: the model (or layer) to compile, or a dtype policy
@@ -103,52 +123,53 @@ def default_jit_compile(model_or_policy=None, strategy=None):
             looks at the strategy in scope.
 
     On the JAX backend always (its only compiled path); on the torch
-    backend never (Keras's own default). TensorFlow backend: XLA on GPU/TPU
-    always; on CPU only for int8-quantized models (TensorFlow's float32 and
-    oneDNN bfloat16 kernels are as fast or faster without it); never under a
-    multi-replica `tf.distribute` strategy, where Keras cannot compile its
-    steps (`jit_compile_supported`), with a logged reason. See this module's
-    docstring for the measurements.
+    backend never (Keras's own default): `fast_path.backend_jit_compile`.
+    Never under a multi-replica `tf.distribute` strategy, where Keras cannot
+    compile its steps (`jit_compile_supported`), with a reason logged once.
+    Otherwise (TensorFlow) `$BERTZOO_JIT_COMPILE=0|1` pins; a built model is
+    measured on this machine, training step and inference, and the training
+    step's faster path returned (`fast_path.choose_jit_compile`, cached on
+    disk; the per-mode choice is `fast_path.jit_compile_for(model, mode)`).
+    The rule, for a dtype policy or where nothing can be measured: XLA on
+    GPU/TPU; on CPU only for quantized layers that oneDNN's fused int8
+    kernel cannot run (see this module's docstring).
 
     Example:
-    >>> default_jit_compile("mixed_bfloat16")  # On a CPU-only machine.
-    False
-    >>> default_jit_compile(bertzoo.quantize(model, "int8"))  # oneDNN's fused int8
-    False
-    >>> default_jit_compile(bertzoo.quantize(model, "int4"))
-    True
+    ```python
+    default_jit_compile("mixed_bfloat16")  # False on a CPU-only machine (the rule).
+    default_jit_compile("int4_from_float32")  # True (the rule).
+    default_jit_compile(model)  # Measured (or cached) for this model here.
+    ```
     """
     mode = quantization_mode(model_or_policy)
     backend = keras.backend.backend()
     if backend != "tensorflow":
-        # JAX: jit_compile=False means op-by-op eager execution, always
-        # slower. Torch: True means torch.compile, which Keras's "auto" avoids.
-        return backend == "jax"
-    # On CPU only quantized models without bertzoo's fused oneDNN int8
-    # kernel gain from XLA (see the module docstring).
+        rule = fast_path.backend_jit_compile(backend)
+        return fast_path.rule_choice(model_or_policy, rule, f"the {backend} backend's rule")
+    if not jit_compile_supported(strategy):
+        _log_multi_replica_once()
+        return fast_path.rule_choice(model_or_policy, False, "a multi-replica tf.distribute strategy")
+    # The rule: on CPU only quantized models without bertzoo's fused oneDNN
+    # int8 kernel gain from XLA (see the module docstring).
     fused = mode in (None, "int8") and onednn_int8_available()
-    wanted = accelerator() != "cpu" or bool(mode and not fused)
-    if wanted and not jit_compile_supported(strategy):
-        logger.warning(
-            "Compiling without XLA (jit_compile=False): Keras cannot "
-            "XLA-compile the steps of a multi-replica tf.distribute strategy "
-            "(one XLA computation runs on one device). See "
-            "bertzoo.utils.device.jit_compile_supported."
-        )
-        return False
-    return wanted
+    rule = accelerator() != "cpu" or bool(mode and not fused)
+    return fast_path.auto_jit_compile(model_or_policy, rule).jit_compile
 
 
 def resolve_jit_compile(jit_compile, model, strategy=None):
     """The `jit_compile` value to hand to `keras.Model.compile`.
 
-    `"auto"` becomes `default_jit_compile(model, strategy)`; `True` under a
-    multi-replica strategy raises a `ValueError` naming the fix, instead of
-    the device-placement error `fit()` would raise later.
+    `"auto"` becomes `default_jit_compile(model, strategy)` (measured for a
+    model; the training step's choice, the per-mode one is
+    `fast_path.jit_compile_for(model, mode)`); `True` under a multi-replica
+    strategy raises a `ValueError` naming the fix, instead of the
+    device-placement error `fit()` would raise later. An explicit True/False
+    pins both modes.
 
     Example:
-    >>> resolve_jit_compile("auto", model)
-    True
+    ```python
+    resolve_jit_compile("auto", model)  # True or False, as measured here.
+    ```
     """
     if jit_compile == "auto":
         return default_jit_compile(model, strategy)
@@ -160,4 +181,6 @@ def resolve_jit_compile(jit_compile, model, strategy=None):
             "('Trying to access resource ... located in device ...:1 from device ...:0'). "
             "Use jit_compile='auto' (turns XLA off there) or jit_compile=False."
         )
+    if jit_compile in (True, False):
+        fast_path.record_pinned(model, jit_compile)
     return jit_compile

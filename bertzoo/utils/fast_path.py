@@ -1,0 +1,840 @@
+"""Choose the execution path by measuring it, where the model runs.
+
+`jit_compile="auto"` (see `bertzoo.utils.device.resolve_jit_compile`) used
+to read a per-device table measured on one machine; another CPU can want the
+other path (XLA's int8 and bfloat16 kernels against oneDNN's differ by
+generation: AVX512-BF16, VNNI, AMX). Here the candidates are timed instead,
+for this model's input shapes on this machine:
+
+- inference: `model(x, training=False)` in `tf.function(jit_compile=False)`
+  and in `tf.function(jit_compile=True)`;
+- a training-step proxy: the gradient of a scalar of the outputs
+  (`model(x, training=True)`) with respect to the trainable variables, XLA
+  off and on (no optimizer update).
+
+Each candidate is called once to trace and compile (timed and reported as
+its compile time, not counted), then the candidates run interleaved, a few
+rounds, and the median of each decides, per mode ("predict", "train"). The
+model's non-trainable variables (dropout seed states) are restored
+afterwards, so measuring leaves no trace in later training.
+
+The choice is cached on disk (`$BERTZOO_CACHE_DIR/fast_path.json`, default
+`~/.cache/bertzoo/fast_path.json`), keyed by a hash of the device (CPU model
+and the flags that pick kernels, core count, GPU names), the library
+versions and the model's signature (classes, backbone config, dtype
+policies, quantization modes of its layers, input shapes, whether the fused
+oneDNN int8 kernel is available), so another process on the same machine
+reuses it. Every choice is logged at INFO; `explain_fast_path(model)` returns
+a report whose `str()` is a readable table.
+
+Pinning: `BERTZOO_JIT_COMPILE=0|1` pins XLA off/on for `"auto"`,
+`BERTZOO_JIT_COMPILE=rule` skips measuring (the rule in
+`bertzoo.utils.device.default_jit_compile` decides, e.g. for test suites),
+`auto` or unset measures. An explicit `compile(jit_compile=True/False)` pins
+too. The JAX backend always compiles and the torch backend never
+(`backend_jit_compile`); multi-replica `tf.distribute` strategies never
+(`bertzoo.utils.device.jit_compile_supported`).
+
+Example:
+```python
+report = explain_fast_path(model)  # Measures, or reads the cache.
+print(report)  # Candidates, medians, compile times, chosen, source, cache key.
+report.predict, report.train  # The per-mode choice.
+```
+"""
+
+import dataclasses
+import datetime
+import functools
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import platform
+import statistics
+import tempfile
+import threading
+import time
+import weakref
+from pathlib import Path
+
+import keras
+import numpy as np
+
+from bertzoo.utils import private_api
+from bertzoo.utils.layers import quantization_mode
+from bertzoo.utils.onednn import onednn_int8_available
+
+logger = logging.getLogger("bertzoo")
+
+PIN_ENV = "BERTZOO_JIT_COMPILE"
+CACHE_DIR_ENV = "BERTZOO_CACHE_DIR"
+CACHE_FILE_NAME = "fast_path.json"
+# Bump when the measurement or the key changes meaning: older entries are
+# then never looked up again.
+CACHE_FORMAT = 1
+MAX_CACHE_ENTRIES = 512
+MODES = ("predict", "train")
+# /proc/cpuinfo flags that decide which kernels TensorFlow/XLA/oneDNN use.
+CPU_FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
+DEFAULT_BATCH_SIZE = 8
+DEFAULT_SEQUENCE_LENGTH = 128
+DEFAULT_RUNS = 3
+# Timed runs stop after this many seconds (compiles not counted), once every
+# candidate has run at least once.
+DEFAULT_BUDGET_SECONDS = 10.0
+# XLA must be faster by this fraction to be chosen: below it the difference
+# is noise, and the path without XLA has no compile cost.
+MIN_GAIN = 0.02
+
+_lock = threading.RLock()
+_memory = {}  # Cache key -> entry (the JSON form), this process.
+_recorded = weakref.WeakKeyDictionary()  # Model -> its last FastPathReport.
+
+
+# --- The rules that are not measured ---------------------------------------
+
+
+def backend_jit_compile(backend=None):
+    """The fixed choice of a non-TensorFlow Keras backend, or None where it
+    is measured (TensorFlow).
+
+    JAX: True, always (`jit_compile=False` there is op-by-op eager
+    execution, slower everywhere). Torch: False, always (True means
+    `torch.compile`, which Keras's own "auto" avoids).
+
+    Example:
+    ```python
+    backend_jit_compile("jax")  # True
+    backend_jit_compile("torch")  # False
+    backend_jit_compile("tensorflow")  # None: measured
+    ```
+    """
+    backend = backend or keras.backend.backend()
+    if backend == "jax":
+        return True
+    if backend == "tensorflow":
+        return None
+    return False
+
+
+def pinned_jit_compile(environ=None):
+    """What `$BERTZOO_JIT_COMPILE` pins: True, False, "rule" (decide by the
+    rule, without measuring) or None (unset or "auto": measure).
+
+    Raises a ValueError naming the accepted values for anything else.
+    """
+    value = (os.environ if environ is None else environ).get(PIN_ENV, "").strip().lower()
+    if value in ("", "auto"):
+        return None
+    if value in ("1", "true", "on", "yes", "xla"):
+        return True
+    if value in ("0", "false", "off", "no"):
+        return False
+    if value == "rule":
+        return "rule"
+    raise ValueError(f"{PIN_ENV}={value!r}: use 0, 1, auto or rule.")
+
+
+# --- Where the model runs, and what it is -----------------------------------
+
+
+def _read_cpuinfo():
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
+@functools.cache
+def _host_description():
+    text = _read_cpuinfo()
+    fields = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        fields.setdefault(name.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count()
+    return {
+        "cpu": fields.get("model name") or platform.processor() or platform.machine(),
+        "cpu_flags": [flag for flag in CPU_FLAGS if flag in flags],
+        "cores": cores,
+    }
+
+
+def device_description():
+    """What the measurement depends on about this machine: the CPU model,
+    the CPU flags in `CPU_FLAGS`, the cores this process may use,
+    TensorFlow's thread settings, and the GPUs (names) or TPUs it sees.
+
+    `kind` is "gpu", "tpu" or "cpu": the device the model runs on.
+    """
+    described = dict(_host_description())
+    described["kind"], described["accelerators"] = "cpu", []
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        tpus = tf.config.list_logical_devices("TPU")
+        gpus = tf.config.list_physical_devices("GPU")
+        if tpus:
+            described["kind"], described["accelerators"] = "tpu", [device.name for device in tpus]
+        elif gpus:
+            names = []
+            for gpu in gpus:
+                try:
+                    names.append(tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name))
+                except (ValueError, RuntimeError):
+                    names.append(gpu.name)
+            described["kind"], described["accelerators"] = "gpu", names
+        described["threads"] = [
+            tf.config.threading.get_intra_op_parallelism_threads(),
+            tf.config.threading.get_inter_op_parallelism_threads(),
+        ]
+    return described
+
+
+def _distribution_version(*names):
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+@functools.cache
+def _bertzoo_version():
+    found = _distribution_version("bertzoo")
+    if found:
+        return found
+    # A checkout on PYTHONPATH, not installed: read it (utils imports nothing above it).
+    text = (Path(__file__).resolve().parents[1] / "version.py").read_text()
+    return text.split("__version__", 1)[1].split("=", 1)[1].split("\n")[0].strip().strip("\"'")
+
+
+def library_versions():
+    """`{name: version}` of the Keras backend, TensorFlow, Keras and bertzoo."""
+    versions = {"backend": keras.backend.backend(), "keras": keras.version(), "bertzoo": _bertzoo_version()}
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        versions["tensorflow"] = tf.__version__
+    else:
+        versions["tensorflow"] = _distribution_version("tensorflow", "tensorflow-cpu")
+    return versions
+
+
+def _input_structure(model):
+    """`{name: KerasTensor}` of a built functional model's inputs, or None."""
+    try:
+        structure = model.input
+    except (AttributeError, ValueError, RuntimeError):
+        return None
+    if isinstance(structure, dict):
+        return dict(structure)
+    flat = keras.tree.flatten(structure)
+    if not flat or not all(hasattr(t, "shape") and hasattr(t, "dtype") for t in flat):
+        return None
+    return {getattr(t, "name", None) or f"input_{i}": t for i, t in enumerate(flat)}
+
+
+def measurable(model):
+    """Whether `model` can be measured: a built Keras model with symbolic
+    inputs (a functional model, as every bertzoo task and backbone is)."""
+    return isinstance(model, keras.layers.Layer) and model.built and _input_structure(model) is not None
+
+
+def measurement_sequence_length(model):
+    """The sequence length the model is measured at: its preprocessor's when
+    it has one, else min(backbone `max_sequence_length`, 128)."""
+    length = getattr(getattr(model, "preprocessor", None), "sequence_length", None)
+    if length:
+        return int(length)
+    backbone = getattr(model, "backbone", model)
+    longest = getattr(backbone, "max_sequence_length", None)
+    return min(int(longest), DEFAULT_SEQUENCE_LENGTH) if longest else DEFAULT_SEQUENCE_LENGTH
+
+
+def input_shapes(model, batch_size=DEFAULT_BATCH_SIZE, sequence_length=None):
+    """`{input name: (shape, dtype)}` the model is measured with: unknown
+    dimensions become `batch_size` (the first) and `sequence_length`."""
+    structure = _input_structure(model)
+    if structure is None:
+        raise ValueError(f"{type(model).__name__} has no symbolic inputs to measure with (build it first).")
+    sequence_length = sequence_length or measurement_sequence_length(model)
+    shapes = {}
+    for name, tensor in sorted(structure.items()):
+        shape = [
+            d if d is not None else (batch_size if i == 0 else sequence_length) for i, d in enumerate(tensor.shape)
+        ]
+        shapes[name] = (tuple(int(d) for d in shape), str(keras.backend.standardize_dtype(tensor.dtype)))
+    return shapes
+
+
+def example_inputs(shapes):
+    """Inputs for `input_shapes(...)`: zeros, and ones for padding masks
+    (an all-padding row is not what the model sees)."""
+    return {
+        name: (np.ones if "mask" in name else np.zeros)(shape, dtype=dtype) for name, (shape, dtype) in shapes.items()
+    }
+
+
+def _config(layer):
+    try:
+        config = dict(layer.get_config())
+    except (NotImplementedError, TypeError, AttributeError):
+        return None
+    for name in ("name", "trainable"):
+        config.pop(name, None)
+    return config
+
+
+def model_signature(model, batch_size=DEFAULT_BATCH_SIZE, sequence_length=None):
+    """What about `model` the measured choice depends on (JSON-ready)."""
+    backbone = getattr(model, "backbone", None)
+    layers = private_api.flatten_layers(model, include_self=True, recursive=True)
+    weights = [(tuple(int(d) for d in w.shape), str(w.dtype)) for w in model.weights]
+    return {
+        "class": f"{type(model).__module__}.{type(model).__qualname__}",
+        "backbone_class": f"{type(backbone).__module__}.{type(backbone).__qualname__}"
+        if backbone is not None
+        else None,
+        "backbone_config": _config(backbone) if backbone is not None else _config(model),
+        "dtype_policy": model.dtype_policy.name,
+        "layer_dtype_policies": sorted({layer.dtype_policy.name for layer in layers if hasattr(layer, "dtype_policy")}),
+        "quantization_mode": quantization_mode(model),
+        "weights": hashlib.sha256(json.dumps(weights).encode()).hexdigest()[:16],
+        "parameters": int(sum(int(np.prod(shape)) for shape, _ in weights)),
+        "inputs": {
+            name: [list(shape), dtype]
+            for name, (shape, dtype) in input_shapes(model, batch_size, sequence_length).items()
+        },
+        "onednn_int8": bool(onednn_int8_available()),
+    }
+
+
+def cache_key(device, versions, signature):
+    """The hash the cache is keyed by (hex, 32 characters)."""
+    payload = {"format": CACHE_FORMAT, "device": device, "versions": versions, "model": signature}
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def cache_file():
+    """`$BERTZOO_CACHE_DIR/fast_path.json`, else `~/.cache/bertzoo/fast_path.json`."""
+    directory = os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "bertzoo"
+    return Path(directory) / CACHE_FILE_NAME
+
+
+# --- The disk cache -----------------------------------------------------------
+
+
+def _read_cache(path):
+    """`{key: entry}` from `path`; {} when missing, and when unreadable (with a
+    logged warning: the file is rewritten at the next measurement)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        logger.warning("Ignoring the fast-path cache %s: %s.", path, e)
+        return {}
+    try:
+        data = json.loads(text)
+        if (
+            not isinstance(data, dict)
+            or data.get("format") != CACHE_FORMAT
+            or not isinstance(data.get("entries"), dict)
+        ):
+            raise ValueError(f"not a format-{CACHE_FORMAT} bertzoo fast-path cache")
+        return {k: v for k, v in data["entries"].items() if isinstance(v, dict) and isinstance(v.get("modes"), dict)}
+    except ValueError as e:
+        logger.warning("Ignoring the unreadable fast-path cache %s (%s); it will be rewritten.", path, e)
+        return {}
+
+
+def _write_cache(path, key, entry):
+    """Adds `entry` to the cache at `path`: read, update, write to a temporary
+    file in the same directory and `os.replace` it (atomic: a reader sees the
+    old file or the new one). Failures are logged, never raised."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        entries = _read_cache(path)
+        entries[key] = entry
+        if len(entries) > MAX_CACHE_ENTRIES:  # Oldest first out.
+            for old in sorted(entries, key=lambda k: entries[k].get("measured_at", ""))[
+                : len(entries) - MAX_CACHE_ENTRIES
+            ]:
+                del entries[old]
+        descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(descriptor, "w") as f:
+                json.dump({"format": CACHE_FORMAT, "entries": entries}, f, indent=1, sort_keys=True)
+            os.replace(temporary, path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+    except OSError as e:
+        logger.warning("Could not write the fast-path cache %s: %s.", path, e)
+
+
+def clear_memory_cache():
+    """Forgets this process's measured choices (the disk cache stays), as a
+    new process would start."""
+    with _lock:
+        _memory.clear()
+
+
+# --- The report ---------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Candidate:
+    """One timed candidate: `mode` ("predict" or "train") with `jit_compile`."""
+
+    mode: str
+    jit_compile: bool
+    median_s: float = None
+    runs_s: list = dataclasses.field(default_factory=list)
+    compile_s: float = None
+    error: str = None
+
+    @property
+    def name(self):
+        return f"{self.mode}/{'xla' if self.jit_compile else 'no_xla'}"
+
+
+@dataclasses.dataclass
+class FastPathReport:
+    """What was chosen for a model, and why.
+
+    `predict` and `train` are the per-mode `jit_compile` choices (None: not
+    decided here, the rule applies). `source` is "measured", "cache",
+    "pinned" or "rule". `str(report)` is a readable table.
+    """
+
+    model: str
+    source: str
+    predict: bool = None
+    train: bool = None
+    candidates: list = dataclasses.field(default_factory=list)
+    reason: str = ""
+    cost_s: float = None
+    measured_at: str = None
+    key: str = None
+    cache_file: str = None
+    device: dict = None
+    versions: dict = None
+    inputs: dict = None
+
+    def choice(self, mode):
+        """The `jit_compile` choice for "predict", "test" (as predict) or "train"."""
+        if mode not in ("predict", "test", "train"):
+            raise ValueError(f"mode must be 'predict', 'test' or 'train', got {mode!r}.")
+        return self.train if mode == "train" else self.predict
+
+    @property
+    def jit_compile(self):
+        """The single value for `keras.Model.compile`: the training step's
+        choice (what `fit` runs), else the inference one."""
+        return self.train if self.train is not None else self.predict
+
+    def summary(self):
+        """One line, as logged."""
+        chosen = f"predict jit_compile={self.predict}, train jit_compile={self.train}"
+        if self.source == "measured":
+            how = f"measured in {self.cost_s:.1f} s: " + ", ".join(
+                f"{c.name} {_ms(c.median_s)}" + (f" (compile {c.compile_s:.1f} s)" if c.compile_s is not None else "")
+                for c in self.candidates
+            )
+        elif self.source == "cache":
+            how = f"cached, measured {self.measured_at}"
+        else:
+            how = self.reason
+        where = f"; cache key {self.key} in {self.cache_file}" if self.key else ""
+        return f"Fast path for {self.model}: {chosen} ({self.source}: {how}{where})."
+
+    def __str__(self):
+        lines = [f"Fast path for {self.model}  (source: {self.source}{', ' + self.reason if self.reason else ''})"]
+        if self.candidates:
+            header = ("mode", "jit_compile", "median", "runs", "compile", "chosen")
+            rows = []
+            for c in self.candidates:
+                chosen = "*" if c.error is None and self.choice(c.mode) == c.jit_compile else ""
+                median = f"failed: {c.error}" if c.error else _ms(c.median_s)
+                compiled = f"{c.compile_s:.2f} s" if c.compile_s is not None else "-"
+                rows.append((c.mode, str(c.jit_compile), median, str(len(c.runs_s)), compiled, chosen))
+            widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+            for row in [header, *rows]:
+                lines.append("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        lines.append(f"chosen: predict jit_compile={self.predict}, train jit_compile={self.train}")
+        if self.inputs:
+            lines.append(
+                "inputs: " + ", ".join(f"{name} {tuple(shape)} {dtype}" for name, (shape, dtype) in self.inputs.items())
+            )
+        if self.cost_s is not None:
+            lines.append(f"cost: {self.cost_s:.2f} s" + (f" (measured {self.measured_at})" if self.measured_at else ""))
+        if self.device:
+            flags = " ".join(self.device.get("cpu_flags", [])) or "no listed flags"
+            accelerators = ", ".join(self.device.get("accelerators", []))
+            lines.append(
+                f"device: {self.device.get('kind')}; {self.device.get('cpu')} ({flags}), {self.device.get('cores')} cores"
+                + (f"; {accelerators}" if accelerators else "")
+            )
+        if self.versions:
+            lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in sorted(self.versions.items())))
+        if self.key:
+            lines.append(f"cache: key {self.key} in {self.cache_file}")
+        return "\n".join(lines)
+
+
+def _ms(seconds):
+    return "-" if seconds is None else f"{seconds * 1e3:.2f} ms"
+
+
+def _record(model, report, log=True):
+    if isinstance(model, keras.layers.Layer):
+        with _lock:
+            _recorded[model] = report
+    if log:
+        logger.info("%s", report.summary())
+    return report
+
+
+def _name(model_or_policy):
+    if isinstance(model_or_policy, keras.layers.Layer):
+        return type(model_or_policy).__name__
+    return f"dtype policy {model_or_policy}"
+
+
+def _rule_report(model_or_policy, value, reason, source="rule"):
+    report = FastPathReport(model=_name(model_or_policy), source=source, predict=value, train=value, reason=reason)
+    return _record(model_or_policy, report)
+
+
+def rule_choice(model_or_policy, value, reason):
+    """Records (for a model) and logs a choice made by a rule, not measured;
+    returns `value`."""
+    _rule_report(model_or_policy, value, reason)
+    return value
+
+
+def record_pinned(model, value, reason="jit_compile passed to compile()"):
+    """Records that `model` was compiled with an explicit `jit_compile`, so
+    the per-mode choice (`jit_compile_for`) follows it."""
+    if isinstance(model, keras.layers.Layer):
+        report = FastPathReport(model=_name(model), source="pinned", predict=value, train=value, reason=reason)
+        _record(model, report, log=False)
+    return value
+
+
+def jit_compile_for(model, mode, default=None):
+    """The recorded `jit_compile` choice for `model` in `mode` ("train",
+    "test" or "predict"), or `default` when none was made (or it left the
+    mode undecided). For `Task.make_train_function` and friends, where a
+    per-mode choice replaces the single `compile()` value."""
+    with _lock:
+        report = _recorded.get(model) if isinstance(model, keras.layers.Layer) else None
+    value = report.choice(mode) if report is not None else None
+    return default if value is None else value
+
+
+# --- Measuring ------------------------------------------------------------------
+
+
+def _block(result):
+    """Waits for `result` (async GPU execution) by fetching its smallest tensor."""
+    flat = [t for t in keras.tree.flatten(result) if hasattr(t, "shape")]
+    if flat:
+        keras.ops.convert_to_numpy(min(flat, key=lambda t: int(np.prod(t.shape))))
+
+
+def wall_timer(name, fn):
+    """The default timer: seconds `fn()` takes, waiting for its results."""
+    start = time.perf_counter()
+    _block(fn())
+    return time.perf_counter() - start
+
+
+def _candidate_functions(model, x, modes):
+    import tensorflow as tf
+
+    def scalar(outputs):
+        return tf.add_n([tf.reduce_mean(tf.cast(t, "float32")) for t in keras.tree.flatten(outputs)])
+
+    x = {name: tf.constant(value) for name, value in x.items()}
+
+    def make(mode, jit_compile):
+        if mode == "predict":
+            function = tf.function(lambda inputs: model(inputs, training=False), jit_compile=jit_compile)
+        else:
+
+            def step(inputs):
+                with tf.GradientTape() as tape:
+                    loss = scalar(model(inputs, training=True))
+                # Returned, so no part of the gradient is pruned away.
+                return loss, tape.gradient(loss, model.trainable_variables)
+
+            function = tf.function(step, jit_compile=jit_compile)
+        return lambda: function(x)
+
+    return {(mode, jit): make(mode, jit) for mode in modes for jit in (False, True)}
+
+
+def _measure(model, shapes, modes, runs, budget_s, timer):
+    """`[Candidate]` for `modes`, timed interleaved: one warm-up call each
+    (the compile time), then up to `runs` rounds, alternating the order,
+    until `budget_s` of timed runs once every candidate has a run."""
+    x = example_inputs(shapes)
+    functions = _candidate_functions(model, x, modes)
+    candidates = {key: Candidate(mode=key[0], jit_compile=key[1]) for key in functions}
+    saved = [(v, keras.ops.convert_to_numpy(v)) for v in model.non_trainable_variables]
+    try:
+        for key, candidate in candidates.items():
+            try:
+                candidate.compile_s = float(timer(candidate.name, functions[key]))
+            except Exception as e:  # A candidate that cannot run is reported, not chosen.
+                first_line = (str(e).strip().splitlines() or [""])[0][:200]
+                candidate.error = f"{type(e).__name__}: {first_line}"
+        working = [key for key in candidates if candidates[key].error is None]
+        spent = 0.0
+        for round_index in range(runs):
+            if round_index and spent >= budget_s:
+                break
+            for key in working if round_index % 2 == 0 else reversed(working):
+                seconds = float(timer(candidates[key].name, functions[key]))
+                candidates[key].runs_s.append(seconds)
+                spent += seconds
+    finally:
+        for variable, value in saved:
+            variable.assign(value)
+    for candidate in candidates.values():
+        if candidate.runs_s:
+            candidate.median_s = statistics.median(candidate.runs_s)
+    return list(candidates.values())
+
+
+def _decide(candidates, mode, min_gain=MIN_GAIN):
+    timed = {c.jit_compile: c.median_s for c in candidates if c.mode == mode and c.median_s is not None}
+    if not timed:
+        return None
+    if len(timed) == 1:
+        return next(iter(timed))
+    return timed[True] < timed[False] * (1 - min_gain)
+
+
+def _to_entry(report, modes):
+    return {
+        "modes": {
+            mode: {
+                "chosen": report.choice(mode),
+                "candidates": [dataclasses.asdict(c) for c in report.candidates if c.mode == mode],
+            }
+            for mode in modes
+        },
+        "measured_at": report.measured_at,
+        "cost_s": report.cost_s,
+        "device": report.device,
+        "versions": report.versions,
+        "inputs": report.inputs,
+        "model": report.model,
+    }
+
+
+def _from_entry(entry, model_name, key, path, modes):
+    candidates = [Candidate(**c) for mode in modes for c in entry["modes"][mode]["candidates"]]
+    report = FastPathReport(
+        model=model_name,
+        source="cache",
+        candidates=candidates,
+        cost_s=entry.get("cost_s"),
+        measured_at=entry.get("measured_at"),
+        key=key,
+        cache_file=str(path) if path else None,
+        device=entry.get("device"),
+        versions=entry.get("versions"),
+        inputs=entry.get("inputs"),
+    )
+    report.predict = entry["modes"].get("predict", {}).get("chosen")
+    report.train = entry["modes"].get("train", {}).get("chosen")
+    return report
+
+
+def choose_jit_compile(
+    model,
+    jit_compile="auto",
+    *,
+    modes=MODES,
+    batch_size=DEFAULT_BATCH_SIZE,
+    sequence_length=None,
+    runs=DEFAULT_RUNS,
+    budget_s=DEFAULT_BUDGET_SECONDS,
+    timer=None,
+    device=None,
+    versions=None,
+    cache=True,
+    refresh=False,
+):
+    """Chooses `jit_compile` per mode for `model` on this machine: pinned,
+    cached, or measured; returns a `FastPathReport` (also recorded for
+    `jit_compile_for` and `explain_fast_path`, and logged at INFO).
+
+    Args:
+        model: a built functional Keras model (any bertzoo task or backbone).
+        jit_compile: True/False pins; "auto" measures unless
+            `$BERTZOO_JIT_COMPILE` pins 0 or 1.
+        modes: which of "predict" and "train" to decide.
+        batch_size, sequence_length: the input shapes measured (default 8 x
+            the preprocessor's sequence length, else min(the backbone's
+            `max_sequence_length`, 128)).
+        runs: timed rounds (median of these), within `budget_s` seconds of
+            timed runs once each candidate has one.
+        timer: `timer(candidate_name, fn) -> seconds` (default
+            `wall_timer`); tests inject a clock here.
+        device, versions: replace `device_description()` /
+            `library_versions()` in the cache key (tests).
+        cache: read and write the disk cache (`cache_file()`).
+        refresh: measure even when a cached choice exists.
+
+    Example:
+    ```python
+    report = choose_jit_compile(model)
+    model.compile(jit_compile=report.train)
+    ```
+    """
+    modes = tuple(dict.fromkeys("predict" if m == "test" else m for m in modes))
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        raise ValueError(f"modes must be among {MODES}, got {sorted(unknown)}.")
+    name = type(model).__name__
+    if jit_compile == "auto":
+        pinned = pinned_jit_compile()
+        if pinned in (True, False):
+            jit_compile, pin_reason = pinned, f"{PIN_ENV}={os.environ.get(PIN_ENV)}"
+    else:
+        pin_reason = "jit_compile passed explicitly"
+    if jit_compile in (True, False):
+        return _rule_report(model, jit_compile, pin_reason, source="pinned")
+    if jit_compile != "auto":
+        raise ValueError(f"jit_compile must be True, False or 'auto', got {jit_compile!r}.")
+    backend_choice = backend_jit_compile()
+    if backend_choice is not None:
+        return _rule_report(model, backend_choice, f"the {keras.backend.backend()} backend's rule")
+    if not measurable(model):
+        reason = "nothing to measure: not a built model with symbolic inputs"
+        return _record(model, FastPathReport(model=name, source="rule", reason=reason))
+    device = device_description() if device is None else device
+    if device.get("kind") == "tpu":
+        return _rule_report(model, True, "TPU: always XLA (TPUStrategy compiles every step)")
+    versions = library_versions() if versions is None else versions
+    signature = model_signature(model, batch_size, sequence_length)
+    key = cache_key(device, versions, signature)
+    path = cache_file() if cache else None
+    with _lock:
+        entry = None if refresh else _memory.get(key)
+        if entry is None and cache and not refresh:
+            entry = _read_cache(path).get(key)
+        if entry is not None and all(mode in entry["modes"] for mode in modes):
+            _memory[key] = entry
+            return _record(model, _from_entry(entry, name, key, path, modes))
+        earlier = entry
+        start = time.perf_counter()
+        candidates = _measure(
+            model, input_shapes(model, batch_size, sequence_length), modes, runs, budget_s, timer or wall_timer
+        )
+        report = FastPathReport(
+            model=name,
+            source="measured",
+            candidates=candidates,
+            cost_s=time.perf_counter() - start,
+            measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            key=key,
+            cache_file=str(path) if path else None,
+            device=device,
+            versions=versions,
+            inputs=signature["inputs"],
+        )
+        report.predict = _decide(candidates, "predict") if "predict" in modes else None
+        report.train = _decide(candidates, "train") if "train" in modes else None
+        entry = _to_entry(report, modes)
+        if earlier is not None:  # Keep the modes measured before.
+            entry["modes"] = {**earlier["modes"], **entry["modes"]}
+        _memory[key] = entry
+        if cache:
+            _write_cache(path, key, entry)
+    return _record(model, report)
+
+
+def auto_jit_compile(model_or_policy, rule, rule_reason="the rule: nothing measured"):
+    """The choice `jit_compile="auto"` makes on the TensorFlow backend
+    without a multi-replica strategy (`bertzoo.utils.device` checks the
+    backend and strategy first): `$BERTZOO_JIT_COMPILE` pins, else the
+    measured (or cached) choice for a model, else `rule` (policies, models
+    without symbolic inputs, `BERTZOO_JIT_COMPILE=rule`, a mode no candidate
+    of which could run, or a measurement that failed: `compile()` never
+    fails for want of one). Returns a `FastPathReport`."""
+    pinned = pinned_jit_compile()
+    report = None
+    if pinned != "rule" and measurable(model_or_policy):
+        try:
+            report = choose_jit_compile(model_or_policy)
+        except Exception as e:  # Measuring is an optimization: fall back to the rule.
+            logger.warning(
+                "Could not measure the fast path of %s (%s: %s); using the rule.",
+                _name(model_or_policy),
+                type(e).__name__,
+                e,
+            )
+            rule_reason = f"{rule_reason} (measuring failed: {type(e).__name__})"
+    if report is not None:
+        if report.predict is not None and report.train is not None:
+            return report
+        undecided = [mode for mode in MODES if report.choice(mode) is None]
+        report.predict = rule if report.predict is None else report.predict
+        report.train = rule if report.train is None else report.train
+        report.reason = f"{rule_reason} for {', '.join(undecided)}"
+        logger.info("%s", report.summary())
+        return report
+    if pinned in (True, False):
+        return _rule_report(model_or_policy, pinned, f"{PIN_ENV}={os.environ.get(PIN_ENV)}", source="pinned")
+    reason = f"{PIN_ENV}=rule: {rule_reason}" if pinned == "rule" else rule_reason
+    return _rule_report(model_or_policy, rule, reason)
+
+
+def explain_fast_path(model, jit_compile=None, **options):
+    """What `jit_compile` choice was (or would be) made for `model`, and why:
+    a `FastPathReport` (`str()` is a table of the candidates, medians,
+    compile times, the choice, its source and the cache key and file).
+
+    With `jit_compile=None` and no options, the last choice recorded for
+    `model` (by `compile()` or `choose_jit_compile`), else what "auto"
+    chooses now (measuring, or reading the cache). `options` go to
+    `choose_jit_compile`.
+
+    Example:
+    ```python
+    print(bertzoo.explain_fast_path(model))
+    ```
+    """
+    if jit_compile is None and not options:
+        with _lock:
+            report = _recorded.get(model) if isinstance(model, keras.layers.Layer) else None
+        if report is not None:
+            return report
+    return choose_jit_compile(model, "auto" if jit_compile is None else jit_compile, **options)

@@ -1,0 +1,419 @@
+"""`jit_compile="auto"` decided by measuring, where the model runs.
+
+The timer is injected (`timer(candidate_name, fn) -> seconds`), so which
+candidate is faster is decided by the test, not by the machine's load; one
+test runs the real candidates with the wall clock, and one checks that
+another process reuses the disk cache.
+"""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+import bertzoo
+from bertzoo.utils import device as device_module
+from bertzoo.utils import fast_path
+from bertzoo.utils.device import default_jit_compile
+from bertzoo.utils.device import resolve_jit_compile
+
+REPO = Path(__file__).resolve().parents[1]
+
+CPU = {
+    "kind": "cpu",
+    "cpu": "Test CPU",
+    "cpu_flags": ["avx2", "avx512f"],
+    "cores": 2,
+    "accelerators": [],
+    "threads": [0, 0],
+}
+GPU = {**CPU, "kind": "gpu", "accelerators": ["NVIDIA H100 80GB HBM3"]}
+VERSIONS = {"backend": "tensorflow", "tensorflow": "2.21.0", "keras": "3.15.0", "bertzoo": "0.1.0"}
+
+XLA_FASTER_FOR_PREDICT = {"predict/no_xla": 0.010, "predict/xla": 0.004, "train/no_xla": 0.020, "train/xla": 0.050}
+
+
+class FakeTimer:
+    """Says each candidate takes `costs[name]` seconds (the first call, the
+    compile, `compile_s`), without running it."""
+
+    def __init__(self, costs, compile_s=1.5):
+        self.costs, self.compile_s, self.calls = dict(costs), compile_s, []
+
+    def __call__(self, name, fn):
+        first = name not in self.calls
+        self.calls.append(name)
+        return self.compile_s if first else self.costs[name]
+
+
+def refuse(name, fn):
+    raise AssertionError(f"measured {name}: expected the cached choice")
+
+
+def tiny_classifier(hidden_dim=16):
+    backbone = bertzoo.BertBackbone(
+        vocabulary_size=50, num_layers=1, hidden_dim=hidden_dim, num_heads=2, intermediate_dim=32
+    )
+    return bertzoo.BertClassifier(backbone, 2)
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """A fresh disk cache and in-memory state, measuring (no pin)."""
+    monkeypatch.setenv("BERTZOO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("BERTZOO_JIT_COMPILE", raising=False)
+    fast_path.clear_memory_cache()
+    yield tmp_path / "cache"
+    fast_path.clear_memory_cache()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_classifier()
+
+
+def choose(model, timer, **options):
+    options = {"device": CPU, "versions": VERSIONS, **options}
+    return fast_path.choose_jit_compile(model, timer=timer, **options)
+
+
+def test_the_faster_candidate_is_chosen_per_mode(cache_dir, model):
+    timer = FakeTimer(XLA_FASTER_FOR_PREDICT)
+    report = choose(model, timer)
+    assert report.source == "measured"
+    assert (report.predict, report.train) is not None
+    assert report.predict is True and report.train is False
+    assert report.jit_compile is False  # The value for compile(): the training step's.
+    # Warm-up (compile) once per candidate, excluded from the medians, then interleaved rounds.
+    assert timer.calls[:4] == ["predict/no_xla", "predict/xla", "train/no_xla", "train/xla"]
+    assert timer.calls[4:8] == ["predict/no_xla", "predict/xla", "train/no_xla", "train/xla"]
+    assert timer.calls[8:12] == ["train/xla", "train/no_xla", "predict/xla", "predict/no_xla"]
+    assert len(timer.calls) == 4 * (1 + fast_path.DEFAULT_RUNS)
+    medians = {c.name: c.median_s for c in report.candidates}
+    assert medians == XLA_FASTER_FOR_PREDICT
+    assert all(c.compile_s == 1.5 and len(c.runs_s) == fast_path.DEFAULT_RUNS for c in report.candidates)
+    assert report.cost_s is not None and report.cost_s >= 0
+
+    flipped = {"predict/no_xla": 0.004, "predict/xla": 0.010, "train/no_xla": 0.050, "train/xla": 0.020}
+    report = choose(model, FakeTimer(flipped), refresh=True)
+    assert report.predict is False and report.train is True
+
+
+def test_xla_needs_a_real_gain_and_one_mode_can_be_measured_alone(cache_dir, model):
+    close = {"predict/no_xla": 0.0100, "predict/xla": 0.0099}  # 1% faster: noise, no XLA.
+    report = choose(model, FakeTimer(close), modes=("predict",))
+    assert report.predict is False and report.train is None
+    assert {c.mode for c in report.candidates} == {"predict"}
+
+
+def test_the_budget_stops_the_timed_rounds(cache_dir, model):
+    slow = {name: 4.0 for name in XLA_FASTER_FOR_PREDICT}
+    timer = FakeTimer(slow)
+    report = choose(model, timer, runs=5, budget_s=10.0)
+    # One round (16 s) is over the 10 s budget: every candidate has one run.
+    assert all(len(c.runs_s) == 1 for c in report.candidates)
+
+
+def test_the_second_call_hits_the_cache(cache_dir, model):
+    timer = FakeTimer(XLA_FASTER_FOR_PREDICT)
+    first = choose(model, timer)
+    calls = len(timer.calls)
+    second = choose(model, timer)
+    assert len(timer.calls) == calls  # Not measured again.
+    assert second.source == "cache"
+    assert (second.predict, second.train) == (first.predict, first.train)
+    assert second.key == first.key
+
+
+def test_a_fresh_process_state_reads_the_disk_cache(cache_dir, model):
+    first = choose(model, FakeTimer(XLA_FASTER_FOR_PREDICT))
+    path = cache_dir / "fast_path.json"
+    assert first.cache_file == str(path)
+    stored = json.loads(path.read_text())
+    assert stored["format"] == fast_path.CACHE_FORMAT
+    assert stored["entries"][first.key]["modes"]["predict"]["chosen"] is True
+    fast_path.clear_memory_cache()  # As a new process starts.
+    second = choose(model, refuse)
+    assert second.source == "cache"
+    assert (second.predict, second.train) == (True, False)
+    assert [c.median_s for c in second.candidates] == [c.median_s for c in first.candidates]
+    # No temporary files left next to it (written atomically).
+    assert [p.name for p in cache_dir.iterdir()] == ["fast_path.json"]
+
+
+def test_another_process_reuses_the_cache(cache_dir):
+    # The same tiny model, built in both processes; the child's timer refuses
+    # to measure, so its choice can only come from the parent's file.
+    keras.utils.set_random_seed(0)
+    model = tiny_classifier()
+    xla_faster = {name: 0.001 if name.endswith("/xla") else 0.5 for name in XLA_FASTER_FOR_PREDICT}
+    report = fast_path.choose_jit_compile(model, timer=FakeTimer(xla_faster))
+    assert report.source == "measured" and (report.predict, report.train) == (True, True)
+    script = textwrap.dedent(
+        """
+        import json, sys
+        import keras
+        import bertzoo
+        from bertzoo.utils import fast_path
+
+        def refuse(name, fn):
+            raise AssertionError("measured " + name)
+
+        keras.utils.set_random_seed(0)
+        backbone = bertzoo.BertBackbone(vocabulary_size=50, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32)
+        report = fast_path.choose_jit_compile(bertzoo.BertClassifier(backbone, 2), timer=refuse)
+        print(json.dumps([report.source, report.predict, report.train, report.key]))
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    source, predict, train, key = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (source, predict, train, key) == ("cache", True, True, report.key)
+
+
+def test_the_key_changes_with_versions_device_and_model(model):
+    signature = fast_path.model_signature(model)
+    key = fast_path.cache_key(CPU, VERSIONS, signature)
+    assert key == fast_path.cache_key(dict(CPU), dict(VERSIONS), fast_path.model_signature(model))
+    for versions in (
+        {**VERSIONS, "tensorflow": "2.22.0"},
+        {**VERSIONS, "keras": "3.16.0"},
+        {**VERSIONS, "bertzoo": "0.2.0"},
+    ):
+        assert fast_path.cache_key(CPU, versions, signature) != key
+    for device in (
+        {**CPU, "cpu": "Other CPU"},
+        {**CPU, "cpu_flags": ["avx2", "avx512f", "amx_bf16"]},
+        {**CPU, "cores": 16},
+        GPU,
+    ):
+        assert fast_path.cache_key(device, VERSIONS, signature) != key
+    assert fast_path.cache_key(CPU, VERSIONS, fast_path.model_signature(model, sequence_length=64)) != key
+    assert fast_path.cache_key(CPU, VERSIONS, fast_path.model_signature(model, batch_size=32)) != key
+    # The same architecture built again has the same key (layer names differ).
+    assert fast_path.cache_key(CPU, VERSIONS, fast_path.model_signature(tiny_classifier())) == key
+    assert fast_path.cache_key(CPU, VERSIONS, fast_path.model_signature(tiny_classifier(hidden_dim=32))) != key
+
+
+def test_the_key_reads_the_layers_quantization_and_dtype_policy():
+    # quantize() changes the layers' policies, not the model's: the signature
+    # reads the layers.
+    plain = tiny_classifier()
+    quantized = tiny_classifier()
+    quantized.quantize("int4")
+    assert quantized.dtype_policy.name == "float32"
+    assert fast_path.model_signature(plain)["quantization_modes"] == []
+    assert fast_path.model_signature(quantized)["quantization_modes"] == ["int4"]
+    assert fast_path.cache_key(CPU, VERSIONS, fast_path.model_signature(quantized)) != fast_path.cache_key(
+        CPU, VERSIONS, fast_path.model_signature(plain)
+    )
+    backbone = bertzoo.BertBackbone(
+        vocabulary_size=50, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, dtype="mixed_bfloat16"
+    )
+    mixed = fast_path.model_signature(bertzoo.BertClassifier(backbone, 2))
+    assert "mixed_bfloat16" in mixed["layer_dtype_policies"]
+    assert "onednn_int8" in mixed
+
+
+def test_the_measured_shapes_follow_the_preprocessor_or_the_backbone(model):
+    shapes = fast_path.input_shapes(model)
+    assert shapes == {name: ((8, 128), "int32") for name in ("padding_mask", "segment_ids", "token_ids")}
+    backbone = bertzoo.BertBackbone(
+        vocabulary_size=50, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, max_sequence_length=32
+    )
+    assert fast_path.measurement_sequence_length(bertzoo.BertClassifier(backbone, 2)) == 32
+
+    class Preprocessor:
+        sequence_length = 48
+
+    class WithPreprocessor:
+        preprocessor = Preprocessor()
+
+    assert fast_path.measurement_sequence_length(WithPreprocessor()) == 48
+    x = fast_path.example_inputs(shapes)
+    assert x["padding_mask"].min() == 1 and x["token_ids"].max() == 0
+
+
+def test_a_corrupt_cache_is_ignored_with_a_warning_and_rewritten(cache_dir, model, caplog):
+    cache_dir.mkdir(parents=True)
+    path = cache_dir / "fast_path.json"
+    path.write_text('{"format": 1, "entries": {"abc": ')
+    with caplog.at_level(logging.WARNING, logger="bertzoo"):
+        report = choose(model, FakeTimer(XLA_FASTER_FOR_PREDICT))
+    assert report.source == "measured"
+    assert any("unreadable fast-path cache" in r.getMessage() for r in caplog.records)
+    assert report.key in json.loads(path.read_text())["entries"]
+    # A readable file of the wrong shape is treated the same way.
+    path.write_text("[1, 2, 3]")
+    fast_path.clear_memory_cache()
+    assert choose(model, FakeTimer(XLA_FASTER_FOR_PREDICT)).source == "measured"
+    fast_path.clear_memory_cache()
+    assert choose(model, refuse).source == "cache"
+
+
+def test_the_environment_variable_pins(cache_dir, model, monkeypatch):
+    for value, expected in (("1", True), ("0", False), ("true", True), ("off", False)):
+        monkeypatch.setenv("BERTZOO_JIT_COMPILE", value)
+        report = choose(model, refuse)
+        assert report.source == "pinned" and report.predict is expected and report.train is expected
+        assert "BERTZOO_JIT_COMPILE" in report.reason
+        assert default_jit_compile(model) is expected
+        assert default_jit_compile("int4_from_float32") is expected  # Policies too.
+    monkeypatch.setenv("BERTZOO_JIT_COMPILE", "rule")  # The rule, nothing measured.
+    monkeypatch.setattr(fast_path, "wall_timer", refuse)
+    assert default_jit_compile(model) is False  # float32 on CPU.
+    assert fast_path.explain_fast_path(model).source == "rule"
+    monkeypatch.setenv("BERTZOO_JIT_COMPILE", "sometimes")
+    with pytest.raises(ValueError, match="use 0, 1, auto or rule"):
+        choose(model, refuse)
+
+
+def test_explicit_values_pin(cache_dir, model):
+    report = fast_path.choose_jit_compile(model, jit_compile=True, timer=refuse)
+    assert report.source == "pinned" and report.predict is True and report.train is True
+    assert resolve_jit_compile(False, model) is False
+    assert fast_path.jit_compile_for(model, "predict") is False
+    assert fast_path.explain_fast_path(model).source == "pinned"
+
+
+def test_resolve_auto_measures_and_exposes_the_per_mode_choice(cache_dir, monkeypatch, caplog):
+    model = tiny_classifier()
+    monkeypatch.setattr(fast_path, "wall_timer", FakeTimer(XLA_FASTER_FOR_PREDICT))
+    with caplog.at_level(logging.INFO, logger="bertzoo"):
+        assert resolve_jit_compile("auto", model) is False
+        model.compile()
+    assert model.jit_compile is False  # compile() gets the training step's choice.
+    assert fast_path.jit_compile_for(model, "train") is False
+    assert fast_path.jit_compile_for(model, "predict") is True
+    assert fast_path.jit_compile_for(model, "test") is True
+    assert fast_path.jit_compile_for(tiny_classifier(), "predict", default="unset") == "unset"
+    logged = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert any("measured" in line and "predict jit_compile=True, train jit_compile=False" in line for line in logged)
+    assert any("cache" in line for line in logged)  # compile() found the choice resolve made.
+
+
+def test_explain_names_what_was_measured_and_chosen(cache_dir, model):
+    fast_path.choose_jit_compile(model, timer=FakeTimer(XLA_FASTER_FOR_PREDICT), device=CPU, versions=VERSIONS)
+    report = fast_path.explain_fast_path(model)
+    text = str(report)
+    assert "source: measured" in text
+    assert "chosen: predict jit_compile=True, train jit_compile=False" in text
+    rows = [line.split() for line in text.splitlines() if line.strip().startswith(("predict", "train"))]
+    assert [row[:2] for row in rows] == [
+        ["predict", "False"],
+        ["predict", "True"],
+        ["train", "False"],
+        ["train", "True"],
+    ]
+    assert [row[-1] == "*" for row in rows] == [False, True, True, False]
+    assert "4.00 ms" in text and "1.50 s" in text  # A median and a compile time.
+    assert report.key in text and str(cache_dir / "fast_path.json") in text
+    assert "Test CPU (avx2 avx512f), 2 cores" in text
+    assert "tensorflow 2.21.0" in text
+    fast_path.clear_memory_cache()
+    cached = fast_path.explain_fast_path(model, device=CPU, versions=VERSIONS, timer=refuse)
+    assert "source: cache" in str(cached)
+
+
+def test_a_mode_no_candidate_can_run_falls_back_to_the_rule(cache_dir, model, monkeypatch):
+    def train_fails(name, fn):
+        if name.startswith("train"):
+            raise RuntimeError("no gradient here\nsecond line")
+        return 0.01
+
+    monkeypatch.setattr(fast_path, "wall_timer", train_fails)
+    report = fast_path.auto_jit_compile(model, rule=True)
+    assert report.predict is False and report.train is True  # The rule, for train only.
+    assert "train" in report.reason
+    failed = [c for c in report.candidates if c.error]
+    assert [c.mode for c in failed] == ["train", "train"]
+    assert failed[0].error == "RuntimeError: no gradient here"
+    assert "failed: RuntimeError: no gradient here" in str(report)
+
+
+def test_models_that_cannot_be_measured_and_policies_use_the_rule(cache_dir, monkeypatch):
+    monkeypatch.setattr(fast_path, "wall_timer", refuse)
+    assert not fast_path.measurable("float32")
+    assert not fast_path.measurable(keras.layers.Dense(3))  # Not built, no symbolic inputs.
+    assert default_jit_compile("float32") is False
+    assert default_jit_compile("int4_from_float32") is True
+    report = fast_path.explain_fast_path(keras.layers.Dense(3))
+    assert report.source == "rule" and report.predict is None
+
+
+def test_gpu_device_is_measured_and_keyed_apart(cache_dir, model, monkeypatch):
+    # The GPU path without a GPU: a faked device description.
+    on_cpu = choose(model, FakeTimer(XLA_FASTER_FOR_PREDICT))
+    timer = FakeTimer({name: 0.001 if name.endswith("/xla") else 0.002 for name in XLA_FASTER_FOR_PREDICT})
+    on_gpu = choose(model, timer, device=GPU)
+    assert on_gpu.source == "measured" and on_gpu.key != on_cpu.key
+    assert on_gpu.predict is True and on_gpu.train is True
+    assert "NVIDIA H100 80GB HBM3" in str(on_gpu)
+    # A TPU is not measured: XLA always.
+    tpu = choose(model, refuse, device={**CPU, "kind": "tpu", "accelerators": ["TPU:0"]})
+    assert tpu.source == "rule" and tpu.predict is True and tpu.train is True
+    # The rule, where nothing is measured, on a GPU: XLA.
+    monkeypatch.setattr(device_module, "accelerator", lambda: "gpu")
+    assert default_jit_compile("float32") is True
+    assert default_jit_compile("mixed_bfloat16") is True
+
+
+def test_device_description_reads_the_cpu_flags(monkeypatch):
+    fast_path._host_description.cache_clear()
+    cpuinfo = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: fpu avx2 avx512f amx_tile amx_bf16 amx_int8 avx512_bf16\n"
+    monkeypatch.setattr(fast_path, "_read_cpuinfo", lambda: cpuinfo)
+    try:
+        described = fast_path.device_description()
+    finally:
+        fast_path._host_description.cache_clear()
+    assert described["cpu"] == "Intel(R) Xeon(R) Platinum 8480+"
+    assert described["cpu_flags"] == ["avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"]
+    assert described["kind"] == "cpu" and described["cores"] >= 1
+    assert set(fast_path.library_versions()) == {"backend", "tensorflow", "keras", "bertzoo"}
+
+
+def test_backend_rules_are_unchanged():
+    assert fast_path.backend_jit_compile("jax") is True  # Its only compiled path.
+    assert fast_path.backend_jit_compile("torch") is False  # Keras's default there.
+    assert fast_path.backend_jit_compile("tensorflow") is None  # Measured.
+
+
+def test_the_real_candidates_run_and_leave_no_trace(cache_dir):
+    # The wall clock, a tiny model at a short length: every candidate runs,
+    # compile times are reported apart, and the dropout seed states are
+    # restored (measuring does not shift later training's randomness).
+    model = tiny_classifier()
+    before = [keras.ops.convert_to_numpy(v) for v in model.non_trainable_variables]
+    report = fast_path.choose_jit_compile(model, batch_size=2, sequence_length=8, runs=2)
+    assert report.source == "measured"
+    assert [c.error for c in report.candidates] == [None] * 4
+    assert all(c.compile_s > 0 and len(c.runs_s) == 2 and c.median_s > 0 for c in report.candidates)
+    assert report.predict in (True, False) and report.train in (True, False)
+    assert report.cost_s >= sum(c.compile_s for c in report.candidates)
+    after = [keras.ops.convert_to_numpy(v) for v in model.non_trainable_variables]
+    for a, b in zip(before, after):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_failing_measurement_falls_back_to_the_rule_with_a_warning(cache_dir, model, monkeypatch, caplog):
+    def broken(*args, **kwargs):
+        raise OSError("no /proc here")
+
+    monkeypatch.setattr(fast_path, "device_description", broken)
+    with caplog.at_level(logging.WARNING, logger="bertzoo"):
+        report = fast_path.auto_jit_compile(model, rule=True)
+    assert report.source == "rule" and report.predict is True and report.train is True
+    assert "measuring failed: OSError" in report.reason
+    assert any("Could not measure the fast path of BertClassifier" in r.getMessage() for r in caplog.records)
+
+
+def test_explain_is_exported_at_the_top_level():
+    assert bertzoo.explain_fast_path is fast_path.explain_fast_path
