@@ -178,6 +178,7 @@ def test_policy_reads_the_layers_of_a_model():
     assert model.dtype_policy.name == "float32"
     assert default_jit_compile(model) is True
     model.compile()
+    model.make_predict_function()  # "auto" is decided when a step function is built.
     assert model.jit_compile is True
 
 

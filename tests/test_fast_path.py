@@ -210,8 +210,8 @@ def test_the_key_reads_the_layers_quantization_and_dtype_policy():
     quantized = tiny_classifier()
     quantized.quantize("int4")
     assert quantized.dtype_policy.name == "float32"
-    assert fast_path.model_signature(plain)["quantization_modes"] == []
-    assert fast_path.model_signature(quantized)["quantization_modes"] == ["int4"]
+    assert fast_path.model_signature(plain)["quantization_mode"] is None
+    assert fast_path.model_signature(quantized)["quantization_mode"] == "int4"
     assert fast_path.cache_key(CPU, VERSIONS, fast_path.model_signature(quantized)) != fast_path.cache_key(
         CPU, VERSIONS, fast_path.model_signature(plain)
     )

@@ -14,6 +14,7 @@ cost time for models that actually run.
 
 import functools
 import threading
+import weakref
 
 from bertzoo.utils import fast_path
 from bertzoo.utils.device import resolve_jit_compile
@@ -58,15 +59,18 @@ class DefaultCompileMixin:
         resolved later (`False` until then); `True`/`False` are checked
         against the strategy now."""
         auto = jit_compile == "auto"
-        object.__setattr__(self, self._AUTO_JIT_ATTRIBUTE, model if auto else None)
+        # A weak reference: Keras's weight loading walks every attribute,
+        # and the model is often `self`.
+        object.__setattr__(self, self._AUTO_JIT_ATTRIBUTE, weakref.ref(model) if auto else None)
         if auto:
             return False
         return resolve_jit_compile(jit_compile, model, getattr(self, "distribute_strategy", None))
 
-    def _resolve_auto_jit_compile(self, mode):
+    def _decide_jit_compile(self, mode):
         """Sets `self.jit_compile` to the choice for `mode` ("train", "test"
         or "predict") when the user's compile said "auto"."""
-        model = getattr(self, self._AUTO_JIT_ATTRIBUTE, None)
+        reference = getattr(self, self._AUTO_JIT_ATTRIBUTE, None)
+        model = reference() if reference is not None else None
         if model is not None:
             chosen = resolve_jit_compile("auto", model, getattr(self, "distribute_strategy", None))
             self.jit_compile = fast_path.jit_compile_for(model, mode, default=chosen)
@@ -80,13 +84,13 @@ class DefaultCompileMixin:
         return config
 
     def make_train_function(self, force=False):
-        self._resolve_auto_jit_compile("train")
+        self._decide_jit_compile("train")
         return super().make_train_function(force)
 
     def make_test_function(self, force=False):
-        self._resolve_auto_jit_compile("test")
+        self._decide_jit_compile("test")
         return super().make_test_function(force)
 
     def make_predict_function(self, force=False):
-        self._resolve_auto_jit_compile("predict")
+        self._decide_jit_compile("predict")
         return super().make_predict_function(force)

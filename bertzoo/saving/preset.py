@@ -331,9 +331,10 @@ def _without_optimizer(model, objects=()):
     return list(objects) + ([optimizer] if optimizer is not None else [])
 
 
-def _load_weights(model, path, objects_to_skip=None):
+def _load_weights(model, path, objects_to_skip=()):
     try:
-        load_weights_only(model, path, objects_to_skip=objects_to_skip)
+        # Presets hold no optimizer state; a task is compiled on construction.
+        load_weights_only(model, path, objects_to_skip=_without_optimizer(model, objects_to_skip))
     except (OSError, ValueError, KeyError) as e:
         raise ValueError(
             f"Could not load weights from {path} into {type(model).__name__} "
