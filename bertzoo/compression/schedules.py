@@ -89,9 +89,11 @@ class PolynomialDecay(PruningSchedule):
     `end_step` included, and kept fixed afterwards.
 
     Example:
-    >>> schedule = bertzoo.PolynomialDecay(initial_sparsity=0.0, final_sparsity=0.9,
-    ...                                    begin_step=0, end_step=2000, frequency=100)
-    >>> should_prune, sparsity = schedule(1000)   # True, 0.7875
+    ```python
+    schedule = bertzoo.PolynomialDecay(initial_sparsity=0.0, final_sparsity=0.9,
+                                       begin_step=0, end_step=2000, frequency=100)
+    should_prune, sparsity = schedule(1000)   # True, 0.7875
+    ```
     """
 
     def __init__(self, initial_sparsity, final_sparsity, begin_step, end_step, power=3, frequency=100):
@@ -129,7 +131,9 @@ class ConstantSparsity(PruningSchedule):
     (until `end_step`; `-1` means until training stops).
 
     Example:
-    >>> schedule = bertzoo.ConstantSparsity(0.8, begin_step=0, frequency=50)
+    ```python
+    schedule = bertzoo.ConstantSparsity(0.8, begin_step=0, frequency=50)
+    ```
     """
 
     def __init__(self, target_sparsity, begin_step, end_step=-1, frequency=100):

@@ -1,8 +1,10 @@
 """Checkpoint converters: Hugging Face, original TF1 BERT/ALBERT, keras-hub.
 
->>> bertzoo.convert_checkpoint("path/to/hf_bert_dir", "presets_out/minilm")
->>> bertzoo.convert_checkpoint("uncased_L-12_H-768_A-12", "out/base")
->>> keras_hub_backbone = bertzoo.convert.to_keras_hub("out/base")
+```python
+bertzoo.convert_checkpoint("path/to/hf_bert_dir", "presets_out/minilm")
+bertzoo.convert_checkpoint("uncased_L-12_H-768_A-12", "out/base")
+keras_hub_backbone = bertzoo.convert.to_keras_hub("out/base")
+```
 """
 
 from bertzoo.convert.checkpoint import FORMATS

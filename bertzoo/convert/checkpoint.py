@@ -92,8 +92,10 @@ def convert_checkpoint(source, destination, overwrite=False):
         FileExistsError: `destination` exists and `overwrite` is False.
 
     Example:
-    >>> result = bertzoo.convert_checkpoint("all-MiniLM-L6-v2", "presets_out/minilm")
-    >>> model = bertzoo.BertClassifier.from_preset("presets_out/minilm", num_classes=2)
+    ```python
+    result = bertzoo.convert_checkpoint("all-MiniLM-L6-v2", "presets_out/minilm")
+    model = bertzoo.BertClassifier.from_preset("presets_out/minilm", num_classes=2)
+    ```
     """
     destination = Path(destination).expanduser()
     if destination.exists() and not overwrite:

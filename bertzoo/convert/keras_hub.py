@@ -201,8 +201,10 @@ def to_keras_hub(backbone, allow_gelu_approximation=False):
             lists why: activation, epsilon, per-layer sizes, partial sharing).
 
     Example:
-    >>> kh = bertzoo.convert.to_keras_hub("presets_out/albert")
-    >>> back = bertzoo.convert_checkpoint(kh, "presets_out/albert_again")
+    ```python
+    kh = bertzoo.convert.to_keras_hub("presets_out/albert")
+    back = bertzoo.convert_checkpoint(kh, "presets_out/albert_again")
+    ```
     """
 
     if not isinstance(backbone, BertBackbone):

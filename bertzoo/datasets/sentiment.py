@@ -20,7 +20,9 @@ def load_rated_sentences(path, max_rows=None):
     """Returns `(texts, labels)` from a rated-sentences TSV file.
 
     Example:
-    >>> texts, labels = load_rated_sentences("../shared/data/sentiment/amazon.tsv")
+    ```python
+    texts, labels = load_rated_sentences("../shared/data/sentiment/amazon.tsv")
+    ```
     """
     path = Path(path)
     if not path.is_file():
@@ -85,7 +87,9 @@ def synthetic_sentiment(num_examples=512, seed=0):
     """A generated binary sentiment set: `(texts, labels)`.
 
     Example:
-    >>> texts, labels = synthetic_sentiment(8)
+    ```python
+    texts, labels = synthetic_sentiment(8)
+    ```
     """
     rng = np.random.default_rng(seed)
     texts, labels = [], []

@@ -31,7 +31,9 @@ def get_activation(name):
     """Returns the activation function for a bertzoo activation name.
 
     Example:
-    >>> get_activation("gelu_exact")(keras.ops.zeros((2,)))
+    ```python
+    get_activation("gelu_exact")(keras.ops.zeros((2,)))
+    ```
     """
     if name == "gelu":
         raise ValueError(

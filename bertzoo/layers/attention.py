@@ -26,12 +26,14 @@ class SelfAttentionBlock(keras.layers.Layer):
     apply; both paths compute the same function.
 
     Example:
-    >>> block = SelfAttentionBlock(num_heads=2, head_dim=8)
-    >>> x = keras.ops.ones((1, 4, 16))
-    >>> out, probs = block(x, padding_mask=keras.ops.ones((1, 4), "bool"),
-    ...                    return_attention_scores=True)
-    >>> probs.shape
-    (1, 2, 4, 4)
+    ```python
+    block = SelfAttentionBlock(num_heads=2, head_dim=8)
+    x = keras.ops.ones((1, 4, 16))
+    out, probs = block(x, padding_mask=keras.ops.ones((1, 4), "bool"),
+                       return_attention_scores=True)
+    probs.shape
+    # (1, 2, 4, 4)
+    ```
     """
 
     def __init__(

@@ -12,9 +12,11 @@ class PositionEmbedding(keras.layers.Layer):
     """Learned absolute position embeddings, sliced to the input length.
 
     Example:
-    >>> layer = PositionEmbedding(max_sequence_length=512, embedding_dim=64)
-    >>> layer(keras.ops.zeros((2, 10, 64))).shape
-    (10, 64)
+    ```python
+    layer = PositionEmbedding(max_sequence_length=512, embedding_dim=64)
+    layer(keras.ops.zeros((2, 10, 64))).shape
+    # (10, 64)
+    ```
     """
 
     def __init__(self, max_sequence_length, embedding_dim, initializer="glorot_uniform", **kwargs):
@@ -69,10 +71,12 @@ class BertEmbeddings(keras.layers.Layer):
     normalization; `embedding_dim=None` means `E = H` and no projection.
 
     Example:
-    >>> layer = BertEmbeddings(vocabulary_size=100, hidden_dim=32, embedding_dim=8)
-    >>> ids = keras.ops.ones((2, 5), "int32")
-    >>> layer(ids, keras.ops.zeros((2, 5), "int32")).shape
-    (2, 5, 32)
+    ```python
+    layer = BertEmbeddings(vocabulary_size=100, hidden_dim=32, embedding_dim=8)
+    ids = keras.ops.ones((2, 5), "int32")
+    layer(ids, keras.ops.zeros((2, 5), "int32")).shape
+    # (2, 5, 32)
+    ```
     """
 
     def __init__(

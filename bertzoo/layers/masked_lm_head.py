@@ -35,8 +35,10 @@ class MaskedLMHead(keras.layers.Layer):
     from their backbone instead.
 
     Example:
-    >>> head = MaskedLMHead(backbone.embeddings.token_embedding, activation="gelu_tanh")
-    >>> logits = head(outputs["sequence_output"], mask_positions)
+    ```python
+    head = MaskedLMHead(backbone.embeddings.token_embedding, activation="gelu_tanh")
+    logits = head(outputs["sequence_output"], mask_positions)
+    ```
     """
 
     def __init__(

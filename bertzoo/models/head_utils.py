@@ -16,10 +16,12 @@ class MaskedAccuracy(keras.metrics.Metric):
     positions (so padding and unlabelled tokens do not count).
 
     Example:
-    >>> metric = MaskedAccuracy()
-    >>> metric.update_state([[1, -100, 0]], [[[0.0, 1.0], [5.0, 0.0], [0.0, 1.0]]])
-    >>> float(metric.result())
-    0.5
+    ```python
+    metric = MaskedAccuracy()
+    metric.update_state([[1, -100, 0]], [[[0.0, 1.0], [5.0, 0.0], [0.0, 1.0]]])
+    float(metric.result())
+    # 0.5
+    ```
     """
 
     def __init__(self, ignore_class=IGNORE_LABEL, name="accuracy", dtype=None):

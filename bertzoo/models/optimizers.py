@@ -28,8 +28,10 @@ class AdamW(keras.optimizers.AdamW):
     Weight decay and gradient clipping are Keras's, before the update.
 
     Example:
-    >>> optimizer = AdamW(learning_rate=5e-5, weight_decay=0.01, global_clipnorm=1.0)
-    >>> model.compile(optimizer=optimizer)
+    ```python
+    optimizer = AdamW(learning_rate=5e-5, weight_decay=0.01, global_clipnorm=1.0)
+    model.compile(optimizer=optimizer)
+    ```
     """
 
     def _fused_update(self, variable):
@@ -73,7 +75,9 @@ def bert_optimizer(learning_rate=5e-5):
     global gradient-norm clipping at 1. `compile(optimizer="auto")` uses it.
 
     Example:
-    >>> model.compile(optimizer=bert_optimizer(1e-3))
+    ```python
+    model.compile(optimizer=bert_optimizer(1e-3))
+    ```
     """
     optimizer = AdamW(
         learning_rate=WarmupLinearDecay(learning_rate, warmup_fraction=0.1),

@@ -14,9 +14,11 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     While unset, the rate stays at the peak after warm-up.
 
     Example:
-    >>> schedule = WarmupLinearDecay(5e-5, warmup_fraction=0.1, total_steps=1000)
-    >>> float(schedule(100))
-    5e-05
+    ```python
+    schedule = WarmupLinearDecay(5e-5, warmup_fraction=0.1, total_steps=1000)
+    float(schedule(100))
+    # 5e-05
+    ```
     """
 
     def __init__(self, peak_learning_rate=5e-5, warmup_fraction=0.1, total_steps=None):

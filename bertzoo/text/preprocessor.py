@@ -43,15 +43,17 @@ class BertPreprocessor(keras.layers.Layer):
 
     Example:
 
-    >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "fox", "ran"]
-    >>> preprocessor = BertPreprocessor(BertTokenizer(vocab), sequence_length=8)
-    >>> out = preprocessor(("the fox", "ran"))
-    >>> out["token_ids"].numpy().tolist()
-    [2, 5, 6, 3, 7, 3, 0, 0]
-    >>> out["segment_ids"].numpy().tolist()
-    [0, 0, 0, 0, 1, 1, 0, 0]
-    >>> ds = tf.data.Dataset.from_tensor_slices((["the fox"], [1])).batch(1)
-    >>> features, label = next(iter(ds.map(preprocessor)))
+    ```python
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "fox", "ran"]
+    preprocessor = BertPreprocessor(BertTokenizer(vocab), sequence_length=8)
+    out = preprocessor(("the fox", "ran"))
+    out["token_ids"].numpy().tolist()
+    # [2, 5, 6, 3, 7, 3, 0, 0]
+    out["segment_ids"].numpy().tolist()
+    # [0, 0, 0, 0, 1, 1, 0, 0]
+    ds = tf.data.Dataset.from_tensor_slices((["the fox"], [1])).batch(1)
+    features, label = next(iter(ds.map(preprocessor)))
+    ```
     """
 
     def __init__(self, tokenizer, sequence_length=128, truncate="round_robin", **kwargs):

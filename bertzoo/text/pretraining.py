@@ -62,11 +62,13 @@ class BertMaskGenerator(keras.layers.Layer):
     makes the result a pure function of the inputs.
 
     Example:
-    >>> masker = BertMaskGenerator(vocabulary_size=100, mask_token_id=4,
-    ...                            unselectable_token_ids=[0, 2, 3], max_selections=4)
-    >>> out = masker([[2, 17, 25, 31, 3, 0]], seed=[1, 2])
-    >>> out["mask_positions"].shape
-    TensorShape([1, 4])
+    ```python
+    masker = BertMaskGenerator(vocabulary_size=100, mask_token_id=4,
+                               unselectable_token_ids=[0, 2, 3], max_selections=4)
+    out = masker([[2, 17, 25, 31, 3, 0]], seed=[1, 2])
+    out["mask_positions"].shape
+    # TensorShape([1, 4])
+    ```
     """
 
     def __init__(
@@ -210,12 +212,14 @@ def sentence_pairs(documents, objective="nsp", seed=None):
         `(first, second, labels)`: two lists of strings and an int32 array.
 
     Example:
-    >>> docs = [["The cat sat.", "It purred.", "Then it slept."],
-    ...         ["Rain fell.", "The river rose."]]
-    >>> first, second, labels = sentence_pairs(docs, "sop", seed=0)
-    >>> labels.tolist()  # 1 where the pair was swapped.
-    [1, 0, 0]
-    >>> pretrainer.fit((first, second), labels)  # a BertPretrainer(sentence_objective="sop")
+    ```python
+    docs = [["The cat sat.", "It purred.", "Then it slept."],
+            ["Rain fell.", "The river rose."]]
+    first, second, labels = sentence_pairs(docs, "sop", seed=0)
+    labels.tolist()  # 1 where the pair was swapped.
+    # [1, 0, 0]
+    pretrainer.fit((first, second), labels)  # a BertPretrainer(sentence_objective="sop")
+    ```
     """
     if objective not in SENTENCE_OBJECTIVES:
         raise ValueError(f"Unknown `objective` {objective!r}: use 'nsp' (next sentence) or 'sop' (sentence order).")

@@ -73,13 +73,15 @@ class BertTokenizer(keras.layers.Layer):
 
     Example:
 
-    >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
-    ...          "the", "fox", "run", "##s", "."]
-    >>> tokenizer = BertTokenizer(vocab)
-    >>> tokenizer(["The fox runs.", "fox"]).to_list()
-    [[5, 6, 7, 8, 9], [6]]
-    >>> tokenizer.detokenize([[5, 6, 7, 8]]).numpy()
-    array([b'the fox runs'], dtype=object)
+    ```python
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+             "the", "fox", "run", "##s", "."]
+    tokenizer = BertTokenizer(vocab)
+    tokenizer(["The fox runs.", "fox"]).to_list()
+    # [[5, 6, 7, 8, 9], [6]]
+    tokenizer.detokenize([[5, 6, 7, 8]]).numpy()
+    # array([b'the fox runs'], dtype=object)
+    ```
     """
 
     def __init__(

@@ -123,11 +123,13 @@ def build_vocabulary(
 
     Example:
 
-    >>> corpus = ["the quick brown fox", "the lazy dog"] * 20
-    >>> vocab = build_vocabulary(corpus, vocabulary_size=200)
-    >>> vocab[:5]
-    ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
-    >>> tokenizer = BertTokenizer(vocab)  # doctest: +SKIP
+    ```python
+    corpus = ["the quick brown fox", "the lazy dog"] * 20
+    vocab = build_vocabulary(corpus, vocabulary_size=200)
+    vocab[:5]
+    # ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
+    tokenizer = BertTokenizer(vocab)
+    ```
     """
     import keras_hub
     import tensorflow as tf
@@ -313,9 +315,11 @@ def builtin_vocabulary(size=30522):
     A smaller `size` gives a prefix of the same character list (at least
     1155 entries: the BERT reserved block and printable ASCII).
 
-    >>> vocab = builtin_vocabulary()
-    >>> len(vocab), vocab[0], vocab[100:104]
-    (30522, '[PAD]', ['[UNK]', '[CLS]', '[SEP]', '[MASK]'])
+    ```python
+    vocab = builtin_vocabulary()
+    len(vocab), vocab[0], vocab[100:104]
+    # (30522, '[PAD]', ['[UNK]', '[CLS]', '[SEP]', '[MASK]'])
+    ```
     """
     if isinstance(size, bool) or not isinstance(size, int) or size < _MIN_BUILTIN_SIZE:
         raise ValueError(

@@ -6,19 +6,18 @@ the rules below apply only where nothing can be measured (a dtype policy
 instead of a model, a model without symbolic inputs, or
 `BERTZOO_JIT_COMPILE=rule`). The figures behind them:
 
-The CPU rows come from measurements on a 2-core AMD EPYC (AVX-512, AVX512_BF16,
-VNNI; no AMX) with TensorFlow 2.21, BERT-base, batch 8 x 128, by
-`python -m benchmarks.run` on a quiet machine (load average about 1;
-figures in `benchmarks/results.jsonl` and the README's "Performance" table).
-
-| where | model | XLA | measured |
+| where | model | XLA (the rule) | why |
 |---|---|---|---|
-| GPU, TPU | any | on | (not measured here: XLA's usual win, fused elementwise work) |
-| CPU | float32 | off | within 5% either way (XLA on/off: inference 440/459 ms, training step 1853/1873 ms), plus XLA's compile time |
-| CPU | bfloat16 / float16 compute | off | XLA on/off: inference 502/272 ms, training step 2030/1300 ms: XLA:CPU's bf16 dots are far slower than oneDNN's AVX512-BF16 kernels |
-| CPU | int8-quantized layers, TensorFlow with oneDNN | off | fused oneDNN int8 kernel (`bertzoo.layers.dense`) 218 ms per batch, against 358 ms with XLA |
-| CPU | other quantized layers (int4; int8 without oneDNN) | on | XLA on/off: 380/2257 ms per batch (int8): Keras's int8 ops have no fast matmul kernel outside XLA |
+| GPU, TPU | any | on | XLA's usual win: fused elementwise work |
+| CPU | float32 | off | about as fast either way on the CPUs measured, and no compile time |
+| CPU | bfloat16 / float16 compute | off | XLA:CPU's bf16 dots were far slower than oneDNN's AVX512-BF16 kernels |
+| CPU | int8-quantized layers, TensorFlow with oneDNN | off | the fused oneDNN int8 kernel (`bertzoo.layers.dense`) runs only outside XLA |
+| CPU | other quantized layers (int4; int8 without oneDNN) | on | Keras's int8 ops have no fast matmul kernel outside XLA |
 | any | multi-replica `tf.distribute` strategy | off | Keras cannot compile those steps, see `jit_compile_supported` |
+
+The measured figures behind the rule (by machine) are in the README's
+performance section and `benchmarks/results.jsonl`; on another CPU the
+measurement, not this table, decides.
 
 TPUStrategy compiles every step with XLA whatever `jit_compile` says, so
 "off" there only drops a redundant nested compilation. The JAX backend always
