@@ -30,6 +30,8 @@ from bertzoo.models.bert_pretrainer import pretraining_head_shapes
 from bertzoo.saving.preset import PRETRAINING_HEADS_FILE
 from bertzoo.saving.preset import save_preset
 from bertzoo.text import BertTokenizer
+from bertzoo.text import SentencePieceTokenizer
+from bertzoo.text.preprocessor import BertPreprocessor
 from bertzoo.utils import private_api
 
 DEFAULT_SEQUENCE_LENGTH = 128
@@ -72,6 +74,10 @@ class SourceModel:
         index_fields: block index -> extra template fields (e.g. ALBERT groups).
         skipped: source name -> why it is not converted (reported, not hidden).
         vocabulary: WordPiece tokens, or None.
+        sentencepiece: the path of a SentencePiece model (ALBERT's
+            `spiece.model` / `30k-clean.model`), or None.
+        sentencepiece_options: `SentencePieceTokenizer` options for it (see
+            `bertzoo.text.albert_tokenizer_options`).
         preprocessor: preset preprocessor settings.
         notes: anything else the user should know.
         display: source name -> the name as written in the checkpoint, where
@@ -87,6 +93,8 @@ class SourceModel:
     index_fields: object = None
     skipped: dict = dataclasses.field(default_factory=dict)
     vocabulary: list = None
+    sentencepiece: object = None
+    sentencepiece_options: dict = dataclasses.field(default_factory=dict)
     preprocessor: dict = dataclasses.field(default_factory=dict)
     notes: list = dataclasses.field(default_factory=list)
     display: dict = dataclasses.field(default_factory=dict)
@@ -127,7 +135,7 @@ class ConversionResult:
             lines.append("  not converted:")
             lines += [f"    {name}: {reason}" for name, reason in self.skipped.items()]
         if not self.has_vocabulary:
-            lines.append("  no vocabulary.txt: pass tokenized inputs (preprocessor=None)")
+            lines.append("  no vocabulary: pass tokenized inputs (preprocessor=None)")
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
 
@@ -262,9 +270,17 @@ def write_preset(model, destination, overwrite=False):
     (through `bertzoo.saving.preset.save_preset`, like `save_to_preset`)."""
 
     backbone, heads, head_sources = build_backbone(model)
-    tokenizer = None
-    if model.vocabulary is not None:
-        settings = model.preprocessor
+    tokenizer = preprocessor = None
+    settings = dict(model.preprocessor)
+    if model.sentencepiece is not None:
+        tokenizer = SentencePieceTokenizer(model.sentencepiece, **model.sentencepiece_options)
+        if tokenizer.vocabulary_size() != model.config["vocabulary_size"]:
+            raise ConversionError(
+                f"{model.sentencepiece}: the SentencePiece model has {tokenizer.vocabulary_size()} pieces but "
+                f"the config's vocabulary size is {model.config['vocabulary_size']}: they do not belong together."
+            )
+        preprocessor = BertPreprocessor(tokenizer, sequence_length=settings.get("sequence_length", 128))
+    elif model.vocabulary is not None:
         tokenizer = BertTokenizer(
             model.vocabulary,
             lowercase=settings.get("lowercase", True),
@@ -285,8 +301,9 @@ def write_preset(model, destination, overwrite=False):
     path = save_preset(
         destination,
         backbone,
-        tokenizer=tokenizer,
-        preprocessor_config=dict(model.preprocessor),
+        tokenizer=tokenizer if preprocessor is None else None,
+        preprocessor=preprocessor,
+        preprocessor_config=settings if preprocessor is None else None,
         metadata=metadata,
         overwrite=overwrite,
         extra_arrays={PRETRAINING_HEADS_FILE: heads} if heads else None,

@@ -19,6 +19,7 @@ from bertzoo.convert.common import dense_rules
 from bertzoo.convert.common import map_activation
 from bertzoo.convert.common import norm_rules
 from bertzoo.convert.common import require_keys
+from bertzoo.text import albert_tokenizer_options
 from bertzoo.text import load_vocabulary
 
 SUPPORTED_MODEL_TYPES = ("bert", "albert")
@@ -213,20 +214,18 @@ def read(path):
             del tensors[decoder_bias]
             skipped[names[decoder_bias]] = f"a copy of {names[bias]} (kept as mlm/output_bias)"
 
-    vocabulary, notes = None, []
-    if (path / "vocab.txt").is_file():
-
-        vocabulary = load_vocabulary(path / "vocab.txt")
-        check_vocabulary_size(vocabulary, config, origin)
-    elif (path / "spiece.model").is_file():
-        notes.append(
-            "spiece.model is a SentencePiece vocabulary, which bertzoo's WordPiece tokenizer "
-            "cannot use: the preset has no vocabulary."
-        )
-
     tokenizer_config = {}
     if (path / "tokenizer_config.json").is_file():
         tokenizer_config = json.loads((path / "tokenizer_config.json").read_text())
+    vocabulary, sentencepiece, sentencepiece_options, notes = None, None, {}, []
+    if (path / "vocab.txt").is_file():
+        vocabulary = load_vocabulary(path / "vocab.txt")
+        check_vocabulary_size(vocabulary, config, origin)
+    elif (path / "spiece.model").is_file():
+        sentencepiece = path / "spiece.model"
+        sentencepiece_options = albert_tokenizer_options(
+            bool(tokenizer_config.get("do_lower_case", True)), bool(tokenizer_config.get("keep_accents", False))
+        )
     preprocessor = {
         "sequence_length": default_sequence_length(config["max_sequence_length"]),
         "lowercase": bool(tokenizer_config.get("do_lower_case", True)),
@@ -244,6 +243,8 @@ def read(path):
         index_fields=index_fields,
         skipped=skipped,
         vocabulary=vocabulary,
+        sentencepiece=sentencepiece,
+        sentencepiece_options=sentencepiece_options,
         preprocessor=preprocessor,
         notes=notes,
         display=display,

@@ -20,6 +20,7 @@ from bertzoo.convert.common import dense_rules
 from bertzoo.convert.common import map_activation
 from bertzoo.convert.common import norm_rules
 from bertzoo.convert.common import require_keys
+from bertzoo.text import albert_tokenizer_options
 from bertzoo.text import load_vocabulary
 
 CONFIG_FILES = ("bert_config.json", "albert_config.json")
@@ -174,16 +175,18 @@ def read(path):
             "training state, not model weights"
         )
 
-    vocabulary, notes = None, []
+    vocabulary, sentencepiece, notes = None, None, []
     if (path / "vocab.txt").is_file():
-
         vocabulary = load_vocabulary(path / "vocab.txt")
         check_vocabulary_size(vocabulary, config, origin)
-    elif any(path.glob("*.model")):
-        notes.append(
-            "the SentencePiece vocabulary (*.model) cannot be used by bertzoo's WordPiece "
-            "tokenizer: the preset has no vocabulary."
-        )
+    else:
+        models = sorted(path.glob("*.model"))
+        if len(models) > 1:
+            raise ConversionError(
+                f"{origin}: several SentencePiece models ({', '.join(m.name for m in models)}); keep the one the "
+                "checkpoint was trained with (ALBERT's is 30k-clean.model)."
+            )
+        sentencepiece = models[0] if models else None
     # Google's directories say "uncased_..." or "cased_..." (BERT) and ALBERT is uncased.
     name = path.resolve().name.lower()
     lowercase = not ("cased" in name and "uncased" not in name)
@@ -200,6 +203,8 @@ def read(path):
         index_fields=index_fields,
         skipped=skipped,
         vocabulary=vocabulary,
+        sentencepiece=sentencepiece,
+        sentencepiece_options=albert_tokenizer_options() if sentencepiece is not None else {},
         preprocessor={
             "sequence_length": default_sequence_length(config["max_sequence_length"]),
             "lowercase": lowercase,

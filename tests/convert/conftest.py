@@ -2,6 +2,7 @@
 layout, written from one set of arrays, and an independent NumPy forward pass
 of BERT / ALBERT computed from those same arrays."""
 
+import io
 import json
 import math
 import types
@@ -153,6 +154,25 @@ def max_difference(backbone, model, inputs, activation, eps=1e-12):
 
 
 # --- Writers, one per source layout ---------------------------------------------
+
+
+def sentencepiece_model(size=40):
+    """The bytes of a small unigram SentencePiece model of exactly `size`
+    pieces, with ALBERT's special pieces (<pad>=0, <unk>=1, [CLS]=2, [SEP]=3,
+    [MASK]=4), trained here on generated text."""
+    spm = pytest.importorskip("sentencepiece")
+    rng = np.random.default_rng(0)
+    words = ["tok", "fox", "runs", "the", "dog", "cat", "sat", "mat", "blue", "sky", "quick", "brown", "jumps",
+             "lazy", "over", "wing", "park"]
+    sentences = [" ".join(rng.choice(words, 6)) for _ in range(300)]
+    buffer = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences), model_writer=buffer, vocab_size=size, model_type="unigram",
+        pad_id=0, unk_id=1, bos_id=2, eos_id=3, pad_piece="<pad>", unk_piece="<unk>", bos_piece="[CLS]",
+        eos_piece="[SEP]", user_defined_symbols="[MASK]", character_coverage=1.0,
+        normalization_rule_name="nmt_nfkc", minloglevel=2,
+    )
+    return buffer.getvalue()
 
 
 def tiny_vocabulary(size):
@@ -404,6 +424,7 @@ def ref():
         forward=forward,
         max_difference=max_difference,
         tiny_vocabulary=tiny_vocabulary,
+        sentencepiece_model=sentencepiece_model,
         hf_bert_arrays=hf_bert_arrays,
         hf_albert_arrays=hf_albert_arrays,
         hf_config=hf_config,

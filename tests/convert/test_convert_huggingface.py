@@ -278,7 +278,35 @@ def test_hf_albert_matches_numpy_and_keras_hub(ref, rng, make_bert_inputs, tmp_p
     assert heads["mlm/transform/kernel"].shape == (16, 8)  # ALBERT's head maps H -> E.
     np.testing.assert_array_equal(heads["nsp/kernel"], model["heads"]["nsp"][0])
     assert preset.metadata["conversion"]["pretraining_heads"]["nsp/bias"] == "sop_classifier.classifier.bias"
-    assert not result.has_vocabulary and "no vocabulary.txt" in str(result)
+    assert not result.has_vocabulary and "no vocabulary" in str(result)
+
+
+def test_hf_albert_with_spiece_model_fits_raw_strings(ref, rng, tmp_path):
+    model = ref.random_model(rng, num_layers=2, num_sets=1, embedding=8)
+    source = ref.write_hf(tmp_path / "albert", ref.hf_config(model, "albert"), ref.hf_albert_arrays(model))
+    (source / "spiece.model").write_bytes(ref.sentencepiece_model(40))
+    (source / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "keep_accents": False}))
+    result = bertzoo.convert_checkpoint(source, tmp_path / "preset")
+    assert result.has_vocabulary
+    classifier = bertzoo.BertClassifier.from_preset(result.path, sequence_length=16)
+    tokenizer = classifier.preprocessor.tokenizer
+    assert isinstance(tokenizer, bertzoo.text.SentencePieceTokenizer)
+    assert tokenizer.lowercase and tokenizer.strip_accents and tokenizer.split_digit_comma
+    texts, labels = ["the quick brown fox", "the lazy dog sat", "Blue sky over the park", "cat jumps"], [1, 0, 1, 0]
+    history = classifier.fit(texts, labels, epochs=2, batch_size=2, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+    assert classifier.predict(texts, verbose=0).shape == (4, 2)
+    classifier.save_to_preset(tmp_path / "tuned")
+    again = bertzoo.BertClassifier.from_preset(tmp_path / "tuned")
+    np.testing.assert_allclose(again.predict(texts, verbose=0), classifier.predict(texts, verbose=0), atol=1e-5)
+
+
+def test_spiece_model_of_another_size_is_refused(ref, rng, tmp_path):
+    model = ref.random_model(rng, num_layers=1, num_sets=1, embedding=8)
+    source = ref.write_hf(tmp_path / "albert", ref.hf_config(model, "albert"), ref.hf_albert_arrays(model))
+    (source / "spiece.model").write_bytes(ref.sentencepiece_model(38))
+    with pytest.raises(bertzoo.convert.ConversionError, match="38 pieces but the config's vocabulary size is 40"):
+        bertzoo.convert_checkpoint(source, tmp_path / "preset")
 
 
 def test_hf_albert_inner_groups_become_unshared_layers(ref, rng, make_bert_inputs, tmp_path):

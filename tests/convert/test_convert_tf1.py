@@ -50,7 +50,7 @@ def test_tf1_albert_matches_numpy(ref, rng, make_bert_inputs, tmp_path):
         config_name="albert_config.json",
         prefix="model.ckpt-best",
     )
-    (source / "30k-clean.model").write_bytes(b"not read")
+    (source / "30k-clean.model").write_bytes(ref.sentencepiece_model(40))
     result = bertzoo.convert_checkpoint(source, tmp_path / "preset")
     backbone = bertzoo.BertBackbone.from_preset(result.path)
     assert (backbone.num_layers, backbone.num_groups, backbone.embedding_dim) == (3, 1, 8)
@@ -61,7 +61,11 @@ def test_tf1_albert_matches_numpy(ref, rng, make_bert_inputs, tmp_path):
     assert diff < 1e-5
     heads = Preset.resolve(result.path).load_arrays()
     assert heads["mlm/transform/kernel"].shape == (16, 8)
-    assert any("SentencePiece" in note for note in result.notes) and not result.has_vocabulary
+    assert result.has_vocabulary  # ALBERT's SentencePiece model travels with the preset.
+    classifier = bertzoo.BertClassifier.from_preset(result.path)
+    assert isinstance(classifier.preprocessor.tokenizer, bertzoo.text.SentencePieceTokenizer)
+    assert classifier.preprocessor.tokenizer.lowercase is True  # Google's ALBERT is uncased.
+    assert classifier.predict(["The quick brown fox"], verbose=0).shape == (1, 2)
 
 
 def test_tf1_cased_directory_keeps_case(ref, rng, tmp_path):
