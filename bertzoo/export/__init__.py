@@ -26,7 +26,7 @@ def export_model(model, path, format="tf_saved_model", overwrite=False, sequence
 
     `"tf_saved_model"`: `export_saved_model` (raw-text and tokenized
     signatures; `kwargs`: `pairs`, `preprocessor`). `"onnx"` / `"litert"`:
-    `export_portable` (tokenized inputs of a fixed length; `kwargs` go to
+    `export_portable` (tokenized inputs of any length; `kwargs` go to
     Keras's exporter).
 
     Example:
