@@ -30,8 +30,8 @@ import tensorflow_text as tf_text
 from bertzoo.text.normalization import normalize
 from bertzoo.text.normalization import pretokenize
 from bertzoo.text.normalization import split_words
-from bertzoo.text.normalization import valid_utf8
 from bertzoo.text.normalization import to_string_tensor
+from bertzoo.text.normalization import valid_utf8
 from bertzoo.text.vocabulary import check_vocabulary
 from bertzoo.text.vocabulary import load_vocabulary
 
