@@ -10,6 +10,7 @@ import tensorflow as tf
 
 import bertzoo
 from bertzoo.export import portable
+from bertzoo.layers.dense import portable_kernels
 from bertzoo.text import BertPreprocessor
 from bertzoo.text import BertTokenizer
 from bertzoo.text.vocabulary import builtin_vocabulary
@@ -109,8 +110,9 @@ def test_onnx_export_runs_in_onnxruntime(kind, model, features, tmp_path):
     path = exported_model.export(tmp_path / "classifier.onnx", format="onnx")
     session = onnxruntime.InferenceSession(str(path))
     assert sorted(i.name for i in session.get_inputs()) == ["padding_mask", "segment_ids", "token_ids"]
-    assert [i.shape[1] for i in session.get_inputs()] == [SEQUENCE_LENGTH] * 3
-    reference = exported_model.predict(features, verbose=0)
+    assert all(isinstance(i.shape[1], str) for i in session.get_inputs())  # Any length (a symbolic dimension).
+    with portable_kernels():  # The int8 kernels the export holds (not the fused oneDNN one).
+        reference = exported_model.predict(features, verbose=0)
     assert np.std(reference) > 0.1
     for rows in (slice(0, 4), slice(1, 2)):
         (logits,) = session.run(None, {k: v[rows] for k, v in features.items()})
@@ -125,3 +127,59 @@ def test_onnx_export_without_its_packages_says_what_to_install(model, tmp_path, 
     with pytest.raises(ImportError, match=r'needs tf2onnx.*pip install "bertzoo\[export\]"'):
         model.export(tmp_path / "classifier.onnx", format="onnx")
     assert not (tmp_path / "classifier.onnx").exists()
+
+
+def run_portable(format, path, features):
+    """The exported file's outputs for `features` (of any length)."""
+    if format == "onnx":
+        import onnxruntime
+
+        return onnxruntime.InferenceSession(str(path)).run(None, features)[0]
+    # The plain interpreter: resize the inputs to this batch, then allocate.
+    interpreter = tf.lite.Interpreter(model_path=str(path))
+    inputs = {d["name"].split(":")[0].split("serving_default_")[-1]: d for d in interpreter.get_input_details()}
+    for name, value in features.items():
+        interpreter.resize_tensor_input(inputs[name]["index"], value.shape)
+    interpreter.allocate_tensors()
+    for name, value in features.items():
+        interpreter.set_tensor(inputs[name]["index"], value)
+    interpreter.invoke()
+    return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+
+
+@pytest.mark.filterwarnings("ignore:.*tf.lite.Interpreter is deprecated")
+@pytest.mark.parametrize("format", ["onnx", "litert"])
+def test_one_file_serves_any_length_up_to_max_sequence_length(format, tmp_path):
+    if format == "onnx":
+        for module in ("tf2onnx", "onnx", "onnxruntime"):
+            pytest.importorskip(module, reason='ONNX export needs pip install "bertzoo[export]"')
+    keras.utils.set_random_seed(6)
+    backbone = bertzoo.BertBackbone(vocabulary_size=VOCABULARY_SIZE, num_layers=1, hidden_dim=32, num_heads=2,
+                                    intermediate_dim=64, max_sequence_length=128)
+    model = bertzoo.BertClassifier(backbone, 3)
+    head = model.get_layer("logits")
+    head.kernel.assign(head.kernel.numpy() * 50)
+    path = model.export(tmp_path / f"any_length.{format}", format=format)
+    rng = np.random.default_rng(0)
+    for length in (7, 64, 128):
+        token_ids = rng.integers(5, VOCABULARY_SIZE, (3, length)).astype("int32")
+        padding_mask = (np.arange(length)[None] < [[length], [length // 2 + 1], [1]]).astype("int32")
+        features = {
+            "token_ids": token_ids * padding_mask,
+            "segment_ids": (np.arange(length)[None] >= length // 3).astype("int32").repeat(3, 0) * padding_mask,
+            "padding_mask": padding_mask,
+        }
+        reference = model.predict(features, verbose=0)
+        assert np.std(reference) > 0.1
+        np.testing.assert_allclose(run_portable(format, path, features), reference, atol=1e-5)
+    # A fixed length on request (runtimes that need static shapes).
+    fixed = model.export(tmp_path / f"fixed.{format}", format=format, sequence_length=24)
+    if format == "onnx":
+        import onnxruntime
+
+        assert [i.shape[1] for i in onnxruntime.InferenceSession(str(fixed)).get_inputs()] == [24] * 3
+    else:
+        details = tf.lite.Interpreter(model_path=str(fixed)).get_input_details()
+        assert [d["shape_signature"][1] for d in details] == [24] * 3
+    with pytest.raises(ValueError, match="or None \\(any length\\)"):
+        model.export(tmp_path / f"bad.{format}", format=format, sequence_length=0)

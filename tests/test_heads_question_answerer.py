@@ -6,7 +6,11 @@ import pytest
 import tensorflow as tf
 
 import bertzoo
+from bertzoo.export import read_export_metadata
+from bertzoo.models.bert_question_answerer import DEFAULT_STRIDE
 from bertzoo.models.bert_question_answerer import decode_spans
+from bertzoo.models.bert_question_answerer import question_windows
+from bertzoo.models.bert_question_answerer import window_stride
 from bertzoo.text import BertPreprocessor
 from bertzoo.text import BertTokenizer
 
@@ -167,3 +171,211 @@ def test_errors():
         model.fit(([QUESTION], [CONTEXT]), [3], verbose=0)
     with pytest.raises(ValueError, match="tuple \\(questions, contexts\\)"):
         model.fit([QUESTION], [(0, 3)], verbose=0)
+
+
+# --- Long contexts, character offsets, null answers (doc-stride windows) ---
+
+HADAMARD = np.array([[1, 1], [1, -1]])
+for _ in range(2):
+    HADAMARD = np.kron(HADAMARD, np.array([[1, 1], [1, -1]]))  # 8 x 8, orthogonal rows of mean 0 (but the first).
+GOLD, KEY, CLS_SCORE = 3.0, 1.0, 2.0  # Start and end logit of "gold", "key" and [CLS]; other tokens 0.
+
+
+def controlled_model(sequence_length=16):
+    """A QA model whose logits are set by hand: each token's start and end
+    logit depend on the token alone (GOLD, KEY, CLS_SCORE, else 0).
+
+    Position and segment embeddings are zero and the attention and
+    feed-forward outputs are zeroed, so the sequence output is the
+    LayerNorm of the token embedding; token embeddings are rows of a
+    Hadamard matrix (already normalized), the span head reads them off.
+    """
+    model = tiny_model(sequence_length)
+    model.preprocessor = BertPreprocessor(model.preprocessor.tokenizer, sequence_length=sequence_length)
+    backbone = model.backbone
+    table = np.tile(np.repeat(HADAMARD[1], 4), (len(VOCAB), 1)).astype("float32")  # 32-wide rows.
+    rows = {"gold": 2, "key": 3, "[CLS]": 4}
+    for token, row in rows.items():
+        table[VOCAB.index(token)] = np.repeat(HADAMARD[row], 4)
+    for weight in backbone.weights:
+        path = weight.path
+        if path.endswith("token_embedding/embeddings"):
+            weight.assign(table)
+        elif any(part in path for part in ("position_embedding", "segment_embedding", "/output/")):
+            weight.assign(np.zeros(weight.shape, "float32"))
+    kernel = np.zeros((32, 2), "float32")
+    for token, score in (("gold", GOLD), ("key", KEY), ("[CLS]", CLS_SCORE)):
+        kernel += np.repeat(HADAMARD[rows[token]], 4)[:, None] * score / 32
+    model.span_dense.kernel.assign(kernel)
+    model.span_dense.bias.assign(np.zeros(2, "float32"))
+    return model
+
+
+@pytest.fixture(scope="module")
+def controlled():
+    return controlled_model()
+
+
+def long_context(answer="Gold", key_first=True):
+    """~80 filler tokens, "key" near the start, `answer` near the end."""
+    words = [FILLER[i % len(FILLER)] for i in range(80)]
+    if key_first:
+        words[3] = "key"
+    words[70] = answer
+    return " ".join(words) + "."
+
+
+def test_controlled_logits(controlled):
+    features = {k: np.asarray(v) for k, v in controlled.preprocessor(([QUESTION], ["the gold key."])).items()}
+    logits = np.asarray(controlled(features, training=False))[0]
+    # [CLS] when was the tower finished ? [SEP] the gold key . [SEP]
+    np.testing.assert_allclose(logits[:, 0], [CLS_SCORE, CLS_SCORE], atol=1e-4)
+    np.testing.assert_allclose(logits[:, 9], [GOLD, GOLD], atol=1e-4)
+    np.testing.assert_allclose(logits[:, 10], [KEY, KEY], atol=1e-4)
+    np.testing.assert_allclose(logits[:, 8], [0, 0], atol=1e-4)
+
+
+def test_windows_cover_the_context_stride_apart(controlled):
+    tokenizer = controlled.preprocessor.tokenizer
+    context = long_context()
+    features, windows = question_windows(tokenizer, tf.constant(["where is the gold?", QUESTION]),
+                                         tf.constant([context, CONTEXT]), 16, 4)
+    token_ids = features["token_ids"].numpy()
+    context_ids = tokenizer.tokenize(context).numpy().tolist()
+    # 81 context tokens, 8 per window (16 - 3 - 5 question tokens): 1 + ceil(73 / 4) = 20 windows, then 1.
+    assert len(context_ids) == 81
+    assert windows["example"].numpy().tolist() == [0] * 20 + [1]
+    for k in range(19):
+        row = token_ids[k]
+        assert row[:7].tolist() == [2] + tokenizer.tokenize("where is the gold?").numpy().tolist() + [3]
+        assert row[7:].tolist() == context_ids[4 * k: 4 * k + 8] + [3]
+        assert features["segment_ids"].numpy()[k].tolist() == [0] * 7 + [1] * 9
+        assert windows["offset"].numpy()[k] == 4 * k - 7
+    assert token_ids[19][7:].tolist() == context_ids[76:] + [3] + [0] * 3  # The last window reaches the end.
+    # A context that fits: one window, exactly what the preprocessor packs.
+    packed = controlled.preprocess((tf.constant([QUESTION]), tf.constant([CONTEXT])))
+    for name in ("token_ids", "segment_ids", "padding_mask"):
+        np.testing.assert_array_equal(features[name].numpy()[20], packed[name].numpy()[0])
+    # The question is cut to 16 - 3 - stride tokens.
+    features, _ = question_windows(tokenizer, tf.constant([QUESTION]), tf.constant([CONTEXT]), 16, 10)
+    assert features["token_ids"].numpy()[0][:5].tolist() == [2, 5, 16, 14, 3]
+
+
+def test_the_answer_in_a_late_window_wins(controlled):
+    question = "where is the gold?"
+    context = long_context("GÓLD")
+    features = {k: np.asarray(v) for k, v in controlled.preprocessor(([question], [context])).items()}
+    truncated_context = features["token_ids"][0][features["segment_ids"][0] == 1]
+    assert VOCAB.index("gold") not in truncated_context  # Truncated to one window, the answer is lost.
+    for stride in (None, 1, 4, 8):
+        (answer,) = controlled.predict_spans([question], [context], stride=stride)
+        start = context.index("GÓLD")
+        assert answer["text"] == "GÓLD" and (answer["start"], answer["end"]) == (start, start + 4)
+        assert answer["text"] == context[answer["start"]:answer["end"]]
+        assert answer["score"] == pytest.approx(2 * GOLD, abs=1e-3)  # Not "key" (2 * KEY), early in the context.
+        assert answer["null_score"] == pytest.approx(2 * CLS_SCORE, abs=1e-3)
+
+
+def test_answers_are_exact_substrings_of_the_context(controlled):
+    contexts = [
+        "The Tower, in  Paris: Gold!",
+        "naïve café Go\u0301ld\u00ad résumé",  # A combining accent and a soft hyphen stay in the answer.
+        "The key was GOLD-plated",
+        "Gold",
+    ]
+    answers = controlled.predict_spans(["where is the gold?"] * 4, contexts, max_answer_length=1)
+    assert [a["text"] for a in answers] == ["Gold", "Go\u0301ld\u00ad", "GOLD", "Gold"]
+    for answer, context in zip(answers, contexts):
+        assert context[answer["start"]:answer["end"]] == answer["text"]
+    # Longer answers: "key" (1) then "gold" (3) -> the span "key was GOLD" scores 1 + 3 < 3 + 3.
+    (answer,) = controlled.predict_spans(["?"], ["a Key, then GOLD."], max_answer_length=30)
+    assert answer["text"] == "GOLD"
+
+
+def test_tokenize_with_offsets_maps_tokens_to_original_characters():
+    from bertzoo.text.vocabulary import builtin_vocabulary
+
+    texts = ["Café au LAIT!", "", "naïve cafe\u0301 co\u00adop", "İstanbul x" + "y" * 120, "北京 Σ \x00 end"]
+    for lowercase in (True, False):
+        tokenizer = BertTokenizer(builtin_vocabulary(1200), lowercase=lowercase)
+        ids, starts, ends = tokenizer.tokenize_with_offsets(texts)
+        assert ids.to_list() == tokenizer.tokenize(texts).to_list()
+        for text, row, s, e in zip(texts, ids.to_list(), starts.to_list(), ends.to_list()):
+            pieces = [text[a:b] for a, b in zip(s, e)]
+            assert all(pieces) and s == sorted(s) and all(b <= a for a, b in zip(s[1:], e))
+            if lowercase:  # The pieces, normalized, are the tokens.
+                tokens = [tokenizer.id_to_token(i).removeprefix("##") for i in row]
+                joined = [p for p, t in zip(pieces, tokens) if t != "[UNK]"]
+                assert [tokenizer.tokenize(p).numpy().size > 0 for p in joined] == [True] * len(joined)
+    tokenizer = BertTokenizer(builtin_vocabulary(1200))
+    _, starts, ends = tokenizer.tokenize_with_offsets(["Café au LAIT!"])
+    assert list(zip(starts[0].numpy(), ends[0].numpy()))[-1] == (12, 13)
+    assert "".join("Café au LAIT!"[a:b] for a, b in zip(starts[0].numpy(), ends[0].numpy())) == "CaféauLAIT!"
+    graph = tf.function(tokenizer.tokenize_with_offsets, input_signature=[tf.TensorSpec([None], tf.string)])
+    assert graph(tf.constant(texts))[2].to_list() == tokenizer.tokenize_with_offsets(texts)[2].to_list()
+
+
+def test_null_answers_with_a_threshold(controlled):
+    questions = ["where is the gold?"] * 2
+    contexts = [long_context(), "the old red house near the river."]  # The second has neither gold nor key.
+    # SQuAD 1.1 (no threshold): always a span; the second context's best is a filler span of score 0.
+    answers = controlled.predict_spans(questions, contexts, stride=4)
+    assert answers[0]["text"] == "Gold" and answers[1]["text"] != ""
+    assert answers[1]["score"] == pytest.approx(0, abs=1e-3)
+    # s_null = 4: null when 4 > score + tau.
+    for tau, expected in ((0.0, ["Gold", ""]), (-1.0, ["Gold", ""]), (-2.5, ["", ""]), (-5.0, ["", ""]),
+                          (4.5, ["Gold", "the"])):
+        answers = controlled.predict_spans(questions, contexts, stride=4, null_score_threshold=tau)
+        texts = [a["text"] for a in answers]
+        assert texts[0] == expected[0] and (texts[1] == "") == (expected[1] == ""), (tau, texts)
+        for answer in answers:
+            if answer["text"] == "":
+                assert answer["start"] == answer["end"] == -1
+            assert answer["null_score"] == pytest.approx(2 * CLS_SCORE, abs=1e-3)
+
+
+def test_the_exported_signature_answers_as_predict_spans(controlled, tmp_path):
+    path = controlled.export(tmp_path / "qa", stride=4, null_score_threshold=-1.0)
+    served = tf.saved_model.load(str(path)).signatures["serving_default"]
+    questions = ["where is the gold?", "where is the gold?", "where?", "?"]
+    contexts = [long_context("Go\u0301ld"), "the old red house.", "naïve GÓLD key", ""]
+    outputs = {k: v.numpy() for k, v in served(question=tf.constant(questions), context=tf.constant(contexts)).items()}
+    expected = controlled.predict_spans(questions, contexts, stride=4, null_score_threshold=-1.0)
+    assert [a.decode() for a in outputs["answer"]] == [e["text"] for e in expected] == ["Go\u0301ld", "", "GÓLD", ""]
+    assert outputs["start"].tolist() == [e["start"] for e in expected]
+    assert outputs["end"].tolist() == [e["end"] for e in expected]
+    np.testing.assert_allclose(outputs["score"], [e["score"] for e in expected], rtol=1e-5)
+    np.testing.assert_allclose(outputs["null_score"], [e["null_score"] for e in expected], rtol=1e-5)
+    assert read_export_metadata(path)["serving_options"] == {"stride": 4, "null_score_threshold": -1.0}
+    with pytest.raises(ValueError, match="Unknown export option\\(s\\) strides.*null_score_threshold, stride"):
+        controlled.export(tmp_path / "typo", strides=4)
+    with pytest.raises(ValueError, match="stride=16 leaves no room"):
+        controlled.export(tmp_path / "bad", stride=16)
+    assert not (tmp_path / "typo").exists() and not (tmp_path / "bad").exists()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"stride": 0}, "`stride` must be a positive integer"),
+    ({"stride": -4}, "`stride` must be a positive integer"),
+    ({"stride": 2.5}, "`stride` must be a positive integer"),
+    ({"stride": True}, "`stride` must be a positive integer"),
+    ({"stride": 16}, "stride=16 leaves no room for the question.*Use stride <= 12"),
+    ({"stride": 13}, "stride=13 leaves no room"),
+    ({"max_answer_length": 0}, "`max_answer_length` must be a positive integer"),
+    ({"max_answer_length": 2.0}, "`max_answer_length` must be a positive integer"),
+    ({"null_score_threshold": "0"}, "`null_score_threshold` must be a finite number"),
+    ({"null_score_threshold": float("nan")}, "`null_score_threshold` must be a finite number"),
+    ({"null_score_threshold": True}, "`null_score_threshold` must be a finite number"),
+])
+def test_bad_window_arguments(controlled, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        controlled.predict_spans([QUESTION], [CONTEXT], **kwargs)
+
+
+def test_window_stride_default_and_limits():
+    assert window_stride(384) == DEFAULT_STRIDE == 128  # BERT's SQuAD setting: 384 tokens, doc stride 128.
+    assert window_stride(128) == 62 and window_stride(16) == 6 and window_stride(16, 12) == 12
+    with pytest.raises(ValueError, match="too short for context windows"):
+        window_stride(4)
+    with pytest.raises(ValueError, match="Got 2 questions but 1 contexts"):
+        controlled_model().predict_spans([QUESTION, QUESTION], [CONTEXT])

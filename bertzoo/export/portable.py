@@ -2,11 +2,18 @@
 
 These formats cannot hold the tokenizer (its TF Text string ops have no
 ONNX / LiteRT builtin equivalent), so the exported model takes
-`token_ids`, `segment_ids`, `padding_mask` (int32, `[batch, sequence_length]`)
-and returns the model's raw outputs (a classifier: logits). The batch size is
-variable; the sequence length is fixed at export time (see
+`token_ids`, `segment_ids`, `padding_mask` (int32, `[batch, length]`)
+and returns the model's raw outputs (a classifier: logits). The batch size and
+the length are free: one file serves any length up to the backbone's
+`max_sequence_length` (or a fixed length chosen at export, see
 `export_portable`). Tokenize with `bertzoo.text.BertPreprocessor` (or any
 WordPiece tokenizer with the same vocabulary) on the client.
+
+A dynamic length works because the model takes every length-dependent shape
+from the tensors at run time (the attention's head split reshapes with
+`ops.shape(x)`, position embeddings are sliced to the input's length, the
+attention mask is expanded with `expand_dims`, which LiteRT has builtin
+kernels for), and the exported input signature leaves the token axis `None`.
 
 What converts: float32 models to both formats; Keras int8 models
 (`model.quantize("int8")`) to ONNX. Refused with an explanation:
@@ -37,9 +44,12 @@ PORTABLE_FORMATS = {
 def export_portable(model, path, format, overwrite=False, sequence_length=None, verbose=False, **kwargs):
     """Writes the tokenized model as one ONNX (`.onnx`) or LiteRT (`.tflite`) file.
 
-    The sequence length is fixed (dynamic lengths break tf2onnx's conversion
-    of the attention reshapes and need TF "select" ops in LiteRT): clients pad
-    or truncate every row to `sequence_length` tokens. The batch size is free.
+    By default the inputs are `[batch, length]` with both dimensions free:
+    clients send each batch padded to its own longest row, any length up to
+    the backbone's `max_sequence_length` (longer inputs fail in the runtime:
+    the position table has no rows for them). ONNX Runtime takes any shape
+    as is; LiteRT's signature runner resizes the inputs itself (with the
+    plain interpreter, call `resize_tensor_input` and `allocate_tensors`).
 
     Args:
         model: a `bertzoo.Task` or `BertBackbone`.
@@ -47,8 +57,9 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
         format: `"onnx"` (needs `pip install "bertzoo[export]"`: tf2onnx and
             onnx) or `"litert"` (TensorFlow's converter; nothing extra).
         overwrite: replace an existing file.
-        sequence_length: the fixed input length. Default: the preprocessor's
-            `sequence_length`, else the backbone's `max_sequence_length`.
+        sequence_length: fix the token axis to this length (for runtimes or
+            accelerators that need static shapes; clients then pad or
+            truncate every row to it). Default None: any length.
         verbose: let Keras's exporter print what it does.
         **kwargs: passed to `keras.Model.export` (e.g. `opset_version` for
             ONNX, `optimizations` for LiteRT).
@@ -75,12 +86,14 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
             f"{format} export needs {' and '.join(missing)}: pip install \"bertzoo[export]\" "
             f"(or pip install {' '.join(missing)})."
         )
-    if sequence_length is None:
-        preprocessor = getattr(model, "preprocessor", None)
-        sequence_length = preprocessor.sequence_length if preprocessor is not None else backbone.max_sequence_length
-    if isinstance(sequence_length, bool) or not isinstance(sequence_length, int) or sequence_length < 1:
-        raise ValueError(f"`sequence_length` must be a positive integer, got {sequence_length!r}.")
-    if sequence_length > backbone.max_sequence_length:
+    if sequence_length is not None and (
+        isinstance(sequence_length, bool) or not isinstance(sequence_length, int) or sequence_length < 1
+    ):
+        raise ValueError(
+            f"`sequence_length` must be a positive integer (a fixed length) or None (any length), "
+            f"got {sequence_length!r}."
+        )
+    if sequence_length is not None and sequence_length > backbone.max_sequence_length:
         raise ValueError(
             f"sequence_length={sequence_length} is longer than the backbone's max_sequence_length="
             f"{backbone.max_sequence_length}."
@@ -91,7 +104,7 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
         raise IsADirectoryError(f"{path} is a directory; {format} export writes one file (e.g. model{suffix}).")
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} already exists. Pass overwrite=True to replace it, or choose a new path.")
-    # The model's own inputs, with the token axis of the BERT inputs fixed.
+    # The model's own inputs, the token axis of the BERT inputs free (None) or fixed.
     signature = [{
         name: keras.InputSpec(
             shape=tuple(tensor.shape[:-1]) + ((sequence_length,) if name in TOKENIZED_KEYS else tensor.shape[-1:]),
@@ -102,7 +115,8 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
-        written = tmp / path.name
+        # Keras's exporters insist on the format's suffix; the file then takes the name asked for.
+        written = tmp / f"model{PORTABLE_FORMATS[format]['suffix']}"
         with portable_kernels():  # Standard ops only: the converters know no others.
             keras.Model.export(model, str(written), format=format, verbose=verbose, input_signature=signature, **kwargs)
         os.replace(written, path)

@@ -12,7 +12,8 @@ Signatures (all with a variable batch size), for a `BertClassifier`:
 returning `logits` and `probabilities` (float32 [batch, num_classes]),
 `label_ids` (int32 [batch]) and `label_names` (string [batch], when the model
 has `class_names`). Other tasks declare their own raw-text signatures and
-outputs (`serving_signatures`; question answering: the answer span; token
+outputs (`serving_signatures`; question answering: the answer span, contexts
+of any length read in doc-stride windows; token
 classification: one label per word; see the task classes and
 `bertzoo.export.serving`); `serving_tokenized` always takes the model's own
 inputs. Without a preprocessor `serving_default` is the
@@ -56,6 +57,7 @@ def export_saved_model(
     pairs="auto",
     preprocessor="auto",
     verbose=False,
+    **serving_options,
 ):
     """Writes `model` as a TensorFlow SavedModel for serving (tokenizer included).
 
@@ -81,6 +83,10 @@ def export_saved_model(
             `bertzoo.text.BertPreprocessor` to serve a model without one
             (e.g. a backbone), or None for tokenized signatures only.
         verbose: print the signatures written.
+        **serving_options: export-time settings of the model's own
+            `serving_signatures` (e.g. `BertQuestionAnswerer`'s `stride`,
+            `max_answer_length`, `null_score_threshold`); recorded in the
+            metadata as `serving_options`.
 
     Returns:
         The export directory as a `Path`.
@@ -117,7 +123,7 @@ def export_saved_model(
             "version directory (e.g. .../2)."
         )
 
-    functions = serving_functions(model, preprocessor, pairs)
+    functions = serving_functions(model, preprocessor, pairs, **serving_options)
     # A plain trackable root: the signatures (also callable as attributes of
     # the loaded object) and the model's variables, nothing Keras-specific.
     root = tf.Module()
@@ -145,6 +151,7 @@ def export_saved_model(
             "truncate": preprocessor.truncate if preprocessor is not None else None,
             "max_sequence_length": backbone.max_sequence_length,
             "signatures": signatures,
+            "serving_options": serving_options or None,
             "custom_ops": ops,
             "custom_ops_package": "tensorflow-text" if ops else None,
         }

@@ -15,6 +15,8 @@ dtypes as the model declares them), and a `serving_default`. Floating outputs
 are float32.
 """
 
+import inspect
+
 import tensorflow as tf
 
 TOKENIZED_KEYS = ("token_ids", "segment_ids", "padding_mask")
@@ -64,17 +66,29 @@ def named_outputs(outputs):
     return {"outputs": outputs}
 
 
-def serving_functions(model, preprocessor, pairs="auto"):
+def serving_functions(model, preprocessor, pairs="auto", **options):
     """`{signature name: tf.function with an input signature}` for `model`.
 
-    The model's own `serving_signatures(preprocessor, pairs=pairs)` when it
-    declares one, else `TextServing(model, preprocessor).signatures(pairs)`.
-    `pairs`: True, False or `"auto"` (the model's choice); True fails when
-    the model serves no `serving_pairs`.
+    The model's own `serving_signatures(preprocessor, pairs=pairs,
+    **options)` when it declares one, else
+    `TextServing(model, preprocessor).signatures(pairs)`. `pairs`: True,
+    False or `"auto"` (the model's choice); True fails when the model serves
+    no `serving_pairs`. `options`: export-time settings the model's
+    `serving_signatures` takes as keyword arguments (e.g. a question
+    answerer's `stride`); others are refused with the ones it takes.
     """
     declared = getattr(model, "serving_signatures", None)
+    if options:
+        parameters = inspect.signature(declared).parameters if callable(declared) else {}
+        accepted = sorted(k for k in parameters if k not in ("preprocessor", "pairs"))
+        unknown = sorted(k for k in options if k not in accepted)
+        if unknown:
+            raise ValueError(
+                f"Unknown export option(s) {', '.join(unknown)} for {type(model).__name__}; its serving "
+                f"signatures take {', '.join(accepted) if accepted else 'no options'}."
+            )
     if callable(declared):
-        functions = dict(declared(preprocessor, pairs=pairs))
+        functions = dict(declared(preprocessor, pairs=pairs, **options))
     else:
         functions = TextServing(model, preprocessor).signatures(pairs)
     if pairs is True and "serving_pairs" not in functions:

@@ -105,7 +105,9 @@ class SelfAttentionBlock(keras.layers.Layer):
         value = split_heads(self.value_dense(flat))
         mask = None
         if padding_mask is not None:
-            mask = ops.cast(padding_mask, "bool")[:, None, None, :]  # (B, 1, 1, S)
+            # (B, 1, 1, S). Not `[:, None, None, :]`: with a dynamic length that slice is a
+            # StridedSlice LiteRT has no builtin kernel for (it would need TF "select" ops).
+            mask = ops.expand_dims(ops.expand_dims(ops.cast(padding_mask, "bool"), 1), 1)
 
         use_dropout = bool(training) and self.attention_dropout > 0
         if return_attention_scores or use_dropout:

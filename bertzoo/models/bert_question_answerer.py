@@ -6,17 +6,24 @@ import tensorflow as tf
 from keras import ops
 
 from bertzoo.export.serving import TextServing
+from bertzoo.export.serving import as_int32
 from bertzoo.export.serving import same_size
 from bertzoo.export.serving import string_function
+from bertzoo.export.serving import trim_padding
 from bertzoo.layers.dense import Dense
 from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.task import Task
+from bertzoo.text.normalization import to_string_tensor
+from bertzoo.text.normalization import valid_utf8
 from bertzoo.text.preprocessor import BertPreprocessor
 
 MASKED_LOGIT = -1e9
 # Longest answer span, in tokens, of `predict_spans`, `decode_spans` and the
 # exported `serving_default` (BERT's SQuAD setting).
 MAX_ANSWER_LENGTH = 30
+# Tokens between the starts of consecutive context windows (BERT's SQuAD
+# `doc_stride`), when the sequence is long enough: see `window_stride`.
+DEFAULT_STRIDE = 128
 
 
 def context_positions(padding_mask, segment_ids):
@@ -123,15 +130,188 @@ def _check_max_answer_length(max_answer_length):
         raise ValueError(f"`max_answer_length` must be a positive integer, got {max_answer_length!r}.")
 
 
+def window_stride(sequence_length, stride=None):
+    """The doc stride for windows of `sequence_length` tokens, checked.
+
+    A window is `[CLS] question [SEP] context [SEP]`; `stride` is the number
+    of context tokens between the starts of consecutive windows (BERT's
+    `doc_stride`, Hugging Face's `doc_stride` too; not the overlap). Every
+    window holds at least `stride` context tokens (the question is cut to
+    `sequence_length - 3 - stride` tokens), so windows overlap by the rest
+    and no context token is skipped. `None`: `DEFAULT_STRIDE` (128), or half
+    the room of a shorter sequence, `(sequence_length - 3) // 2`.
+    """
+    if stride is None:
+        stride = min(DEFAULT_STRIDE, (sequence_length - 3) // 2)
+        if stride < 1:
+            raise ValueError(
+                f"sequence_length={sequence_length} is too short for context windows "
+                "([CLS] question [SEP] context [SEP]): use a sequence_length of at least 5."
+            )
+        return stride
+    if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
+        raise ValueError(
+            f"`stride` must be a positive integer (context tokens between window starts), got {stride!r}."
+        )
+    if stride > sequence_length - 4:
+        raise ValueError(
+            f"stride={stride} leaves no room for the question in windows of sequence_length={sequence_length}: "
+            f"a window is [CLS] question [SEP] context [SEP] and holds at least `stride` context tokens. "
+            f"Use stride <= {sequence_length - 4} (e.g. stride={window_stride(sequence_length)}), "
+            "or a longer sequence_length."
+        )
+    return stride
+
+
+def _check_null_score_threshold(null_score_threshold):
+    if null_score_threshold is None:
+        return None
+    if isinstance(null_score_threshold, bool) or not isinstance(null_score_threshold, (int, float, np.number)) or (
+        not np.isfinite(null_score_threshold)
+    ):
+        raise ValueError(
+            "`null_score_threshold` must be a finite number (the BERT paper's tau: answer \"\" when "
+            "null_score > best span score + tau; e.g. 0.0, tuned on SQuAD 2.0 dev data) or None "
+            f"(SQuAD 1.1: always a span), got {null_score_threshold!r}."
+        )
+    return float(null_score_threshold)
+
+
+def question_windows(tokenizer, questions, contexts, sequence_length, stride):
+    """Packs `(question, context)` pairs into doc-stride windows (BERT's SQuAD
+    recipe), in TensorFlow ops: eagerly for `predict_spans`, in the graph of
+    the exported `serving_default`.
+
+    Each example gives `1 + ceil(max(0, context_tokens - room) / stride)`
+    windows `[CLS] question [SEP] context[k * stride : k * stride + room]
+    [SEP]` (padded to `sequence_length`), where `room = sequence_length - 3 -
+    question_tokens` and the question is cut to `sequence_length - 3 -
+    stride` tokens (see `window_stride`). An example whose context fits
+    gets one window, packed as `BertPreprocessor` with waterfall truncation
+    packs it.
+
+    Args:
+        tokenizer: the `BertTokenizer`.
+        questions, contexts: 1-D string tensors of the same size.
+        sequence_length: window length, in tokens.
+        stride: context tokens between window starts (checked by `window_stride`).
+
+    Returns:
+        `(features, windows)`: the model's inputs, one row per window, and a
+        dict with `example` (the example of each window), `offset` (context
+        token index = position in the window + offset), `char_starts`,
+        `char_ends` (ragged `[example, context token]` character offsets in
+        the context) and `contexts` (the contexts the offsets count in).
+    """
+    contexts = valid_utf8(contexts)
+    question_ids = tokenizer.tokenize(questions)[:, : sequence_length - 3 - stride]
+    context_ids, char_starts, char_ends = tokenizer.tokenize_with_offsets(contexts)
+    question_length = question_ids.row_lengths()
+    context_length = context_ids.row_lengths()
+    room = sequence_length - 3 - question_length
+    extra = tf.maximum(context_length - room, 0)
+    counts = 1 + (extra + stride - 1) // stride
+    example = tf.repeat(tf.range(tf.size(counts, out_type=tf.int64)), counts)
+    first = tf.ragged.range(counts).flat_values * stride  # First context token of each window.
+    length = tf.minimum(tf.gather(room, example), tf.gather(context_length, example) - first)
+    begin = tf.gather(context_ids.row_starts(), example) + first
+    window_context = tf.gather(context_ids.flat_values, tf.ragged.range(begin, begin + length))
+    window_question = tf.gather(question_ids, example)
+    windows = tf.size(example)
+    cls = tf.fill([windows, 1], tf.constant(tokenizer.cls_token_id, tf.int32))
+    sep = tf.fill([windows, 1], tf.constant(tokenizer.sep_token_id, tf.int32))
+    tokens = tf.concat([cls, window_question, sep, window_context, sep], axis=1)
+    first_segment = tf.concat([cls, window_question, sep], axis=1)
+    segments = tf.concat(
+        [tf.zeros_like(first_segment), tf.ones_like(window_context), tf.ones_like(sep)], axis=1
+    )
+    shape = [None, sequence_length]
+    features = {
+        "token_ids": tokens.to_tensor(tokenizer.pad_token_id, shape=shape),
+        "segment_ids": segments.to_tensor(0, shape=shape),
+        "padding_mask": tf.ones_like(tokens, tf.bool).to_tensor(False, shape=shape),
+    }
+    offset = first - tf.gather(question_length, example) - 2
+    return features, {
+        "example": example,
+        "offset": offset,
+        "char_starts": char_starts,
+        "char_ends": char_ends,
+        "contexts": contexts,
+    }
+
+
+def answer_windows(span_logits, features, windows, max_answer_length=MAX_ANSWER_LENGTH, null_score_threshold=None):
+    """The answer of each example from the span logits of its windows (see
+    `question_windows`), in TensorFlow ops (eagerly and in the exported
+    graph).
+
+    In each window the best context span (`best_spans`); across an
+    example's windows the best span score (start + end logit, comparable
+    across windows) wins, the first window on ties. `null_score` is
+    `start_logit[CLS] + end_logit[CLS]`, the minimum over the windows (BERT
+    paper, SQuAD 2.0). With `null_score_threshold` (tau) the answer is `""`
+    when `null_score > score + tau`; None never answers `""` while a span
+    exists (SQuAD 1.1).
+
+    Returns:
+        A dict of tensors of shape `(examples,)`: `answer` (the exact
+        substring of the context, `""` for no answer), `start` / `end` (its
+        character offsets, `end` exclusive; -1 for no answer), `score` (the
+        best span's, -inf without any span) and `null_score`.
+    """
+    logits = tf.cast(span_logits, tf.float32)
+    allowed = context_positions(features["padding_mask"], features["segment_ids"])
+    starts, ends, scores = best_spans(logits, allowed, max_answer_length)
+    example = windows["example"]
+    num_examples = tf.shape(windows["contexts"], out_type=tf.int64)[0]
+    best = tf.math.unsorted_segment_max(scores, example, num_examples)
+    # (The segment max of -inf scores is the lowest float, not -inf.)
+    found = best > tf.float32.min
+    best = tf.where(found, best, tf.constant(-np.inf, tf.float32))
+    window_ids = tf.range(tf.size(example, out_type=tf.int64))
+    winner = tf.math.unsorted_segment_min(
+        tf.where(scores >= tf.gather(best, example), window_ids, tf.size(example, out_type=tf.int64)),
+        example, num_examples,
+    )
+    null_score = tf.math.unsorted_segment_min(logits[:, 0, 0] + logits[:, 1, 0], example, num_examples)
+    if null_score_threshold is not None:
+        found &= ~(null_score > best + null_score_threshold)
+    winner = tf.where(found, winner, 0)
+
+    def characters(positions, offsets):
+        """Character offset of the winning window's token `positions`; -1 where not found."""
+        token = tf.cast(tf.gather(positions, winner), tf.int64) + tf.gather(windows["offset"], winner)
+        index = tf.where(found, offsets.row_starts() + token, 0)
+        values = tf.concat([offsets.flat_values, [-1]], 0)  # Never read where found.
+        return tf.where(found, tf.gather(values, index), -1)
+
+    start = tf.cast(characters(starts, windows["char_starts"]), tf.int32)
+    end = tf.cast(characters(ends, windows["char_ends"]), tf.int32)
+    answer = tf.strings.substr(
+        windows["contexts"], tf.maximum(start, 0), tf.maximum(end - start, 0), unit="UTF8_CHAR"
+    )
+    return {
+        "answer": tf.where(found, answer, ""),
+        "start": start,
+        "end": end,
+        "score": best,
+        "null_score": null_score,
+    }
+
+
 @keras.saving.register_keras_serializable(package="bertzoo")
 class BertQuestionAnswerer(Task):
     """Span question answering (BERT paper, section 4.2, SQuAD): a dense layer
     gives every token a start and an end score.
 
-    Inputs are `(question, context)` pairs, packed `[CLS] question [SEP]
-    context [SEP]` with waterfall truncation: the question is kept whole and
-    the end of the context is cut (the preprocessor is switched to
-    `truncate="waterfall"`). Output: logits `(batch, 2, length)`, row 0 for
+    Training inputs are `(question, context)` pairs, packed `[CLS] question
+    [SEP] context [SEP]` with waterfall truncation: the question is kept
+    whole and the end of the context is cut (the preprocessor is switched to
+    `truncate="waterfall"`; long contexts are not split for training).
+    `predict_spans` and the exported `serving_default` read contexts of any
+    length in overlapping doc-stride windows and answer with character
+    offsets into the original context, SQuAD 2.0 null answers included. Output: logits `(batch, 2, length)`, row 0 for
     the start and row 1 for the end; padding (and, with `mask_question`, the
     question and both `[SEP]`) get -1e9. The default loss, sparse
     cross-entropy over positions, is the mean of the start and end losses.
@@ -156,6 +336,7 @@ class BertQuestionAnswerer(Task):
     context = "The Eiffel Tower was finished in 1889."
     model.fit((["When was the tower finished?"], [context]), [(33, 37)])
     model.predict_spans(["When was the tower finished?"], [context])[0]["text"]  # '1889' once trained
+    model.predict_spans(questions, long_contexts, stride=128, null_score_threshold=0.0)  # SQuAD 2.0
     ```
     """
 
@@ -253,40 +434,95 @@ class BertQuestionAnswerer(Task):
         return keras.utils.pack_x_y_sample_weight(features, positions, sample_weight)
 
     # --- Decoding ---------------------------------------------------------
-    def predict_spans(self, questions, contexts, max_answer_length=MAX_ANSWER_LENGTH, batch_size=None, verbose=0):
-        """Answers questions: for each `(question, context)`, the best context
-        span (see `best_spans`) as a dict with `text` (the span's tokens
-        joined back: lower-cased for uncased vocabularies, pieces merged),
-        `start` / `end` (token positions in the packed sequence) and `score`
-        (start + end logit).
+    def predict_spans(
+        self,
+        questions,
+        contexts,
+        max_answer_length=MAX_ANSWER_LENGTH,
+        batch_size=None,
+        verbose=0,
+        stride=None,
+        null_score_threshold=None,
+    ):
+        """Answers questions about contexts of any length (SQuAD 1.1 and 2.0
+        as in the BERT paper).
+
+        A context longer than one window is read in overlapping doc-stride
+        windows (`question_windows`: `[CLS] question [SEP] context window
+        [SEP]`, window starts `stride` context tokens apart); the best span
+        (start + end logit, at most `max_answer_length` tokens, inside the
+        context) over all windows wins and is mapped back to characters of
+        the original context. SQuAD 2.0: `null_score` is `start_logit[CLS] +
+        end_logit[CLS]`, the minimum over the windows; with
+        `null_score_threshold` (the paper's tau) the answer is `""` when
+        `null_score > score + tau`.
+
+        Args:
+            questions, contexts: strings, or lists of strings of equal length.
+            max_answer_length: longest answer, in tokens (default
+                `MAX_ANSWER_LENGTH`, 30).
+            batch_size, verbose: as in `predict` (batches of windows).
+            stride: context tokens between window starts (BERT's
+                `doc_stride`); None: 128, or `(sequence_length - 3) // 2` for
+                shorter sequences (see `window_stride`). At most
+                `sequence_length - 4`; the question is cut to
+                `sequence_length - 3 - stride` tokens.
+            null_score_threshold: None (SQuAD 1.1: always a span when the
+                context has one) or a number tau (SQuAD 2.0).
+
+        Returns:
+            One dict per question: `text` (the answer, exactly
+            `context[start:end]` with its case and accents; `""` for no
+            answer), `start` / `end` (character offsets in the context, `end`
+            exclusive; -1 for no answer), `score` (the best span's start +
+            end logit, -inf without a span) and `null_score`.
 
         Example:
 
         ```python
         answer = model.predict_spans(["Who wrote it?"], ["It was written by Ada."])[0]
-        sorted(answer)  # ['end', 'score', 'start', 'text']
+        sorted(answer)  # ['end', 'null_score', 'score', 'start', 'text']
+        model.predict_spans(questions, long_contexts, stride=128, null_score_threshold=0.0)
         ```
         """
         if self.preprocessor is None:
             raise ValueError("predict_spans needs a preprocessor; this model takes tokenized inputs.")
         _check_max_answer_length(max_answer_length)
+        stride = window_stride(self.preprocessor.sequence_length, stride)
+        null_score_threshold = _check_null_score_threshold(null_score_threshold)
         questions, contexts = ([v] if isinstance(v, str) else list(v) for v in (questions, contexts))
-        features = self.preprocess((tf.constant(questions), tf.constant(contexts)))
-        features = {k: np.asarray(v) for k, v in features.items()}
-        logits = np.asarray(self.predict(features, batch_size=batch_size, verbose=verbose), "float64")
-        answers = self.decode_answers(logits, features, max_answer_length)
+        if len(questions) != len(contexts):
+            raise ValueError(f"Got {len(questions)} questions but {len(contexts)} contexts; pass one per question.")
+        questions = to_string_tensor(questions, "predict_spans (questions)")
+        contexts = to_string_tensor(contexts, "predict_spans (contexts)")
+        features, windows = question_windows(
+            self.preprocessor.tokenizer, questions, contexts, self.preprocessor.sequence_length, stride
+        )
+        logits = self.predict(
+            {k: np.asarray(v) for k, v in features.items()}, batch_size=batch_size, verbose=verbose
+        )
+        answers = answer_windows(logits, features, windows, max_answer_length, null_score_threshold)
         return [
-            {"text": text.decode("utf-8"), "start": int(start), "end": int(end), "score": float(score)}
-            for text, start, end, score in zip(
-                *(np.asarray(answers[k]) for k in ("answer", "start", "end", "score"))
+            {
+                "text": text.decode("utf-8"),
+                "start": int(start),
+                "end": int(end),
+                "score": float(score),
+                "null_score": float(null_score),
+            }
+            for text, start, end, score, null_score in zip(
+                *(np.asarray(answers[k]) for k in ("answer", "start", "end", "score", "null_score"))
             )
         ]
 
     def decode_answers(self, span_logits, features, max_answer_length=MAX_ANSWER_LENGTH, tokenizer=None):
-        """The best answer span of each example, as a dict of tensors:
-        `start`, `end`, `score` (see `best_spans`, both ends in the context)
-        and `answer`, the span's text (`""` when there is none). Runs eagerly
-        (`predict_spans`) and in the exported `serving_default`.
+        """The best answer span of each packed (single-window) example, as a
+        dict of tensors: `start`, `end` (token positions), `score` (see
+        `best_spans`, both ends in the context), `null_score` (start + end
+        logit of `[CLS]`) and `answer`, the span's tokens joined back (`""`
+        when there is none). The exported `serving_tokenized` returns it;
+        raw text goes through `predict_spans` / `answer_windows` instead
+        (windows, exact character offsets).
 
         Args:
             span_logits: the model's output for `features`.
@@ -300,7 +536,8 @@ class BertQuestionAnswerer(Task):
             tokenizer = self.preprocessor.tokenizer
         allowed = context_positions(features["padding_mask"], features["segment_ids"])
         start, end, score = best_spans(span_logits, allowed, max_answer_length)
-        result = {"start": start, "end": end, "score": score}
+        logits = tf.convert_to_tensor(span_logits)
+        result = {"start": start, "end": end, "score": score, "null_score": logits[:, 0, 0] + logits[:, 1, 0]}
         if tokenizer is not None:
             found = tf.math.is_finite(score)
             positions = tf.ragged.range(start, tf.where(found, end + 1, 0))
@@ -309,18 +546,39 @@ class BertQuestionAnswerer(Task):
         return result
 
     # --- Serving ----------------------------------------------------------
-    def serving_signatures(self, preprocessor=None, pairs="auto"):
+    def serving_signatures(
+        self,
+        preprocessor=None,
+        pairs="auto",
+        stride=None,
+        max_answer_length=MAX_ANSWER_LENGTH,
+        null_score_threshold=None,
+    ):
         """`serving_default(question, context)` (with a preprocessor) and
-        `serving_tokenized`, returning `start_logits`, `end_logits` and the
-        best span: `start`, `end`, `score` and its text `answer` (as
-        `predict_spans` decodes it; `start = end = 0`, `answer = ""` if
-        none)."""
+        `serving_tokenized`.
+
+        `serving_default` answers as `predict_spans` does, with the same
+        code: contexts of any length in doc-stride windows of the
+        preprocessor's `sequence_length`, returning `answer` (exact substring
+        of the context, `""` for no answer), `start` / `end` (character
+        offsets, -1 for no answer), `score` and `null_score` per question.
+        `stride`, `max_answer_length` and `null_score_threshold` are fixed at
+        export (`model.export(path, stride=..., null_score_threshold=...)`);
+        a client can still apply its own threshold to `score` and
+        `null_score`. `serving_tokenized` (one packed window per row) returns
+        `start_logits`, `end_logits` and `decode_answers`'s outputs (token
+        positions).
+        """
+        _check_max_answer_length(max_answer_length)
+        null_score_threshold = _check_null_score_threshold(null_score_threshold)
         tokenizer = preprocessor.tokenizer if preprocessor is not None else None
+        if preprocessor is not None:
+            stride = window_stride(preprocessor.sequence_length, stride)
 
         def outputs(span_logits, features):
             logits = tf.cast(span_logits, tf.float32)  # (batch, 2, length)
             result = {"start_logits": logits[:, 0], "end_logits": logits[:, 1]}
-            result.update(self.decode_answers(logits, features, tokenizer=tokenizer))
+            result.update(self.decode_answers(logits, features, max_answer_length, tokenizer=tokenizer))
             return result
 
         serving = TextServing(self, preprocessor, outputs=outputs)
@@ -332,7 +590,10 @@ class BertQuestionAnswerer(Task):
             question, context = same_size(
                 tf.reshape(question, [-1]), tf.reshape(context, [-1]), "question", "context"
             )
-            return serving.run(self.preprocess((question, context), preprocessor=preprocessor))
+            features, windows = question_windows(tokenizer, question, context, preprocessor.sequence_length, stride)
+            features = trim_padding(as_int32(features))
+            logits = self(features, training=False)
+            return serving.finish(answer_windows(logits, features, windows, max_answer_length, null_score_threshold))
 
         functions["serving_default"] = string_function(answer, question=[None], context=[None])
         return functions

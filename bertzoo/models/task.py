@@ -276,7 +276,7 @@ class Task(DefaultCompileMixin, RawInputsMixin, keras.Model):
         signature takes raw strings (the tokenizer is in the graph) and
         returns predictions, plus `serving_pairs` and `serving_tokenized`;
         see `bertzoo.export_saved_model`. `"onnx"` / `"litert"`: one file
-        taking token ids of a fixed length; see `bertzoo.export.export_portable`.
+        taking token ids of any length; see `bertzoo.export.export_portable`.
         Writes atomically and refuses to replace `filepath` unless
         `overwrite=True`. `input_signature` is not accepted: the signatures
         are fixed (use `keras.export.ExportArchive` for custom ones).

@@ -41,16 +41,30 @@ def pretokenize(text, lowercase=True, strip_accents=None, split_on_cjk=True):
     Returns:
         A `tf.RaggedTensor` of words with one more dimension than `text`.
     """
-    if strip_accents is None:
-        strip_accents = lowercase
     text = tf.convert_to_tensor(text)
     if text.shape.rank == 0:
         text = tf.expand_dims(text, 0)
-    # Invalid UTF-8 becomes U+FFFD, which the cleaning step deletes, so raw byte
-    # input can never make the later Unicode ops fail.
-    text = tf.strings.unicode_transcode(
-        text, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
-    )
+    return split_words(normalize(valid_utf8(text), lowercase, strip_accents), split_on_cjk)
+
+
+def valid_utf8(text):
+    """`text` with invalid UTF-8 replaced by U+FFFD (which `normalize`
+    deletes), so raw byte input can never make the later Unicode ops fail."""
+    return tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
+
+
+def normalize(text, lowercase=True, strip_accents=None):
+    """BERT's cleaning of valid UTF-8 strings, elementwise: whitespace becomes
+    " ", control and format characters are deleted, then (optionally)
+    lower-casing and accent stripping.
+
+    Every step maps characters one by one (without context), so normalizing
+    each character alone and joining the results gives the normalized string:
+    `BertTokenizer.tokenize_with_offsets` relies on this to map tokens back to
+    characters of the original text.
+    """
+    if strip_accents is None:
+        strip_accents = lowercase
     # Order matters: tab/newline/CR are control characters too, so they must
     # become spaces before control characters are deleted.
     text = tf.strings.regex_replace(text, _WHITESPACE, " ")
@@ -66,8 +80,17 @@ def pretokenize(text, lowercase=True, strip_accents=None, split_on_cjk=True):
     if strip_accents:
         text = tf_text.normalize_utf8(text, "NFD")
         text = tf.strings.regex_replace(text, _ACCENTS, "")
+    return text
+
+
+def split_words(text, split_on_cjk=True, with_offsets=False):
+    """Normalized strings -> words (a ragged tensor with one more dimension):
+    split at spaces, punctuation and (with `split_on_cjk`) CJK ideographs,
+    which are words of their own. `with_offsets`: also the words' byte
+    offsets `(starts, ends)` in `text`."""
     keep = f"{_PUNCTUATION}|{_CJK}" if split_on_cjk else _PUNCTUATION
-    return tf_text.regex_split(text, delim_regex_pattern=f" |{keep}", keep_delim_regex_pattern=keep)
+    split = tf_text.regex_split_with_offsets if with_offsets else tf_text.regex_split
+    return split(text, delim_regex_pattern=f" |{keep}", keep_delim_regex_pattern=keep)
 
 
 def to_string_tensor(value, what):

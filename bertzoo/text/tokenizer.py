@@ -27,8 +27,11 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from bertzoo.text.normalization import normalize
 from bertzoo.text.normalization import pretokenize
+from bertzoo.text.normalization import split_words
 from bertzoo.text.normalization import to_string_tensor
+from bertzoo.text.normalization import valid_utf8
 from bertzoo.text.vocabulary import check_vocabulary
 from bertzoo.text.vocabulary import load_vocabulary
 
@@ -240,6 +243,87 @@ class BertTokenizer(keras.layers.Layer):
         if scalar:
             return ids[0]
         return ids
+
+    def tokenize_with_offsets(self, strings):
+        """Token ids of a batch of strings and, for each token, the characters
+        of the original string it comes from.
+
+        The ids are those of `tokenize` (special tokens written in the text
+        are read as text, whatever `special_tokens_in_strings` says). Offsets
+        count Unicode characters (Python `str` indices) of each string, with
+        invalid UTF-8 bytes counting one character each: `text[start:end]`
+        is the token's source, case and accents included (a `##` piece covers
+        the characters of its part of the word, an `[UNK]` its whole word).
+        Characters that normalization drops (combining accents, format
+        characters) belong to the token before them. Runs eagerly and in
+        graphs (the exported question answering signature).
+
+        Args:
+            strings: a list of strings or a 1-D string tensor.
+
+        Returns:
+            `(ids, starts, ends)`: `tf.RaggedTensor`s of shape `[batch, None]`,
+            int32 ids and int64 character offsets (`end` exclusive).
+
+        Example:
+
+        ```python
+        ids, starts, ends = tokenizer.tokenize_with_offsets(["Café au lait"])
+        # starts[0].numpy().tolist() == [0, 5, 8], ends[0].numpy().tolist() == [4, 7, 12]
+        ```
+        """
+        if isinstance(strings, tf.RaggedTensor):
+            raise ValueError("BertTokenizer.tokenize_with_offsets expects a dense 1-D string tensor or a list.")
+        strings = to_string_tensor(strings, "BertTokenizer.tokenize_with_offsets")
+        if strings.shape.rank != 1:
+            raise ValueError(
+                f"BertTokenizer.tokenize_with_offsets expects a 1-D batch of strings, got shape {strings.shape}."
+            )
+        # Normalization maps characters one by one (see `normalize`): each
+        # character's normalized bytes are known, so a byte of the normalized
+        # text maps back to the character it came from.
+        chars = tf.strings.unicode_split(valid_utf8(strings), "UTF-8")
+        normalized = normalize(chars.flat_values, self.lowercase, self.strip_accents)
+        sizes = tf.cast(tf.strings.length(normalized), tf.int64)
+        # Byte positions in all normalized strings laid end to end.
+        char_ends = tf.cumsum(sizes)
+        char_starts = char_ends - sizes
+        row_bytes = tf.gather(tf.concat([[0], char_ends], 0), chars.row_starts())
+        words, word_starts, _ = split_words(
+            tf.strings.reduce_join(chars.with_flat_values(normalized), axis=1), self.split_on_cjk, with_offsets=True
+        )
+        flat_words = words.flat_values
+        too_long = tf.strings.length(flat_words, unit="UTF8_CHAR") > self.max_chars_per_word
+        # As in `tokenize`: a word too long is one [UNK], which covers it all.
+        ids, piece_starts, piece_ends = self._wordpiece.tokenize_with_offsets(
+            tf.where(too_long, UNK_TOKEN, flat_words)
+        )
+        pieces = ids.row_lengths()
+        too_long = tf.repeat(too_long, pieces)
+        piece_starts = tf.where(too_long, tf.zeros_like(piece_starts.flat_values), piece_starts.flat_values)
+        piece_ends = tf.where(
+            too_long, tf.repeat(tf.cast(tf.strings.length(flat_words), tf.int64), pieces), piece_ends.flat_values
+        )
+        word_bytes = tf.repeat(tf.gather(row_bytes, words.value_rowids()) + word_starts.flat_values, pieces)
+        # Characters that produce bytes: the first whose bytes hold the
+        # token's first byte starts it; the next one after its last byte (or
+        # the end of the string) ends it.
+        kept = sizes > 0
+        kept_starts = tf.boolean_mask(char_starts, kept)
+        kept_index = tf.boolean_mask(tf.range(tf.size(sizes, out_type=tf.int64)), kept)
+        first = tf.gather(kept_index, tf.searchsorted(kept_starts, word_bytes + piece_starts, side="right") - 1)
+        after = tf.gather(
+            tf.concat([kept_index, [tf.size(sizes, out_type=tf.int64)]], 0),
+            tf.searchsorted(kept_starts, word_bytes + piece_ends, side="left"),
+        )
+        rows = tf.repeat(words.value_rowids(), pieces)
+        row_chars = tf.gather(chars.row_starts(), rows)
+        starts = first - row_chars
+        ends = tf.minimum(after, tf.gather(chars.row_limits(), rows)) - row_chars
+        tokens = tf.math.unsorted_segment_sum(pieces, words.value_rowids(), words.nrows())
+        return tuple(
+            tf.RaggedTensor.from_row_lengths(values, tokens) for values in (ids.flat_values, starts, ends)
+        )
 
     def _words_keeping_special_tokens(self, strings):
         """`pretokenize`, except that special tokens written in the text
