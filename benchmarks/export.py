@@ -157,14 +157,7 @@ def main(argv=None):
                 served_logits = text_fn(text=strings)["logits"].numpy()
                 keras_logits = model.predict(batch_texts, verbose=0)
                 timings = time_interleaved(
-                    {
-                        "saved_model_text": lambda: text_fn(text=strings),
-                        "keras_predict_text": lambda: model.predict(batch_texts, verbose=0),
-                        "keras_preprocess_predict_on_batch_text": lambda: model.predict_on_batch(
-                            {k: tf.cast(v, tf.int32) for k, v in model.preprocessor(strings).items()}),
-                        "saved_model_ids": lambda: ids_fn(**id_tensors),
-                        "keras_predict_on_batch_ids": lambda: model.predict_on_batch(ids),
-                    },
+                    _candidates(model, text_fn, ids_fn, strings, batch_texts, ids, id_tensors),
                     args.runs, args.warmup,
                 )
                 medians = {name: round(1000 * t["median_s"], 3) for name, t in timings.items()}
@@ -203,5 +196,19 @@ def main(argv=None):
     return rows
 
 
+def _candidates(model, text_fn, ids_fn, strings, batch_texts, ids, id_tensors):
+    """The timed calls of one model and batch: the SavedModel against Keras, on text and on ids."""
+    return {
+        "saved_model_text": lambda: text_fn(text=strings),
+        "keras_predict_text": lambda: model.predict(batch_texts, verbose=0),
+        "keras_preprocess_predict_on_batch_text": lambda: model.predict_on_batch(
+            {k: tf.cast(v, tf.int32) for k, v in model.preprocessor(strings).items()}
+        ),
+        "saved_model_ids": lambda: ids_fn(**id_tensors),
+        "keras_predict_on_batch_ids": lambda: model.predict_on_batch(ids),
+    }
+
+
 if __name__ == "__main__":
     main()
+

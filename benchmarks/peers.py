@@ -332,7 +332,7 @@ def matmul_peak(size=2048, runs=10):
             else:
                 x, y = tf.cast(a, dtype), tf.cast(b, dtype)
                 fn = tf.function(tf.matmul, jit_compile=xla)
-            median_s = time_interleaved({"matmul": lambda: fn(x, y).numpy()}, runs, warmup=2)["matmul"]["median_s"]
+            median_s = time_interleaved({"matmul": lambda fn=fn, x=x, y=y: fn(x, y).numpy()}, runs, warmup=2)["matmul"]["median_s"]
             best["xla" if xla else "no_xla"] = round(2 * size**3 / median_s / 1e9, 1)
         if dtype == "int8":
             best.update(_fused_int8_peak(a, runs))

@@ -1,6 +1,7 @@
 """Atomic directory writes: no window without a complete target, no leftovers
 after interrupted saves (`kill -9` in a subprocess), previous version restored."""
 
+import functools
 import os
 import signal
 import subprocess
@@ -32,6 +33,10 @@ def check_complete(directory):
         data = (directory / name).read_bytes()
         assert data[:4] == version.to_bytes(4, "little") and len(data) == 1 << 16
     return version
+
+
+def _open_in(directory_fd, name, flags):
+    return os.open(name, flags, dir_fd=directory_fd)
 
 
 def dead_pid():
@@ -122,10 +127,11 @@ def test_readers_always_find_a_complete_target(tmp_path, monkeypatch, exchange):
                 missing.append(repr(e))
                 continue
             try:
-                with open("version.txt", opener=lambda name, flags: os.open(name, flags, dir_fd=fd)) as f:
+                opener = functools.partial(_open_in, fd)
+                with open("version.txt", opener=opener) as f:
                     version = int(f.read())
                 for name in FILES:
-                    with open(name, "rb", opener=lambda n, flags: os.open(n, flags, dir_fd=fd)) as f:
+                    with open(name, "rb", opener=opener) as f:
                         assert f.read(4) == version.to_bytes(4, "little")
             except (FileNotFoundError, ValueError):
                 pass  # An old version, deleted after the swap while this reader still held it.

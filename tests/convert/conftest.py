@@ -117,7 +117,7 @@ def forward(model, inputs, activation, eps=1e-12):
         w = m["sets"][index]
         d = x.shape[-1] // heads
 
-        def split(t):
+        def split(t, d=d):
             return t.reshape(batch, length, heads, d).transpose(0, 2, 1, 3)
 
         q, k, v = (split(x @ w[n][0] + w[n][1]) for n in ("query", "key", "value"))
