@@ -18,6 +18,7 @@ from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.models.task import Task
 from bertzoo.models.listing import list_presets
 from bertzoo.saving.preset import Preset
+from bertzoo.saving.preset import PresetError
 from bertzoo import convert
 from bertzoo.convert import convert_checkpoint
 from bertzoo import export

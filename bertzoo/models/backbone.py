@@ -5,6 +5,7 @@ import keras
 from bertzoo.saving.preset import Preset
 from bertzoo.saving.preset import save_preset
 from bertzoo.saving.serialization import quantized_policy_map
+from bertzoo.utils.checks import check_config_keys
 from bertzoo.utils.private_api import flatten_layers
 
 
@@ -37,17 +38,31 @@ class Backbone(keras.Model):
         return cls(**config)
 
     @classmethod
-    def from_preset(cls, preset, load_weights=True, **kwargs):
+    def validate_config(cls, config):
+        """Raises ValueError naming the first bad entry of `config` (the
+        constructor's arguments, as `get_config` gives them), without
+        building anything: the checks the constructor runs. Preset loading
+        calls it before building. Subclasses add their argument checks."""
+        check_config_keys(cls, config)
+
+    @classmethod
+    def from_preset(cls, preset, load_weights=True, verify_checksums=True, **kwargs):
         """Builds the backbone of a built-in preset name or a preset directory.
 
-        `kwargs` override config entries (e.g. `dtype`, `dropout`).
+        `kwargs` override config entries (e.g. `dtype`, `dropout`). The whole
+        preset is validated before anything is built; every problem raises
+        `bertzoo.PresetError`. `verify_checksums=False` loads weights that
+        `metadata.json` holds no checksum for (e.g. a preset without
+        `metadata.json`), unverified.
 
         Example:
         ```python
         backbone = bertzoo.BertBackbone.from_preset("tiny", load_weights=False)
         ```
         """
-        preset = Preset.resolve(preset)
+        preset = Preset.resolve(preset, verify_checksums=verify_checksums)
+        if load_weights:
+            preset.check_weights()
         backbone = preset.build_backbone(**kwargs)
         if load_weights:
             preset.load_backbone_weights(backbone)

@@ -11,8 +11,11 @@ from bertzoo.layers.feedforward import FeedForwardBlock
 from bertzoo.models.backbone import Backbone
 from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
+from bertzoo.utils.checks import check_config_keys
 from bertzoo.utils.checks import check_positive_int
+from bertzoo.utils.checks import check_positive_number
 from bertzoo.utils.checks import check_rate
+from bertzoo.utils.checks import memory_limit_bytes
 from bertzoo.utils.private_api import flatten_layers
 from bertzoo.utils.private_api import settle_dtype_policy
 
@@ -34,6 +37,142 @@ def _per_layer(name, value, num_layers):
 def _compact(values):
     """An int when all layers agree, else the list (keeps configs readable)."""
     return values[0] if len(set(values)) == 1 else list(values)
+
+
+def _largest(name, value):
+    """The largest entry of an int-or-list argument (checked in full later)."""
+    if isinstance(value, (list, tuple)) and value:
+        return max(check_positive_int(f"{name}[{i}]", v) for i, v in enumerate(value))
+    return check_positive_int(name, value)
+
+
+def _check_size(vocabulary_size, num_layers, hidden_dim, num_heads, intermediate_dim, embedding_dim, head_dim,
+                max_sequence_length, num_segments):
+    """Refuses (ValueError naming the key) a config whose float32 weights
+    would not fit in this machine's memory, from an upper bound of the
+    parameter count in O(1), before any per-layer list is built."""
+    E, H, L = embedding_dim or hidden_dim, hidden_dim, num_layers
+    width = _largest("num_heads", num_heads) * (check_positive_int("head_dim", head_dim) if head_dim else 1)
+    width = max(width, H)
+    inner = _largest("intermediate_dim", intermediate_dim)
+    per_layer = 4 * (H * width + width) + 2 * H * inner + 6 * H
+    terms = {
+        "vocabulary_size": vocabulary_size * E,
+        "max_sequence_length": max_sequence_length * E,
+        "num_segments": num_segments * E,
+        "layers": L * per_layer,
+    }
+    total_bytes = 4 * (sum(terms.values()) + E * H + H * H)
+    limit = memory_limit_bytes()
+    if total_bytes > limit:
+        key = max(terms, key=terms.get)
+        if key == "layers":
+            sizes = {"num_layers": L, "hidden_dim": H, "intermediate_dim": inner, "num_heads": width}
+            key = max(sizes, key=sizes.get)
+        values = {"vocabulary_size": vocabulary_size, "max_sequence_length": max_sequence_length,
+                  "num_segments": num_segments, "num_layers": L, "hidden_dim": H,
+                  "intermediate_dim": intermediate_dim, "num_heads": num_heads}
+        raise ValueError(
+            f"`{key}`={values[key]!r} describes a model of about {total_bytes / 2**30:,.0f} GiB of float32 "
+            f"weights, more than this machine's {limit / 2**30:,.0f} GiB of memory: the value is absurd "
+            "(a damaged config?). Expected a model that fits in memory."
+        )
+
+
+def check_backbone_arguments(
+    vocabulary_size,
+    num_layers,
+    hidden_dim,
+    num_heads,
+    intermediate_dim,
+    embedding_dim=None,
+    num_groups=None,
+    shared_sublayers="all",
+    head_dim=None,
+    activation="gelu_tanh",
+    dropout=0.1,
+    attention_dropout=None,
+    max_sequence_length=512,
+    num_segments=2,
+    layer_norm_epsilon=1e-12,
+    initializer_range=0.02,
+):
+    """The checks `BertBackbone.__init__` runs on its arguments, without
+    building anything: raises ValueError naming the first bad argument, else
+    returns the normalized values (`num_heads` and `intermediate_dim` as one
+    int per layer, the resolved `num_groups`, `head_dim`, `attention_dropout`,
+    and which weight set each layer uses, `attention_index` / `ffn_index`)."""
+    vocabulary_size = check_positive_int("vocabulary_size", vocabulary_size)
+    num_layers = check_positive_int("num_layers", num_layers)
+    hidden_dim = check_positive_int("hidden_dim", hidden_dim)
+    if embedding_dim is not None:
+        embedding_dim = check_positive_int("embedding_dim", embedding_dim)
+    max_sequence_length = check_positive_int("max_sequence_length", max_sequence_length)
+    num_segments = check_positive_int("num_segments", num_segments)
+    _check_size(vocabulary_size, num_layers, hidden_dim, num_heads, intermediate_dim, embedding_dim, head_dim,
+                max_sequence_length, num_segments)
+    heads = _per_layer("num_heads", num_heads, num_layers)
+    intermediate = _per_layer("intermediate_dim", intermediate_dim, num_layers)
+    num_groups = num_layers if num_groups is None else check_positive_int("num_groups", num_groups)
+    if num_layers % num_groups:
+        raise ValueError(
+            f"`num_layers`={num_layers} is not divisible by `num_groups`={num_groups}: "
+            "each group must hold the same number of consecutive layers."
+        )
+    if shared_sublayers not in SHARING_MODES:
+        raise ValueError(
+            f"Unknown `shared_sublayers`={shared_sublayers!r}. Expected one of {list(SHARING_MODES)}."
+        )
+    if head_dim is None:
+        if hidden_dim % max(heads):
+            raise ValueError(
+                f"`hidden_dim`={hidden_dim} is not divisible by `num_heads`={max(heads)}: "
+                "choose a head count that divides the hidden size, or pass `head_dim`."
+            )
+        head_dim = hidden_dim // max(heads)
+    head_dim = check_positive_int("head_dim", head_dim)
+    if not isinstance(activation, str):
+        raise ValueError(f"`activation` must be an activation name, got {activation!r}.")
+    get_activation(activation)  # Raises a ValueError for unknown names.
+    dropout = check_rate("dropout", dropout)
+    attention_dropout = dropout if attention_dropout is None else check_rate("attention_dropout", attention_dropout)
+    check_positive_number("layer_norm_epsilon", layer_norm_epsilon)
+    check_positive_number("initializer_range", initializer_range)
+
+    # Which weight set each layer uses, per sub-block.
+    group_size = num_layers // num_groups
+    group_of = [i // group_size for i in range(num_layers)]
+    layer_ids = list(range(num_layers))
+    attention_index = group_of if shared_sublayers in ("all", "attention") else layer_ids
+    ffn_index = group_of if shared_sublayers in ("all", "ffn") else layer_ids
+    for index, sizes, name in (
+        (attention_index, heads, "num_heads"),
+        (ffn_index, intermediate, "intermediate_dim"),
+    ):
+        first = {}
+        for i in range(num_layers):
+            j = first.setdefault(index[i], i)
+            if sizes[i] != sizes[j]:
+                raise ValueError(
+                    f"Layers {j} and {i} share weights, so their "
+                    f"`{name}` must be equal (got {sizes[j]} and {sizes[i]})."
+                )
+    return {
+        "vocabulary_size": vocabulary_size,
+        "num_layers": num_layers,
+        "hidden_dim": hidden_dim,
+        "num_heads": heads,
+        "intermediate_dim": intermediate,
+        "embedding_dim": embedding_dim,
+        "num_groups": num_groups,
+        "head_dim": head_dim,
+        "dropout": dropout,
+        "attention_dropout": attention_dropout,
+        "max_sequence_length": max_sequence_length,
+        "num_segments": num_segments,
+        "attention_index": attention_index,
+        "ffn_index": ffn_index,
+    }
 
 
 @keras.saving.register_keras_serializable(package="bertzoo")
@@ -116,53 +255,18 @@ class BertBackbone(Backbone):
         **kwargs,
     ):
         # === Validate the configuration ===
-        vocabulary_size = check_positive_int("vocabulary_size", vocabulary_size)
-        num_layers = check_positive_int("num_layers", num_layers)
-        hidden_dim = check_positive_int("hidden_dim", hidden_dim)
-        heads = _per_layer("num_heads", num_heads, num_layers)
-        intermediate = _per_layer("intermediate_dim", intermediate_dim, num_layers)
-        if embedding_dim is not None:
-            embedding_dim = check_positive_int("embedding_dim", embedding_dim)
-        num_groups = num_layers if num_groups is None else check_positive_int("num_groups", num_groups)
-        if num_layers % num_groups:
-            raise ValueError(
-                f"`num_layers`={num_layers} is not divisible by `num_groups`={num_groups}: "
-                "each group must hold the same number of consecutive layers."
-            )
-        if shared_sublayers not in SHARING_MODES:
-            raise ValueError(
-                f"Unknown `shared_sublayers`={shared_sublayers!r}. Expected one of {list(SHARING_MODES)}."
-            )
-        if head_dim is None:
-            if hidden_dim % max(heads):
-                raise ValueError(
-                    f"`hidden_dim`={hidden_dim} is not divisible by `num_heads`={max(heads)}: "
-                    "choose a head count that divides the hidden size, or pass `head_dim`."
-                )
-            head_dim = hidden_dim // max(heads)
-        head_dim = check_positive_int("head_dim", head_dim)
-        get_activation(activation)  # Raises a ValueError for unknown names.
-        dropout = check_rate("dropout", dropout)
-        attention_dropout = dropout if attention_dropout is None else check_rate("attention_dropout", attention_dropout)
-        max_sequence_length = check_positive_int("max_sequence_length", max_sequence_length)
-        num_segments = check_positive_int("num_segments", num_segments)
-
-        # Which weight set each layer uses, per sub-block.
-        group_size = num_layers // num_groups
-        group_of = [i // group_size for i in range(num_layers)]
-        layer_ids = list(range(num_layers))
-        attention_index = group_of if shared_sublayers in ("all", "attention") else layer_ids
-        ffn_index = group_of if shared_sublayers in ("all", "ffn") else layer_ids
-        for index, sizes, name in (
-            (attention_index, heads, "num_heads"),
-            (ffn_index, intermediate, "intermediate_dim"),
-        ):
-            for i in range(num_layers):
-                if sizes[i] != sizes[index.index(index[i])]:
-                    raise ValueError(
-                        f"Layers {index.index(index[i])} and {i} share weights, so their "
-                        f"`{name}` must be equal (got {sizes[index.index(index[i])]} and {sizes[i]})."
-                    )
+        checked = check_backbone_arguments(
+            vocabulary_size, num_layers, hidden_dim, num_heads, intermediate_dim, embedding_dim=embedding_dim,
+            num_groups=num_groups, shared_sublayers=shared_sublayers, head_dim=head_dim, activation=activation,
+            dropout=dropout, attention_dropout=attention_dropout, max_sequence_length=max_sequence_length,
+            num_segments=num_segments, layer_norm_epsilon=layer_norm_epsilon, initializer_range=initializer_range,
+        )
+        vocabulary_size, num_layers, hidden_dim = checked["vocabulary_size"], checked["num_layers"], checked["hidden_dim"]
+        heads, intermediate = checked["num_heads"], checked["intermediate_dim"]
+        embedding_dim, num_groups, head_dim = checked["embedding_dim"], checked["num_groups"], checked["head_dim"]
+        dropout, attention_dropout = checked["dropout"], checked["attention_dropout"]
+        max_sequence_length, num_segments = checked["max_sequence_length"], checked["num_segments"]
+        attention_index, ffn_index = checked["attention_index"], checked["ffn_index"]
 
         # === Layers ===
         common = dict(
@@ -264,6 +368,13 @@ class BertBackbone(Backbone):
         self.num_segments = num_segments
         self.layer_norm_epsilon = layer_norm_epsilon
         self.initializer_range = initializer_range
+
+    @classmethod
+    def validate_config(cls, config):
+        """The constructor's checks on a config (`check_backbone_arguments`,
+        including the size estimate), without building anything."""
+        check_config_keys(cls, config)
+        check_backbone_arguments(**{k: v for k, v in config.items() if k not in ("name", "trainable", "dtype")})
 
     def layer_blocks(self, index):
         """Returns the `(attention, feed-forward)` blocks used by layer `index`."""

@@ -4,7 +4,10 @@ import keras
 
 from bertzoo.export.serving import classification_outputs
 from bertzoo.layers.dense import Dense
+from bertzoo.models.head_utils import check_activation
+from bertzoo.models.head_utils import check_classes
 from bertzoo.models.task import Task
+from bertzoo.utils.checks import check_rate
 
 
 @keras.saving.register_keras_serializable(package="bertzoo")
@@ -44,12 +47,7 @@ class BertClassifier(Task):
     ):
         if num_classes is None:
             num_classes = len(class_names) if class_names is not None else 2
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-            raise ValueError(f"`num_classes` must be a positive integer, got {num_classes!r}.")
-        if class_names is not None and len(class_names) != num_classes:
-            raise ValueError(
-                f"`class_names` has {len(class_names)} names but num_classes={num_classes}."
-            )
+        self.check_head_arguments(num_classes, dropout=dropout, activation=activation, class_names=class_names)
         policy = backbone.dtype_policy
         self.output_dropout = keras.layers.Dropout(dropout, dtype=policy, name="output_dropout")
         # Mixed-precision models emit float32 logits for a stable loss.
@@ -74,6 +72,14 @@ class BertClassifier(Task):
     def compute_head_outputs(self, inputs, features, training=None):
         pooled = self.output_dropout(features["pooled_output"], training=training)
         return self.output_dense(pooled)
+
+    @classmethod
+    def check_head_arguments(cls, num_classes=None, dropout=0.1, activation=None, class_names=None):
+        if num_classes is None:  # The constructor's default.
+            num_classes = len(class_names) if class_names is not None else 2
+        check_classes(num_classes, class_names)
+        check_rate("dropout", dropout)
+        check_activation(activation)
 
     def get_config(self):
         return {

@@ -10,7 +10,9 @@ from bertzoo.export.serving import classification_outputs
 from bertzoo.export.serving import same_size
 from bertzoo.export.serving import string_function
 from bertzoo.layers.dense import Dense
+from bertzoo.models.head_utils import check_classes
 from bertzoo.models.task import Task
+from bertzoo.utils.checks import check_rate
 
 
 @keras.saving.register_keras_serializable(package="bertzoo")
@@ -73,8 +75,7 @@ class BertMultipleChoice(Task):
     """
 
     def __init__(self, backbone, num_choices, preprocessor=None, dropout=0.1, **kwargs):
-        if isinstance(num_choices, bool) or not isinstance(num_choices, int) or num_choices < 2:
-            raise ValueError(f"`num_choices` must be an integer >= 2, got {num_choices!r}.")
+        self.check_head_arguments(num_choices, dropout=dropout)
         policy = backbone.dtype_policy
         head_dtype = "float32" if policy.compute_dtype != "float32" else policy
         self.output_dropout = keras.layers.Dropout(dropout, dtype=policy, name="output_dropout")
@@ -101,6 +102,11 @@ class BertMultipleChoice(Task):
     def compute_head_outputs(self, inputs, features, training=None):
         scores = self.output_dense(self.output_dropout(features["pooled_output"], training=training))
         return self.split_choices(scores)
+
+    @classmethod
+    def check_head_arguments(cls, num_choices, dropout=0.1):
+        check_classes(num_choices, name="num_choices", minimum=2)
+        check_rate("dropout", dropout)
 
     def get_config(self):
         return {**super().get_config(), "num_choices": self.num_choices, "dropout": self.dropout}

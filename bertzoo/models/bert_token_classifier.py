@@ -12,9 +12,11 @@ from bertzoo.export.serving import trim_padding
 from bertzoo.layers.dense import Dense
 from bertzoo.models.head_utils import IGNORE_LABEL
 from bertzoo.models.head_utils import MaskedAccuracy
+from bertzoo.models.head_utils import check_classes
 from bertzoo.models.head_utils import masked_loss
 from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.task import Task
+from bertzoo.utils.checks import check_rate
 
 
 def _split_sentences(words):
@@ -171,10 +173,7 @@ class BertTokenClassifier(Task):
     """
 
     def __init__(self, backbone, num_classes, preprocessor=None, dropout=0.1, class_names=None, **kwargs):
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-            raise ValueError(f"`num_classes` must be a positive integer, got {num_classes!r}.")
-        if class_names is not None and len(class_names) != num_classes:
-            raise ValueError(f"`class_names` has {len(class_names)} names but num_classes={num_classes}.")
+        self.check_head_arguments(num_classes, dropout=dropout, class_names=class_names)
         policy = backbone.dtype_policy
         head_dtype = "float32" if policy.compute_dtype != "float32" else policy
         self.output_dropout = keras.layers.Dropout(dropout, dtype=policy, name="output_dropout")
@@ -196,6 +195,11 @@ class BertTokenClassifier(Task):
     def compute_head_outputs(self, inputs, features, training=None):
         sequence = self.output_dropout(features["sequence_output"], training=training)
         return self.output_dense(sequence)
+
+    @classmethod
+    def check_head_arguments(cls, num_classes, dropout=0.1, class_names=None):
+        check_classes(num_classes, class_names)
+        check_rate("dropout", dropout)
 
     def get_config(self):
         return {

@@ -54,6 +54,31 @@ class MaskedAccuracy(keras.metrics.Metric):
         return {"name": self.name, "dtype": self.dtype, "ignore_class": self.ignore_class}
 
 
+def check_classes(num_classes, class_names=None, name="num_classes", minimum=1):
+    """The heads' checks of `num_classes` (an int >= `minimum`) and
+    `class_names` (None, or one string per class)."""
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < minimum:
+        expected = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ValueError(f"`{name}` must be {expected}, got {num_classes!r}.")
+    if class_names is not None:
+        if not isinstance(class_names, (list, tuple)) or not all(isinstance(n, str) for n in class_names):
+            raise ValueError(f"`class_names` must be a list of strings (one per class), got {class_names!r}.")
+        if len(class_names) != num_classes:
+            raise ValueError(f"`class_names` has {len(class_names)} names but num_classes={num_classes}.")
+
+
+def check_activation(activation):
+    """A head's output `activation`: None, a callable or a Keras activation name."""
+    if activation is None or callable(activation):
+        return
+    if not isinstance(activation, str):
+        raise ValueError(f"`activation` must be None or a Keras activation name, got {activation!r}.")
+    try:
+        keras.activations.get(activation)
+    except ValueError as e:
+        raise ValueError(f"`activation`={activation!r} is not a Keras activation name ({e}).") from e
+
+
 def masked_loss():
     """Sparse cross-entropy on logits, averaged over labelled positions only."""
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORE_LABEL)

@@ -1,5 +1,7 @@
 """Base class for task models: a backbone, a head, and raw-text handling."""
 
+import logging
+
 import keras
 
 from bertzoo.export import export_model
@@ -13,12 +15,15 @@ from bertzoo.saving.preset import Preset
 from bertzoo.saving.preset import save_preset
 from bertzoo.saving.serialization import quantize_layers
 from bertzoo.saving.serialization import quantized_policy_map
+from bertzoo.utils.checks import check_config_keys
 from bertzoo.utils.private_api import flatten_layers
 
 # `predict` tokenizes inputs up to this many examples eagerly, larger ones
 # stream through tf.data (see `Task._preprocess_in_memory`).
 EAGER_PREPROCESS_LIMIT = 4096
 _TOKENIZED_KEYS = ("token_ids", "segment_ids", "padding_mask")
+_NOT_HEAD_ARGUMENTS = ("name", "trainable", "dtype", "backbone", "preprocessor")
+logger = logging.getLogger("bertzoo")
 
 
 def _int_features(data):
@@ -200,6 +205,22 @@ class Task(DefaultCompileMixin, RawInputsMixin, keras.Model):
 
     # --- Presets ----------------------------------------------------------
     @classmethod
+    def validate_config(cls, config):
+        """Raises ValueError naming the first bad entry of a head config (the
+        constructor's arguments without `backbone` and `preprocessor`),
+        without building anything: the checks the constructor runs
+        (`check_head_arguments`). Preset loading calls it before building."""
+        check_config_keys(cls, config, provided=("backbone", "preprocessor"))
+        cls.check_head_arguments(**{k: v for k, v in config.items() if k not in _NOT_HEAD_ARGUMENTS})
+
+    @classmethod
+    def check_head_arguments(cls, **kwargs):
+        """Hook: checks the head's own constructor arguments (raising
+        ValueError naming the argument), without building anything; the
+        constructor and `validate_config` both call it. Accepts all by
+        default."""
+
+    @classmethod
     def from_preset(
         cls,
         preset,
@@ -207,34 +228,56 @@ class Task(DefaultCompileMixin, RawInputsMixin, keras.Model):
         preprocessor="auto",
         sequence_length=None,
         dtype=None,
+        verify_checksums=True,
         **kwargs,
     ):
         """Builds this task from a built-in preset name or a preset directory.
 
         Weights: a preset saved from the same task class restores the whole
-        model (head included) unless `kwargs` change the head; otherwise the
-        backbone weights are loaded and the head is freshly initialized.
+        model, head included; its `task.weights.h5` must then be present and
+        intact (a missing or unreadable head is a `bertzoo.PresetError`, never
+        a random head). A new head on purpose: load the preset into another
+        task class, or pass head arguments that differ from the saved ones
+        (e.g. `num_classes=5`); then only the backbone weights load, the head
+        is freshly initialized, and a warning on the "bertzoo" logger says so
+        (a backbone preset, the usual start of fine-tuning, loads silently).
         `preprocessor="auto"` builds the preset's tokenizer and packer;
         `preprocessor=None` means inputs arrive tokenized.
+
+        The whole preset is validated before anything is built; every problem
+        raises `bertzoo.PresetError`. `verify_checksums=False` loads weights
+        that `metadata.json` holds no checksum for (e.g. a preset without
+        `metadata.json`), unverified.
 
         Example:
         ```python
         model = bertzoo.BertClassifier.from_preset("tiny", num_classes=2)
         ```
         """
-        preset = Preset.resolve(preset)
-        backbone = preset.build_backbone(**({"dtype": dtype} if dtype is not None else {}))
-        if preprocessor == "auto":
-            overrides = {"sequence_length": sequence_length} if sequence_length else {}
-            preprocessor = preset.build_preprocessor(**overrides)
+        preset = Preset.resolve(preset, verify_checksums=verify_checksums)
         same_task = preset.class_name == cls.__name__
         task_config = preset.head_config if same_task else {}
         keeps_head = same_task and all(task_config.get(k) == v for k, v in kwargs.items())
+        if load_weights:
+            preset.check_weights(task=keeps_head)  # Before building anything.
+        if preset.config.get("task") is not None and not keeps_head:
+            changed = {k: v for k, v in kwargs.items() if same_task and task_config.get(k) != v}
+            logger.warning(
+                "%s.from_preset(%r): the preset holds a %s%s; building a new, randomly initialized %s head on "
+                "its backbone (the saved head's weights are not used).",
+                cls.__name__, preset.name, preset.class_name,
+                f" and the head arguments {changed} differ from the saved ones" if changed else "",
+                cls.__name__,
+            )
         if not keeps_head:
             task_config.pop("dtype", None)  # The old head's quantization.
             if "class_names" not in kwargs:
                 task_config.pop("class_names", None)  # Names of the old head's classes.
         task_config.update(kwargs)
+        if preprocessor == "auto":
+            overrides = {"sequence_length": sequence_length} if sequence_length else {}
+            preprocessor = preset.build_preprocessor(**overrides)
+        backbone = preset.build_backbone(**({"dtype": dtype} if dtype is not None else {}))
         try:
             model = cls(backbone=backbone, preprocessor=preprocessor, **task_config)
         except TypeError as e:
@@ -244,7 +287,7 @@ class Task(DefaultCompileMixin, RawInputsMixin, keras.Model):
                 f"arguments (e.g. num_classes=2)."
             ) from e
         if load_weights:
-            if keeps_head and preset.has_task_weights():
+            if keeps_head and preset.directory is not None:
                 preset.load_task_weights(model)
             else:
                 preset.load_backbone_weights(backbone)

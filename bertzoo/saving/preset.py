@@ -20,6 +20,21 @@ folder: architecture and tokenizer settings, no weights) or a directory:
                         pre-training heads of a converted checkpoint)
 
 Loading only reads JSON, text and HDF5 arrays: no pickle, no code execution.
+
+Loading validates the whole preset before building anything (`Preset.resolve`
+and `Preset.check_weights`): `config.json`'s structure, classes, and every
+constructor argument through the checks the constructors themselves run
+(`validate_config` of the backbone and task classes), a size estimate
+(a config describing weights larger than this machine's memory is refused),
+the vocabulary, and the weights files: present, regular files inside the
+preset directory (a symlink to elsewhere or a directory is refused), and
+matching the sizes and SHA-256 checksums recorded in `metadata.json`. A
+preset without `metadata.json` (or without a checksum for a weights file it
+needs) is refused unless the caller passes `verify_checksums=False`, which
+reads the weights unverified. Every failure raises `PresetError` (a
+`ValueError`; `PresetFileNotFoundError`, for a missing file, is also a
+`FileNotFoundError`), whose message names the file, the key and what was
+expected.
 Classes named in `config.json` must be registered bertzoo classes or Keras
 built-ins (see `bertzoo.saving.serialization`), never imported by name.
 Presets written in format 1 load too (`bertzoo.saving.format1`).
@@ -39,6 +54,7 @@ import keras
 
 from bertzoo.saving import format1
 from bertzoo.saving.atomic import atomic_directory
+from bertzoo.saving.serialization import check_config
 from bertzoo.saving.serialization import deserialize
 from bertzoo.saving.serialization import policy_map_modes
 from bertzoo.saving.serialization import retarget_policy_map
@@ -60,6 +76,27 @@ FORMAT_VERSION = 2
 
 _warned_random_init = set()
 logger = logging.getLogger("bertzoo")
+_TOP_LEVEL_KEYS = ("format_version", "backbone", "preprocessor", "task")
+_NODE_KEYS = ("module", "class_name", "config", "registered_name")
+
+
+class PresetError(ValueError):
+    """A preset that cannot be loaded: a missing, damaged or invalid file or
+    config entry. The message names the file, the key and what was expected.
+
+    Example:
+    ```python
+    try:
+        model = bertzoo.BertClassifier.from_preset("runs/sentiment")
+    except bertzoo.PresetError as e:
+        print(e)  # e.g. ".../config.json: `backbone.config.num_layers` is missing ..."
+    ```
+    """
+
+
+class PresetFileNotFoundError(PresetError, FileNotFoundError):
+    """A `PresetError` for a file the preset needs and lacks; also a
+    `FileNotFoundError`, for callers that catch that."""
 
 
 def _builtin_dir():
@@ -86,6 +123,13 @@ def sha256_of(path):
     return digest.hexdigest()
 
 
+def vocabulary_checksum(tokens):
+    """SHA-256 of a vocabulary's tokens in order (not of the file's bytes,
+    so line endings, a byte-order mark and trailing blank lines, which
+    `load_vocabulary` ignores, do not matter)."""
+    return hashlib.sha256("\n".join(tokens).encode("utf-8")).hexdigest()
+
+
 class Preset:
     """A resolved preset: a built-in definition or a directory on disk.
 
@@ -99,58 +143,223 @@ class Preset:
     ```
     """
 
-    def __init__(self, name, config, directory=None, metadata=None):
+    def __init__(self, name, config, directory=None, metadata=None, verify_checksums=True):
         self.name = name
         self.config = config
         self.directory = directory
-        self.metadata = metadata or {}
+        self.metadata = {} if metadata is None else metadata
+        self.verify_checksums = verify_checksums
+        self._verified = {}  # filename -> (size, mtime_ns) of a verified weights file.
 
     # --- Resolution -------------------------------------------------------
     @classmethod
-    def resolve(cls, preset):
+    def resolve(cls, preset, verify_checksums=True):
+        """The `Preset` of a built-in name or a preset directory, validated
+        (see the module docstring); raises `PresetError`.
+
+        `verify_checksums=False` accepts weights without a checksum in
+        `metadata.json` (a preset assembled by hand) and reads them unverified.
+        """
         if isinstance(preset, Preset):
+            if preset.verify_checksums != verify_checksums:
+                preset = copy.copy(preset)
+                preset.verify_checksums, preset._verified = verify_checksums, {}
             return preset
         path = Path(str(preset)).expanduser()
         if path.is_dir():
-            return cls._from_directory(path)
+            return cls._from_directory(path, verify_checksums)
         builtins = builtin_presets()
         if str(preset) in builtins:
             return cls(str(preset), format1.upgrade(builtins[str(preset)]))
         hint = difflib.get_close_matches(str(preset), list(builtins), n=3)
         suggestion = f" Did you mean {', '.join(repr(h) for h in hint)}?" if hint else ""
-        raise ValueError(
+        raise PresetError(
             f"Unknown preset {str(preset)!r}: it is not a directory and not a built-in "
             f"preset.{suggestion} Built-in presets: {', '.join(builtins)}."
         )
 
     @classmethod
-    def _from_directory(cls, path):
+    def _from_directory(cls, path, verify_checksums=True):
         config_path = path / CONFIG_FILE
-        if not config_path.is_file():
-            raise FileNotFoundError(
+        if not config_path.exists() and not config_path.is_symlink():
+            raise PresetFileNotFoundError(
                 f"{path} is not a bertzoo preset: {CONFIG_FILE} is missing. A preset "
                 f"directory holds {CONFIG_FILE}, {BACKBONE_WEIGHTS_FILE}, {VOCABULARY_FILE} "
                 f"and {METADATA_FILE} (write one with save_to_preset or convert_checkpoint)."
             )
-        try:
-            config = json.loads(config_path.read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{config_path} is not valid JSON ({e}); the preset is damaged.") from e
+        config = _read_json(path, CONFIG_FILE)
+        if not isinstance(config, dict):
+            raise PresetError(f"{config_path} holds a JSON {type(config).__name__}; expected an object.")
         version = config.get("format_version", 1)
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise PresetError(
+                f"{config_path}: `format_version` must be a positive integer, got {version!r}."
+            )
         for key in ("class_name", "backbone") if version == 1 else ("backbone",):
             if key not in config:
-                raise ValueError(f"{config_path} has no {key!r} entry; the preset is damaged.")
+                raise PresetError(f"{config_path} has no {key!r} entry; the preset is damaged.")
         if version > FORMAT_VERSION:
-            raise ValueError(
+            raise PresetError(
                 f"{path} was written by a newer bertzoo (format {config['format_version']}); "
                 f"this bertzoo {__version__} reads format {FORMAT_VERSION}. Upgrade bertzoo."
             )
         if version == 1:
-            config = format1.upgrade(config)
+            try:
+                config = format1.upgrade(config)
+            except (ValueError, TypeError, KeyError, AttributeError) as e:
+                raise PresetError(f"{config_path} is not a valid format-1 config: {e}") from e
         metadata = {}
-        if (path / METADATA_FILE).is_file():
-            metadata = json.loads((path / METADATA_FILE).read_text())
-        return cls(str(path), config, directory=path, metadata=metadata)
+        if (path / METADATA_FILE).exists() or (path / METADATA_FILE).is_symlink():
+            metadata = _read_json(path, METADATA_FILE)
+        preset = cls(str(path), config, directory=path, metadata=metadata, verify_checksums=verify_checksums)
+        preset.validate()
+        return preset
+
+    # --- Validation -------------------------------------------------------
+    def _file(self, filename, required=True):
+        """`directory / filename` when it is a regular file inside the
+        preset directory (a symlink within it is followed), None when absent
+        and not `required`; else PresetError."""
+        return _preset_file(self.directory, filename, required)
+
+    def validate(self):
+        """Checks the whole preset without building anything (see the module
+        docstring): raises `PresetError` naming the file, the key and what
+        was expected. `Preset.resolve` calls it; `check_weights` checks the
+        weights files a load needs."""
+        config_path = self.directory / CONFIG_FILE if self.directory is not None else f"preset {self.name!r}"
+        config = self.config
+        unknown = [key for key in config if key not in _TOP_LEVEL_KEYS]
+        if unknown:
+            raise PresetError(
+                f"{config_path}: unknown top-level entry {unknown[0]!r}; expected only {list(_TOP_LEVEL_KEYS)}."
+            )
+        for key in ("backbone", "task", "preprocessor"):
+            node = config.get(key)
+            if node is None and key != "backbone":
+                continue
+            if not isinstance(node, dict) or not isinstance(node.get("config"), dict) or "class_name" not in node:
+                raise PresetError(
+                    f"{config_path}: `{key}` must be a serialized Keras object (a JSON object with "
+                    f"{', '.join(repr(k) for k in _NODE_KEYS)}), got {_short(node)}."
+                )
+            extra = [k for k in node if k not in _NODE_KEYS]
+            if extra:
+                raise PresetError(f"{config_path}: `{key}` has the unknown entry {extra[0]!r}; expected {list(_NODE_KEYS)}.")
+        try:
+            check_config(config, str(config_path))
+        except ValueError as e:
+            raise PresetError(str(e)) from e
+        backbone_class = self._node_class("backbone", config_path)
+        self._validate_node("backbone", backbone_class, dict(config["backbone"]["config"]), config_path)
+        if config.get("task") is not None:
+            task_class = self._node_class("task", config_path)
+            task_config = dict(config["task"]["config"])
+            for key in ("backbone", "preprocessor"):
+                if task_config.pop(key, None) is not None:
+                    raise PresetError(
+                        f"{config_path}: `task.config.{key}` must be absent (it is stored in `{key}`)."
+                    )
+            self._validate_node("task", task_class, task_config, config_path)
+        if self.directory is None:
+            return
+        self._validate_metadata()
+        for filename in (BACKBONE_WEIGHTS_FILE, TASK_WEIGHTS_FILE):
+            self._file(filename, required=False)  # Regular files if present.
+        # A preprocessor whose vocabulary.txt is missing (e.g. a converted
+        # SentencePiece model) is checked when it is built.
+        if self._file(VOCABULARY_FILE, required=False) is not None:
+            tokenizer = (config.get("preprocessor") or {}).get("config", {}).get("tokenizer")
+            vocabulary = tokenizer.get("config", {}).get("vocabulary") if isinstance(tokenizer, dict) else None
+            if isinstance(vocabulary, str) and vocabulary != VOCABULARY_FILE:
+                raise PresetError(
+                    f"{config_path}: `preprocessor.config.tokenizer.config.vocabulary` must be "
+                    f"{VOCABULARY_FILE!r} (the preset's own file) or a list of tokens, got {_short(vocabulary)}."
+                )
+            try:
+                self.build_preprocessor()
+            except PresetError:
+                raise
+            except (ValueError, TypeError, KeyError, AttributeError) as e:
+                raise PresetError(
+                    f"{config_path}: `preprocessor` cannot be built with {VOCABULARY_FILE}: {_innermost(e)}"
+                ) from e
+
+    def _node_class(self, key, config_path):
+        node = self.config[key]
+        registered = node.get("registered_name")
+        cls = None
+        if isinstance(registered, str) and registered.startswith("bertzoo>"):
+            cls = keras.saving.get_registered_object(registered)
+        kind = "backbone" if key == "backbone" else "task"
+        if cls is None or not callable(getattr(cls, "validate_config", None)) or not getattr(
+            cls, "__module__", ""
+        ).startswith("bertzoo."):
+            raise PresetError(
+                f"{config_path}: `{key}` names the class {node.get('class_name')!r} (registered name "
+                f"{registered!r}), which is not a bertzoo {kind} class this bertzoo knows; expected e.g. "
+                f"{'BertBackbone' if kind == 'backbone' else 'BertClassifier'}."
+            )
+        return cls
+
+    def _validate_node(self, key, cls, config, config_path):
+        dtype = config.get("dtype")
+        if isinstance(dtype, dict):
+            try:
+                deserialize(dtype, str(config_path))
+            except (ValueError, TypeError, KeyError) as e:
+                raise PresetError(f"{config_path}: `{key}.config.dtype` is not a valid dtype policy: {e}") from e
+        elif dtype is not None:
+            try:
+                keras.dtype_policies.get(dtype)
+            except (ValueError, TypeError) as e:
+                raise PresetError(
+                    f"{config_path}: `{key}.config.dtype` must be a dtype policy name such as 'float32', "
+                    f"got {_short(dtype)}."
+                ) from e
+        try:
+            cls.validate_config(config)
+        except (ValueError, TypeError) as e:
+            raise PresetError(f"{config_path}: `{key}.config` is invalid for {cls.__name__}: {e}") from e
+
+    def _validate_metadata(self):
+        if not self.metadata and self._file(METADATA_FILE, required=False) is None:
+            return
+        path = self.directory / METADATA_FILE
+        if not isinstance(self.metadata, dict):
+            raise PresetError(f"{path} holds a JSON {type(self.metadata).__name__}; expected an object.")
+        vocabulary = self.metadata.get("vocabulary")
+        if vocabulary is not None and not (isinstance(vocabulary, dict) and isinstance(vocabulary.get("sha256"), str)):
+            raise PresetError(f"{path}: `vocabulary` must be {{\"tokens\": <count>, \"sha256\": <hex>}}, got {_short(vocabulary)}.")
+        files = self.metadata.get("files", {})
+        if not isinstance(files, dict):
+            raise PresetError(f"{path}: `files` must be an object {{file name: {{bytes, sha256}}}}, got {_short(files)}.")
+        for filename, entry in files.items():
+            if (
+                not isinstance(entry, dict)
+                or isinstance(entry.get("bytes"), bool)
+                or not isinstance(entry.get("bytes"), int)
+                or entry["bytes"] < 0
+                or not isinstance(entry.get("sha256"), str)
+                or len(entry["sha256"]) != 64
+            ):
+                raise PresetError(
+                    f"{path}: `files.{filename}` must be {{\"bytes\": <size>, \"sha256\": <64 hex digits>}}, "
+                    f"got {_short(entry)}."
+                )
+
+    def check_weights(self, task=False, backbone=True):
+        """Checks, before any model is built, the weights files a load
+        needs: `model.weights.h5` (`backbone`) and `task.weights.h5`
+        (`task`) present, regular, and matching `metadata.json`'s checksums
+        (unless `verify_checksums=False`). Raises `PresetError`."""
+        if self.directory is None:
+            return
+        needed = [TASK_WEIGHTS_FILE] if task else []
+        if backbone and not (task and self.format_version == 1):
+            needed.insert(0, BACKBONE_WEIGHTS_FILE)
+        for filename in needed:
+            self._weights_path(filename)
 
     # --- Contents ---------------------------------------------------------
     @property
@@ -232,17 +441,26 @@ class Preset:
         if self.directory is None:
             return vocabulary_lib.builtin_vocabulary(size)
         path = self.directory / VOCABULARY_FILE
-        if not path.is_file():
-            raise FileNotFoundError(
+        if self._file(VOCABULARY_FILE, required=False) is None:
+            raise PresetFileNotFoundError(
                 f"{path} is missing: preset {self.name!r} has no vocabulary, so it cannot "
                 "tokenize text. Pass tokenized inputs with preprocessor=None, or add the "
                 "vocabulary.txt the model was trained with."
             )
-        tokens = vocabulary_lib.load_vocabulary(path)
+        try:
+            tokens = vocabulary_lib.load_vocabulary(path)
+        except (ValueError, OSError) as e:  # UnicodeDecodeError is a ValueError.
+            raise PresetError(f"{path} is not a valid vocabulary (one UTF-8 token per line): {e}") from e
         if len(tokens) != size:
-            raise ValueError(
+            raise PresetError(
                 f"{path} has {len(tokens)} tokens but the model's embedding table has "
                 f"vocabulary_size={size} rows: the vocabulary does not belong to this model."
+            )
+        recorded = self.metadata.get("vocabulary")
+        if self.verify_checksums and isinstance(recorded, dict) and recorded.get("sha256") != vocabulary_checksum(tokens):
+            raise PresetError(
+                f"{path} does not match the checksum recorded in {METADATA_FILE} (`vocabulary.sha256`): its "
+                "tokens were changed, so token ids would not match the model's embeddings. Re-save the preset."
             )
         return tokens
 
@@ -260,32 +478,47 @@ class Preset:
 
     # --- Weights ----------------------------------------------------------
     def _weights_path(self, filename):
-        path = self.directory / filename
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} is missing: preset {self.name!r} is incomplete.")
-        expected = self.metadata.get("files", {}).get(filename)
-        if expected:
-            size = path.stat().st_size
-            if size != expected["bytes"]:
-                raise ValueError(
-                    f"{path} is {size} bytes but the preset recorded {expected['bytes']}: "
+        """The path of a weights file, checked (once per file version):
+        present, regular, and matching its recorded size and checksum."""
+        path = self._file(filename)
+        stat = path.stat()
+        if self._verified.get(filename) == (stat.st_size, stat.st_mtime_ns):
+            return path
+        if self.verify_checksums:
+            if not self.metadata:
+                raise PresetFileNotFoundError(
+                    f"{self.directory / METADATA_FILE} is missing, so the checksum of {filename} cannot be "
+                    f"verified. Re-save the preset, or pass verify_checksums=False to from_preset to load "
+                    "its weights unverified."
+                )
+            expected = self.metadata.get("files", {}).get(filename)
+            if not expected:
+                raise PresetError(
+                    f"{self.directory / METADATA_FILE} records no checksum for {filename} (`files.{filename}`): "
+                    "the weights cannot be verified. Re-save the preset, or pass verify_checksums=False."
+                )
+            if stat.st_size != expected["bytes"]:
+                raise PresetError(
+                    f"{path} is {stat.st_size} bytes but the preset recorded {expected['bytes']} "
+                    f"(`files.{filename}.bytes` in {METADATA_FILE}): "
                     "the file is truncated or was modified. Re-save or re-download the preset."
                 )
             if sha256_of(path) != expected["sha256"]:
-                raise ValueError(
-                    f"{path} does not match the checksum recorded in {METADATA_FILE}: "
-                    "the file is damaged or was modified. Re-save the preset."
+                raise PresetError(
+                    f"{path} does not match the checksum recorded in {METADATA_FILE} "
+                    f"(`files.{filename}.sha256`): the file is damaged or was modified. Re-save the preset."
                 )
+        self._verified[filename] = (stat.st_size, stat.st_mtime_ns)
         return path
 
     def has_weights(self):
-        return self.directory is not None and (self.directory / BACKBONE_WEIGHTS_FILE).is_file()
+        return self.directory is not None and self._file(BACKBONE_WEIGHTS_FILE, required=False) is not None
 
     def has_task_weights(self):
-        return self.directory is not None and (self.directory / TASK_WEIGHTS_FILE).is_file()
+        return self.directory is not None and self._file(TASK_WEIGHTS_FILE, required=False) is not None
 
     def load_backbone_weights(self, backbone):
-        if not self.has_weights():
+        if self.directory is None:
             self.warn_random_init()
             return
         _load_weights(backbone, self._weights_path(BACKBONE_WEIGHTS_FILE))
@@ -309,7 +542,7 @@ class Preset:
         from safetensors.numpy import load_file
 
         if self.directory is None:
-            raise FileNotFoundError(f"Preset {self.name!r} is a built-in definition: it has no {filename}.")
+            raise PresetFileNotFoundError(f"Preset {self.name!r} is a built-in definition: it has no {filename}.")
         return load_file(str(self._weights_path(filename)))
 
     def warn_random_init(self):
@@ -331,12 +564,57 @@ def _without_optimizer(model, objects=()):
     return list(objects) + ([optimizer] if optimizer is not None else [])
 
 
+def _innermost(error):
+    """The original error under Keras's re-raised ones (its message, not
+    Keras's wrapper with the whole config)."""
+    while (error.__cause__ or error.__context__) is not None:
+        error = error.__cause__ or error.__context__
+    return error
+
+
+def _short(value, limit=80):
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _preset_file(directory, filename, required=True):
+    """`directory / filename` when it is a regular file inside `directory`
+    (a symlink to a file within it is followed), None when absent and not
+    `required`; else PresetError."""
+    path = directory / filename
+    if not path.exists() and not path.is_symlink():
+        if required:
+            raise PresetFileNotFoundError(f"{path} is missing: preset {str(directory)!r} is incomplete.")
+        return None
+    try:
+        resolved = path.resolve()
+    except (OSError, RuntimeError) as e:  # A symlink loop.
+        raise PresetError(f"{path} cannot be resolved ({e}): expected {filename} to be a regular file.") from e
+    if resolved.parent != directory.resolve():
+        raise PresetError(
+            f"{path} is a symlink to {resolved}, outside the preset directory: expected {filename} to be a "
+            "regular file in the preset."
+        )
+    if not resolved.is_file():
+        kind = "a directory" if resolved.is_dir() else "not a regular file" if resolved.exists() else "a dangling symlink"
+        raise PresetError(f"{path} is {kind}: expected {filename} to be a regular file.")
+    return path
+
+
+def _read_json(directory, filename):
+    path = _preset_file(directory, filename)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors.
+        raise PresetError(f"{path} is not valid JSON ({e}); the preset is damaged.") from e
+
+
 def _load_weights(model, path, objects_to_skip=()):
     try:
         # Presets hold no optimizer state; a task is compiled on construction.
         load_weights_only(model, path, objects_to_skip=_without_optimizer(model, objects_to_skip))
-    except (OSError, ValueError, KeyError) as e:
-        raise ValueError(
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, AttributeError) as e:
+        raise PresetError(
             f"Could not load weights from {path} into {type(model).__name__} "
             f"'{model.name}': {e}. The file is damaged or belongs to a model with a "
             "different configuration."
@@ -431,6 +709,8 @@ def save_preset(
                 for name in weight_files
             },
         }
+        if vocabulary is not None:
+            info["vocabulary"] = {"tokens": len(vocabulary), "sha256": vocabulary_checksum(list(vocabulary))}
         info.update(metadata or {})
         (tmp / METADATA_FILE).write_text(json.dumps(info, indent=2) + "\n")
     return Path(directory)

@@ -1,5 +1,8 @@
 """Small helpers for argument and input validation."""
 
+import inspect
+import os
+
 import numpy as np
 from keras import ops
 
@@ -26,3 +29,46 @@ def check_rate(name, value):
     if not isinstance(value, (int, float)) or not 0.0 <= float(value) < 1.0:
         raise ValueError(f"`{name}` must be a float in [0, 1), got {value!r}.")
     return float(value)
+
+
+def check_positive_number(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not value > 0:
+        raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
+    return value
+
+
+def check_config_keys(cls, config, provided=(), common=("name", "trainable", "dtype")):
+    """Raises ValueError unless `config` holds every required argument of
+    `cls.__init__` (those without a default, less the `provided` ones) and no
+    key `cls.__init__` (or `common`, the Keras base arguments) does not take."""
+    if not isinstance(config, dict):
+        raise ValueError(f"The {cls.__name__} config must be a JSON object, got {type(config).__name__}.")
+    parameters = dict(inspect.signature(cls.__init__).parameters)
+    parameters.pop("self", None)
+    named = {
+        name: p
+        for name, p in parameters.items()
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
+    for name, p in named.items():
+        if p.default is inspect.Parameter.empty and name not in provided and name not in config:
+            raise ValueError(f"`{name}` is missing: {cls.__name__} requires it.")
+    if "name" in config and config["name"] is not None and not isinstance(config["name"], str):
+        raise ValueError(f"`name` must be a string, got {config['name']!r}.")
+    if "trainable" in config and not isinstance(config["trainable"], bool):
+        raise ValueError(f"`trainable` must be True or False, got {config['trainable']!r}.")
+    for key in config:
+        if not isinstance(key, str) or (key not in named and key not in common):
+            raise ValueError(
+                f"`{key}` is not an argument of {cls.__name__} (expected some of {sorted(set(named) | set(common))})."
+            )
+
+
+def memory_limit_bytes():
+    """The most bytes a model's weights may take: this machine's physical
+    memory (1 TiB where the platform does not tell). Configs describing
+    larger models are refused before anything is allocated."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 1 << 40
