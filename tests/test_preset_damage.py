@@ -336,10 +336,12 @@ CASES += [
 
 # Task config.
 CASES += [
-    ("task-missing-num_classes", set_key("task", "num_classes", DELETE), ["config.json", "num_classes", "missing"]),
+    # num_classes is optional (default 2, the clean preset's count): harmless here; a preset of another
+    # count would fail on its head weights, naming task.weights.h5.
+    ("task-missing-num_classes", set_key("task", "num_classes", DELETE), HARMLESS),
     ("task-num_classes-str", set_key("task", "num_classes", "2"), ["config.json", "num_classes"]),
     ("task-num_classes-0", set_key("task", "num_classes", 0), ["config.json", "num_classes"]),
-    ("task-num_classes-null", set_key("task", "num_classes", None), ["config.json", "num_classes"]),
+    ("task-num_classes-null", set_key("task", "num_classes", None), HARMLESS),  # None is the default: 2 classes.
     ("task-num_classes-3", set_key("task", "num_classes", 3), ["task.weights.h5"]),
     ("task-dropout-null", set_key("task", "dropout", None), ["config.json", "dropout"]),
     ("task-class_names--3", set_key("task", "class_names", -3), ["config.json", "class_names"]),
