@@ -92,16 +92,23 @@ def _check_same_head(teacher, student):
 
 
 def _tokenizer_difference(a, b):
-    """Why two `BertTokenizer`s give different ids for the same text, or None."""
+    """Why two tokenizers give different ids for the same text, or None."""
+    if type(a) is not type(b):
+        return f"the teacher uses a {type(a).__name__}, the student a {type(b).__name__}"
     va, vb = a.get_vocabulary(), b.get_vocabulary()
     if va != vb:
         if len(va) != len(vb):
             return f"the vocabularies have {len(va)} and {len(vb)} tokens"
         i = next(i for i, (x, y) in enumerate(zip(va, vb)) if x != y)
         return f"the vocabularies differ (id {i} is {va[i]!r} for the teacher, {vb[i]!r} for the student)"
-    for setting in ("lowercase", "strip_accents", "max_chars_per_word", "split_on_cjk"):
-        if getattr(a, setting) != getattr(b, setting):
-            return f"`{setting}` is {getattr(a, setting)!r} for the teacher, {getattr(b, setting)!r} for the student"
+    ca, cb = a.get_config(), b.get_config()
+    for setting in sorted(set(ca) | set(cb)):
+        if setting in ("name", "trainable", "dtype", "vocabulary", "proto"):
+            continue
+        if ca.get(setting) != cb.get(setting):
+            return f"`{setting}` is {ca.get(setting)!r} for the teacher, {cb.get(setting)!r} for the student"
+    if ca.get("proto") != cb.get("proto"):
+        return "the SentencePiece models differ (same pieces, other scores)"
     return None
 
 

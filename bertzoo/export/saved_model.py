@@ -128,6 +128,8 @@ def export_saved_model(
     # the loaded object) and the model's variables, nothing Keras-specific.
     root = tf.Module()
     root.model_variables = list(model.weights)
+    if preprocessor is not None:  # E.g. a SentencePiece model, a resource the graph refers to.
+        root.text_resources = list(preprocessor.tokenizer.export_resources())
     for name, function in functions.items():
         setattr(root, name, function)
 

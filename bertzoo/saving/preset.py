@@ -10,11 +10,14 @@ folder: architecture and tokenizer settings, no weights) or a directory:
                         (null in a backbone preset). A quantized model's
                         backbone and task configs carry a `DTypePolicyMap`
                         (layer path -> int8/int4 policy) as their `dtype`.
-                        The tokenizer's `vocabulary` is "vocabulary.txt".
+                        The tokenizer's `vocabulary` is "vocabulary.txt" (a
+                        SentencePiece tokenizer's `proto`: "sentencepiece.model").
     model.weights.h5    backbone weights
     task.weights.h5     the task's own (head) weights, without the backbone's
                         (task presets only)
     vocabulary.txt      one WordPiece token per line
+    sentencepiece.model a SentencePiece model (ALBERT), instead of vocabulary.txt;
+                        checksummed in metadata.json like the weights
     metadata.json       versions, parameter count, source, date, weight checksums
     *.safetensors       optional named arrays beside the model (e.g. the
                         pre-training heads of a converted checkpoint)
@@ -40,6 +43,7 @@ built-ins (see `bertzoo.saving.serialization`), never imported by name.
 Presets written in format 1 load too (`bertzoo.saving.format1`).
 """
 
+import base64
 import copy
 import datetime
 import difflib
@@ -60,6 +64,7 @@ from bertzoo.saving.serialization import policy_map_modes
 from bertzoo.saving.serialization import retarget_policy_map
 from bertzoo.saving.serialization import serialize
 from bertzoo.text import vocabulary as vocabulary_lib
+from bertzoo.text.sentencepiece_tokenizer import SentencePieceTokenizer
 from bertzoo.text.tokenizer import BertTokenizer
 from bertzoo.utils.private_api import flatten_layers
 from bertzoo.utils.private_api import load_weights_only
@@ -70,6 +75,7 @@ CONFIG_FILE = "config.json"
 BACKBONE_WEIGHTS_FILE = "model.weights.h5"
 TASK_WEIGHTS_FILE = "task.weights.h5"
 VOCABULARY_FILE = "vocabulary.txt"
+SENTENCEPIECE_FILE = "sentencepiece.model"
 METADATA_FILE = "metadata.json"
 PRETRAINING_HEADS_FILE = "pretraining_heads.safetensors"
 FORMAT_VERSION = 2
@@ -266,8 +272,16 @@ class Preset:
         self._validate_metadata()
         for filename in (BACKBONE_WEIGHTS_FILE, TASK_WEIGHTS_FILE):
             self._file(filename, required=False)  # Regular files if present.
-        # A preprocessor whose vocabulary.txt is missing (e.g. a converted
-        # SentencePiece model) is checked when it is built.
+        if self._file(SENTENCEPIECE_FILE, required=False) is not None:
+            try:
+                self.build_preprocessor()
+            except PresetError:
+                raise
+            except (ValueError, TypeError, KeyError, AttributeError) as e:
+                raise PresetError(
+                    f"{config_path}: `preprocessor` cannot be built with {SENTENCEPIECE_FILE}: {_innermost(e)}"
+                ) from e
+        # A preprocessor whose vocabulary file is missing is checked when it is built.
         if self._file(VOCABULARY_FILE, required=False) is not None:
             tokenizer = (config.get("preprocessor") or {}).get("config", {}).get("tokenizer")
             vocabulary = tokenizer.get("config", {}).get("vocabulary") if isinstance(tokenizer, dict) else None
@@ -474,6 +488,10 @@ class Preset:
             (tokenizer if key in format1.TOKENIZER_KEYS else node)["config"][key] = value
         if tokenizer["config"].get("vocabulary") == VOCABULARY_FILE:
             tokenizer["config"]["vocabulary"] = self.vocabulary()
+        if tokenizer["config"].get("proto") == SENTENCEPIECE_FILE:
+            # Checksummed like the weights: the pieces decide every token id.
+            proto = self._weights_path(SENTENCEPIECE_FILE).read_bytes()
+            tokenizer["config"]["proto"] = base64.b64encode(proto).decode("ascii")
         return deserialize(node, f"{self.name}'s config")
 
     # --- Weights ----------------------------------------------------------
@@ -644,6 +662,29 @@ def _detach_vocabulary(node):
     return found[0] if found else None
 
 
+def _detach_sentencepiece(node):
+    """Replaces the model of each `SentencePieceTokenizer` in the serialized
+    tree `node` by the file name it is saved under; returns its bytes."""
+    registered = keras.saving.get_registered_name(SentencePieceTokenizer)
+    found = []
+
+    def visit(value):
+        if isinstance(value, dict):
+            if value.get("registered_name") == registered and isinstance(value["config"].get("proto"), str):
+                found.append(base64.b64decode(value["config"]["proto"]))
+                value["config"]["proto"] = SENTENCEPIECE_FILE
+            for item in value.values():
+                visit(item)
+        elif isinstance(value, list):
+            for item in value:
+                visit(item)
+
+    visit(node)
+    if any(proto != found[0] for proto in found):
+        raise ValueError("The model holds tokenizers with different SentencePiece models; a preset keeps one.")
+    return found[0] if found else None
+
+
 def save_preset(
     directory,
     backbone,
@@ -678,7 +719,8 @@ def save_preset(
     if preprocessor_node is None and (tokenizer is not None or preprocessor_config):
         preprocessor_node = format1.preprocessor_node(preprocessor_config, tokenizer)
     vocabulary = _detach_vocabulary(preprocessor_node) if preprocessor_node else None
-    if vocabulary is None and tokenizer is not None:
+    sentencepiece = _detach_sentencepiece(preprocessor_node) if preprocessor_node else None
+    if vocabulary is None and sentencepiece is None and isinstance(tokenizer, BertTokenizer):
         vocabulary = tokenizer.get_vocabulary()
     config["preprocessor"] = preprocessor_node
     with atomic_directory(directory, overwrite=overwrite) as tmp:
@@ -693,6 +735,9 @@ def save_preset(
         for filename, arrays in (extra_arrays or {}).items():
             _save_arrays(tmp, filename, arrays)
             weight_files.append(filename)
+        if sentencepiece is not None:
+            (tmp / SENTENCEPIECE_FILE).write_bytes(sentencepiece)
+            weight_files.append(SENTENCEPIECE_FILE)
         if vocabulary is not None:
             vocabulary_lib.save_vocabulary(vocabulary, tmp / VOCABULARY_FILE)
         info = {
@@ -720,7 +765,7 @@ def _save_arrays(directory, filename, arrays):
     import numpy as np
     from safetensors.numpy import save_file
 
-    reserved = (CONFIG_FILE, BACKBONE_WEIGHTS_FILE, TASK_WEIGHTS_FILE, VOCABULARY_FILE, METADATA_FILE)
+    reserved = (CONFIG_FILE, BACKBONE_WEIGHTS_FILE, TASK_WEIGHTS_FILE, VOCABULARY_FILE, SENTENCEPIECE_FILE, METADATA_FILE)
     if Path(filename).name != filename or not filename.endswith(".safetensors") or filename in reserved:
         raise ValueError(
             f"extra_arrays file name {filename!r} must be a plain file name ending in "

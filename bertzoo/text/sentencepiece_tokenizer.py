@@ -345,6 +345,11 @@ class SentencePieceTokenizer(keras.layers.Layer):
         a `.model` file to save the vocabulary."""
         return self._proto
 
+    def export_resources(self):
+        """TensorFlow resources a SavedModel must track to run this tokenizer
+        (the SentencePiece model); `bertzoo.export` attaches them."""
+        return [self._sentencepiece]
+
     def vocabulary_size(self):
         """Number of pieces in the vocabulary."""
         return len(self._vocabulary)

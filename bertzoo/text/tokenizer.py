@@ -167,6 +167,11 @@ class BertTokenizer(keras.layers.Layer):
         )
         self.built = True
 
+    def export_resources(self):
+        """TensorFlow resources a SavedModel must track to run this tokenizer:
+        none (the WordPiece model is a constant in the graph)."""
+        return []
+
     # --- Vocabulary -------------------------------------------------------
     def vocabulary_size(self):
         """Number of tokens in the vocabulary."""

@@ -288,6 +288,10 @@ def test_hf_albert_with_spiece_model_fits_raw_strings(ref, rng, tmp_path):
     (source / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "keep_accents": False}))
     result = bertzoo.convert_checkpoint(source, tmp_path / "preset")
     assert result.has_vocabulary
+    # The preset keeps the model as a file (checksummed), not inside config.json.
+    assert (result.path / "sentencepiece.model").read_bytes() == (source / "spiece.model").read_bytes()
+    assert "sentencepiece.model" in Preset.resolve(result.path).metadata["files"]
+    assert '"proto": "sentencepiece.model"' in (result.path / "config.json").read_text()
     classifier = bertzoo.BertClassifier.from_preset(result.path, sequence_length=16)
     tokenizer = classifier.preprocessor.tokenizer
     assert isinstance(tokenizer, bertzoo.text.SentencePieceTokenizer)
@@ -299,6 +303,9 @@ def test_hf_albert_with_spiece_model_fits_raw_strings(ref, rng, tmp_path):
     classifier.save_to_preset(tmp_path / "tuned")
     again = bertzoo.BertClassifier.from_preset(tmp_path / "tuned")
     np.testing.assert_allclose(again.predict(texts, verbose=0), classifier.predict(texts, verbose=0), atol=1e-5)
+    (tmp_path / "tuned" / "sentencepiece.model").write_bytes(ref.sentencepiece_model(40)[:-7] + b"changed")
+    with pytest.raises(bertzoo.PresetError, match="sentencepiece.model"):
+        bertzoo.BertClassifier.from_preset(tmp_path / "tuned")
 
 
 def test_spiece_model_of_another_size_is_refused(ref, rng, tmp_path):
@@ -320,3 +327,20 @@ def test_hf_albert_inner_groups_become_unshared_layers(ref, rng, make_bert_input
     assert (backbone.num_layers, backbone.num_groups) == (4, 4)
     inputs = make_bert_inputs(batch=2, length=7, vocabulary_size=40, lengths=[7, 3])
     assert ref.max_difference(backbone, model, inputs, "gelu_tanh") < 1e-5
+
+
+def test_albert_sentencepiece_preset_distils_and_exports(ref, rng, tmp_path):
+    import tensorflow as tf
+
+    model = ref.random_model(rng, num_layers=2, num_sets=2, embedding=8)
+    source = ref.write_hf(tmp_path / "albert", ref.hf_config(model, "albert"), ref.hf_albert_arrays(model))
+    (source / "spiece.model").write_bytes(ref.sentencepiece_model(40))
+    preset = bertzoo.convert_checkpoint(source, tmp_path / "preset").path
+    teacher = bertzoo.BertClassifier.from_preset(preset, sequence_length=16)
+    student = bertzoo.init_student_from_teacher(teacher, {"num_layers": 1, "num_groups": 1})
+    texts, labels = ["the quick brown fox", "the lazy dog sat", "blue sky over the park", "cat jumps"], [1, 0, 1, 0]
+    history = bertzoo.Distiller(teacher, student).fit(texts, labels, epochs=1, batch_size=2, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    exported = student.export(tmp_path / "serving" / "1")
+    served = tf.saved_model.load(str(exported)).signatures["serving_default"](text=tf.constant(texts))
+    np.testing.assert_allclose(served["logits"].numpy(), student.predict(texts, verbose=0), atol=1e-5)
