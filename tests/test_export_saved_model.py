@@ -26,6 +26,7 @@ from bertzoo.export import custom_ops
 from bertzoo.export import describe_export
 from bertzoo.export import read_export_metadata
 from bertzoo.layers.dense import portable_kernels
+from bertzoo.utils.onednn import onednn_int8_available
 from bertzoo.text import BertPreprocessor
 from bertzoo.text import BertTokenizer
 from bertzoo.text.vocabulary import builtin_vocabulary
@@ -293,10 +294,10 @@ def _variant(kind, trained):
 @pytest.mark.parametrize("kind", ["mixed_bfloat16", "zeroed", "int8"])
 def test_compressed_and_mixed_precision_models_export(kind, trained, tmp_path):
     model = _variant(kind, trained)
-    path = bertzoo.export_saved_model(model, tmp_path / kind, pairs=False)
+    # Portable: int8 layers run Keras's int8 path (standard ops), not the
+    # fused oneDNN kernel predict() uses on CPU (bertzoo.layers.dense).
+    path = bertzoo.export_saved_model(model, tmp_path / kind, pairs=False, int8_kernels="portable")
     sentences = serving_batch()
-    # Exports hold standard ops: int8 layers run Keras's int8 path there, not
-    # the fused oneDNN kernel predict() uses on CPU (bertzoo.layers.dense).
     with portable_kernels() if kind == "int8" else contextlib.nullcontext():
         reference = model.predict(sentences, verbose=0)
     # bfloat16 keeps ~3 significant digits, and cutting the padding changes the shapes it sums over.
@@ -314,6 +315,28 @@ def test_compressed_and_mixed_precision_models_export(kind, trained, tmp_path):
     metadata = read_export_metadata(path)
     assert metadata["dtype_policy"] == ("mixed_bfloat16" if kind == "mixed_bfloat16" else "float32")
     assert metadata["quantization"] == (["int8"] if kind == "int8" else None)
+    assert metadata["int8_kernels"] == ("portable" if kind == "int8" else None)
+    assert "_QuantizedMatMul" not in (metadata["custom_ops"] or [])
+
+
+@pytest.mark.filterwarnings("ignore:Layer .* does not have a `quantize` method")
+def test_int8_exports_run_the_fused_kernel_where_predict_does(trained, tmp_path):
+    model = _variant("int8", trained)
+    sentences = serving_batch()
+    path = bertzoo.export_saved_model(model, tmp_path / "auto", pairs=False)
+    metadata = read_export_metadata(path)
+    if not onednn_int8_available():  # "auto" falls back to the portable ops.
+        assert metadata["int8_kernels"] == "portable"
+        with pytest.raises(ValueError, match="int8_kernels='portable'"):
+            bertzoo.export_saved_model(model, tmp_path / "fused", int8_kernels="onednn")
+        return
+    assert metadata["int8_kernels"] == "onednn" and "_QuantizedMatMul" in metadata["custom_ops"]
+    reference = model.predict(sentences, verbose=0)  # The fused kernel, as served.
+    served = tf.saved_model.load(str(path))
+    outputs = {k: v.numpy() for k, v in served.signatures["serving_default"](text=tf.constant(sentences)).items()}
+    assert_serves_like(outputs, reference, atol=1e-5)
+    with pytest.raises(ValueError, match="`int8_kernels` must be"):
+        bertzoo.export_saved_model(model, tmp_path / "x", int8_kernels="fast")
 
 
 def _built_in_task(kind):
