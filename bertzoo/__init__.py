@@ -16,6 +16,7 @@ from bertzoo.text.pretraining import BertMaskGenerator
 from bertzoo.text.pretraining import sentence_pairs
 from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.models.task import Task
+from bertzoo.models.resumable import ResumableTraining
 from bertzoo.models.listing import list_presets
 from bertzoo.saving.preset import Preset
 from bertzoo.saving.preset import PresetError

@@ -164,8 +164,10 @@ class Pruner:
     `BackupAndRestore`) holds the masks and step counters with the weights
     and optimizer state. To resume: build the model, attach a `Pruner` with
     the same arguments, compile, `model.optimizer.build(model.trainable_variables)`,
-    `model.load_weights(path)`, and fit on. Save whole models (`.keras`,
-    presets) from `strip()`.
+    `model.load_weights(path)`, and fit on. To resume a `fit` interrupted
+    mid-epoch exactly (same data order, dropout and masks as an uninterrupted
+    run), pass `callbacks=[bertzoo.ResumableTraining(backup_dir)]` to
+    `pruner.fit`. Save whole models (`.keras`, presets) from `strip()`.
 
     Example:
     ```python

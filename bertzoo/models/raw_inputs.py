@@ -42,12 +42,20 @@ class RawInputsMixin:
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None,
             validation_data=None, shuffle=True, steps_per_epoch=None, **kwargs):
-        dataset = self._as_dataset(x, y, sample_weight, batch_size, shuffle=shuffle)
-        if dataset is not None:  # Already shuffled, batched and tokenized.
-            x, y, sample_weight, batch_size, shuffle = dataset, None, None, None, False
         if validation_data is not None:
             parts = validation_data if isinstance(validation_data, tuple) else (validation_data,)
             validation_data = self._as_dataset(*parts) or validation_data
+        callbacks = kwargs.get("callbacks")
+        callbacks = getattr(callbacks, "callbacks", callbacks) or []
+        resumable = [c for c in callbacks if callable(getattr(c, "run_fit", None))]
+        if resumable:  # `bertzoo.ResumableTraining` runs the fit (and checkpoints it).
+            return resumable[0].run_fit(
+                self, super().fit, x=x, y=y, batch_size=batch_size, epochs=epochs, sample_weight=sample_weight,
+                validation_data=validation_data, shuffle=shuffle, steps_per_epoch=steps_per_epoch, **kwargs,
+            )
+        dataset = self._as_dataset(x, y, sample_weight, batch_size, shuffle=shuffle)
+        if dataset is not None:  # Already shuffled, batched and tokenized.
+            x, y, sample_weight, batch_size, shuffle = dataset, None, None, None, False
         if self.optimizer is not None:
             set_schedule_length(self.optimizer, x, batch_size, epochs, steps_per_epoch)
         return super().fit(

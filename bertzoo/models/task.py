@@ -11,6 +11,7 @@ from bertzoo.models.compile_defaults import DefaultCompileMixin
 from bertzoo.models.optimizers import bert_optimizer
 from bertzoo.models.raw_inputs import DEFAULT_BATCH_SIZE
 from bertzoo.models.raw_inputs import RawInputsMixin
+from bertzoo.models.resumable import EpochOrder
 from bertzoo.saving.preset import Preset
 from bertzoo.saving.preset import save_preset
 from bertzoo.saving.serialization import quantize_layers
@@ -416,7 +417,11 @@ class Task(DefaultCompileMixin, RawInputsMixin, keras.Model):
     # --- Raw inputs -------------------------------------------------------
     def _as_dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
         """Returns a batched, preprocessed `tf.data.Dataset`, or None when `x`
-        needs no preprocessing (no preprocessor, or already tokenized)."""
+        needs no preprocessing (no preprocessor, or already tokenized).
+
+        `shuffle`: a bool, or a `bertzoo.models.resumable.EpochOrder` (from
+        `ResumableTraining`): then the dataset holds the batches of all the
+        epochs still to run, each epoch in its seeded order."""
         import tensorflow as tf
 
         if self.preprocessor is None or _is_tokenized(x):
@@ -429,15 +434,20 @@ class Task(DefaultCompileMixin, RawInputsMixin, keras.Model):
             first = tf.nest.flatten(dataset.element_spec)[0]
             if first.shape.rank == 0:  # Unbatched elements of single strings.
                 dataset = dataset.batch(batch_size)
+            if isinstance(shuffle, EpochOrder):  # `ResumableTraining`: one pass per epoch, resumed.
+                dataset = shuffle.repeat(dataset)
         else:
             x, y = self._raw_to_tensors(x, y)
             data = (x,) + tuple(v for v in (y, sample_weight) if v is not None)
             if sample_weight is not None and y is None:
                 raise ValueError("`sample_weight` needs `y`.")
             dataset = tf.data.Dataset.from_tensor_slices(data)
-            if shuffle:
-                dataset = dataset.shuffle(int(dataset.cardinality()), reshuffle_each_iteration=True)
-            dataset = dataset.batch(batch_size)
+            if isinstance(shuffle, EpochOrder):  # `ResumableTraining`: a seeded order per epoch, resumed.
+                dataset = shuffle.batches(dataset, batch_size)
+            else:
+                if shuffle:
+                    dataset = dataset.shuffle(int(dataset.cardinality()), reshuffle_each_iteration=True)
+                dataset = dataset.batch(batch_size)
         # `lambda *d` keeps pairs whole: element ((a, b), y) -> preprocess((a, b), y).
         dataset = dataset.map(lambda *d: _int_features(self.preprocess(*d)), num_parallel_calls=tf.data.AUTOTUNE)
         return dataset.prefetch(tf.data.AUTOTUNE)

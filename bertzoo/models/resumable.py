@@ -1,0 +1,518 @@
+"""Training that survives interruption: `ResumableTraining`.
+
+A `fit` killed mid-epoch (an exception, `kill -9`, a lost machine) and run
+again with a `ResumableTraining` callback continues from its last checkpoint
+and ends with the weights an uninterrupted run would have reached, to the
+last bit on the same machine. `keras.callbacks.BackupAndRestore` does not
+give that, for four reasons this module fixes:
+
+- It restarts the interrupted epoch from its first batch (its metadata
+  records the batch, but restoring ignores it), so the batches done before
+  the interruption are trained on twice.
+- Its checkpoint (`model.save_weights`) leaves out the `SeedGenerator`
+  states, so dropout draws other masks after a restart.
+- Shuffling is not reproducible in a new process: `tf.data`'s
+  `reshuffle_each_iteration` order of epoch `e` depends on how many
+  iterators the process created before.
+- It writes its weights file in place: a process killed while writing
+  leaves a truncated checkpoint.
+
+Here the checkpoint is one `.npz` file (written beside its target, then
+`os.replace`d: always the complete old or the complete new one) holding
+every variable of the model (weights, pruning masks and step counters,
+`SeedGenerator` states) and of its optimizer (slots, iteration count), the
+position (epoch, batches done in it), the learning-rate schedule's length
+and a fingerprint of the data. The data order is a pure function of
+`(seed, epoch)`: epoch `e` visits the examples in the order
+`tf.random.experimental.stateless_shuffle(range(n), seed=(seed, e))`, so a
+new process can rebuild it, skip the batches already done, and go on.
+
+Contract: resume with the same model (built the same way), the same
+compile settings, the same data, and the same `fit` arguments (`epochs`,
+`batch_size`, `shuffle`) and callback `seed`; the data, batch size, epochs
+and seed are checked. Preprocessing must be deterministic (masked-LM
+pre-training draws its masks at random in `tf.data`, so `BertPretrainer`
+resumes on schedule but not bit for bit). A `tf.data.Dataset` given to
+`fit` must yield the same batches in the same order every time it is
+iterated (no unseeded shuffle); pass raw texts or arrays to let bertzoo
+shuffle reproducibly.
+"""
+
+import hashlib
+import json
+import os
+import random
+import re
+import tempfile
+
+import keras
+import numpy as np
+
+from bertzoo.models.raw_inputs import DEFAULT_BATCH_SIZE
+from bertzoo.models.raw_inputs import set_schedule_length
+from bertzoo.models.schedules import WarmupLinearDecay
+from bertzoo.utils import private_api
+
+CHECKPOINT_NAME = "training_state.npz"
+_FORMAT = 1
+_META = "__meta__"
+
+
+class EpochOrder:
+    """Which batches `fit` visits, epoch by epoch: examples in a seeded order
+    for each epoch (`shuffle`) or in their given order, batched within each
+    epoch, for epochs `first` to `last - 1`, the first `skip` batches left
+    out. Passed to `Task._as_dataset` as its `shuffle` argument.
+    """
+
+    def __init__(self, seed, shuffle, first, last, skip=0):
+        self.seed = int(seed)
+        self.shuffle = bool(shuffle)
+        self.first, self.last, self.skip = int(first), int(last), int(skip)
+        # Filled in when the data is seen.
+        self.num_examples = None
+        self.steps_per_epoch = None
+        self.fingerprint = None
+
+    def _stream(self, batches_of_epoch, steps_per_epoch):
+        import tensorflow as tf
+
+        self.steps_per_epoch = int(steps_per_epoch)
+        total = max(0, (self.last - self.first) * self.steps_per_epoch - self.skip)
+        stream = tf.data.Dataset.range(self.first, self.last).flat_map(batches_of_epoch).skip(self.skip)
+        return stream, total
+
+    def batches(self, examples, batch_size):
+        """Unbatched `examples` (a dataset of known length, e.g. from
+        `from_tensor_slices`) -> the batches of every epoch, one after the
+        other."""
+        import tensorflow as tf
+
+        n = int(examples.cardinality())
+        if n <= 0:
+            raise ValueError("ResumableTraining needs in-memory training data with at least one example.")
+        whole = examples.batch(n).get_single_element()
+        self.num_examples = n
+        self.fingerprint = _fingerprint(whole, batch_size)
+        seed = tf.constant(self.seed, tf.int64)
+
+        def batches_of_epoch(epoch):
+            indices = tf.range(n, dtype=tf.int64)
+            if self.shuffle:
+                indices = tf.random.experimental.stateless_shuffle(indices, seed=tf.stack([seed, epoch]))
+            return tf.data.Dataset.from_tensor_slices(indices).batch(batch_size)
+
+        stream, total = self._stream(batches_of_epoch, -(-n // batch_size))
+        stream = stream.map(lambda i: tf.nest.map_structure(lambda t: tf.gather(t, i), whole))
+        return stream.apply(tf.data.experimental.assert_cardinality(total))
+
+    def repeat(self, dataset):
+        """A batched `dataset` (the same batches on every iteration) -> its
+        batches once per epoch, one epoch after the other."""
+        import tensorflow as tf
+
+        steps = int(dataset.cardinality())
+        if steps <= 0:
+            raise ValueError(
+                "ResumableTraining needs a tf.data.Dataset of known, finite length (its cardinality is "
+                f"{steps}): drop `filter`/`repeat`, or pass the data in memory."
+            )
+        self.num_examples = None
+        self.fingerprint = f"tf.data.Dataset of {steps} batches"
+        stream, total = self._stream(lambda epoch: dataset, steps)
+        return stream.apply(tf.data.experimental.assert_cardinality(total))
+
+
+def _fingerprint(whole, batch_size):
+    """A digest of the training examples (all of them) and the batch size."""
+    import tensorflow as tf
+
+    digest = hashlib.sha256(f"batch_size={batch_size}".encode())
+    for leaf in tf.nest.flatten(whole, expand_composites=True):
+        array = np.asarray(leaf)
+        digest.update(f"{array.dtype.kind}{array.shape}".encode())
+        if array.dtype.kind == "O":
+            for item in array.reshape(-1):
+                digest.update(len(item).to_bytes(8, "little") + bytes(item))
+        else:
+            digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()
+
+
+def _state_variables(model):
+    """The variables a checkpoint holds: every variable of `model` (weights,
+    pruning state, `SeedGenerator` states), except a frozen distillation
+    teacher's, which training never changes."""
+    skip = set()
+    teacher = getattr(model, "teacher", None)
+    if isinstance(teacher, keras.Model) and not teacher.trainable:
+        skip = {id(v) for v in teacher.variables}
+    return [v for v in model.variables if id(v) not in skip]
+
+
+def _describe(variables):
+    return [[v.path, list(v.shape), str(v.dtype)] for v in variables]
+
+
+class ResumableTraining(keras.callbacks.Callback):
+    """Checkpoints the whole training state during `fit` and resumes from it
+    exactly: the data order, dropout, optimizer, schedule and pruning state
+    continue where the interrupted run stopped.
+
+    Pass it to `fit` of a bertzoo task, a `bertzoo.Distiller` or a
+    `bertzoo.Pruner`. The first run trains from the start; a run after an
+    interruption (same script, same arguments) loads `backup_dir`'s
+    checkpoint, skips the epochs and batches already done and reaches the
+    weights the uninterrupted run would have (on the same hardware, to the
+    last bit; within float tolerance elsewhere).
+
+    With this callback `fit` orders the examples of epoch `e` by
+    `(seed, e)` (`shuffle=True`) instead of an unseeded shuffle. Checkpoints
+    are written atomically after every `save_every` batches and at the end
+    of every epoch; the checkpoint is removed when `fit` completes (unless
+    `delete_checkpoint=False`). See `bertzoo.models.resumable` for what is
+    saved and the contract (same model, data, arguments and seed).
+
+    Args:
+        backup_dir: directory of the checkpoint (`training_state.npz`),
+            used by this one training run.
+        save_every: also checkpoint every this many batches (None: at the
+            end of each epoch only).
+        seed: the data order's seed. None: drawn with Python's `random`
+            (seeded by `keras.utils.set_random_seed`) and kept in the
+            checkpoint, so a resumed run uses the interrupted run's.
+        delete_checkpoint: remove the checkpoint once `fit` completes.
+
+    Example:
+    ```python
+    keras.utils.set_random_seed(0)
+    model = bertzoo.BertClassifier.from_preset("tiny", num_classes=2)
+    model.fit(texts, labels, epochs=3,
+              callbacks=[bertzoo.ResumableTraining("runs/sentiment-backup", save_every=100)])
+    ```
+    """
+
+    def __init__(self, backup_dir, save_every=None, seed=None, delete_checkpoint=True):
+        super().__init__()
+        if not backup_dir:
+            raise ValueError("ResumableTraining needs a `backup_dir`.")
+        if save_every is not None and (
+            isinstance(save_every, bool) or not isinstance(save_every, int) or save_every < 1
+        ):
+            raise ValueError(f"`save_every` must be a number of batches >= 1 or None, got {save_every!r}.")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            raise ValueError(f"`seed` must be an integer or None, got {seed!r}.")
+        self.backup_dir = os.fspath(backup_dir)
+        self.save_every = save_every
+        self.seed = None if seed is None else int(seed)
+        self.delete_checkpoint = bool(delete_checkpoint)
+        self._run = None
+
+    @property
+    def checkpoint_path(self):
+        """Where the checkpoint is (or will be) written."""
+        return os.path.join(self.backup_dir, CHECKPOINT_NAME)
+
+    def get_config(self):
+        return {
+            "backup_dir": self.backup_dir,
+            "save_every": self.save_every,
+            "seed": self.seed,
+            "delete_checkpoint": self.delete_checkpoint,
+        }
+
+    # --- The checkpoint ---------------------------------------------------
+    def read_checkpoint(self):
+        """The checkpoint's metadata (epoch, step, ...) or None without one."""
+        arrays = self._load()
+        return None if arrays is None else json.loads(str(arrays[_META]))
+
+    def _load(self):
+        path = self.checkpoint_path
+        if not os.path.exists(path):
+            return None
+        try:
+            with np.load(path, allow_pickle=False) as archive:
+                return {name: archive[name] for name in archive.files}
+        except Exception as e:  # Written atomically: damage means a disk or a copy went wrong.
+            raise ValueError(
+                f"Cannot read the training checkpoint {path!r} ({type(e).__name__}: {e}). Delete it to "
+                "train from the start."
+            ) from e
+
+    def _remove_leftovers(self):
+        """Temporary files of saves interrupted in processes that are gone."""
+        if not os.path.isdir(self.backup_dir):
+            return
+        pattern = re.compile(rf"^\.{re.escape(CHECKPOINT_NAME)}\.tmp-(\d+)-")
+        for name in os.listdir(self.backup_dir):
+            match = pattern.match(name)
+            if match and not _process_alive(int(match.group(1))):
+                try:
+                    os.remove(os.path.join(self.backup_dir, name))
+                except OSError:
+                    pass
+
+    def _save(self, epoch, step):
+        model, run = self.model, self._run
+        optimizer = model.optimizer
+        schedule = private_api.learning_rate_schedule(optimizer)
+        variables, slots = _state_variables(model), list(optimizer.variables)
+        meta = {
+            "format": _FORMAT,
+            "epoch": int(epoch),
+            "step": int(step),
+            "epochs": run["epochs"],
+            "steps_per_epoch": run["steps_per_epoch"],
+            "seed": run["seed"],
+            "shuffle": run["shuffle"],
+            "num_examples": run["num_examples"],
+            "fingerprint": run["fingerprint"],
+            "schedule_total_steps": getattr(schedule, "total_steps", None),
+            "variables": _describe(variables),
+            "optimizer_variables": _describe(slots),
+        }
+        arrays = {f"v{i:05d}": keras.ops.convert_to_numpy(v) for i, v in enumerate(variables)}
+        arrays.update({f"o{i:05d}": keras.ops.convert_to_numpy(v) for i, v in enumerate(slots)})
+        arrays[_META] = np.array(json.dumps(meta))
+        os.makedirs(self.backup_dir, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=f".{CHECKPOINT_NAME}.tmp-{os.getpid()}-", dir=self.backup_dir)
+        try:
+            with os.fdopen(handle, "wb") as f:
+                np.savez(f, **arrays)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(temporary, self.checkpoint_path)
+        except BaseException:
+            if os.path.exists(temporary):
+                os.remove(temporary)
+            raise
+        _fsync_directory(self.backup_dir)
+        run["saved_at"] = run["done"]
+
+    def _restore(self, arrays):
+        model = self.model
+        meta = json.loads(str(arrays[_META]))
+        if model.optimizer is not None and not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
+        for key, prefix, variables in (
+            ("variables", "v", _state_variables(model)),
+            ("optimizer_variables", "o", list(model.optimizer.variables)),
+        ):
+            saved = meta[key]
+            shapes = [[list(v.shape), str(v.dtype)] for v in variables]
+            if [[s[1], s[2]] for s in saved] != shapes:
+                raise ValueError(
+                    f"The training checkpoint {self.checkpoint_path!r} was written by another model or "
+                    f"optimizer: it holds {len(saved)} {key.replace('_', ' ')}, this one has "
+                    f"{len(variables)}{_first_difference(saved, variables)}. Build the model (and compile "
+                    "it, attach a Pruner) exactly as the interrupted run did, or delete the checkpoint."
+                )
+            for i, variable in enumerate(variables):
+                variable.assign(arrays[f"{prefix}{i:05d}"])
+        schedule = private_api.learning_rate_schedule(model.optimizer)
+        if isinstance(schedule, WarmupLinearDecay) and meta.get("schedule_total_steps") is not None:
+            schedule.total_steps = int(meta["schedule_total_steps"])
+
+    # --- fit --------------------------------------------------------------
+    def run_fit(
+        self,
+        model,
+        keras_fit,
+        x=None,
+        y=None,
+        batch_size=None,
+        epochs=1,
+        sample_weight=None,
+        shuffle=True,
+        steps_per_epoch=None,
+        initial_epoch=0,
+        callbacks=None,
+        **kwargs,
+    ):
+        """Runs `keras_fit` (Keras's `fit` of a bertzoo model) resumably:
+        called by `fit` of bertzoo tasks, `Distiller` and `Pruner` when this
+        callback is among its `callbacks`."""
+        if steps_per_epoch is not None:
+            raise ValueError(
+                "ResumableTraining runs whole passes over the data: leave `steps_per_epoch` unset (it "
+                "counts the batches itself)."
+            )
+        if not isinstance(epochs, int) or epochs < 1:
+            raise ValueError(f"`epochs` must be an integer >= 1, got {epochs!r}.")
+        if model.optimizer is None:
+            raise ValueError(f"{type(model).__name__} '{model.name}' is not compiled: compile it before fit().")
+        self._remove_leftovers()
+        batch_size = batch_size or DEFAULT_BATCH_SIZE
+        arrays = self._load()
+        meta = None if arrays is None else json.loads(str(arrays[_META]))
+        seed = self.seed
+        if meta is not None and seed is None:
+            seed = meta["seed"]
+        elif seed is None:
+            seed = random.randrange(2**31)
+        first, skip = (meta["epoch"], meta["step"]) if meta is not None else (int(initial_epoch), 0)
+        first = min(first, epochs)
+
+        def dataset(order):
+            data = model._as_dataset(x, y, sample_weight, batch_size, shuffle=order)
+            if data is not None:
+                return data
+            import tensorflow as tf
+
+            if isinstance(x, tf.data.Dataset):
+                if y is not None or sample_weight is not None:
+                    raise ValueError("`y` must be None when `x` is a tf.data.Dataset: put labels in the dataset.")
+                return order.repeat(x)
+            examples = (x,) + tuple(v for v in (y, sample_weight) if v is not None)
+            return order.batches(tf.data.Dataset.from_tensor_slices(examples), batch_size)
+
+        phases = []  # (dataset, first epoch, batches already done in it)
+        if skip:
+            order = EpochOrder(seed, shuffle, first, first + 1, skip)
+            phases.append((dataset(order), first, skip))
+        order = EpochOrder(seed, shuffle, first + bool(skip), epochs)
+        phases.append((dataset(order), first + bool(skip), 0))
+        run = {
+            "epochs": epochs,
+            "seed": seed,
+            "shuffle": bool(shuffle),
+            "steps_per_epoch": order.steps_per_epoch,
+            "num_examples": order.num_examples,
+            "fingerprint": order.fingerprint,
+        }
+        if meta is not None:
+            for key, what in (
+                ("epochs", "epochs"),
+                ("seed", "seed"),
+                ("shuffle", "shuffle"),
+                ("steps_per_epoch", "batches per epoch"),
+                ("num_examples", "examples"),
+                ("fingerprint", "data (fingerprint of the examples and batch size)"),
+            ):
+                if meta[key] != run[key]:
+                    raise ValueError(
+                        f"The training checkpoint {self.checkpoint_path!r} belongs to another run: its "
+                        f"{what} is {meta[key]!r}, this fit's is {run[key]!r}. Resume with the same data, "
+                        "fit arguments and seed, or delete the checkpoint to start over."
+                    )
+        set_schedule_length(model.optimizer, None, None, epochs, order.steps_per_epoch)
+        done = first * order.steps_per_epoch + skip  # Batches trained on so far, all epochs.
+        run.update(done=done, saved_at=done, arrays=arrays)
+
+        callbacks = list(
+            callbacks.callbacks if isinstance(callbacks, keras.callbacks.CallbackList) else callbacks or []
+        )
+        # Last, so that it sees every other callback's `stop_training`.
+        callbacks = [c for c in callbacks if c is not self] + [self]
+        history = None
+        self._run = run
+        try:
+            for index, (data, start, done) in enumerate(phases):
+                run.update(offset=done, partial=bool(done), final=index == len(phases) - 1, user_stop=False)
+                # The resumed epoch's remaining batches run as one `fit` of
+                # their own (Keras counts the same number of steps in every
+                # epoch of one call), stopped after that epoch.
+                result = keras_fit(
+                    x=data,
+                    epochs=epochs,
+                    initial_epoch=start,
+                    shuffle=False,
+                    callbacks=callbacks,
+                    steps_per_epoch=None if done else order.steps_per_epoch,
+                    **kwargs,
+                )
+                history = _merge_histories(history, result)
+                if run["user_stop"]:
+                    break
+        finally:
+            self._run = None
+        return history
+
+    # --- Callback hooks -----------------------------------------------------
+    def on_train_begin(self, logs=None):
+        run = self._run
+        if run is None:
+            raise ValueError(
+                "ResumableTraining works through fit() of bertzoo models (tasks, bertzoo.Distiller, "
+                f"bertzoo.Pruner); {type(self.model).__name__}.fit does not support it. Use "
+                "keras.callbacks.BackupAndRestore for other models."
+            )
+        if run.get("arrays") is not None:
+            self._restore(run.pop("arrays"))
+        run.pop("arrays", None)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+        self._run["step"] = self._run["offset"]
+
+    def on_train_batch_end(self, batch, logs=None):
+        run = self._run
+        run["step"] = step = run["offset"] + batch + 1  # Batches done in this epoch.
+        run["done"] = self._epoch * run["steps_per_epoch"] + step
+        due = self.save_every and run["done"] // self.save_every > run["saved_at"] // self.save_every
+        if due and step < run["steps_per_epoch"]:  # The epoch's end saves the last one.
+            self._save(self._epoch, step)
+
+    def on_epoch_end(self, epoch, logs=None):
+        run = self._run
+        run["user_stop"] = bool(self.model.stop_training)  # Every other callback has run.
+        if run["step"] < run["steps_per_epoch"]:  # A callback stopped training mid-epoch.
+            self._save(epoch, run["step"])
+        else:
+            self._save(epoch + 1, 0)
+        run["offset"] = 0
+        if run["partial"]:  # The resumed epoch is done: the next `fit` runs the rest.
+            self.model.stop_training = True
+
+    def on_train_end(self, logs=None):
+        run = self._run
+        if run is None or not (run["final"] or run["user_stop"]):
+            return
+        if self.delete_checkpoint and os.path.exists(self.checkpoint_path):
+            os.remove(self.checkpoint_path)
+            try:
+                os.rmdir(self.backup_dir)  # Only if nothing else is in it.
+            except OSError:
+                pass
+
+
+def _merge_histories(first, second):
+    if first is None:
+        return second
+    for key, values in second.history.items():
+        first.history.setdefault(key, []).extend(values)
+    first.epoch.extend(second.epoch)
+    return first
+
+
+def _first_difference(saved, variables):
+    for i, (s, v) in enumerate(zip(saved, variables)):
+        if [s[1], s[2]] != [list(v.shape), str(v.dtype)]:
+            return f"; #{i} is {s[0]} {tuple(s[1])} {s[2]} there, {v.path} {tuple(v.shape)} {v.dtype} here"
+    return ""
+
+
+def _process_alive(pid):
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _fsync_directory(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

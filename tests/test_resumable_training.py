@@ -1,0 +1,230 @@
+"""Training that survives interruption (`bertzoo.ResumableTraining`): a fit
+interrupted mid-epoch (an exception, or `kill -9` of a subprocess) and
+resumed by a freshly built model reaches the weights of an uninterrupted run;
+for a task, a `Distiller` and a `Pruner` (masks and schedule included)."""
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import bertzoo
+from bertzoo.models.optimizers import bert_optimizer
+from bertzoo.models.resumable import CHECKPOINT_NAME
+from bertzoo.text import BertPreprocessor
+from bertzoo.text import BertTokenizer
+from bertzoo.utils import private_api
+
+POSITIVE = "good great fine nice superb".split()
+NEGATIVE = "bad awful dull poor weak".split()
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + POSITIVE + NEGATIVE + "the film was a very".split()
+# 20 examples in batches of 8: 3 batches per epoch (the last one short).
+EPOCHS, BATCH_SIZE, SEED = 3, 8, 7
+REPO = Path(__file__).resolve().parents[1]
+
+
+def sentiment(n=20, seed=0):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 2, n)
+    texts = [
+        " ".join(["the", "film", "was"][: rng.integers(0, 4)] + list(rng.choice(POSITIVE if label else NEGATIVE, 2)))
+        for label in labels
+    ]
+    return texts, labels.astype("int32")
+
+
+def classifier(seed, num_layers=1, hidden_dim=16, dropout=0.1):
+    """A tiny classifier with dropout on, compiled with bertzoo's AdamW and
+    warm-up/decay schedule; `seed` decides its initial weights."""
+    keras.utils.set_random_seed(seed)
+    backbone = bertzoo.BertBackbone(
+        vocabulary_size=len(VOCAB),
+        num_layers=num_layers,
+        hidden_dim=hidden_dim,
+        num_heads=2,
+        intermediate_dim=2 * hidden_dim,
+        max_sequence_length=16,
+        dropout=dropout,
+    )
+    preprocessor = BertPreprocessor(BertTokenizer(VOCAB), sequence_length=8)
+    model = bertzoo.BertClassifier(backbone, 2, preprocessor=preprocessor, dropout=dropout)
+    model.compile(optimizer=bert_optimizer(1e-2))
+    return model
+
+
+def distiller(seed):
+    teacher = classifier(seed=100, num_layers=2, hidden_dim=32, dropout=0.0)
+    student = classifier(seed)
+    trainer = bertzoo.Distiller(teacher, student, temperature=2.0, alpha=0.5)
+    trainer.compile(optimizer=bert_optimizer(1e-2))
+    return trainer
+
+
+def pruner(seed):
+    model = classifier(seed)
+    return bertzoo.Pruner(model, bertzoo.PolynomialDecay(0.0, 0.75, begin_step=0, end_step=8, frequency=1))
+
+
+class Interrupted(Exception):
+    pass
+
+
+class Interrupt(keras.callbacks.Callback):
+    """Raises (or kills the process) after batch `batch` of epoch `epoch`."""
+
+    def __init__(self, epoch, batch, kill=False):
+        super().__init__()
+        self.at, self.kill = (epoch, batch), kill
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if (self.epoch, batch) == self.at:
+            if self.kill:
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise Interrupted(f"after batch {batch} of epoch {self.epoch}")
+
+
+def train(trainer, backup_dir, interrupt=None, x=None, y=None, **kwargs):
+    texts, labels = sentiment()
+    callbacks = [bertzoo.ResumableTraining(backup_dir, save_every=1, seed=SEED)]
+    if interrupt is not None:
+        callbacks.insert(0, interrupt)
+    x = texts if x is None else x
+    y = labels if y is None and not isinstance(x, tf.data.Dataset) else y
+    return trainer.fit(x, y, batch_size=BATCH_SIZE, epochs=EPOCHS, verbose=0, callbacks=callbacks, **kwargs)
+
+
+def state_of(model):
+    """Every variable of the model (weights, pruning state, dropout seeds)
+    and of its optimizer."""
+    return [keras.ops.convert_to_numpy(v) for v in list(model.variables) + list(model.optimizer.variables)]
+
+
+def assert_same_state(a, b):
+    a, b = state_of(a), state_of(b)
+    assert len(a) == len(b)
+    for i, (x, y) in enumerate(zip(a, b)):
+        np.testing.assert_allclose(x.astype("float64"), y.astype("float64"), atol=1e-6, rtol=0, err_msg=str(i))
+
+
+def interrupted_then_resumed(build, tmp_path, at=(1, 1), **kwargs):
+    """Trains `build(0)` through, then `build(0)` interrupted at `at` and a
+    fresh `build(1)` (other initial weights: everything must come from the
+    checkpoint) resumed; returns the two finished trainers."""
+    reference = build(0)
+    history = train(reference, tmp_path / "reference", **kwargs)
+    assert history.epoch == list(range(EPOCHS))
+    assert not (tmp_path / "reference").exists()  # Removed once the fit completes.
+
+    backup = tmp_path / "backup"
+    with pytest.raises(Interrupted):
+        train(build(0), backup, Interrupt(*at), **kwargs)
+    checkpoint = bertzoo.ResumableTraining(backup).read_checkpoint()
+    # The interrupting callback ran before the save of batch `at[1]`.
+    assert (checkpoint["epoch"], checkpoint["step"]) == (at[0], at[1])
+
+    resumed = build(1)
+    history = train(resumed, backup, **kwargs)
+    assert history.epoch == list(range(at[0], EPOCHS))
+    assert not backup.exists()
+    return reference, resumed
+
+
+def test_task_resumes_mid_epoch_to_the_same_weights(tmp_path):
+    reference, resumed = interrupted_then_resumed(classifier, tmp_path)
+    assert int(resumed.optimizer.iterations) == int(reference.optimizer.iterations) == 9
+    assert_same_state(reference, resumed)
+    assert private_api.learning_rate_schedule(resumed.optimizer).total_steps == 9
+
+
+def test_distiller_resumes_mid_epoch_to_the_same_weights(tmp_path):
+    reference, resumed = interrupted_then_resumed(distiller, tmp_path, at=(1, 0))
+    assert_same_state(reference.student, resumed.student)
+    assert_same_state(reference, resumed)
+
+
+def test_pruner_resumes_with_its_masks_and_schedule(tmp_path):
+    reference, resumed = interrupted_then_resumed(pruner, tmp_path, at=(1, 1))
+    assert resumed.step == reference.step == 9
+    for a, b in zip(reference.state.masks + reference.state.steps, resumed.state.masks + resumed.state.steps):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
+    assert resumed.sparsity() == reference.sparsity() == pytest.approx(0.75, abs=0.01)
+    assert_same_state(reference.model, resumed.model)
+
+
+def test_tokenized_inputs_resume_too(tmp_path):
+    texts, _ = sentiment()
+    preprocessor = BertPreprocessor(BertTokenizer(VOCAB), sequence_length=8)
+    features = {k: keras.ops.convert_to_numpy(v) for k, v in preprocessor(texts).items()}
+    reference, resumed = interrupted_then_resumed(classifier, tmp_path, at=(2, 0), x=features)
+    assert_same_state(reference, resumed)
+
+
+def test_datasets_that_repeat_their_batches_resume_too(tmp_path):
+    texts, labels = sentiment()
+    dataset = tf.data.Dataset.from_tensor_slices((texts, labels)).batch(BATCH_SIZE)  # Same batches every pass.
+    reference, resumed = interrupted_then_resumed(classifier, tmp_path, at=(1, 1), x=dataset)
+    assert_same_state(reference, resumed)
+
+
+KILLED_RUN = """
+import sys
+sys.path.insert(0, {tests!r})
+import test_resumable_training as t
+t.train(t.classifier(0), {backup!r}, t.Interrupt(1, 1, kill=True))
+"""
+
+
+def test_kill_9_mid_epoch_then_resume_in_a_new_process(tmp_path):
+    backup = tmp_path / "backup"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    script = KILLED_RUN.format(tests=str(REPO / "tests"), backup=str(backup))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    assert sorted(os.listdir(backup)) == [CHECKPOINT_NAME]  # Complete, no half-written file.
+    assert bertzoo.ResumableTraining(backup).read_checkpoint()["epoch"] == 1
+
+    resumed = classifier(1)
+    train(resumed, backup)
+    reference = classifier(0)
+    train(reference, tmp_path / "reference")
+    assert_same_state(reference, resumed)
+
+
+def test_a_checkpoint_of_another_run_is_refused(tmp_path):
+    backup = tmp_path / "backup"
+    with pytest.raises(Interrupted):
+        train(classifier(0), backup, Interrupt(0, 1))
+    texts, labels = sentiment(seed=1)  # Other data.
+    with pytest.raises(ValueError, match=r"belongs to another run: its data"):
+        train(classifier(0), backup, x=texts, y=labels)
+    with pytest.raises(ValueError, match=r"ResumableTraining runs whole passes"):
+        train(classifier(0), backup, steps_per_epoch=2)
+    # A leftover of a save killed mid-write (its process is gone) is removed.
+    leftover = backup / f".{CHECKPOINT_NAME}.tmp-999999999-x"
+    leftover.write_bytes(b"partial")
+    (backup / CHECKPOINT_NAME).write_bytes(b"damaged")
+    with pytest.raises(ValueError, match=r"Cannot read the training checkpoint"):
+        train(classifier(0), backup)
+    assert not leftover.exists()
+
+
+def test_a_finished_run_kept_on_disk_trains_no_further(tmp_path):
+    backup = tmp_path / "backup"
+    texts, labels = sentiment()
+    model = classifier(0)
+    callback = bertzoo.ResumableTraining(backup, seed=SEED, delete_checkpoint=False)
+    model.fit(texts, labels, batch_size=BATCH_SIZE, epochs=2, verbose=0, callbacks=[callback])
+    assert callback.read_checkpoint()["epoch"] == 2
+    again = classifier(1)
+    history = again.fit(texts, labels, batch_size=BATCH_SIZE, epochs=2, verbose=0, callbacks=[callback])
+    assert history.epoch == []
+    assert_same_state(model, again)
