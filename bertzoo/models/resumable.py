@@ -51,6 +51,7 @@ import numpy as np
 from bertzoo.models.raw_inputs import DEFAULT_BATCH_SIZE
 from bertzoo.models.raw_inputs import set_schedule_length
 from bertzoo.models.schedules import WarmupLinearDecay
+from bertzoo.saving.atomic import process_alive
 from bertzoo.utils import private_api
 
 CHECKPOINT_NAME = "training_state.npz"
@@ -247,7 +248,7 @@ class ResumableTraining(keras.callbacks.Callback):
         pattern = re.compile(rf"^\.{re.escape(CHECKPOINT_NAME)}\.tmp-(\d+)-")
         for name in os.listdir(self.backup_dir):
             match = pattern.match(name)
-            if match and not _process_alive(int(match.group(1))):
+            if match and not process_alive(int(match.group(1))):
                 try:
                     os.remove(os.path.join(self.backup_dir, name))
                 except OSError:
@@ -491,18 +492,6 @@ def _first_difference(saved, variables):
         if [s[1], s[2]] != [list(v.shape), str(v.dtype)]:
             return f"; #{i} is {s[0]} {tuple(s[1])} {s[2]} there, {v.path} {tuple(v.shape)} {v.dtype} here"
     return ""
-
-
-def _process_alive(pid):
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _fsync_directory(path):

@@ -37,7 +37,8 @@ def _leftover_pattern(name):
     return re.compile(rf"^\.{re.escape(name)}\.(tmp|old)-(\d+)-.+$|^\.{re.escape(name)}\.(tmp|old)-[^-]+$")
 
 
-def _process_alive(pid):
+def process_alive(pid):
+    """Whether process `pid` is running (this one included)."""
     if pid == os.getpid():
         return True
     try:
@@ -60,7 +61,7 @@ def leftovers(target):
     found = []
     for entry in target.parent.iterdir():
         match = pattern.match(entry.name)
-        if match and (match.group(2) is None or not _process_alive(int(match.group(2)))):
+        if match and (match.group(2) is None or not process_alive(int(match.group(2)))):
             found.append(entry)
     return sorted(found)
 

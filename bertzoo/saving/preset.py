@@ -639,17 +639,18 @@ def _load_weights(model, path, objects_to_skip=()):
         ) from e
 
 
-def _detach_vocabulary(node):
-    """Replaces the vocabulary of each `BertTokenizer` in the serialized tree
-    `node` by the file name it is saved under; returns that vocabulary."""
-    registered = keras.saving.get_registered_name(BertTokenizer)
+def _detach(node, cls, key, filename):
+    """Replaces the `key` entry of each `cls` object in the serialized tree
+    `node` by `filename` (the file it is saved under); returns that entry."""
+    registered = keras.saving.get_registered_name(cls)
     found = []
 
     def visit(value):
         if isinstance(value, dict):
-            if value.get("registered_name") == registered and isinstance(value["config"].get("vocabulary"), list):
-                found.append(value["config"]["vocabulary"])
-                value["config"]["vocabulary"] = VOCABULARY_FILE
+            if value.get("registered_name") == registered and isinstance(value["config"].get(key), (list, str)):
+                if value["config"][key] != filename:
+                    found.append(value["config"][key])
+                    value["config"][key] = filename
             for item in value.values():
                 visit(item)
         elif isinstance(value, list):
@@ -657,31 +658,8 @@ def _detach_vocabulary(node):
                 visit(item)
 
     visit(node)
-    if any(tokens != found[0] for tokens in found):
-        raise ValueError("The model holds tokenizers with different vocabularies; a preset keeps one.")
-    return found[0] if found else None
-
-
-def _detach_sentencepiece(node):
-    """Replaces the model of each `SentencePieceTokenizer` in the serialized
-    tree `node` by the file name it is saved under; returns its bytes."""
-    registered = keras.saving.get_registered_name(SentencePieceTokenizer)
-    found = []
-
-    def visit(value):
-        if isinstance(value, dict):
-            if value.get("registered_name") == registered and isinstance(value["config"].get("proto"), str):
-                found.append(base64.b64decode(value["config"]["proto"]))
-                value["config"]["proto"] = SENTENCEPIECE_FILE
-            for item in value.values():
-                visit(item)
-        elif isinstance(value, list):
-            for item in value:
-                visit(item)
-
-    visit(node)
-    if any(proto != found[0] for proto in found):
-        raise ValueError("The model holds tokenizers with different SentencePiece models; a preset keeps one.")
+    if any(entry != found[0] for entry in found):
+        raise ValueError(f"The model holds {cls.__name__}s with different `{key}`s; a preset keeps one.")
     return found[0] if found else None
 
 
@@ -718,8 +696,11 @@ def save_preset(
         preprocessor_node = serialize(preprocessor)
     if preprocessor_node is None and (tokenizer is not None or preprocessor_config):
         preprocessor_node = format1.preprocessor_node(preprocessor_config, tokenizer)
-    vocabulary = _detach_vocabulary(preprocessor_node) if preprocessor_node else None
-    sentencepiece = _detach_sentencepiece(preprocessor_node) if preprocessor_node else None
+    vocabulary = sentencepiece = None
+    if preprocessor_node:
+        vocabulary = _detach(preprocessor_node, BertTokenizer, "vocabulary", VOCABULARY_FILE)
+        sentencepiece = _detach(preprocessor_node, SentencePieceTokenizer, "proto", SENTENCEPIECE_FILE)
+        sentencepiece = base64.b64decode(sentencepiece) if sentencepiece is not None else None
     if vocabulary is None and sentencepiece is None and isinstance(tokenizer, BertTokenizer):
         vocabulary = tokenizer.get_vocabulary()
     config["preprocessor"] = preprocessor_node

@@ -48,6 +48,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bertzoo.text.normalization import to_string_tensor
+from bertzoo.text.token_lookup import TokenLookupMixin
 
 PAD_TOKEN = "<pad>"
 UNK_TOKEN = "<unk>"
@@ -226,7 +227,7 @@ def _not_a_model(source, data, reason):
 
 
 @keras.saving.register_keras_serializable(package="bertzoo")
-class SentencePieceTokenizer(keras.layers.Layer):
+class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
     """SentencePiece tokenizer layer (ALBERT): strings in, int32 token ids out.
 
     The model must contain ALBERT's special tokens `<pad>`, `<unk>`, `[CLS]`,
@@ -265,6 +266,8 @@ class SentencePieceTokenizer(keras.layers.Layer):
     preprocessor = BertPreprocessor(tokenizer, sequence_length=128)
     ```
     """
+
+    PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN = PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN
 
     def __init__(
         self,
@@ -349,50 +352,6 @@ class SentencePieceTokenizer(keras.layers.Layer):
         """TensorFlow resources a SavedModel must track to run this tokenizer
         (the SentencePiece model); `bertzoo.export` attaches them."""
         return [self._sentencepiece]
-
-    def vocabulary_size(self):
-        """Number of pieces in the vocabulary."""
-        return len(self._vocabulary)
-
-    def get_vocabulary(self):
-        """The vocabulary as a list of strings (a copy), in id order."""
-        return list(self._vocabulary)
-
-    def token_to_id(self, token):
-        """Id of `token`; ValueError if it is not in the vocabulary."""
-        try:
-            return self._token_to_id[token]
-        except (KeyError, TypeError):
-            raise ValueError(f"Token {token!r} is not in the vocabulary.") from None
-
-    def id_to_token(self, id):
-        """Piece string for integer `id`; ValueError if out of range."""
-        if isinstance(id, bool) or not hasattr(id, "__index__"):
-            raise ValueError(f"`id` must be an integer, got {id!r}.")
-        id = int(id)
-        if not 0 <= id < len(self._vocabulary):
-            raise ValueError(f"`id` must be in [0, {len(self._vocabulary) - 1}], got {id}.")
-        return self._vocabulary[id]
-
-    @property
-    def pad_token_id(self):
-        return self._token_to_id[PAD_TOKEN]
-
-    @property
-    def unk_token_id(self):
-        return self._token_to_id[UNK_TOKEN]
-
-    @property
-    def cls_token_id(self):
-        return self._token_to_id[CLS_TOKEN]
-
-    @property
-    def sep_token_id(self):
-        return self._token_to_id[SEP_TOKEN]
-
-    @property
-    def mask_token_id(self):
-        return self._token_to_id[MASK_TOKEN]
 
     # --- Tokenization -----------------------------------------------------
     def _preprocess(self, text):

@@ -31,6 +31,7 @@ from bertzoo.text.normalization import normalize
 from bertzoo.text.normalization import pretokenize
 from bertzoo.text.normalization import split_words
 from bertzoo.text.normalization import to_string_tensor
+from bertzoo.text.token_lookup import TokenLookupMixin
 from bertzoo.text.normalization import valid_utf8
 from bertzoo.text.vocabulary import check_vocabulary
 from bertzoo.text.vocabulary import load_vocabulary
@@ -44,7 +45,7 @@ SPECIAL_TOKENS = (PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)
 SUFFIX_INDICATOR = "##"
 
 @keras.saving.register_keras_serializable(package="bertzoo")
-class BertTokenizer(keras.layers.Layer):
+class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
     """BERT WordPiece tokenizer layer: strings in, int32 token ids out.
 
     Applies BERT's rules: deletes control characters, optionally lower-cases
@@ -86,6 +87,8 @@ class BertTokenizer(keras.layers.Layer):
     # array([b'the fox runs'], dtype=object)
     ```
     """
+
+    PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN = PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN
 
     def __init__(
         self,
@@ -173,50 +176,6 @@ class BertTokenizer(keras.layers.Layer):
         return []
 
     # --- Vocabulary -------------------------------------------------------
-    def vocabulary_size(self):
-        """Number of tokens in the vocabulary."""
-        return len(self._vocabulary)
-
-    def get_vocabulary(self):
-        """The vocabulary as a list of strings (a copy), in id order."""
-        return list(self._vocabulary)
-
-    def token_to_id(self, token):
-        """Id of `token`; ValueError if it is not in the vocabulary."""
-        try:
-            return self._token_to_id[token]
-        except (KeyError, TypeError):
-            raise ValueError(f"Token {token!r} is not in the vocabulary.") from None
-
-    def id_to_token(self, id):
-        """Token string for integer `id`; ValueError if out of range."""
-        if isinstance(id, bool) or not hasattr(id, "__index__"):
-            raise ValueError(f"`id` must be an integer, got {id!r}.")
-        id = int(id)
-        if not 0 <= id < len(self._vocabulary):
-            raise ValueError(f"`id` must be in [0, {len(self._vocabulary) - 1}], got {id}.")
-        return self._vocabulary[id]
-
-    @property
-    def pad_token_id(self):
-        return self._token_to_id[PAD_TOKEN]
-
-    @property
-    def unk_token_id(self):
-        return self._token_to_id[UNK_TOKEN]
-
-    @property
-    def cls_token_id(self):
-        return self._token_to_id[CLS_TOKEN]
-
-    @property
-    def sep_token_id(self):
-        return self._token_to_id[SEP_TOKEN]
-
-    @property
-    def mask_token_id(self):
-        return self._token_to_id[MASK_TOKEN]
-
     # --- Tokenization -----------------------------------------------------
     def tokenize(self, strings):
         """Token ids for `strings`.
