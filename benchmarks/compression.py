@@ -54,8 +54,19 @@ from benchmarks.harness import token_batch
 
 FIGURES_FILE = "figures.json"
 COLUMNS = [
-    "variant", "encoder sparsity", "overall sparsity", "accuracy", "Δ acc (pts)", "weights MB", "gzip MB", "gzip vs dense",
-    "b1 ms", "b1 speedup", "b32 ms", "b32 speedup", "timed with",
+    "variant",
+    "encoder sparsity",
+    "overall sparsity",
+    "accuracy",
+    "Δ acc (pts)",
+    "weights MB",
+    "gzip MB",
+    "gzip vs dense",
+    "b1 ms",
+    "b1 speedup",
+    "b32 ms",
+    "b32 speedup",
+    "timed with",
 ]
 
 
@@ -182,8 +193,16 @@ def chart(rows, path):
     ]
     for ax, (key, title, line) in zip(axes, panels):
         values = [r.get(key) if r.get(key) not in ("", None) else 0 for r in rows]
-        colors = ["#777777" if n == "dense" else "#3b7dd8" if n.startswith("unstructured") else
-                  "#d8843b" if n.startswith("structured") and "int8" not in n else "#3bb273" for n in names]
+        colors = [
+            "#777777"
+            if n == "dense"
+            else "#3b7dd8"
+            if n.startswith("unstructured")
+            else "#d8843b"
+            if n.startswith("structured") and "int8" not in n
+            else "#3bb273"
+            for n in names
+        ]
         bars = ax.barh(names, values, color=colors)
         ax.invert_yaxis()
         ax.set_title(title, fontsize=10)
@@ -214,8 +233,9 @@ def main(argv=None):
     parser.add_argument("--sequence-length", type=int, default=48)
     parser.add_argument("--epochs", type=int, default=2, help="dense fine-tuning epochs")
     parser.add_argument("--learning-rate", type=float, default=1e-4, help="dense fine-tuning peak rate")
-    parser.add_argument("--prune-learning-rate", type=float, default=1e-4,
-                        help="constant AdamW rate while pruning / after head removal")
+    parser.add_argument(
+        "--prune-learning-rate", type=float, default=1e-4, help="constant AdamW rate while pruning / after head removal"
+    )
     parser.add_argument("--prune-steps", type=int, default=100, help="updates per unstructured level")
     parser.add_argument("--structured-steps", type=int, default=60, help="fine-tuning updates after head removal")
     parser.add_argument("--calibration-batches", type=int, default=10)
@@ -224,8 +244,11 @@ def main(argv=None):
     parser.add_argument("--cache", default=str(OUT / "compression_cache"))
     parser.add_argument("--chart", default=str(OUT / "compression.png"))
     parser.add_argument("--no-record", action="store_true", help="do not append to results.jsonl")
-    parser.add_argument("--time-only", action="store_true",
-                        help="re-time the variants the last full run saved in --cache (keeps its accuracies)")
+    parser.add_argument(
+        "--time-only",
+        action="store_true",
+        help="re-time the variants the last full run saved in --cache (keeps its accuracies)",
+    )
     args = parser.parse_args(argv)
     command = command_line("benchmarks.compression", argv if argv is not None else sys.argv[1:])
     started = time.time()
@@ -247,8 +270,11 @@ def main(argv=None):
     data_path, (train_texts, train_y), (test_texts, test_y) = load_data(args)
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
-    print(f"data: {data_path}: {len(train_y)} train / {len(test_y)} test (seed 0 split), "
-          f"sequence length {args.sequence_length}", flush=True)
+    print(
+        f"data: {data_path}: {len(train_y)} train / {len(test_y)} test (seed 0 split), "
+        f"sequence length {args.sequence_length}",
+        flush=True,
+    )
 
     # --- Dense reference ------------------------------------------------------
     key = f"dense-n{len(train_y)}-e{args.epochs}-L{args.sequence_length}-lr{args.learning_rate:g}"
@@ -257,8 +283,9 @@ def main(argv=None):
         minilm = minilm_path(purpose="the benchmark fine-tunes the converted MiniLM")
         if not (cache / "minilm" / "config.json").is_file():
             bertzoo.convert_checkpoint(minilm, cache / "minilm")
-        model = bertzoo.BertClassifier.from_preset(cache / "minilm", num_classes=2,
-                                                   sequence_length=args.sequence_length)
+        model = bertzoo.BertClassifier.from_preset(
+            cache / "minilm", num_classes=2, sequence_length=args.sequence_length
+        )
         model.compile(optimizer=bert_optimizer(args.learning_rate), jit_compile=False)
         print("fine-tuning the dense model ...", flush=True)
         model.fit(train_texts, train_y, batch_size=32, epochs=args.epochs, verbose=2)
@@ -328,9 +355,13 @@ def main(argv=None):
     measure(f"{best_structured} + int8", bertzoo.quantize(variants[best_structured]["model"], "int8"))
 
     setup = {
-        "data": str(data_path.name), "train_size": len(train_y), "test_size": len(test_y),
-        "sequence_length": args.sequence_length, "dense_epochs": args.epochs,
-        "prune_steps_per_level": args.prune_steps, "structured_steps": args.structured_steps,
+        "data": str(data_path.name),
+        "train_size": len(train_y),
+        "test_size": len(test_y),
+        "sequence_length": args.sequence_length,
+        "dense_epochs": args.epochs,
+        "prune_steps_per_level": args.prune_steps,
+        "structured_steps": args.structured_steps,
         "vocabulary_size": vocabulary_size,
     }
     figures = [v["figures"] for v in variants.values()]
@@ -379,34 +410,39 @@ def finish(figures, timed, setup, args, command, started):
     table = []
     for f in rows:
         timedrow = "ms_batch1_best" in f
-        table.append({
-            "variant": f["variant"],
-            "encoder sparsity": f"{f['encoder sparsity']:.0%}",
-            "overall sparsity": f"{f['overall sparsity']:.0%}",
-            "accuracy": f"{f['accuracy']:.4f}",
-            "Δ acc (pts)": f"{f['accuracy_change_points']:+.2f}",
-            "weights MB": f"{f['weights_bytes'] / 1e6:.1f}",
-            "gzip MB": f"{f['weights_gzip_bytes'] / 1e6:.1f}",
-            "gzip vs dense": f"{f['gzip_vs_dense']:.2f}",
-            "b1 ms": f"{f['ms_batch1_best']:.1f}" if timedrow else "= dense",
-            "b1 speedup": f"{f['speedup_batch1']:.2f}x" if timedrow else "1x (dense kernels)",
-            "b32 ms": f"{f[f'ms_batch{args.batch}_best']:.0f}" if timedrow else "= dense",
-            "b32 speedup": f"{f[f'speedup_batch{args.batch}']:.2f}x" if timedrow else "1x (dense kernels)",
-            "timed with": _modes(f, args.batch) if timedrow else "",
-        })
+        table.append(
+            {
+                "variant": f["variant"],
+                "encoder sparsity": f"{f['encoder sparsity']:.0%}",
+                "overall sparsity": f"{f['overall sparsity']:.0%}",
+                "accuracy": f"{f['accuracy']:.4f}",
+                "Δ acc (pts)": f"{f['accuracy_change_points']:+.2f}",
+                "weights MB": f"{f['weights_bytes'] / 1e6:.1f}",
+                "gzip MB": f"{f['weights_gzip_bytes'] / 1e6:.1f}",
+                "gzip vs dense": f"{f['gzip_vs_dense']:.2f}",
+                "b1 ms": f"{f['ms_batch1_best']:.1f}" if timedrow else "= dense",
+                "b1 speedup": f"{f['speedup_batch1']:.2f}x" if timedrow else "1x (dense kernels)",
+                "b32 ms": f"{f[f'ms_batch{args.batch}_best']:.0f}" if timedrow else "= dense",
+                "b32 speedup": f"{f[f'speedup_batch{args.batch}']:.2f}x" if timedrow else "1x (dense kernels)",
+                "timed with": _modes(f, args.batch) if timedrow else "",
+            }
+        )
     print()
     print_table(table, COLUMNS)
     print(f"\nload average {os.getloadavg()}, total {time.time() - started:.0f}s")
 
     chart_rows = [
-        {"variant": f["variant"], "gzip MB": f["weights_gzip_bytes"] / 1e6, "accuracy": f["accuracy"],
-         "b32 speedup": f.get(f"speedup_batch{args.batch}", 1.0)}
+        {
+            "variant": f["variant"],
+            "gzip MB": f["weights_gzip_bytes"] / 1e6,
+            "accuracy": f["accuracy"],
+            "b32 speedup": f.get(f"speedup_batch{args.batch}", 1.0),
+        }
         for f in rows
     ]
     chart(chart_rows, Path(args.chart))
     if not args.no_record:
-        setup = {**setup, "timing_runs": args.runs, "timing_batch": args.batch,
-                 "seconds": round(time.time() - started)}
+        setup = {**setup, "timing_runs": args.runs, "timing_batch": args.batch, "seconds": round(time.time() - started)}
         append_results("compression", [{"setup": setup, **f} for f in rows], command)
         print("appended to benchmarks/results.jsonl")
 

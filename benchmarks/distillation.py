@@ -69,8 +69,13 @@ def main(argv=None):
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         output = Path(args.output or tmp)
-        ex_args = example.settings(data=str(data), train_size=args.train_size, test_size=args.test_size,
-                                   sequence_length=args.sequence_length, teacher_epochs=args.teacher_epochs)
+        ex_args = example.settings(
+            data=str(data),
+            train_size=args.train_size,
+            test_size=args.test_size,
+            sequence_length=args.sequence_length,
+            teacher_epochs=args.teacher_epochs,
+        )
         keras.utils.set_random_seed(0)
         train, test, source = example.load_data(ex_args)
         print(f"Data: {source}")
@@ -104,38 +109,68 @@ def main(argv=None):
             model.compile(jit_compile="auto")  # Also drops the training optimizer's state from the preset.
             model.save_to_preset(directory)
             sizes.append(example.directory_bytes(directory))
-        measured = example.measure([m for _, m in models], test, teacher.preprocessor, 32, args.latency_runs,
-                                   timer=latencies)
+        measured = example.measure(
+            [m for _, m in models], test, teacher.preprocessor, 32, args.latency_runs, timer=latencies
+        )
         rows = []
         for (name, model), size, figures in zip(models, sizes, measured):
             total, non_embedding = example.count_parameters(model)
-            rows.append({
-                "model": name, "layers": model.backbone.num_layers, "hidden": model.backbone.hidden_dim,
-                "parameters": total, "non_embedding_parameters": non_embedding,
-                "preset_mb": round(size / 1e6, 2),
-                "accuracy": round(figures["accuracy"], 4),
-                "agreement_with_teacher": round(float(np.mean(figures["predictions"] == measured[0]["predictions"])), 4),
-                "latency_b1_ms": round(figures["latency_b1_ms"], 2),
-                "latency_b32_ms": round(figures["latency_b32_ms"], 2),
-                "train_seconds": round(students[name][1], 1) if name in students else None,
-            })
+            rows.append(
+                {
+                    "model": name,
+                    "layers": model.backbone.num_layers,
+                    "hidden": model.backbone.hidden_dim,
+                    "parameters": total,
+                    "non_embedding_parameters": non_embedding,
+                    "preset_mb": round(size / 1e6, 2),
+                    "accuracy": round(figures["accuracy"], 4),
+                    "agreement_with_teacher": round(
+                        float(np.mean(figures["predictions"] == measured[0]["predictions"])), 4
+                    ),
+                    "latency_b1_ms": round(figures["latency_b1_ms"], 2),
+                    "latency_b32_ms": round(figures["latency_b32_ms"], 2),
+                    "train_seconds": round(students[name][1], 1) if name in students else None,
+                }
+            )
     t = rows[0]
     for row in rows:
         row["accuracy_pct_of_teacher"] = round(100 * row["accuracy"] / t["accuracy"], 1)
         row["non_embedding_fraction"] = round(row["non_embedding_parameters"] / t["non_embedding_parameters"], 3)
         row["speedup_b1"] = round(t["latency_b1_ms"] / row["latency_b1_ms"], 2)
         row["speedup_b32"] = round(t["latency_b32_ms"] / row["latency_b32_ms"], 2)
-        row.update({"data": source, "train_examples": len(train[0]), "test_examples": len(test[0]),
-                    "teacher_epochs": args.teacher_epochs, "student_epochs": args.epochs,
-                    "student_learning_rate": args.learning_rate, "sequence_length": args.sequence_length,
-                    "latency_runs": args.latency_runs, "cpu_cores": os.cpu_count()})
-    columns = ["model", "layers", "hidden", "parameters", "non_embedding_fraction", "preset_mb", "accuracy",
-               "accuracy_pct_of_teacher", "agreement_with_teacher", "latency_b1_ms", "latency_b32_ms",
-               "speedup_b1", "speedup_b32"]
+        row.update(
+            {
+                "data": source,
+                "train_examples": len(train[0]),
+                "test_examples": len(test[0]),
+                "teacher_epochs": args.teacher_epochs,
+                "student_epochs": args.epochs,
+                "student_learning_rate": args.learning_rate,
+                "sequence_length": args.sequence_length,
+                "latency_runs": args.latency_runs,
+                "cpu_cores": os.cpu_count(),
+            }
+        )
+    columns = [
+        "model",
+        "layers",
+        "hidden",
+        "parameters",
+        "non_embedding_fraction",
+        "preset_mb",
+        "accuracy",
+        "accuracy_pct_of_teacher",
+        "agreement_with_teacher",
+        "latency_b1_ms",
+        "latency_b32_ms",
+        "speedup_b1",
+        "speedup_b32",
+    ]
     print(f"\nData: {source}")
     print_table(rows, columns)
-    print(f"Total {time.perf_counter() - started:.0f} s, load average {os.getloadavg()[0]:.1f} "
-          f"on {os.cpu_count()} cores")
+    print(
+        f"Total {time.perf_counter() - started:.0f} s, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
     append_results("distillation", rows, command=command_line("benchmarks.distillation", argv))
     return rows
 

@@ -86,7 +86,10 @@ def build_model(workdir, sequence_length):
         preset, name = "mini", "mini (random weights)"
     keras.utils.set_random_seed(0)
     model = bertzoo.BertClassifier.from_preset(
-        preset, num_classes=2, class_names=["negative", "positive"], sequence_length=sequence_length,
+        preset,
+        num_classes=2,
+        class_names=["negative", "positive"],
+        sequence_length=sequence_length,
         load_weights=preset != "mini",
     )
     return model, name
@@ -133,7 +136,9 @@ def main(argv=None):
     batches = [int(b) for b in args.batches.split(",")]
 
     sentiment = sentiment_path("amazon", required=False)
-    texts = load_rated_sentences(sentiment, max_rows=max(batches))[0] if sentiment else synthetic_sentiment(max(batches))[0]
+    texts = (
+        load_rated_sentences(sentiment, max_rows=max(batches))[0] if sentiment else synthetic_sentiment(max(batches))[0]
+    )
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
@@ -158,38 +163,77 @@ def main(argv=None):
                 keras_logits = model.predict(batch_texts, verbose=0)
                 timings = time_interleaved(
                     _candidates(model, text_fn, ids_fn, strings, batch_texts, ids, id_tensors),
-                    args.runs, args.warmup,
+                    args.runs,
+                    args.warmup,
                 )
                 medians = {name: round(1000 * t["median_s"], 3) for name, t in timings.items()}
-                rows.append({
-                    "config": {
-                        "model": model_name, "variant": kind, "batch": batch, "sequence_length": args.sequence_length,
-                        "mean_tokens": round(float(ids["padding_mask"].sum(1).mean()), 1),
-                        "keras_jit_compile": bool(model.jit_compile), "runs": args.runs, "warmup": args.warmup,
-                        "tensorflow": tf.__version__, "keras": keras.__version__, "bertzoo": bertzoo.__version__,
-                        "max_abs_diff_logits_vs_keras": float(np.abs(served_logits - keras_logits).max()),
-                    },
-                    "export_s": round(export_s, 2),
-                    "saved_model_mb": round(size / 2**20, 2),
-                    "task_weights_mb": round(task_weights / 2**20, 2),
-                    **{f"fresh_{k}": v for k, v in loads.items()},
-                    **{f"{name}_ms": v for name, v in medians.items()},
-                    "ratio_text_saved_model_to_keras": round(
-                        medians["saved_model_text"] / medians["keras_predict_text"], 3),
-                    "ratio_text_saved_model_to_keras_on_batch": round(
-                        medians["saved_model_text"] / medians["keras_preprocess_predict_on_batch_text"], 3),
-                    "ratio_ids_saved_model_to_keras": round(
-                        medians["saved_model_ids"] / medians["keras_predict_on_batch_ids"], 3),
-                })
+                rows.append(
+                    {
+                        "config": {
+                            "model": model_name,
+                            "variant": kind,
+                            "batch": batch,
+                            "sequence_length": args.sequence_length,
+                            "mean_tokens": round(float(ids["padding_mask"].sum(1).mean()), 1),
+                            "keras_jit_compile": bool(model.jit_compile),
+                            "runs": args.runs,
+                            "warmup": args.warmup,
+                            "tensorflow": tf.__version__,
+                            "keras": keras.__version__,
+                            "bertzoo": bertzoo.__version__,
+                            "max_abs_diff_logits_vs_keras": float(np.abs(served_logits - keras_logits).max()),
+                        },
+                        "export_s": round(export_s, 2),
+                        "saved_model_mb": round(size / 2**20, 2),
+                        "task_weights_mb": round(task_weights / 2**20, 2),
+                        **{f"fresh_{k}": v for k, v in loads.items()},
+                        **{f"{name}_ms": v for name, v in medians.items()},
+                        "ratio_text_saved_model_to_keras": round(
+                            medians["saved_model_text"] / medians["keras_predict_text"], 3
+                        ),
+                        "ratio_text_saved_model_to_keras_on_batch": round(
+                            medians["saved_model_text"] / medians["keras_preprocess_predict_on_batch_text"], 3
+                        ),
+                        "ratio_ids_saved_model_to_keras": round(
+                            medians["saved_model_ids"] / medians["keras_predict_on_batch_ids"], 3
+                        ),
+                    }
+                )
 
     flat = [{**r["config"], **{k: v for k, v in r.items() if k != "config"}} for r in rows]
-    print_table(flat, ["model", "variant", "batch", "mean_tokens", "saved_model_mb", "task_weights_mb", "export_s",
-                       "fresh_import_s", "fresh_load_s", "fresh_first_call_s", "max_abs_diff_logits_vs_keras"])
+    print_table(
+        flat,
+        [
+            "model",
+            "variant",
+            "batch",
+            "mean_tokens",
+            "saved_model_mb",
+            "task_weights_mb",
+            "export_s",
+            "fresh_import_s",
+            "fresh_load_s",
+            "fresh_first_call_s",
+            "max_abs_diff_logits_vs_keras",
+        ],
+    )
     print()
-    print_table(flat, ["model", "variant", "batch", "saved_model_text_ms", "keras_predict_text_ms",
-                       "keras_preprocess_predict_on_batch_text_ms", "ratio_text_saved_model_to_keras",
-                       "ratio_text_saved_model_to_keras_on_batch", "saved_model_ids_ms",
-                       "keras_predict_on_batch_ids_ms", "ratio_ids_saved_model_to_keras"])
+    print_table(
+        flat,
+        [
+            "model",
+            "variant",
+            "batch",
+            "saved_model_text_ms",
+            "keras_predict_text_ms",
+            "keras_preprocess_predict_on_batch_text_ms",
+            "ratio_text_saved_model_to_keras",
+            "ratio_text_saved_model_to_keras_on_batch",
+            "saved_model_ids_ms",
+            "keras_predict_on_batch_ids_ms",
+            "ratio_ids_saved_model_to_keras",
+        ],
+    )
     print(f"load average (1 min): {os.getloadavg()[0]:.2f}")
     command = command_line("benchmarks.export", sys.argv[1:] if argv is None else argv)
     append_results("export", rows, command, path=args.output)
@@ -211,4 +255,3 @@ def _candidates(model, text_fn, ids_fn, strings, batch_texts, ids, id_tensors):
 
 if __name__ == "__main__":
     main()
-

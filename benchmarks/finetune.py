@@ -25,8 +25,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default=None)
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--builtin", default="mini",
-                        help="built-in preset to fine-tune from scratch ('none' to skip)")
+    parser.add_argument("--builtin", default="mini", help="built-in preset to fine-tune from scratch ('none' to skip)")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     data = sentiment_path("amazon", data=args.data)
@@ -40,12 +39,21 @@ def main(argv=None):
             bertzoo.convert_checkpoint(minilm, Path(tmp) / "minilm")
             presets.append(("all-MiniLM-L6-v2 (converted)", str(Path(tmp) / "minilm"), 5e-5))
         for label, preset, lr in presets:
-            result = finetune_classifier.run(preset=preset, data=str(data), epochs=args.epochs, learning_rate=lr,
-                                             output=str(Path(tmp) / "out"))
+            result = finetune_classifier.run(
+                preset=preset, data=str(data), epochs=args.epochs, learning_rate=lr, output=str(Path(tmp) / "out")
+            )
             result["preset"] = label
             rows.append(result)
-    columns = ["preset", "train_examples", "test_examples", "epochs", "sequence_length",
-               "peak_learning_rate", "accuracy", "train_examples_per_second"]
+    columns = [
+        "preset",
+        "train_examples",
+        "test_examples",
+        "epochs",
+        "sequence_length",
+        "peak_learning_rate",
+        "accuracy",
+        "train_examples_per_second",
+    ]
     print_table(rows, columns)
     append_results("finetune", rows, command=command_line("benchmarks.finetune", argv))
 

@@ -43,15 +43,21 @@ def logits(model, x, batch):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dense", type=Path, default=DEFAULT_DENSE,
-                        help="the fine-tuned float preset (default: benchmarks.compression's cache)")
+    parser.add_argument(
+        "--dense",
+        type=Path,
+        default=DEFAULT_DENSE,
+        help="the fine-tuned float preset (default: benchmarks.compression's cache)",
+    )
     parser.add_argument("--data", default=None, help="rated-sentences TSV (default: shared amazon.tsv)")
     parser.add_argument("--batches", default="1,8,64", help="comma list of batch sizes")
     parser.add_argument("--no-record", action="store_true", help="do not append to results.jsonl")
     args = parser.parse_args(argv)
     if not (args.dense / "config.json").is_file():
-        raise SystemExit(f"No fine-tuned model at {args.dense}: run `python -m benchmarks.compression` first "
-                         "(it caches one), or pass --dense PRESET_DIR.")
+        raise SystemExit(
+            f"No fine-tuned model at {args.dense}: run `python -m benchmarks.compression` first "
+            "(it caches one), or pass --dense PRESET_DIR."
+        )
     batches = [int(b) for b in args.batches.split(",")]
 
     import bertzoo
@@ -67,8 +73,16 @@ def main(argv=None):
     float_accuracy = float(np.mean(reference.argmax(-1) == labels))
     quantized = bertzoo.quantize(dense, "int8")
 
-    rows = [{"path": "float32", "batch": 64, "accuracy": float_accuracy, "Δ acc (pts)": 0.0, "agreement": 1.0,
-             "logits rel. error": 0.0}]
+    rows = [
+        {
+            "path": "float32",
+            "batch": 64,
+            "accuracy": float_accuracy,
+            "Δ acc (pts)": 0.0,
+            "agreement": 1.0,
+            "logits rel. error": 0.0,
+        }
+    ]
     paths = [("Keras int8 (per-token)", portable_kernels)]
     if onednn_int8_available():
         paths.insert(0, ("fused oneDNN int8 (per-tensor)", None))
@@ -80,12 +94,16 @@ def main(argv=None):
                 with context():
                     out = logits(quantized, x, batch)
             accuracy = float(np.mean(out.argmax(-1) == labels))
-            rows.append({
-                "path": name, "batch": batch, "accuracy": accuracy,
-                "Δ acc (pts)": round(100 * (accuracy - float_accuracy), 2),
-                "agreement": float(np.mean(out.argmax(-1) == reference.argmax(-1))),
-                "logits rel. error": float(np.linalg.norm(out - reference) / np.linalg.norm(reference)),
-            })
+            rows.append(
+                {
+                    "path": name,
+                    "batch": batch,
+                    "accuracy": accuracy,
+                    "Δ acc (pts)": round(100 * (accuracy - float_accuracy), 2),
+                    "agreement": float(np.mean(out.argmax(-1) == reference.argmax(-1))),
+                    "logits rel. error": float(np.linalg.norm(out - reference) / np.linalg.norm(reference)),
+                }
+            )
     print(f"{args.dense.name} on {len(labels)} test sentences")
     print_table(rows, COLUMNS)
     if not args.no_record:

@@ -70,8 +70,11 @@ def missing(library):
     """Why `library` cannot be timed here, or None when it can."""
     import importlib.util
 
-    needs = {"bertzoo": ["bertzoo", "tensorflow"], "keras_hub": ["keras_hub", "tensorflow"],
-             "transformers": ["transformers", "torch"]}[library]
+    needs = {
+        "bertzoo": ["bertzoo", "tensorflow"],
+        "keras_hub": ["keras_hub", "tensorflow"],
+        "transformers": ["transformers", "torch"],
+    }[library]
     absent = [name for name in needs if importlib.util.find_spec(name) is None]
     if absent:
         return f"not installed ({', '.join(absent)}); `pip install {' '.join(absent)}` to include it"
@@ -332,7 +335,9 @@ def matmul_peak(size=2048, runs=10):
             else:
                 x, y = tf.cast(a, dtype), tf.cast(b, dtype)
                 fn = tf.function(tf.matmul, jit_compile=xla)
-            median_s = time_interleaved({"matmul": lambda fn=fn, x=x, y=y: fn(x, y).numpy()}, runs, warmup=2)["matmul"]["median_s"]
+            median_s = time_interleaved({"matmul": lambda fn=fn, x=x, y=y: fn(x, y).numpy()}, runs, warmup=2)["matmul"][
+                "median_s"
+            ]
             best["xla" if xla else "no_xla"] = round(2 * size**3 / median_s / 1e9, 1)
         if dtype == "int8":
             best.update(_fused_int8_peak(a, runs))
@@ -420,8 +425,9 @@ def main(argv=None):
     if args.library == "matmul":
         print("BENCH " + json.dumps({"library": "matmul", "peaks": matmul_peak()}), flush=True)
         return
-    for row in run_worker(args.library, args.mode, args.dtype, args.preset, args.batch_size,
-                          args.sequence_length, args.runs, args.warmup):
+    for row in run_worker(
+        args.library, args.mode, args.dtype, args.preset, args.batch_size, args.sequence_length, args.runs, args.warmup
+    ):
         print("BENCH " + json.dumps(row), flush=True)
 
 

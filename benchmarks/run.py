@@ -40,11 +40,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.peers import DTYPES
-from benchmarks.peers import LIBRARIES
-from benchmarks.peers import MODES
-from benchmarks.peers import backbone_config
-from benchmarks.peers import missing
 from benchmarks.harness import OUT
 from benchmarks.harness import RESULTS_FILE
 from benchmarks.harness import ROOT
@@ -54,11 +49,27 @@ from benchmarks.harness import cpu_features
 from benchmarks.harness import machine
 from benchmarks.harness import print_table
 from benchmarks.harness import wait_for_load
+from benchmarks.peers import DTYPES
+from benchmarks.peers import LIBRARIES
+from benchmarks.peers import MODES
+from benchmarks.peers import backbone_config
+from benchmarks.peers import missing
 
 DEFAULT_CHART = OUT / "peers.png"
 LABELS = {"bertzoo": "bertzoo", "keras_hub": "keras-hub", "transformers": "HF transformers (PyTorch)"}
-COLUMNS = ["mode", "dtype", "library", "setting", "median ms", "seq/s", "GFLOP/s", "% of peak",
-           "vs best peer", "CPU s/call", "error vs fp32"]
+COLUMNS = [
+    "mode",
+    "dtype",
+    "library",
+    "setting",
+    "median ms",
+    "seq/s",
+    "GFLOP/s",
+    "% of peak",
+    "vs best peer",
+    "CPU s/call",
+    "error vs fp32",
+]
 
 
 def encoder_flops(config, batch, length, mode):
@@ -90,8 +101,7 @@ def run_worker(args, **worker_args):
         command += [f"--{key.replace('_', '-')}", str(value)]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore"}
     try:
-        done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT,
-                              timeout=args.worker_timeout)
+        done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=args.worker_timeout)
     except subprocess.TimeoutExpired:
         return [], f"timed out after {args.worker_timeout} s"
     rows = [json.loads(line[6:]) for line in done.stdout.splitlines() if line.startswith("BENCH ")]
@@ -105,14 +115,20 @@ def add_figures(rows, config, args, peaks):
     """Throughput, GFLOP/s, share of the matmul peak, and ratios to peers."""
     for row in rows:
         row["seq_per_s"] = args.batch_size / row["median_s"]
-        row["gflops"] = encoder_flops(config, args.batch_size, args.sequence_length, row["mode"]) / row["median_s"] / 1e9
+        row["gflops"] = (
+            encoder_flops(config, args.batch_size, args.sequence_length, row["mode"]) / row["median_s"] / 1e9
+        )
         peak = peaks.get(row["dtype"], {}).get("gflops")
         row["peak_gflops"] = peak
         row["utilization"] = row["gflops"] / peak if peak else None
     for row in rows:
-        peers = [r["seq_per_s"] for r in rows
-                 if r["library"] != row["library"] and r["library"] != "bertzoo"
-                 and (r["mode"], r["dtype"]) == (row["mode"], row["dtype"])]
+        peers = [
+            r["seq_per_s"]
+            for r in rows
+            if r["library"] != row["library"]
+            and r["library"] != "bertzoo"
+            and (r["mode"], r["dtype"]) == (row["mode"], row["dtype"])
+        ]
         row["vs_best_peer"] = row["seq_per_s"] / max(peers) if peers and row["library"] == "bertzoo" else None
 
 
@@ -126,14 +142,16 @@ def summarize(rows):
             continue
         best = max(ours, key=lambda r: r["seq_per_s"])
         peer = max(theirs, key=lambda r: r["seq_per_s"])
-        summary.append({
-            "mode": mode,
-            "bertzoo_best": _describe(best),
-            "bertzoo_seq_per_s": round(best["seq_per_s"], 2),
-            "peer_best": _describe(peer),
-            "peer_seq_per_s": round(peer["seq_per_s"], 2),
-            "ratio": round(best["seq_per_s"] / peer["seq_per_s"], 2),
-        })
+        summary.append(
+            {
+                "mode": mode,
+                "bertzoo_best": _describe(best),
+                "bertzoo_seq_per_s": round(best["seq_per_s"], 2),
+                "peer_best": _describe(peer),
+                "peer_seq_per_s": round(peer["seq_per_s"], 2),
+                "ratio": round(best["seq_per_s"] / peer["seq_per_s"], 2),
+            }
+        )
     return summary
 
 
@@ -147,7 +165,7 @@ def _setting(row):
 
 
 def _setting_name(row):
-    """"XLA" / "no XLA" for the Keras libraries, "2 threads" for PyTorch."""
+    """ "XLA" / "no XLA" for the Keras libraries, "2 threads" for PyTorch."""
     if "threads" in row:
         return f"{row['threads']} thread{'s' if row['threads'] > 1 else ''}"
     return "XLA" if row["xla"] else "no XLA"
@@ -165,9 +183,12 @@ def readme_section(rows, summary, header):
     """The README's results: per (mode, dtype) the best configuration of each
     library, bertzoo's ratio to the best peer, and the overall winners."""
     libraries = [name for name in LIBRARIES if any(r["library"] == name for r in rows)]
-    lines = [header, "",
-             "| mode | dtype | " + " | ".join(f"{LABELS[n]} seq/s" for n in libraries) + " | bertzoo vs best peer |",
-             "|---|---|" + "--:|" * (len(libraries) + 1)]
+    lines = [
+        header,
+        "",
+        "| mode | dtype | " + " | ".join(f"{LABELS[n]} seq/s" for n in libraries) + " | bertzoo vs best peer |",
+        "|---|---|" + "--:|" * (len(libraries) + 1),
+    ]
     for mode in MODES:
         for dtype in DTYPES:
             found = [r for r in rows if (r["mode"], r["dtype"]) == (mode, dtype)]
@@ -184,8 +205,10 @@ def readme_section(rows, summary, header):
     lines.append("")
     for s in summary:
         verdict = "faster than" if s["ratio"] > 1 else "not faster than"
-        lines.append(f"- {s['mode']}: bertzoo's best, {s['bertzoo_best']} ({s['bertzoo_seq_per_s']} seq/s), is "
-                     f"{s['ratio']}x the best peer, {s['peer_best']} ({s['peer_seq_per_s']} seq/s): {verdict} every peer.")
+        lines.append(
+            f"- {s['mode']}: bertzoo's best, {s['bertzoo_best']} ({s['bertzoo_seq_per_s']} seq/s), is "
+            f"{s['ratio']}x the best peer, {s['peer_best']} ({s['peer_seq_per_s']} seq/s): {verdict} every peer."
+        )
     return "\n".join(lines)
 
 
@@ -207,19 +230,21 @@ def table_rows(rows):
     table = []
     for r in rows:
         check = r.get("check_vs_float32") or {}
-        table.append({
-            "mode": r["mode"],
-            "dtype": r["dtype"],
-            "library": LABELS[r["library"]],
-            "setting": _setting(r),
-            "median ms": round(r["median_s"] * 1000, 1),
-            "seq/s": round(r["seq_per_s"], 2),
-            "GFLOP/s": round(r["gflops"], 1),
-            "% of peak": f"{100 * r['utilization']:.0f}%" if r["utilization"] else "",
-            "vs best peer": f"{r['vs_best_peer']:.2f}x" if r["vs_best_peer"] else "",
-            "CPU s/call": round(r["cpu_median_s"], 2),
-            "error vs fp32": f"{check['relative_error']:.1e}" if check else "",
-        })
+        table.append(
+            {
+                "mode": r["mode"],
+                "dtype": r["dtype"],
+                "library": LABELS[r["library"]],
+                "setting": _setting(r),
+                "median ms": round(r["median_s"] * 1000, 1),
+                "seq/s": round(r["seq_per_s"], 2),
+                "GFLOP/s": round(r["gflops"], 1),
+                "% of peak": f"{100 * r['utilization']:.0f}%" if r["utilization"] else "",
+                "vs best peer": f"{r['vs_best_peer']:.2f}x" if r["vs_best_peer"] else "",
+                "CPU s/call": round(r["cpu_median_s"], 2),
+                "error vs fp32": f"{check['relative_error']:.1e}" if check else "",
+            }
+        )
     return table
 
 
@@ -289,12 +314,22 @@ def main(argv=None):
     parser.add_argument("--preset", default="base", help="bertzoo preset giving the model shape (default base)")
     parser.add_argument("--chart", default=str(DEFAULT_CHART), help="PNG to draw ('' for none)")
     parser.add_argument("--results", type=Path, default=RESULTS_FILE, help="JSON lines file to append to")
-    parser.add_argument("--wait-for-load", type=float, default=None, metavar="LOAD",
-                        help="first wait until the 1-min load average is below LOAD")
+    parser.add_argument(
+        "--wait-for-load",
+        type=float,
+        default=None,
+        metavar="LOAD",
+        help="first wait until the 1-min load average is below LOAD",
+    )
     parser.add_argument("--max-wait", type=float, default=900, help="seconds to wait for the load at most")
     parser.add_argument("--worker-timeout", type=int, default=1800)
-    parser.add_argument("--readme", type=Path, default=None, metavar="README",
-                        help="rewrite the results table between the markers in this file")
+    parser.add_argument(
+        "--readme",
+        type=Path,
+        default=None,
+        metavar="README",
+        help="rewrite the results table between the markers in this file",
+    )
     args = parser.parse_args(argv)
     models = _csv(args.models, list(LIBRARIES), "--models")
     dtypes = _csv(args.dtypes, list(DTYPES), "--dtypes")
@@ -303,7 +338,9 @@ def main(argv=None):
         raise SystemExit("--runs, --batch-size and --sequence-length must be positive.")
     config = backbone_config(args.preset)
     if args.sequence_length > config["max_sequence_length"]:
-        raise SystemExit(f"--sequence-length exceeds the preset's max_sequence_length ({config['max_sequence_length']}).")
+        raise SystemExit(
+            f"--sequence-length exceeds the preset's max_sequence_length ({config['max_sequence_length']})."
+        )
     command = command_line("benchmarks.run", sys.argv[1:] if argv is None else argv)
 
     if args.wait_for_load is not None:
@@ -311,15 +348,21 @@ def main(argv=None):
     start_load = os.getloadavg()
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     features = cpu_features()
-    print(f"{machine()} ({' '.join(features) or 'flags unknown'}); {date}; load average {start_load[0]:.2f}; preset {args.preset}, "
-          f"batch {args.batch_size} x length {args.sequence_length}, median of {args.runs}", flush=True)
+    print(
+        f"{machine()} ({' '.join(features) or 'flags unknown'}); {date}; load average {start_load[0]:.2f}; preset {args.preset}, "
+        f"batch {args.batch_size} x length {args.sequence_length}, median of {args.runs}",
+        flush=True,
+    )
 
     notes = []
     peak_rows, error = run_worker(args, library="matmul")
     peaks = peak_rows[0]["peaks"] if peak_rows else {}
     if error:
         notes.append(f"matmul peak: {error}")
-    print("TensorFlow 2048^3 matmul peak: " + ", ".join(f"{d} {p['gflops']} G(FL)OP/s" for d, p in peaks.items()), flush=True)
+    print(
+        "TensorFlow 2048^3 matmul peak: " + ", ".join(f"{d} {p['gflops']} G(FL)OP/s" for d, p in peaks.items()),
+        flush=True,
+    )
 
     available = {}
     for name in models:
@@ -332,17 +375,30 @@ def main(argv=None):
     for mode in modes:
         for dtype in dtypes:
             if mode == "training" and dtype == "int8":
-                notes.append("int8 training skipped: the int8 paths here (Keras quantize, PyTorch dynamic quantization) are inference-only")
+                notes.append(
+                    "int8 training skipped: the int8 paths here (Keras quantize, PyTorch dynamic quantization) are inference-only"
+                )
                 continue
             for name in available:
                 print(f"... {mode} {dtype} {LABELS[name]}", flush=True)
-                found, error = run_worker(args, library=name, mode=mode, dtype=dtype, preset=args.preset,
-                                          batch_size=args.batch_size, sequence_length=args.sequence_length,
-                                          runs=args.runs, warmup=args.warmup)
+                found, error = run_worker(
+                    args,
+                    library=name,
+                    mode=mode,
+                    dtype=dtype,
+                    preset=args.preset,
+                    batch_size=args.batch_size,
+                    sequence_length=args.sequence_length,
+                    runs=args.runs,
+                    warmup=args.warmup,
+                )
                 rows.extend(found)
                 for row in found:
-                    print(f"    {_setting(row)}: median {row['median_s'] * 1000:.0f} ms, "
-                          f"{row['cpu_median_s']:.2f} CPU-s, load {row['load_after']}", flush=True)
+                    print(
+                        f"    {_setting(row)}: median {row['median_s'] * 1000:.0f} ms, "
+                        f"{row['cpu_median_s']:.2f} CPU-s, load {row['load_after']}",
+                        flush=True,
+                    )
                 if error:
                     notes.append(f"{LABELS[name]} {mode} {dtype}: {error}")
     # The peak again at the end, keeping the better one: on a shared machine
@@ -362,31 +418,45 @@ def main(argv=None):
     print_table(table_rows(rows), COLUMNS)
     print()
     for s in summary:
-        print(f"{s['mode']}: best bertzoo {s['bertzoo_seq_per_s']} seq/s ({s['bertzoo_best']}) vs best peer "
-              f"{s['peer_seq_per_s']} seq/s ({s['peer_best']}): {s['ratio']}x")
+        print(
+            f"{s['mode']}: best bertzoo {s['bertzoo_seq_per_s']} seq/s ({s['bertzoo_best']}) vs best peer "
+            f"{s['peer_seq_per_s']} seq/s ({s['peer_best']}): {s['ratio']}x"
+        )
     for note in notes:
         print(f"note: {note}")
     print(f"load average: {start_load[0]:.2f} at start, {end_load[0]:.2f} at end")
 
-    setup = {"preset": args.preset, "batch": args.batch_size, "length": args.sequence_length,
-             "runs": args.runs, "warmup": args.warmup, "peaks": peaks, "cpu_flags": features,
-             "load_start": round(start_load[0], 2), "load_end": round(end_load[0], 2)}
+    setup = {
+        "preset": args.preset,
+        "batch": args.batch_size,
+        "length": args.sequence_length,
+        "runs": args.runs,
+        "warmup": args.warmup,
+        "peaks": peaks,
+        "cpu_flags": features,
+        "load_start": round(start_load[0], 2),
+        "load_end": round(end_load[0], 2),
+    }
     records = [{**setup, "kind": "configuration", **r} for r in rows]
     records.append({**setup, "kind": "summary", "summary": summary, "notes": notes})
     append_results("peers", records, command, path=args.results)
     print(f"appended {len(records)} lines to {args.results}")
     if args.readme:
         command_text = f"`{command.strip()}`"
-        header = (f"Measured {date} on {machine()} ({' '.join(features) or 'flags unknown'}), "
-                  f"{', '.join(f'{k} {v}' for k, v in _library_versions(rows).items())}; "
-                  f"load average {start_load[0]:.2f} at start, {end_load[0]:.2f} at end; BERT {args.preset}, "
-                  f"batch {args.batch_size} x length {args.sequence_length}, median of {args.runs} runs, best "
-                  f"setting per library in brackets (XLA on/off, PyTorch threads). Command: {command_text}.")
+        header = (
+            f"Measured {date} on {machine()} ({' '.join(features) or 'flags unknown'}), "
+            f"{', '.join(f'{k} {v}' for k, v in _library_versions(rows).items())}; "
+            f"load average {start_load[0]:.2f} at start, {end_load[0]:.2f} at end; BERT {args.preset}, "
+            f"batch {args.batch_size} x length {args.sequence_length}, median of {args.runs} runs, best "
+            f"setting per library in brackets (XLA on/off, PyTorch threads). Command: {command_text}."
+        )
         write_readme(args.readme, readme_section(rows, summary, header))
         print(f"rewrote the results table in {args.readme}")
     if args.chart:
-        title = (f"BERT {args.preset} ({args.batch_size}x{args.sequence_length}) on {machine()}, {date}, "
-                 f"load {start_load[0]:.1f}-{end_load[0]:.1f}; median of {args.runs}")
+        title = (
+            f"BERT {args.preset} ({args.batch_size}x{args.sequence_length}) on {machine()}, {date}, "
+            f"load {start_load[0]:.1f}-{end_load[0]:.1f}; median of {args.runs}"
+        )
         draw_chart(rows, Path(args.chart), title)
         print(f"chart: {args.chart}")
     return 0

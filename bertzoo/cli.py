@@ -66,11 +66,18 @@ def _convert(args):
     "Export a task preset for serving: a TensorFlow SavedModel taking raw strings (or ONNX / LiteRT).",
     arguments=(
         argument("preset", metavar="PRESET_DIR", help="task preset directory (e.g. from save_to_preset)"),
-        argument("output", metavar="OUT_DIR", help="export directory, e.g. serving/sentiment/1 (a file for onnx/litert)"),
-        argument("--format", default="tf_saved_model", choices=("tf_saved_model", "onnx", "litert"),
-                 help="export format (default: tf_saved_model)"),
-        argument("--sequence-length", type=int, default=None,
-                 help="tokens per text (default: the preset's sequence_length)"),
+        argument(
+            "output", metavar="OUT_DIR", help="export directory, e.g. serving/sentiment/1 (a file for onnx/litert)"
+        ),
+        argument(
+            "--format",
+            default="tf_saved_model",
+            choices=("tf_saved_model", "onnx", "litert"),
+            help="export format (default: tf_saved_model)",
+        ),
+        argument(
+            "--sequence-length", type=int, default=None, help="tokens per text (default: the preset's sequence_length)"
+        ),
         argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists"),
     ),
 )
@@ -90,8 +97,14 @@ def _export(args):
     else:
         model = preset.model_class().from_preset(preset)
     try:
-        path = export.export_model(model, args.output, format=args.format, overwrite=args.overwrite,
-                            sequence_length=args.sequence_length, **extra)
+        path = export.export_model(
+            model,
+            args.output,
+            format=args.format,
+            overwrite=args.overwrite,
+            sequence_length=args.sequence_length,
+            **extra,
+        )
     except ImportError as e:  # e.g. ONNX without tf2onnx: a message, not a traceback.
         raise ValueError(str(e)) from e
     print(export.describe_export(path) if args.format == "tf_saved_model" else f"Wrote {path}")
@@ -125,7 +138,6 @@ def _quantize(args):
     model, preset = _model_from_preset_directory(args.preset)
     quantized = quantize(model, args.mode, include_embeddings=not args.keep_embeddings)
     if preset.class_name == "BertBackbone":
-
         has_vocabulary = (preset.directory / VOCABULARY_FILE).is_file()
         quantized.save_to_preset(args.output, preprocessor=preset.build_preprocessor() if has_vocabulary else None)
     else:
@@ -155,9 +167,7 @@ def _presets(args):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
-        prog="bertzoo", description="bertzoo: BERT-family encoders for Keras 3."
-    )
+    parser = argparse.ArgumentParser(prog="bertzoo", description="bertzoo: BERT-family encoders for Keras 3.")
     parser.add_argument("--version", action="version", version=f"bertzoo {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, help, arguments, function in _COMMANDS:

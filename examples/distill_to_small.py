@@ -66,32 +66,63 @@ def parse_args(argv):
     """The example's settings from command-line arguments."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     arg = parser.add_argument
-    arg("--data", default=None,
-        help="TSV file id<TAB>rating<TAB>text, or 'synthetic' (default: the shared amazon.tsv if found)")
-    arg("--train-size", type=int, default=None,
-        help="subsample the training split (0: all of it; default: 600 sentences of a data file, "
-        "all generated ones)")
+    arg(
+        "--data",
+        default=None,
+        help="TSV file id<TAB>rating<TAB>text, or 'synthetic' (default: the shared amazon.tsv if found)",
+    )
+    arg(
+        "--train-size",
+        type=int,
+        default=None,
+        help="subsample the training split (0: all of it; default: 600 sentences of a data file, all generated ones)",
+    )
     arg("--test-size", type=int, default=400, help="subsample the test split (0: all of it)")
-    arg("--teacher", default=None,
+    arg(
+        "--teacher",
+        default=None,
         help="fine-tuned classifier preset (used as is), or a backbone preset / built-in name "
-        "to fine-tune first (default: converted all-MiniLM-L6-v2 if found, else 'mini')")
-    arg("--teacher-epochs", type=int, default=None,
+        "to fine-tune first (default: converted all-MiniLM-L6-v2 if found, else 'mini')",
+    )
+    arg(
+        "--teacher-epochs",
+        type=int,
+        default=None,
         help="fine-tuning epochs of a teacher that is not fine-tuned yet (default: 2 for "
-        "pretrained weights, 4 from scratch)")
-    arg("--teacher-learning-rate", type=float, default=None,
-        help="default: 1e-4 for pretrained weights, 1e-3 from scratch")
-    arg("--student", default=None,
+        "pretrained weights, 4 from scratch)",
+    )
+    arg(
+        "--teacher-learning-rate",
+        type=float,
+        default=None,
+        help="default: 1e-4 for pretrained weights, 1e-3 from scratch",
+    )
+    arg(
+        "--student",
+        default=None,
         help="student preset or built-in name (randomly initialized built-ins take the "
-        "teacher's tokenizer); default: copied teacher layers for a pretrained teacher, else 'tiny'")
-    arg("--student-layers", type=int, default=None,
+        "teacher's tokenizer); default: copied teacher layers for a pretrained teacher, else 'tiny'",
+    )
+    arg(
+        "--student-layers",
+        type=int,
+        default=None,
         help="build the student from every k-th teacher layer with this many layers "
-        "(default for pretrained teachers: a third of the teacher's)")
-    arg("--epochs", type=int, default=None,
-        help="distillation epochs (default: 2 for a student copied from the teacher, 3 for a "
-        "randomly initialized one)")
-    arg("--learning-rate", type=float, default=None,
+        "(default for pretrained teachers: a third of the teacher's)",
+    )
+    arg(
+        "--epochs",
+        type=int,
+        default=None,
+        help="distillation epochs (default: 2 for a student copied from the teacher, 3 for a randomly initialized one)",
+    )
+    arg(
+        "--learning-rate",
+        type=float,
+        default=None,
         help="distillation peak learning rate (default: 2e-4 for a student copied from "
-        "the teacher, 1e-3 for a randomly initialized one)")
+        "the teacher, 1e-3 for a randomly initialized one)",
+    )
     arg("--temperature", type=float, default=2.0)
     arg("--alpha", type=float, default=0.5, help="weight of the hard-label loss")
     arg("--hidden-state-weight", type=float, default=1.0)
@@ -140,8 +171,10 @@ def load_data(args):
     train_size = args.train_size if args.train_size is not None else (600 if path else 0)
     train_x, train_y = subsample(train_x, train_y, train_size)
     test_x, test_y = subsample(test_x, test_y, args.test_size)
-    source += (f"; seeded split (seed {args.seed}): {len(train_x)} of {full_train} train, "
-               f"{len(test_x)} of {full_test} test sentences")
+    source += (
+        f"; seeded split (seed {args.seed}): {len(train_x)} of {full_train} train, "
+        f"{len(test_x)} of {full_test} test sentences"
+    )
     return (train_x, train_y), (test_x, test_y), source
 
 
@@ -171,7 +204,10 @@ def build_teacher(args, train, output):
         return teacher, f"{origin}: a fine-tuned classifier, used as is", preset.has_weights()
     pretrained = preset.has_weights()
     teacher = bertzoo.BertClassifier.from_preset(
-        spec, num_classes=2, sequence_length=args.sequence_length, class_names=CLASS_NAMES,
+        spec,
+        num_classes=2,
+        sequence_length=args.sequence_length,
+        class_names=CLASS_NAMES,
         load_weights=pretrained,
     )
     epochs = args.teacher_epochs if args.teacher_epochs is not None else (2 if pretrained else 4)
@@ -191,21 +227,26 @@ def build_student(args, teacher, teacher_pretrained):
     if args.student is None and (layers or teacher_pretrained):
         layers = layers or max(1, teacher.backbone.num_layers // 3)
         k = teacher.backbone.num_layers // layers
-        picked = "every_k" if teacher.backbone.num_layers % layers == 0 else [
-            -(-i * teacher.backbone.num_layers // layers) for i in range(1, layers + 1)]
+        picked = (
+            "every_k"
+            if teacher.backbone.num_layers % layers == 0
+            else [-(-i * teacher.backbone.num_layers // layers) for i in range(1, layers + 1)]
+        )
         student = bertzoo.init_student_from_teacher(teacher, {"num_layers": layers}, layers=picked)
         copied = [k * i for i in range(1, layers + 1)] if picked == "every_k" else picked
         return student, True, f"{layers}-layer copy of the teacher (teacher layers {copied}, DistilBERT-style)"
     spec = args.student or "tiny"
     preset = bertzoo.Preset.resolve(spec)
     if preset.has_weights():
-        student = bertzoo.BertClassifier.from_preset(spec, num_classes=2, sequence_length=args.sequence_length,
-                                                     class_names=CLASS_NAMES)
+        student = bertzoo.BertClassifier.from_preset(
+            spec, num_classes=2, sequence_length=args.sequence_length, class_names=CLASS_NAMES
+        )
         return student, True, f"{spec} (pretrained preset)"
     # Random weights: any vocabulary will do, so take the teacher's tokenizer.
     backbone = preset.build_backbone(vocabulary_size=teacher.backbone.vocabulary_size)
-    student = bertzoo.BertClassifier(backbone, num_classes=2, preprocessor=teacher.preprocessor,
-                                     class_names=CLASS_NAMES)
+    student = bertzoo.BertClassifier(
+        backbone, num_classes=2, preprocessor=teacher.preprocessor, class_names=CLASS_NAMES
+    )
     return student, False, f"built-in '{spec}' preset, randomly initialized (teacher's tokenizer)"
 
 
@@ -214,8 +255,11 @@ def count_parameters(model):
     """(all parameters, parameters outside the token/position/segment tables)."""
     total = model.count_params()
     emb = model.backbone.embeddings
-    tables = sum(int(np.prod(w.shape)) for layer in (emb.token_embedding, emb.position_embedding,
-                                                     emb.segment_embedding) for w in layer.weights)
+    tables = sum(
+        int(np.prod(w.shape))
+        for layer in (emb.token_embedding, emb.position_embedding, emb.segment_embedding)
+        for w in layer.weights
+    )
     return total, total - tables
 
 
@@ -266,9 +310,15 @@ def export_student(student, directory):
 
 
 def print_table(rows):
-    columns = [("", "name"), ("parameters", "parameters"), ("non-embedding", "non_embedding"),
-               ("preset MB", "preset_mb"), ("latency b1 ms", "latency_b1_ms"),
-               ("latency b32 ms", "latency_b32_ms"), ("accuracy", "accuracy")]
+    columns = [
+        ("", "name"),
+        ("parameters", "parameters"),
+        ("non-embedding", "non_embedding"),
+        ("preset MB", "preset_mb"),
+        ("latency b1 ms", "latency_b1_ms"),
+        ("latency b32 ms", "latency_b32_ms"),
+        ("accuracy", "accuracy"),
+    ]
 
     def fmt(v):
         if isinstance(v, float):
@@ -311,15 +361,22 @@ def _run(args):
     print(f"Teacher: {teacher_source}\nStudent: {student_source}")
 
     distiller = bertzoo.Distiller(
-        teacher, student, temperature=args.temperature, alpha=args.alpha,
-        hidden_state_weight=args.hidden_state_weight, attention_weight=args.attention_weight,
-        embedding_weight=args.embedding_weight, layer_map=args.layer_map,
+        teacher,
+        student,
+        temperature=args.temperature,
+        alpha=args.alpha,
+        hidden_state_weight=args.hidden_state_weight,
+        attention_weight=args.attention_weight,
+        embedding_weight=args.embedding_weight,
+        layer_map=args.layer_map,
     )
     rate = args.learning_rate or (2e-4 if student_from_teacher else 1e-3)
     epochs = args.epochs or (2 if student_from_teacher else 3)
     distiller.compile(optimizer=bert_optimizer(rate), jit_compile=_jit(args))
-    print(f"Distilling for {epochs} epoch(s), peak learning rate {rate:g}, layer pairs "
-          f"(student, teacher) {distiller.layer_pairs}")
+    print(
+        f"Distilling for {epochs} epoch(s), peak learning rate {rate:g}, layer pairs "
+        f"(student, teacher) {distiller.layer_pairs}"
+    )
     distiller.fit(*train, epochs=epochs, batch_size=args.batch_size)
 
     teacher_dir, student_dir = output / "teacher", output / "student"
@@ -334,8 +391,15 @@ def _run(args):
     rows = []
     for (name, (model, directory)), measured in zip(models.items(), figures):
         total, non_embedding = count_parameters(model)
-        rows.append({"name": name, "parameters": total, "non_embedding": non_embedding,
-                     "preset_mb": directory_bytes(directory) / 1e6, **measured})
+        rows.append(
+            {
+                "name": name,
+                "parameters": total,
+                "non_embedding": non_embedding,
+                "preset_mb": directory_bytes(directory) / 1e6,
+                **measured,
+            }
+        )
     exported = export_student(student, output / "student_savedmodel")
     agreement = float(np.mean(rows[0].pop("predictions") == rows[1].pop("predictions")))
 
@@ -351,16 +415,26 @@ def _run(args):
         "speedup_b1": t["latency_b1_ms"] / s["latency_b1_ms"],
         "speedup_b32": t["latency_b32_ms"] / s["latency_b32_ms"],
     }
-    print(f"Teacher-student agreement on the test set: {agreement:.3f}; the student keeps "
-          f"{100 * summary['accuracy_retained']:.1f}% of the teacher's accuracy with "
-          f"{summary['size_ratio']:.1f}x fewer parameters ({summary['non_embedding_ratio']:.1f}x fewer "
-          f"non-embedding), {summary['speedup_b1']:.1f}x faster at batch 1 and "
-          f"{summary['speedup_b32']:.1f}x at batch 32 (CPU, {os.cpu_count()} cores, median of "
-          f"{args.latency_runs} runs, tokenization excluded, load average {os.getloadavg()[0]:.1f}).")
+    print(
+        f"Teacher-student agreement on the test set: {agreement:.3f}; the student keeps "
+        f"{100 * summary['accuracy_retained']:.1f}% of the teacher's accuracy with "
+        f"{summary['size_ratio']:.1f}x fewer parameters ({summary['non_embedding_ratio']:.1f}x fewer "
+        f"non-embedding), {summary['speedup_b1']:.1f}x faster at batch 1 and "
+        f"{summary['speedup_b32']:.1f}x at batch 32 (CPU, {os.cpu_count()} cores, median of "
+        f"{args.latency_runs} runs, tokenization excluded, load average {os.getloadavg()[0]:.1f})."
+    )
     print(f"Saved the student preset to {student_dir} (teacher: {teacher_dir}); SavedModel: {exported}")
     print(f"Total time {time.perf_counter() - started:.0f} s")
-    return {"data": data_source, "teacher_source": teacher_source, "student_source": student_source,
-            "teacher": t, "student": s, **summary, "student_preset": str(student_dir), "saved_model": exported}
+    return {
+        "data": data_source,
+        "teacher_source": teacher_source,
+        "student_source": student_source,
+        "teacher": t,
+        "student": s,
+        **summary,
+        "student_preset": str(student_dir),
+        "saved_model": exported,
+    }
 
 
 if __name__ == "__main__":

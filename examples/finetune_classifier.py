@@ -51,9 +51,13 @@ def parse_args(argv):
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--sequence-length", type=int, default=64)
-    parser.add_argument("--learning-rate", type=float, default=None,
-                        help="peak learning rate (default: BERT's 5e-5 for pretrained presets, "
-                        "1e-3 for randomly initialized built-ins)")
+    parser.add_argument(
+        "--learning-rate",
+        type=float,
+        default=None,
+        help="peak learning rate (default: BERT's 5e-5 for pretrained presets, "
+        "1e-3 for randomly initialized built-ins)",
+    )
     parser.add_argument("--output", default="runs/classifier", help="where to save the preset")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-examples", type=int, default=None, help="subsample the data")
@@ -95,23 +99,31 @@ def _run(args):
     print(f"Data: {source}; split seed {args.seed}: {len(train_x)} train / {len(test_x)} test")
 
     model = bertzoo.BertClassifier.from_preset(
-        args.preset, num_classes=2, sequence_length=args.sequence_length,
+        args.preset,
+        num_classes=2,
+        sequence_length=args.sequence_length,
         class_names=["negative", "positive"],
     )
     pretrained = bertzoo.Preset.resolve(args.preset).has_weights()
     peak = args.learning_rate or (5e-5 if pretrained else 1e-3)
-    model.compile(
-        optimizer=keras.optimizers.AdamW(bertzoo.WarmupLinearDecay(peak), weight_decay=0.01)
-    )
+    model.compile(optimizer=keras.optimizers.AdamW(bertzoo.WarmupLinearDecay(peak), weight_decay=0.01))
     timer = EpochTimer()
-    model.fit(train_x, train_y, validation_data=(test_x, test_y), epochs=args.epochs,
-              batch_size=args.batch_size, callbacks=[timer])
+    model.fit(
+        train_x,
+        train_y,
+        validation_data=(test_x, test_y),
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        callbacks=[timer],
+    )
     _, accuracy = model.evaluate(test_x, test_y, verbose=0)
     # Epochs after the first exclude compilation time.
     steady = timer.seconds[1:] or timer.seconds
     examples_per_second = len(train_x) / float(np.median(steady))
-    print(f"Test accuracy {accuracy:.4f}; training {examples_per_second:.1f} examples/s "
-          f"(median over epochs {'2..' if len(timer.seconds) > 1 else '1'}{len(timer.seconds)})")
+    print(
+        f"Test accuracy {accuracy:.4f}; training {examples_per_second:.1f} examples/s "
+        f"(median over epochs {'2..' if len(timer.seconds) > 1 else '1'}{len(timer.seconds)})"
+    )
     model.save_to_preset(args.output)
     print(f"Saved the fine-tuned preset to {args.output}")
     return {

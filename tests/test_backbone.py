@@ -561,9 +561,7 @@ def test_mixed_precision_forward(mixed_policy, tiny_inputs, rng):
     model.compile(jit_compile=True)
     compiled = model.predict_on_batch(tiny_inputs)
     assert compiled["sequence_output"].dtype == mixed_policy.compute_dtype
-    np.testing.assert_allclose(
-        np.asarray(compiled["sequence_output"], "float32"), got["sequence_output"], atol=0.05
-    )
+    np.testing.assert_allclose(np.asarray(compiled["sequence_output"], "float32"), got["sequence_output"], atol=0.05)
 
 
 def test_mixed_precision_training_step(mixed_policy, make_bert_inputs):

@@ -31,9 +31,7 @@ def separable_task(n, seed):
 
 
 def tiny_classifier(**kwargs):
-    return bertzoo.BertClassifier.from_preset(
-        "tiny", num_classes=2, load_weights=False, sequence_length=40, **kwargs
-    )
+    return bertzoo.BertClassifier.from_preset("tiny", num_classes=2, load_weights=False, sequence_length=40, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +114,7 @@ def test_default_compile_uses_bert_fine_tuning_recipe():
     assert isinstance(schedule, bertzoo.WarmupLinearDecay)
     assert 2e-5 <= schedule.peak_learning_rate <= 5e-5
     texts, labels = separable_task(64, seed=4)
-    history = model.fit(texts, labels, batch_size=16, epochs=2, verbose=0,
-                        validation_data=(texts[:8], labels[:8]))
+    history = model.fit(texts, labels, batch_size=16, epochs=2, verbose=0, validation_data=(texts[:8], labels[:8]))
     assert len(history.history["val_accuracy"]) == 2  # Raw-string validation data works.
     assert schedule.total_steps == 8  # 4 batches x 2 epochs, filled in by fit().
     assert float(schedule(0)) == 0.0
@@ -251,6 +248,7 @@ def test_short_inputs_tokenize_eagerly_and_long_ones_stream(trained, pairs, monk
     x = (a, list(reversed(a))) if pairs else a
     streamed = []
     as_dataset = type(trained)._as_dataset
+
     def spy(self, *args, **kwargs):
         streamed.append(1)
         return as_dataset(self, *args, **kwargs)

@@ -23,8 +23,14 @@ HEADS = ("classifier", "tagger", "question_answerer", "multiple_choice")
 def backbone(num_layers=2, hidden_dim=16, num_heads=2, seed=0, **kwargs):
     keras.utils.set_random_seed(seed)
     return bertzoo.BertBackbone(
-        vocabulary_size=VOCABULARY_SIZE, num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
-        intermediate_dim=2 * hidden_dim, max_sequence_length=16, dropout=0.0, **kwargs,
+        vocabulary_size=VOCABULARY_SIZE,
+        num_layers=num_layers,
+        hidden_dim=hidden_dim,
+        num_heads=num_heads,
+        intermediate_dim=2 * hidden_dim,
+        max_sequence_length=16,
+        dropout=0.0,
+        **kwargs,
     )
 
 
@@ -71,8 +77,12 @@ def test_named_weights_name_every_backbone_weight_once_in_order():
     encoder = backbone(embedding_dim=8)
     named = encoder.named_weights()
     assert len(named) == len(encoder.weights) and len({id(v) for v in named.values()}) == len(named)
-    assert list(named)[:4] == ["embeddings/token", "embeddings/position", "embeddings/segment",
-                               "embeddings/layer_norm/gamma"]
+    assert list(named)[:4] == [
+        "embeddings/token",
+        "embeddings/position",
+        "embeddings/segment",
+        "embeddings/layer_norm/gamma",
+    ]
     assert tuple(named["embeddings/projection/kernel"].shape) == (8, 16)
     assert tuple(named["attention_1/query/kernel"].shape) == (16, 16)
     assert tuple(named["feedforward_0/intermediate/kernel"].shape) == (16, 32)
@@ -130,12 +140,14 @@ def test_with_backbone_copies_the_preprocessor():
     model = bertzoo.BertClassifier(backbone(), num_classes=2, preprocessor=BertPreprocessor(tokenizer, 8))
     again = model.with_backbone(backbone(num_layers=1))
     assert again.preprocessor is not model.preprocessor
-    np.testing.assert_array_equal(numpy(again.preprocessor(["good bad"])["token_ids"]),
-                                  numpy(model.preprocessor(["good bad"])["token_ids"]))
+    np.testing.assert_array_equal(
+        numpy(again.preprocessor(["good bad"])["token_ids"]), numpy(model.preprocessor(["good bad"])["token_ids"])
+    )
 
 
 # --- Distillation ---------------------------------------------------------------------------------
-def test_token_soft_targets_leave_padding_out(rng=np.random.default_rng(0)):
+def test_token_soft_targets_leave_padding_out():
+    rng = np.random.default_rng(0)
     teacher = rng.normal(size=(2, 5, 3)).astype("float32")
     student = rng.normal(size=(2, 5, 3)).astype("float32")
     mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 0]], "int32")
@@ -185,8 +197,14 @@ def test_tagger_distills_from_raw_words():
     preprocessor = BertPreprocessor(BertTokenizer(words), sequence_length=8)
 
     def tagger(layers):
-        encoder = bertzoo.BertBackbone(vocabulary_size=len(words), num_layers=layers, hidden_dim=16, num_heads=2,
-                                       intermediate_dim=32, max_sequence_length=16)
+        encoder = bertzoo.BertBackbone(
+            vocabulary_size=len(words),
+            num_layers=layers,
+            hidden_dim=16,
+            num_heads=2,
+            intermediate_dim=32,
+            max_sequence_length=16,
+        )
         return bertzoo.BertTokenClassifier(encoder, num_classes=2, preprocessor=preprocessor)
 
     distiller = bertzoo.Distiller(tagger(2), tagger(1))

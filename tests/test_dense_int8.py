@@ -191,10 +191,16 @@ def test_keras_quantize_reaches_bertzoo_dense_layers():
     # Keras's Model.quantize skips Dense subclasses unless they opt in.
     backbone = bertzoo.BertBackbone(vocabulary_size=50, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32)
     backbone.quantize("int8")
-    modes = {layer.path: layer.quantization_mode for layer in private_api.flatten_layers(backbone) if isinstance(layer, Dense)}
+    modes = {
+        layer.path: layer.quantization_mode
+        for layer in private_api.flatten_layers(backbone)
+        if isinstance(layer, Dense)
+    }
     assert len(modes) == 7 and set(modes.values()) == {"int8"}
     # Only the matmul after GELU quantizes its inputs with a zero point; the setting round-trips.
-    asymmetric = [layer.path for layer in private_api.flatten_layers(backbone) if getattr(layer, "asymmetric_int8_inputs", False)]
+    asymmetric = [
+        layer.path for layer in private_api.flatten_layers(backbone) if getattr(layer, "asymmetric_int8_inputs", False)
+    ]
     assert asymmetric == ["feedforward_0/output"]
     again = Dense.from_config(backbone.get_layer("feedforward_0").output_dense.get_config())
     assert again.asymmetric_int8_inputs is True

@@ -30,8 +30,13 @@ def preprocessor(vocabulary=VOCAB, lowercase=True):
 
 def classifier(num_layers=2, hidden_dim=32, num_heads=4, num_classes=2, vocabulary=VOCAB, dropout=0.0, **kwargs):
     backbone = bertzoo.BertBackbone(
-        vocabulary_size=len(vocabulary), num_layers=num_layers, hidden_dim=hidden_dim,
-        num_heads=num_heads, intermediate_dim=2 * hidden_dim, max_sequence_length=16, dropout=dropout,
+        vocabulary_size=len(vocabulary),
+        num_layers=num_layers,
+        hidden_dim=hidden_dim,
+        num_heads=num_heads,
+        intermediate_dim=2 * hidden_dim,
+        max_sequence_length=16,
+        dropout=dropout,
         **kwargs,
     )
     return bertzoo.BertClassifier(backbone, num_classes=num_classes, preprocessor=preprocessor(vocabulary))
@@ -149,15 +154,17 @@ def test_hidden_state_loss_with_projection_against_numpy(rng):
     value = HiddenStateDistillation(pairs, projection).compute_loss(teacher, student, mask)
     np.testing.assert_allclose(float(value), np_hidden_loss(teacher, student, pairs, mask, kernel, bias), rtol=1e-5)
     # By hand, one token, no projection: ((1-0)^2 + (2-0)^2) / 2 features.
-    value = HiddenStateDistillation([(0, 0)]).compute_loss([np.array([[[1.0, 2.0]]], "float32")],
-                                                           [np.zeros((1, 1, 2), "float32")])
+    value = HiddenStateDistillation([(0, 0)]).compute_loss(
+        [np.array([[[1.0, 2.0]]], "float32")], [np.zeros((1, 1, 2), "float32")]
+    )
     assert float(value) == pytest.approx(2.5)
     # Padded positions do not count: changing them leaves the loss unchanged.
     loss = HiddenStateDistillation(pairs, projection)
     moved = [h.copy() for h in teacher]
     moved[2][0, 3:] += 100.0
-    np.testing.assert_allclose(float(loss.compute_loss(moved, student, mask)),
-                               float(loss.compute_loss(teacher, student, mask)), rtol=1e-6)
+    np.testing.assert_allclose(
+        float(loss.compute_loss(moved, student, mask)), float(loss.compute_loss(teacher, student, mask)), rtol=1e-6
+    )
 
 
 def test_hidden_state_loss_needs_a_projection_for_other_widths(rng):
@@ -220,8 +227,15 @@ def pair():
 @pytest.mark.parametrize("alpha", [0.0, 0.3, 1.0])
 def test_total_loss_against_numpy(pair, alpha):
     teacher, student = pair
-    d = Distiller(teacher, student, temperature=3.0, alpha=alpha, hidden_state_weight=0.7,
-                  attention_weight=1.3, embedding_weight=0.4)
+    d = Distiller(
+        teacher,
+        student,
+        temperature=3.0,
+        alpha=alpha,
+        hidden_state_weight=0.7,
+        attention_weight=1.3,
+        embedding_weight=0.4,
+    )
     texts = ["the film was good", "awful", "a very very fine film", "dull"]
     labels = np.array([1, 0, 1, 0])
     x = teacher.preprocessor(texts)
@@ -246,8 +260,11 @@ def test_total_loss_against_numpy(pair, alpha):
     unlabelled = d.compute_loss(x, None, training=False)
     np.testing.assert_allclose(float(unlabelled), soft + others, rtol=1e-4)
     terms = d.loss_terms(texts, labels)
-    np.testing.assert_allclose([terms["soft"], terms["hidden"], terms["attention"], terms["embedding"]],
-                               [soft, hidden, attention, embedding], rtol=1e-4)
+    np.testing.assert_allclose(
+        [terms["soft"], terms["hidden"], terms["attention"], terms["embedding"]],
+        [soft, hidden, attention, embedding],
+        rtol=1e-4,
+    )
     assert min(soft, hidden, attention, embedding) > 0.01  # Every term is really exercised.
     assert terms["agreement"] == np.mean(t_logits.argmax(-1) == s_logits.argmax(-1))
 
@@ -283,7 +300,7 @@ def test_teacher_gets_no_gradient_and_no_update(pair):
     grads = tape.gradient(loss, [v.value for v in teacher.weights] + [v.value for v in student.trainable_weights])
     teacher_grads = grads[: len(teacher.weights)]
     assert all(g is None for g in teacher_grads), "the teacher's forward pass must not be differentiated"
-    assert any(g is not None and np.abs(np.array(g)).sum() > 0 for g in grads[len(teacher.weights):])
+    assert any(g is not None and np.abs(np.array(g)).sum() > 0 for g in grads[len(teacher.weights) :])
 
 
 # --- Arguments -------------------------------------------------------------------------
@@ -340,8 +357,15 @@ def test_config_round_trip(pair):
     teacher, student = pair
     d = Distiller(teacher, student, temperature=4.0, alpha=0.2, attention_weight=0.0, layer_map=[(1, 1), (2, 3)])
     again = Distiller.from_config(d.get_config())
-    for name in ("temperature", "alpha", "hidden_state_weight", "attention_weight", "embedding_weight",
-                 "layer_map", "layer_pairs"):
+    for name in (
+        "temperature",
+        "alpha",
+        "hidden_state_weight",
+        "attention_weight",
+        "embedding_weight",
+        "layer_map",
+        "layer_pairs",
+    ):
         assert getattr(again, name) == getattr(d, name), name
     assert again.student.backbone.num_layers == 2 and again.teacher.backbone.num_layers == 4
 
@@ -373,8 +397,9 @@ def test_init_student_with_all_layers_reproduces_the_teacher(pair):
     teacher, _ = pair
     student = init_student_from_teacher(teacher, {})
     x = teacher.preprocessor(["the film was good", "awful"])
-    np.testing.assert_allclose(np.array(student(x, training=False)), np.array(teacher(x, training=False)),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.array(student(x, training=False)), np.array(teacher(x, training=False)), rtol=1e-5, atol=1e-6
+    )
     backbone = init_student_from_teacher(teacher.backbone, {"num_layers": 1}, layers=[4])
     assert isinstance(backbone, bertzoo.BertBackbone)
     assert_same_weights(backbone.layer_blocks(0)[0], teacher.backbone.layer_blocks(3)[0])
@@ -414,8 +439,15 @@ def distilled(tmp_path_factory):
     d.compile(optimizer=keras.optimizers.Adam(5e-3), jit_compile=True)
     val = sentiment(48, seed=1)
     history = d.fit(texts, labels, validation_data=val, epochs=10, batch_size=16, verbose=0)
-    return {"teacher": teacher, "student": student, "distiller": d, "before": before,
-            "history": history.history, "val": val, "tmp": tmp_path_factory.mktemp("distilled")}
+    return {
+        "teacher": teacher,
+        "student": student,
+        "distiller": d,
+        "before": before,
+        "history": history.history,
+        "val": val,
+        "tmp": tmp_path_factory.mktemp("distilled"),
+    }
 
 
 def test_jit_compiled_train_step_runs_and_learns(distilled):

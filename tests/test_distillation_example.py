@@ -16,20 +16,46 @@ def small_teacher(directory):
     texts, _ = synthetic_sentiment(400, seed=0)
     words = sorted({w for t in texts for w in re.findall(r"\w+|[^\w\s]", t.lower())})
     vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words
-    backbone = bertzoo.BertBackbone(vocabulary_size=len(vocabulary), num_layers=2, hidden_dim=32, num_heads=2,
-                                    intermediate_dim=64, max_sequence_length=32)
+    backbone = bertzoo.BertBackbone(
+        vocabulary_size=len(vocabulary),
+        num_layers=2,
+        hidden_dim=32,
+        num_heads=2,
+        intermediate_dim=64,
+        max_sequence_length=32,
+    )
     preprocessor = bertzoo.text.BertPreprocessor(bertzoo.text.BertTokenizer(vocabulary), sequence_length=24)
     bertzoo.BertClassifier(backbone, num_classes=2, preprocessor=preprocessor).save_to_preset(directory)
     return directory
 
 
 def test_example_runs_end_to_end(tmp_path, capsys):
-    result = distill_to_small.main([
-        "--data", "synthetic", "--train-size", "48", "--test-size", "16",
-        "--teacher", str(small_teacher(tmp_path / "teacher_in")), "--student-layers", "1", "--epochs", "1",
-        "--sequence-length", "24", "--batch-size", "16", "--latency-runs", "1", "--jit-compile", "off",
-        "--output", str(tmp_path),
-    ])
+    result = distill_to_small.main(
+        [
+            "--data",
+            "synthetic",
+            "--train-size",
+            "48",
+            "--test-size",
+            "16",
+            "--teacher",
+            str(small_teacher(tmp_path / "teacher_in")),
+            "--student-layers",
+            "1",
+            "--epochs",
+            "1",
+            "--sequence-length",
+            "24",
+            "--batch-size",
+            "16",
+            "--latency-runs",
+            "1",
+            "--jit-compile",
+            "off",
+            "--output",
+            str(tmp_path),
+        ]
+    )
     out = capsys.readouterr().out
     assert "Data: generated sentiment sentences" in out
     assert "a fine-tuned classifier, used as is" in out
@@ -44,7 +70,9 @@ def test_example_runs_end_to_end(tmp_path, capsys):
     saved = bertzoo.BertClassifier.from_preset(result["student_preset"])
     assert saved.backbone.num_layers == 1
     assert saved.predict(["a fine film"], verbose=0).shape == (1, 2)
-    assert np.isclose(student["preset_mb"] * 1e6, sum(
-        f.stat().st_size for f in Path(result["student_preset"]).rglob("*") if f.is_file()))
+    assert np.isclose(
+        student["preset_mb"] * 1e6,
+        sum(f.stat().st_size for f in Path(result["student_preset"]).rglob("*") if f.is_file()),
+    )
     if not hasattr(bertzoo, "export_saved_model"):
         assert "not available yet" in result["saved_model"]

@@ -112,7 +112,10 @@ def mirrored(tmp_path_factory):
     out = tmp / "report.json"
     done = subprocess.run(
         [sys.executable, str(script), str(tmp / "preset"), str(out)],
-        capture_output=True, text=True, cwd=REPO, timeout=600,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
         env={**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
     )
     assert done.returncode == 0, done.stderr[-3000:]

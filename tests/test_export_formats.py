@@ -23,8 +23,13 @@ TEXTS = ["a gripping, funny film", "dull and far too long", "", "ok"]
 def small_classifier(dtype=None):
     keras.utils.set_random_seed(5)
     backbone = bertzoo.BertBackbone(
-        vocabulary_size=VOCABULARY_SIZE, num_layers=1, hidden_dim=32, num_heads=2, intermediate_dim=64,
-        max_sequence_length=64, dtype=dtype,
+        vocabulary_size=VOCABULARY_SIZE,
+        num_layers=1,
+        hidden_dim=32,
+        num_heads=2,
+        intermediate_dim=64,
+        max_sequence_length=64,
+        dtype=dtype,
     )
     preprocessor = BertPreprocessor(BertTokenizer(builtin_vocabulary(VOCABULARY_SIZE)), sequence_length=SEQUENCE_LENGTH)
     model = bertzoo.BertClassifier(backbone, 3, preprocessor=preprocessor)
@@ -154,8 +159,14 @@ def test_one_file_serves_any_length_up_to_max_sequence_length(format, tmp_path):
         for module in ("tf2onnx", "onnx", "onnxruntime"):
             pytest.importorskip(module, reason='ONNX export needs pip install "bertzoo[export]"')
     keras.utils.set_random_seed(6)
-    backbone = bertzoo.BertBackbone(vocabulary_size=VOCABULARY_SIZE, num_layers=1, hidden_dim=32, num_heads=2,
-                                    intermediate_dim=64, max_sequence_length=128)
+    backbone = bertzoo.BertBackbone(
+        vocabulary_size=VOCABULARY_SIZE,
+        num_layers=1,
+        hidden_dim=32,
+        num_heads=2,
+        intermediate_dim=64,
+        max_sequence_length=128,
+    )
     model = bertzoo.BertClassifier(backbone, 3)
     head = model.get_layer("logits")
     head.kernel.assign(head.kernel.numpy() * 50)

@@ -26,10 +26,10 @@ from bertzoo.export import custom_ops
 from bertzoo.export import describe_export
 from bertzoo.export import read_export_metadata
 from bertzoo.layers.dense import portable_kernels
-from bertzoo.utils.onednn import onednn_int8_available
 from bertzoo.text import BertPreprocessor
 from bertzoo.text import BertTokenizer
 from bertzoo.text.vocabulary import builtin_vocabulary
+from bertzoo.utils.onednn import onednn_int8_available
 
 VOCABULARY_SIZE = 1200
 SEQUENCE_LENGTH = 48
@@ -40,8 +40,13 @@ SERVER_SCRIPT = Path(__file__).resolve().parent / "export_fresh_server.py"
 
 def small_backbone(num_layers=1, dtype=None):
     return bertzoo.BertBackbone(
-        vocabulary_size=VOCABULARY_SIZE, num_layers=num_layers, hidden_dim=32, num_heads=2,
-        intermediate_dim=64, max_sequence_length=MAX_SEQUENCE_LENGTH, dtype=dtype,
+        vocabulary_size=VOCABULARY_SIZE,
+        num_layers=num_layers,
+        hidden_dim=32,
+        num_heads=2,
+        intermediate_dim=64,
+        max_sequence_length=MAX_SEQUENCE_LENGTH,
+        dtype=dtype,
     )
 
 
@@ -52,8 +57,11 @@ def small_preprocessor(sequence_length=SEQUENCE_LENGTH):
 def small_classifier(num_layers=1, dtype=None, seed=0):
     keras.utils.set_random_seed(seed)
     return bertzoo.BertClassifier(
-        small_backbone(num_layers, dtype), 2, preprocessor=small_preprocessor(),
-        class_names=["negative", "positive"], dropout=0.0,
+        small_backbone(num_layers, dtype),
+        2,
+        preprocessor=small_preprocessor(),
+        class_names=["negative", "positive"],
+        dropout=0.0,
     )
 
 
@@ -83,7 +91,9 @@ def assert_serves_like(result, reference, class_names=("negative", "positive"), 
     """`result` (a signature's outputs, as NumPy or lists) matches Keras logits `reference`."""
     logits = np.asarray(result["logits"], "float32").reshape(reference.shape)
     np.testing.assert_allclose(logits, reference, atol=atol)
-    np.testing.assert_allclose(np.asarray(result["probabilities"]).reshape(reference.shape), softmax(reference), atol=atol)
+    np.testing.assert_allclose(
+        np.asarray(result["probabilities"]).reshape(reference.shape), softmax(reference), atol=atol
+    )
     labels = np.asarray(result["label_ids"])
     margin = np.abs(reference[:, 1] - reference[:, 0])
     clear = margin > 10 * atol  # Near-ties may flip within tolerance.
@@ -129,7 +139,7 @@ def test_a_fresh_tensorflow_only_process_serves_the_keras_predictions(trained, e
     # The Keras model's predictions, in one call: the sentences, then the odd inputs.
     texts = [t.encode() for t in sentences + blank + [long_text, scalar]] + non_utf8
     keras_logits = trained.predict(tf.constant(texts), verbose=0)
-    reference, keras_logits = keras_logits[: len(sentences)], keras_logits[len(sentences):]
+    reference, keras_logits = keras_logits[: len(sentences)], keras_logits[len(sentences) :]
     keras_blank, keras_long, keras_scalar, keras_non_utf8 = np.split(keras_logits, [3, 4, 5])
     assert np.std(reference[:, 1] - reference[:, 0]) > 2e-2, "the test model's predictions are trivial"
     inputs = {
@@ -147,7 +157,10 @@ def test_a_fresh_tensorflow_only_process_serves_the_keras_predictions(trained, e
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     run = subprocess.run(
         [sys.executable, str(SERVER_SCRIPT), str(exported), str(tmp_path / "inputs.json"), str(tmp_path / "out.json")],
-        capture_output=True, text=True, env=env, timeout=600,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads((tmp_path / "out.json").read_text())
@@ -159,7 +172,10 @@ def test_a_fresh_tensorflow_only_process_serves_the_keras_predictions(trained, e
     assert any(op in results["load_without_tf_text"] for op in TF_TEXT_OPS)
     assert results["signatures"] == {
         "serving_default": {"inputs": ["text"], "outputs": ["label_ids", "label_names", "logits", "probabilities"]},
-        "serving_pairs": {"inputs": ["text", "text_pair"], "outputs": ["label_ids", "label_names", "logits", "probabilities"]},
+        "serving_pairs": {
+            "inputs": ["text", "text_pair"],
+            "outputs": ["label_ids", "label_names", "logits", "probabilities"],
+        },
         "serving_tokenized": {
             "inputs": ["padding_mask", "segment_ids", "token_ids"],
             "outputs": ["label_ids", "label_names", "logits", "probabilities"],
@@ -176,7 +192,10 @@ def test_a_fresh_tensorflow_only_process_serves_the_keras_predictions(trained, e
     assert_serves_like(results["long_text"]["outputs"], keras_long)
     assert_serves_like(results["non_utf8"]["outputs"], keras_non_utf8)
     assert results["empty_batch"]["shapes"] == {
-        "logits": [0, 2], "probabilities": [0, 2], "label_ids": [0], "label_names": [0]
+        "logits": [0, 2],
+        "probabilities": [0, 2],
+        "label_ids": [0],
+        "label_names": [0],
     }
     # ... or an error for the caller, after which the server still serves.
     assert_serves_like(results["scalar"]["outputs"], keras_scalar)
@@ -198,15 +217,26 @@ def test_a_fresh_tensorflow_only_process_serves_the_keras_predictions(trained, e
 def test_saved_model_cli_lists_signatures_with_meaningful_names(exported):
     shown = subprocess.run(
         ["saved_model_cli", "show", "--dir", str(exported), "--all"],
-        capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), timeout=300,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        timeout=300,
     )
     assert shown.returncode == 0, shown.stderr[-2000:]
     text = shown.stdout
     for signature in ("serving_default", "serving_pairs", "serving_tokenized"):
         assert f"signature_def['{signature}']" in text
-    for name in ("inputs['text']", "inputs['text_pair']", "inputs['token_ids']", "inputs['segment_ids']",
-                 "inputs['padding_mask']", "outputs['logits']", "outputs['probabilities']",
-                 "outputs['label_ids']", "outputs['label_names']"):
+    for name in (
+        "inputs['text']",
+        "inputs['text_pair']",
+        "inputs['token_ids']",
+        "inputs['segment_ids']",
+        "inputs['padding_mask']",
+        "outputs['logits']",
+        "outputs['probabilities']",
+        "outputs['label_ids']",
+        "outputs['label_names']",
+    ):
         assert name in text
     assert "DT_STRING" in text and "DT_INT32" in text
 
@@ -379,7 +409,7 @@ def test_built_in_tasks_serve_their_own_raw_inputs_and_outputs(kind, tmp_path):
         ):
             names = [[n.decode() or None for n in row] for row in outputs["label_names"].numpy()]
             assert [row[: len(e)] for row, e in zip(names, expected)] == expected
-            assert [row[len(e):] for row, e in zip(names, expected)] == [[None] * (4 - len(e)) for e in expected]
+            assert [row[len(e) :] for row, e in zip(names, expected)] == [[None] * (4 - len(e)) for e in expected]
             assert outputs["words"].numpy()[0].tolist() == [b"Anna", b"visits", b"Oslo", b"today"]
     else:
         contexts = ["He was hungry,", "She opened the umbrella"]

@@ -14,8 +14,13 @@ NAMES = ("token_ids", "segment_ids", "padding_mask")
 def tiny_backbone(num_layers=4, seed=0):
     keras.utils.set_random_seed(seed)
     return bertzoo.BertBackbone(
-        vocabulary_size=40, num_layers=num_layers, hidden_dim=16, num_heads=2, intermediate_dim=32,
-        max_sequence_length=12, dropout=0.0,
+        vocabulary_size=40,
+        num_layers=num_layers,
+        hidden_dim=16,
+        num_heads=2,
+        intermediate_dim=32,
+        max_sequence_length=12,
+        dropout=0.0,
     )
 
 

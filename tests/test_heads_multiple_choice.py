@@ -15,8 +15,14 @@ VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "is", "it", "was",
 
 
 def tiny_model(num_choices=3, sequence_length=12):
-    backbone = bertzoo.BertBackbone(vocabulary_size=len(VOCAB), num_layers=2, hidden_dim=32, num_heads=2,
-                                    intermediate_dim=64, max_sequence_length=32)
+    backbone = bertzoo.BertBackbone(
+        vocabulary_size=len(VOCAB),
+        num_layers=2,
+        hidden_dim=32,
+        num_heads=2,
+        intermediate_dim=64,
+        max_sequence_length=32,
+    )
     preprocessor = BertPreprocessor(BertTokenizer(VOCAB), sequence_length=sequence_length)
     return bertzoo.BertMultipleChoice(backbone, num_choices, preprocessor)
 

@@ -15,15 +15,35 @@ from bertzoo.text import BertPreprocessor
 from bertzoo.text import BertTokenizer
 
 FILLER = ["the", "tower", "was", "finished", "in", "a", "river", "near", "old", "town", "red", "house"]
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "when", "where", "is", "1889", ".", "?", "gold", "##en",
-         "key"] + FILLER
+VOCAB = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "when",
+    "where",
+    "is",
+    "1889",
+    ".",
+    "?",
+    "gold",
+    "##en",
+    "key",
+] + FILLER
 QUESTION = "When was the tower finished?"
 CONTEXT = "The tower was finished in 1889."
 
 
 def tiny_model(sequence_length=16, mask_question=True):
-    backbone = bertzoo.BertBackbone(vocabulary_size=len(VOCAB), num_layers=2, hidden_dim=32, num_heads=2,
-                                    intermediate_dim=64, max_sequence_length=32)
+    backbone = bertzoo.BertBackbone(
+        vocabulary_size=len(VOCAB),
+        num_layers=2,
+        hidden_dim=32,
+        num_heads=2,
+        intermediate_dim=64,
+        max_sequence_length=32,
+    )
     preprocessor = BertPreprocessor(BertTokenizer(VOCAB), sequence_length=sequence_length)  # round_robin
     return bertzoo.BertQuestionAnswerer(backbone, preprocessor, mask_question=mask_question)
 
@@ -40,7 +60,9 @@ def test_character_spans_become_token_positions():
     assert model.preprocessor.truncate == "waterfall"
     start = CONTEXT.index("1889")
     features, positions = labelled_batch(
-        model, [QUESTION] * 3, [CONTEXT] * 3,
+        model,
+        [QUESTION] * 3,
+        [CONTEXT] * 3,
         [(start, start + 4), (CONTEXT.index("finished"), start + 4), (0, 9)],
     )
     # [CLS] when was the tower finished ? [SEP] the tower was finished in 1889 . [SEP]
@@ -52,8 +74,9 @@ def test_character_spans_become_token_positions():
 def test_truncation_keeps_the_question_and_drops_lost_answers():
     model = tiny_model(sequence_length=12)
     start = CONTEXT.index("1889")
-    features, positions = labelled_batch(model, [QUESTION] * 2, [CONTEXT] * 2,
-                                         [(start, start + 4), (CONTEXT.index("tower"), CONTEXT.index("tower") + 5)])
+    features, positions = labelled_batch(
+        model, [QUESTION] * 2, [CONTEXT] * 2, [(start, start + 4), (CONTEXT.index("tower"), CONTEXT.index("tower") + 5)]
+    )
     # Budget 9: the 6 question tokens stay whole, the context keeps "the tower was".
     assert features["token_ids"][0].tolist() == [2, 5, 16, 14, 15, 17, 10, 3, 14, 15, 16, 3]
     assert positions.tolist() == [[0, 0], [9, 9]]  # 1889 was cut off: the label points at [CLS].
@@ -85,8 +108,9 @@ def test_loss_is_the_mean_of_start_and_end_cross_entropy():
     model = tiny_model()
     model.compile(jit_compile=False)
     start = CONTEXT.index("1889")
-    features, positions = labelled_batch(model, [QUESTION] * 2, [CONTEXT] * 2,
-                                         [(start, start + 4), (CONTEXT.index("tower"), start)])
+    features, positions = labelled_batch(
+        model, [QUESTION] * 2, [CONTEXT] * 2, [(start, start + 4), (CONTEXT.index("tower"), start)]
+    )
     logits = np.asarray(model(features, training=False), "float64")
     loss = model.compute_loss(x=features, y=positions, y_pred=model(features, training=False))
 
@@ -110,8 +134,11 @@ def test_decode_spans_matches_brute_force(rng):
             for j in range(i, min(i + 3, 12)):
                 if logits[b, 0, i] > -1e8 and logits[b, 1, j] > -1e8:
                     best = max(best, (logits[b, 0, i] + logits[b, 1, j], i, j))
-        assert (scores[b], starts[b], ends[b]) == pytest.approx(best) if np.isfinite(best[0]) else (
-            starts[b] == ends[b] == 0 and scores[b] == -np.inf)
+        assert (
+            (scores[b], starts[b], ends[b]) == pytest.approx(best)
+            if np.isfinite(best[0])
+            else (starts[b] == ends[b] == 0 and scores[b] == -np.inf)
+        )
     with pytest.raises(ValueError, match="max_answer_length"):
         decode_spans(logits, max_answer_length=0)
 
@@ -238,8 +265,9 @@ def test_controlled_logits(controlled):
 def test_windows_cover_the_context_stride_apart(controlled):
     tokenizer = controlled.preprocessor.tokenizer
     context = long_context()
-    features, windows = question_windows(tokenizer, tf.constant(["where is the gold?", QUESTION]),
-                                         tf.constant([context, CONTEXT]), 16, 4)
+    features, windows = question_windows(
+        tokenizer, tf.constant(["where is the gold?", QUESTION]), tf.constant([context, CONTEXT]), 16, 4
+    )
     token_ids = features["token_ids"].numpy()
     context_ids = tokenizer.tokenize(context).numpy().tolist()
     # 81 context tokens, 8 per window (16 - 3 - 5 question tokens): 1 + ceil(73 / 4) = 20 windows, then 1.
@@ -248,7 +276,7 @@ def test_windows_cover_the_context_stride_apart(controlled):
     for k in range(19):
         row = token_ids[k]
         assert row[:7].tolist() == [2] + tokenizer.tokenize("where is the gold?").numpy().tolist() + [3]
-        assert row[7:].tolist() == context_ids[4 * k: 4 * k + 8] + [3]
+        assert row[7:].tolist() == context_ids[4 * k : 4 * k + 8] + [3]
         assert features["segment_ids"].numpy()[k].tolist() == [0] * 7 + [1] * 9
         assert windows["offset"].numpy()[k] == 4 * k - 7
     assert token_ids[19][7:].tolist() == context_ids[76:] + [3] + [0] * 3  # The last window reaches the end.
@@ -271,7 +299,7 @@ def test_the_answer_in_a_late_window_wins(controlled):
         (answer,) = controlled.predict_spans([question], [context], stride=stride)
         start = context.index("GÓLD")
         assert answer["text"] == "GÓLD" and (answer["start"], answer["end"]) == (start, start + 4)
-        assert answer["text"] == context[answer["start"]:answer["end"]]
+        assert answer["text"] == context[answer["start"] : answer["end"]]
         assert answer["score"] == pytest.approx(2 * GOLD, abs=1e-3)  # Not "key" (2 * KEY), early in the context.
         assert answer["null_score"] == pytest.approx(2 * CLS_SCORE, abs=1e-3)
 
@@ -286,7 +314,7 @@ def test_answers_are_exact_substrings_of_the_context(controlled):
     answers = controlled.predict_spans(["where is the gold?"] * 4, contexts, max_answer_length=1)
     assert [a["text"] for a in answers] == ["Gold", "Go\u0301ld\u00ad", "GOLD", "Gold"]
     for answer, context in zip(answers, contexts):
-        assert context[answer["start"]:answer["end"]] == answer["text"]
+        assert context[answer["start"] : answer["end"]] == answer["text"]
     # Longer answers: "key" (1) then "gold" (3) -> the span "key was GOLD" scores 1 + 3 < 3 + 3.
     (answer,) = controlled.predict_spans(["?"], ["a Key, then GOLD."], max_answer_length=30)
     assert answer["text"] == "GOLD"
@@ -323,8 +351,13 @@ def test_null_answers_with_a_threshold(controlled):
     assert answers[0]["text"] == "Gold" and answers[1]["text"] != ""
     assert answers[1]["score"] == pytest.approx(0, abs=1e-3)
     # s_null = 4: null when 4 > score + tau.
-    for tau, expected in ((0.0, ["Gold", ""]), (-1.0, ["Gold", ""]), (-2.5, ["", ""]), (-5.0, ["", ""]),
-                          (4.5, ["Gold", "the"])):
+    for tau, expected in (
+        (0.0, ["Gold", ""]),
+        (-1.0, ["Gold", ""]),
+        (-2.5, ["", ""]),
+        (-5.0, ["", ""]),
+        (4.5, ["Gold", "the"]),
+    ):
         answers = controlled.predict_spans(questions, contexts, stride=4, null_score_threshold=tau)
         texts = [a["text"] for a in answers]
         assert texts[0] == expected[0] and (texts[1] == "") == (expected[1] == ""), (tau, texts)
@@ -354,19 +387,22 @@ def test_the_exported_signature_answers_as_predict_spans(controlled, tmp_path):
     assert not (tmp_path / "typo").exists() and not (tmp_path / "bad").exists()
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"stride": 0}, "`stride` must be a positive integer"),
-    ({"stride": -4}, "`stride` must be a positive integer"),
-    ({"stride": 2.5}, "`stride` must be a positive integer"),
-    ({"stride": True}, "`stride` must be a positive integer"),
-    ({"stride": 16}, "stride=16 leaves no room for the question.*Use stride <= 12"),
-    ({"stride": 13}, "stride=13 leaves no room"),
-    ({"max_answer_length": 0}, "`max_answer_length` must be a positive integer"),
-    ({"max_answer_length": 2.0}, "`max_answer_length` must be a positive integer"),
-    ({"null_score_threshold": "0"}, "`null_score_threshold` must be a finite number"),
-    ({"null_score_threshold": float("nan")}, "`null_score_threshold` must be a finite number"),
-    ({"null_score_threshold": True}, "`null_score_threshold` must be a finite number"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"stride": 0}, "`stride` must be a positive integer"),
+        ({"stride": -4}, "`stride` must be a positive integer"),
+        ({"stride": 2.5}, "`stride` must be a positive integer"),
+        ({"stride": True}, "`stride` must be a positive integer"),
+        ({"stride": 16}, "stride=16 leaves no room for the question.*Use stride <= 12"),
+        ({"stride": 13}, "stride=13 leaves no room"),
+        ({"max_answer_length": 0}, "`max_answer_length` must be a positive integer"),
+        ({"max_answer_length": 2.0}, "`max_answer_length` must be a positive integer"),
+        ({"null_score_threshold": "0"}, "`null_score_threshold` must be a finite number"),
+        ({"null_score_threshold": float("nan")}, "`null_score_threshold` must be a finite number"),
+        ({"null_score_threshold": True}, "`null_score_threshold` must be a finite number"),
+    ],
+)
 def test_bad_window_arguments(controlled, kwargs, message):
     with pytest.raises(ValueError, match=message):
         controlled.predict_spans([QUESTION], [CONTEXT], **kwargs)

@@ -16,8 +16,34 @@ SHARED_VOCAB = Path(__file__).resolve().parents[1] / ".." / "shared" / "models" 
 PEOPLE = ["anna", "john", "maria", "olaf"]
 PLACES = ["oslo", "paris", "reykjavik", "lima"]
 FILLER = ["met", "in", "visited", "near", "the", "and", "from"]
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "anna", "john", "mar", "##ia", "ol", "##af", "os", "##lo",
-         "paris", "rey", "##kja", "##vik", "lima", "met", "in", "visited", "near", "the", "and", "from", "."]
+VOCAB = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "anna",
+    "john",
+    "mar",
+    "##ia",
+    "ol",
+    "##af",
+    "os",
+    "##lo",
+    "paris",
+    "rey",
+    "##kja",
+    "##vik",
+    "lima",
+    "met",
+    "in",
+    "visited",
+    "near",
+    "the",
+    "and",
+    "from",
+    ".",
+]
 CLASSES = ["O", "PER", "LOC"]
 
 
@@ -35,8 +61,9 @@ def test_alignment_hand_example():
     assert features["padding_mask"].tolist()[1] == [1, 1, 1, 1, 0, 0, 0, 0, 0, 0]
     assert not features["segment_ids"].any()
     # Cut at sequence_length: the last words lose their labels, [SEP] stays.
-    features, labels = bertzoo.align_word_labels(tokenizer, [["Maria", "visited", "Reykjavik"]], [[1, 0, 2]],
-                                                 sequence_length=6)
+    features, labels = bertzoo.align_word_labels(
+        tokenizer, [["Maria", "visited", "Reykjavik"]], [[1, 0, 2]], sequence_length=6
+    )
     assert features["token_ids"].tolist() == [[2, 7, 8, 20, 14, 3]]
     assert labels.tolist() == [[-100, 1, -100, 0, 2, -100]]
 
@@ -63,25 +90,39 @@ def test_alignment_matches_hugging_face_word_ids_on_the_real_vocabulary():
                 word_labels[w] if i == 0 or word_ids[i - 1] != w else -100 for i, w in enumerate(word_ids)
             ]
             pad = length - len(ids) - 2
-            assert features["token_ids"][row].tolist() == [reference.token_to_id("[CLS]")] + ids + [
-                reference.token_to_id("[SEP]")] + [0] * pad
+            assert (
+                features["token_ids"][row].tolist()
+                == [reference.token_to_id("[CLS]")] + ids + [reference.token_to_id("[SEP]")] + [0] * pad
+            )
             assert aligned[row].tolist() == [-100] + expected_labels + [-100] * (pad + 1)
 
 
 def tiny_model(num_classes=3, class_names=CLASSES, sequence_length=12):
-    backbone = bertzoo.BertBackbone(vocabulary_size=len(VOCAB), num_layers=2, hidden_dim=32, num_heads=2,
-                                    intermediate_dim=64, max_sequence_length=32)
-    return bertzoo.BertTokenClassifier(backbone, num_classes,
-                                       BertPreprocessor(BertTokenizer(VOCAB), sequence_length=sequence_length),
-                                       class_names=class_names)
+    backbone = bertzoo.BertBackbone(
+        vocabulary_size=len(VOCAB),
+        num_layers=2,
+        hidden_dim=32,
+        num_heads=2,
+        intermediate_dim=64,
+        max_sequence_length=32,
+    )
+    return bertzoo.BertTokenClassifier(
+        backbone,
+        num_classes,
+        BertPreprocessor(BertTokenizer(VOCAB), sequence_length=sequence_length),
+        class_names=class_names,
+    )
 
 
 def test_logits_loss_and_accuracy_against_numpy(rng):
     model = tiny_model()
     model.compile(jit_compile=False)
     features, labels = bertzoo.align_word_labels(
-        model.preprocessor.tokenizer, [["Maria", "visited", "Reykjavik", "."], ["Olaf", "met", "Anna"]],
-        [[1, 0, 2, 0], [1, 0, 1]], sequence_length=12)
+        model.preprocessor.tokenizer,
+        [["Maria", "visited", "Reykjavik", "."], ["Olaf", "met", "Anna"]],
+        [[1, 0, 2, 0], [1, 0, 1]],
+        sequence_length=12,
+    )
     logits = model(features, training=False)
     assert logits.shape == (2, 12, 3)
     sequence = np.asarray(model.backbone(features)["sequence_output"], "float64")
@@ -135,8 +176,9 @@ def test_training_from_words_learns_the_tags(trained):
 
 def test_preset_round_trip(trained, tmp_path):
     model, _ = trained
-    features, _ = bertzoo.align_word_labels(model.preprocessor.tokenizer, [["Anna", "met", "Olaf", "in", "Oslo"]],
-                                            sequence_length=12)
+    features, _ = bertzoo.align_word_labels(
+        model.preprocessor.tokenizer, [["Anna", "met", "Olaf", "in", "Oslo"]], sequence_length=12
+    )
     model.save_to_preset(tmp_path / "tagger")
     again = bertzoo.BertTokenClassifier.from_preset(tmp_path / "tagger")
     assert again.class_names == CLASSES and again.preprocessor.sequence_length == 12

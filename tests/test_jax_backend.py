@@ -91,7 +91,11 @@ def jax_run(tmp_path_factory):
     }
     done = subprocess.run(
         [sys.executable, str(script), str(tmp / "preset"), str(out), json.dumps(TEXTS), json.dumps(LABELS.tolist())],
-        capture_output=True, text=True, cwd=REPO, env=env, timeout=600,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())

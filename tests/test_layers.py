@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from keras import ops
 
+from bertzoo.layers import SUPPORTED_ACTIVATIONS
 from bertzoo.layers import BertEmbeddings
 from bertzoo.layers import FeedForwardBlock
 from bertzoo.layers import PositionEmbedding
 from bertzoo.layers import SelfAttentionBlock
-from bertzoo.layers import SUPPORTED_ACTIVATIONS
 from bertzoo.layers import get_activation
 
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -250,9 +250,7 @@ def test_fused_and_explicit_paths_agree_with_padding(rng, monkeypatch):
     assert len(calls) == 1  # ... and asking for probabilities does not.
     np.testing.assert_allclose(fused, n(explicit), rtol=1e-5, atol=1e-5)
     # Also without any mask.
-    np.testing.assert_allclose(
-        n(block(x)), n(block(x, return_attention_scores=True)[0]), rtol=1e-5, atol=1e-5
-    )
+    np.testing.assert_allclose(n(block(x)), n(block(x, return_attention_scores=True)[0]), rtol=1e-5, atol=1e-5)
 
 
 def test_attention_dropout_in_training_uses_the_explicit_path(rng, monkeypatch):
@@ -365,13 +363,14 @@ def test_every_weight_matrix_starts_from_its_own_random_draw():
     attention.build((None, 5, 8))
     feedforward = FeedForwardBlock(intermediate_dim=8)
     feedforward.build((None, 5, 8))
-    embeddings = BertEmbeddings(vocabulary_size=30, hidden_dim=8, embedding_dim=8, max_sequence_length=30,
-                                num_segments=2)
+    embeddings = BertEmbeddings(
+        vocabulary_size=30, hidden_dim=8, embedding_dim=8, max_sequence_length=30, num_segments=2
+    )
     embeddings.build((None, 5), (None, 5))
     matrices = _kernels(attention) + _kernels(feedforward) + [m[:2] for m in _kernels(embeddings)]
     assert len(matrices) == 4 + 2 + 3
     for i, a in enumerate(matrices):
-        for b in matrices[i + 1:]:
+        for b in matrices[i + 1 :]:
             if a.shape == b.shape:
                 assert not np.allclose(a, b), "two weights were initialized identically"
     for m in matrices:  # Still BERT's truncated normal, stddev 0.02.

@@ -21,8 +21,9 @@ def train(optimizer_class, strategy=None, steps_per_epoch=4, **kwargs):
         model = keras.Model(inputs, outputs)
         optimizer = optimizer_class(learning_rate=1e-2, weight_decay=0.01, epsilon=1e-6, global_clipnorm=1.0, **kwargs)
         optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
-        model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      jit_compile=False)
+        model.compile(
+            optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False
+        )
     x = np.random.default_rng(1).integers(0, 20, (8 * steps_per_epoch, 6))
     y = np.arange(8 * steps_per_epoch) % 3
     losses = model.fit(x, y, epochs=3, batch_size=8, shuffle=False, verbose=0).history["loss"]

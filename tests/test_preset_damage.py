@@ -44,7 +44,11 @@ FILES = ("config.json", "model.weights.h5", "task.weights.h5", "vocabulary.txt",
 def build_classifier(num_classes=2, seed=0):
     keras.utils.set_random_seed(seed)
     backbone = bertzoo.BertBackbone(
-        vocabulary_size=VOCABULARY_SIZE, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32,
+        vocabulary_size=VOCABULARY_SIZE,
+        num_layers=1,
+        hidden_dim=16,
+        num_heads=2,
+        intermediate_dim=32,
         max_sequence_length=32,
     )
     preprocessor = BertPreprocessor(BertTokenizer(builtin_vocabulary(VOCABULARY_SIZE)), sequence_length=16)
@@ -267,12 +271,24 @@ CASES += [
     ("appended-task.weights.h5", appended("task.weights.h5"), ["task.weights.h5", "bytes"]),
     ("swapped-weights", swapped("model.weights.h5", "task.weights.h5"), ["weights.h5", "metadata.json"]),
     ("other-model-task-weights", other_task_weights, ["task.weights.h5", "BertClassifier"]),
-    ("task-weights-deleted-unverified", deleted("task.weights.h5"), ["task.weights.h5", "missing"],
-     {"verify_checksums": False}),
-    ("task-weights-directory-unverified", directory_instead("task.weights.h5"), ["task.weights.h5", "directory"],
-     {"verify_checksums": False}),
-    ("task-weights-truncated-unverified", truncated("task.weights.h5"), ["task.weights.h5"],
-     {"verify_checksums": False}),
+    (
+        "task-weights-deleted-unverified",
+        deleted("task.weights.h5"),
+        ["task.weights.h5", "missing"],
+        {"verify_checksums": False},
+    ),
+    (
+        "task-weights-directory-unverified",
+        directory_instead("task.weights.h5"),
+        ["task.weights.h5", "directory"],
+        {"verify_checksums": False},
+    ),
+    (
+        "task-weights-truncated-unverified",
+        truncated("task.weights.h5"),
+        ["task.weights.h5"],
+        {"verify_checksums": False},
+    ),
 ]
 
 # Backbone config: missing keys, wrong types and ranges, absurd sizes.
@@ -313,22 +329,40 @@ for key, value, expected in [
     ("name", 5, "string"),
     ("trainable", "yes", "True or False"),
 ]:
-    CASES.append(
-        (f"backbone-{key}={value!r}"[:60], set_key("backbone", key, value), ["config.json", key, expected])
-    )
+    CASES.append((f"backbone-{key}={value!r}"[:60], set_key("backbone", key, value), ["config.json", key, expected]))
 CASES += [
     # Valid on their own, but not this model's: the vocabulary or the weights say so.
-    ("backbone-vocabulary_size-1199", set_key("backbone", "vocabulary_size", 1199),
-     ["vocabulary.txt", "vocabulary_size=1199"]),
+    (
+        "backbone-vocabulary_size-1199",
+        set_key("backbone", "vocabulary_size", 1199),
+        ["vocabulary.txt", "vocabulary_size=1199"],
+    ),
     ("backbone-hidden_dim-15", set_key("backbone", "hidden_dim", 15), ["model.weights.h5", "BertBackbone"]),
     ("backbone-hidden_dim-32", set_key("backbone", "hidden_dim", 32), ["model.weights.h5", "BertBackbone"]),
-    ("backbone-unknown-class", set_key("backbone", "registered_name", "bertzoo>BertNope"),
-     ["config.json", "BertBackbone"]),
-    ("backbone-evil-module", edit_config(lambda c: c["backbone"].update(module="evil", registered_name=None)),
-     ["config.json", "'BertBackbone'", "refused"]),
-    ("backbone-keras-class", edit_config(lambda c: c.update(backbone={
-        "module": "keras.layers", "class_name": "Dense", "config": {"units": 2}, "registered_name": None})),
-     ["config.json", "'Dense'", "backbone"]),
+    (
+        "backbone-unknown-class",
+        set_key("backbone", "registered_name", "bertzoo>BertNope"),
+        ["config.json", "BertBackbone"],
+    ),
+    (
+        "backbone-evil-module",
+        edit_config(lambda c: c["backbone"].update(module="evil", registered_name=None)),
+        ["config.json", "'BertBackbone'", "refused"],
+    ),
+    (
+        "backbone-keras-class",
+        edit_config(
+            lambda c: c.update(
+                backbone={
+                    "module": "keras.layers",
+                    "class_name": "Dense",
+                    "config": {"units": 2},
+                    "registered_name": None,
+                }
+            )
+        ),
+        ["config.json", "'Dense'", "backbone"],
+    ),
     ("backbone-not-an-object", edit_config(lambda c: c.update(backbone=[1, 2])), ["config.json", "backbone"]),
     ("backbone-no-config", edit_config(lambda c: c["backbone"].pop("config")), ["config.json", "backbone"]),
     ("backbone-missing", edit_config(lambda c: c.pop("backbone")), ["config.json", "backbone"]),
@@ -349,44 +383,70 @@ CASES += [
     ("task-class_names-ints", set_key("task", "class_names", [1, 2]), ["config.json", "class_names"]),
     ("task-activation-nope", set_key("task", "activation", "nope"), ["config.json", "nope"]),
     ("task-unknown-key", set_key("task", "colour", "red"), ["config.json", "colour"]),
-    ("task-unknown-class", set_key("task", "registered_name", "bertzoo>BertNope"),
-     ["config.json", "BertClassifier", "task"]),
-    ("task-keras-class", edit_config(lambda c: c["task"].update(
-        module="keras.layers", class_name="Dense", registered_name=None)), ["config.json", "'Dense'", "task"]),
+    (
+        "task-unknown-class",
+        set_key("task", "registered_name", "bertzoo>BertNope"),
+        ["config.json", "BertClassifier", "task"],
+    ),
+    (
+        "task-keras-class",
+        edit_config(lambda c: c["task"].update(module="keras.layers", class_name="Dense", registered_name=None)),
+        ["config.json", "'Dense'", "task"],
+    ),
     ("task-holds-backbone", set_key("task", "backbone", {"x": 1}), ["config.json", "task.config.backbone"]),
 ]
 
 # Top level, format and preprocessor.
 CASES += [
     ("config-is-a-list", lambda d, clean: write_json(d / "config.json", [1]), ["config.json", "object"]),
-    ("config-deeply-nested", lambda d, clean: (d / "config.json").write_text("[" * 100000 + "]" * 100000),
-     ["config.json", "JSON"]),
+    (
+        "config-deeply-nested",
+        lambda d, clean: (d / "config.json").write_text("[" * 100000 + "]" * 100000),
+        ["config.json", "JSON"],
+    ),
     ("format_version-3", edit_config(lambda c: c.update(format_version=3)), ["newer bertzoo"]),
     ("format_version-str", edit_config(lambda c: c.update(format_version="2")), ["config.json", "format_version"]),
     ("format_version-0", edit_config(lambda c: c.update(format_version=0)), ["config.json", "format_version"]),
     ("top-level-unknown-key", edit_config(lambda c: c.update(extra=1)), ["config.json", "extra"]),
-    ("preprocessor-sequence_length-1", set_key("preprocessor", "sequence_length", 1),
-     ["config.json", "sequence_length"]),
+    (
+        "preprocessor-sequence_length-1",
+        set_key("preprocessor", "sequence_length", 1),
+        ["config.json", "sequence_length"],
+    ),
     ("preprocessor-truncate-nope", set_key("preprocessor", "truncate", "nope"), ["config.json", "truncate"]),
     ("preprocessor-not-an-object", edit_config(lambda c: c.update(preprocessor="x")), ["config.json", "preprocessor"]),
-    ("tokenizer-vocabulary-path", set_key("tokenizer", "vocabulary", "/etc/passwd"),
-     ["config.json", "vocabulary", "/etc/passwd"]),
+    (
+        "tokenizer-vocabulary-path",
+        set_key("tokenizer", "vocabulary", "/etc/passwd"),
+        ["config.json", "vocabulary", "/etc/passwd"],
+    ),
     ("tokenizer-lowercase-str", set_key("tokenizer", "lowercase", "yes"), ["config.json", "lowercase"]),
-    ("tokenizer-unknown-class", edit_config(lambda c: c["preprocessor"]["config"]["tokenizer"].update(
-        registered_name="bertzoo>Nope")), ["config.json", "Nope"]),
+    (
+        "tokenizer-unknown-class",
+        edit_config(lambda c: c["preprocessor"]["config"]["tokenizer"].update(registered_name="bertzoo>Nope")),
+        ["config.json", "Nope"],
+    ),
 ]
 
 # Vocabulary.
 CASES += [
     ("vocabulary-one-fewer", vocabulary_lines(lambda lines: lines[:-1]), ["vocabulary.txt"]),
     ("vocabulary-one-more", vocabulary_lines(lambda lines: lines + ["extra"]), ["vocabulary.txt"]),
-    ("vocabulary-tokens-swapped", vocabulary_lines(lambda lines: [lines[1001], lines[1000]] + lines[:1000]
-                                                   + lines[1002:]), ["vocabulary.txt", "checksum"]),
+    (
+        "vocabulary-tokens-swapped",
+        vocabulary_lines(lambda lines: [lines[1001], lines[1000]] + lines[:1000] + lines[1002:]),
+        ["vocabulary.txt", "checksum"],
+    ),
     ("vocabulary-duplicate", vocabulary_rewritten(replace_token(1100, "[CLS]")), ["vocabulary.txt", "duplicate"]),
     ("vocabulary-blank-line", vocabulary_rewritten(replace_token(1100, "")), ["vocabulary.txt", "blank line"]),
     ("vocabulary-no-cls", vocabulary_rewritten(replace_token(101, "[NOTCLS]")), ["vocabulary.txt", "[CLS]"]),
-    ("vocabulary-latin1", lambda d, clean: (d / "vocabulary.txt").write_bytes(
-        (d / "vocabulary.txt").read_bytes() + "caf\u00e9\n".encode("latin-1")), ["vocabulary.txt"]),
+    (
+        "vocabulary-latin1",
+        lambda d, clean: (d / "vocabulary.txt").write_bytes(
+            (d / "vocabulary.txt").read_bytes() + "caf\u00e9\n".encode("latin-1")
+        ),
+        ["vocabulary.txt"],
+    ),
     ("vocabulary-crlf", edit_vocabulary(lambda text: text.replace("\n", "\r\n")), HARMLESS),
     ("vocabulary-bom", edit_vocabulary(lambda text: "\ufeff" + text), HARMLESS),
     ("vocabulary-trailing-blank-lines", edit_vocabulary(lambda text: text + "\n\n"), HARMLESS),
@@ -394,17 +454,29 @@ CASES += [
 
 # Metadata.
 CASES += [
-    ("metadata-no-task-checksum", edit_metadata(lambda m: m["files"].pop("task.weights.h5")),
-     ["metadata.json", "task.weights.h5"]),
+    (
+        "metadata-no-task-checksum",
+        edit_metadata(lambda m: m["files"].pop("task.weights.h5")),
+        ["metadata.json", "task.weights.h5"],
+    ),
     ("metadata-no-files", edit_metadata(lambda m: m.pop("files")), ["metadata.json", "model.weights.h5"]),
-    ("metadata-wrong-sha", edit_metadata(lambda m: m["files"]["model.weights.h5"].update(sha256="0" * 64)),
-     ["model.weights.h5", "checksum"]),
-    ("metadata-bytes-str", edit_metadata(lambda m: m["files"]["model.weights.h5"].update(bytes="12")),
-     ["metadata.json", "files.model.weights.h5"]),
+    (
+        "metadata-wrong-sha",
+        edit_metadata(lambda m: m["files"]["model.weights.h5"].update(sha256="0" * 64)),
+        ["model.weights.h5", "checksum"],
+    ),
+    (
+        "metadata-bytes-str",
+        edit_metadata(lambda m: m["files"]["model.weights.h5"].update(bytes="12")),
+        ["metadata.json", "files.model.weights.h5"],
+    ),
     ("metadata-files-list", edit_metadata(lambda m: m.update(files=[])), ["metadata.json", "files"]),
     ("metadata-is-a-list", lambda d, clean: write_json(d / "metadata.json", []), ["metadata.json", "object"]),
-    ("metadata-vocabulary-sha", edit_metadata(lambda m: m["vocabulary"].update(sha256="0" * 64)),
-     ["vocabulary.txt", "checksum"]),
+    (
+        "metadata-vocabulary-sha",
+        edit_metadata(lambda m: m["vocabulary"].update(sha256="0" * 64)),
+        ["vocabulary.txt", "checksum"],
+    ),
     ("metadata-vocabulary-str", edit_metadata(lambda m: m.update(vocabulary="x")), ["metadata.json", "vocabulary"]),
 ]
 
@@ -413,10 +485,12 @@ CASES += [
     ("symlink-inside-model.weights.h5", symlink_inside("model.weights.h5"), HARMLESS),
     ("symlink-inside-vocabulary.txt", symlink_inside("vocabulary.txt"), HARMLESS),
     ("preset-directory-is-a-symlink", "symlinked-directory", HARMLESS),
-    ("extra-files", lambda d, clean: [(d / "README.md").write_text("hi"), (d / ".clean.tmp-1-x").mkdir()],
-     HARMLESS),
-    ("metadata-other-fields", edit_metadata(lambda m: m.update(created="yesterday", bertzoo_version="0.0.1")),
-     HARMLESS),
+    ("extra-files", lambda d, clean: [(d / "README.md").write_text("hi"), (d / ".clean.tmp-1-x").mkdir()], HARMLESS),
+    (
+        "metadata-other-fields",
+        edit_metadata(lambda m: m.update(created="yesterday", bertzoo_version="0.0.1")),
+        HARMLESS,
+    ),
     ("metadata-deleted-unverified", deleted("metadata.json"), HARMLESS, {"verify_checksums": False}),
 ]
 
@@ -491,9 +565,11 @@ def test_summary(clean, tmp_path_factory):
     counts = {k: 0 for k in ("clear", "harmless", "unclear", "crash", "silent")}
     for outcome, _ in RESULTS.values():
         counts[outcome] += 1
-    print(f"\npreset damage drill: {len(RESULTS)} cases, {counts['clear']} clear errors, {counts['harmless']} "
-          f"harmless loads (identical predictions), {counts['unclear']} unclear errors, {counts['crash']} crashes, "
-          f"{counts['silent']} silent loads")
+    print(
+        f"\npreset damage drill: {len(RESULTS)} cases, {counts['clear']} clear errors, {counts['harmless']} "
+        f"harmless loads (identical predictions), {counts['unclear']} unclear errors, {counts['crash']} crashes, "
+        f"{counts['silent']} silent loads"
+    )
     bad = {k: v for k, v in RESULTS.items() if v[0] not in ("clear", "harmless")}
     assert len(RESULTS) >= 80
     assert counts["crash"] == counts["silent"] == counts["unclear"] == 0, bad

@@ -102,13 +102,16 @@ def test_kill_during_save_to_preset_never_loses_the_preset_nor_leaks(tmp_path):
         target = tmp_path / f"run{i}" / "preset"
         target.parent.mkdir()
         process = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(target), point], env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True,
+            [sys.executable, "-c", CHILD, str(target), point],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
         )
         children.append((point, target, process))
     rng = random.Random(0)
     try:
-        for point, target, process in children:
+        for point, _target, process in children:
             if point == "timed":
                 assert process.stdout.readline().strip() == "ready"
                 time.sleep(rng.uniform(0.2, 1.5))  # Somewhere in a loop of saves.

@@ -39,7 +39,9 @@ def test_selection_count_follows_bert_rule(masked):
     _, ids, out = masked
     eligible = ~np.isin(ids, [PAD, CLS, SEP, MASK])
     n = eligible.sum(1)
-    expected = np.minimum(12, np.maximum(1, np.round(n * 0.15))).astype(int)  # np.round: half to even, as BERT's round()
+    expected = np.minimum(12, np.maximum(1, np.round(n * 0.15))).astype(
+        int
+    )  # np.round: half to even, as BERT's round()
     used = out["mask_labels"] != -100
     np.testing.assert_array_equal(used.sum(1), expected)
     # Over all sequences the share of selectable tokens chosen is ~15%.
@@ -96,8 +98,14 @@ def test_seeded_masks_are_reproducible(masked):
 
 
 def test_short_sequences_and_single_rows():
-    masker = bertzoo.BertMaskGenerator(vocabulary_size=50, mask_token_id=MASK, unselectable_token_ids=[PAD, CLS, SEP],
-                                       max_selections=5, mask_token_rate=1.0, random_token_rate=0.0)
+    masker = bertzoo.BertMaskGenerator(
+        vocabulary_size=50,
+        mask_token_id=MASK,
+        unselectable_token_ids=[PAD, CLS, SEP],
+        max_selections=5,
+        mask_token_rate=1.0,
+        random_token_rate=0.0,
+    )
     out = masker([CLS, 17, SEP, PAD], seed=[0, 1])  # One selectable token: it is always chosen.
     assert out["token_ids"].numpy().tolist() == [CLS, MASK, SEP, PAD]
     assert out["mask_positions"].numpy().tolist() == [1, 0, 0, 0, 0]
@@ -108,8 +116,9 @@ def test_short_sequences_and_single_rows():
 
 
 def test_masker_runs_in_tf_data():
-    masker = bertzoo.BertMaskGenerator(vocabulary_size=VOCAB, mask_token_id=MASK,
-                                       unselectable_token_ids=[PAD, CLS, SEP], max_selections=4, seed=1)
+    masker = bertzoo.BertMaskGenerator(
+        vocabulary_size=VOCAB, mask_token_id=MASK, unselectable_token_ids=[PAD, CLS, SEP], max_selections=4, seed=1
+    )
     ids = packed_batch(np.random.default_rng(0), batch=8, length=16)
     dataset = tf.data.Dataset.from_tensor_slices(ids).batch(4).map(lambda x: masker(x))
     batches = list(dataset)

@@ -28,8 +28,14 @@ def layer_norm(x, gamma, beta, eps):
 
 def tiny_backbone(embedding_dim=None):
     return bertzoo.BertBackbone(
-        vocabulary_size=len(VOCAB), num_layers=2, hidden_dim=32, num_heads=2, intermediate_dim=64,
-        embedding_dim=embedding_dim, max_sequence_length=32, dropout=0.0,
+        vocabulary_size=len(VOCAB),
+        num_layers=2,
+        hidden_dim=32,
+        num_heads=2,
+        intermediate_dim=64,
+        embedding_dim=embedding_dim,
+        max_sequence_length=32,
+        dropout=0.0,
     )
 
 

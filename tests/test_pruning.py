@@ -19,12 +19,20 @@ from bertzoo.text.vocabulary import builtin_vocabulary
 ENCODER = ["query", "key", "value", "output"]
 
 
-def tiny_classifier(seed=0, hidden=16, heads=2, intermediate=32, layers=1, vocabulary_size=64,
-                    preprocessor=None, **kwargs):
+def tiny_classifier(
+    seed=0, hidden=16, heads=2, intermediate=32, layers=1, vocabulary_size=64, preprocessor=None, **kwargs
+):
     keras.utils.set_random_seed(seed)
     backbone = bertzoo.BertBackbone(
-        vocabulary_size=vocabulary_size, num_layers=layers, hidden_dim=hidden, num_heads=heads,
-        intermediate_dim=intermediate, max_sequence_length=32, dropout=0.0, initializer_range=0.2, **kwargs,
+        vocabulary_size=vocabulary_size,
+        num_layers=layers,
+        hidden_dim=hidden,
+        num_heads=heads,
+        intermediate_dim=intermediate,
+        max_sequence_length=32,
+        dropout=0.0,
+        initializer_range=0.2,
+        **kwargs,
     )
     model = bertzoo.BertClassifier(backbone, num_classes=2, dropout=0.0, preprocessor=preprocessor)
     # Distinct values everywhere (no magnitude ties), whatever the initializers do.
@@ -171,8 +179,9 @@ def test_masks_follow_the_schedule_and_stay_applied_between_updates():
 
 def test_embeddings_are_pruned_only_on_request_and_layers_can_be_listed():
     model = tiny_classifier()
-    pruner = bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.5, 0), layers=["feedforward_0/intermediate"],
-                            include_embeddings=True)
+    pruner = bertzoo.Pruner(
+        model, bertzoo.ConstantSparsity(0.5, 0), layers=["feedforward_0/intermediate"], include_embeddings=True
+    )
     assert [t.path for t in pruner.targets] == [
         "feedforward_0/intermediate",
         "embeddings/token_embedding",
@@ -183,8 +192,9 @@ def test_embeddings_are_pruned_only_on_request_and_layers_can_be_listed():
     table = keras.ops.convert_to_numpy(model.backbone.embeddings.token_embedding.embeddings)
     assert np.mean(table == 0) == pytest.approx(0.5, abs=1e-3)
     assert np.all(keras.ops.convert_to_numpy(encoder_kernels(model)["attention_0/query"]) != 0)
-    chosen = bertzoo.Pruner(tiny_classifier(), bertzoo.ConstantSparsity(0.5, 0),
-                            layers=lambda layer: layer.name == "pooler")
+    chosen = bertzoo.Pruner(
+        tiny_classifier(), bertzoo.ConstantSparsity(0.5, 0), layers=lambda layer: layer.name == "pooler"
+    )
     assert [t.path for t in chosen.targets] == ["pooler"]
 
 
@@ -268,8 +278,9 @@ def test_resuming_from_a_checkpoint_continues_on_schedule(tmp_path):
     resumed_pruner.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
     assert resumed_pruner.step == pruner.step == 8
     for a, b in zip(model.weights, resumed.weights):
-        np.testing.assert_allclose(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b), atol=1e-6,
-                                   err_msg=a.path)
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b), atol=1e-6, err_msg=a.path
+        )
     assert resumed_pruner.sparsity() == pytest.approx(0.8, abs=1e-3)
 
 
@@ -288,7 +299,9 @@ def test_pruning_while_distilling():
     for before, v in zip(teacher_before, teacher.weights):
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(v), before)
     stripped = pruner.strip()
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(stripped(x)), keras.ops.convert_to_numpy(student(x)), atol=1e-6)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(stripped(x)), keras.ops.convert_to_numpy(student(x)), atol=1e-6
+    )
 
 
 # --- Bad input --------------------------------------------------------------

@@ -19,8 +19,13 @@ def model():
     keras.utils.set_random_seed(0)
     preprocessor = BertPreprocessor(BertTokenizer(builtin_vocabulary(1200)), sequence_length=16)
     backbone = bertzoo.BertBackbone(
-        vocabulary_size=1200, num_layers=2, hidden_dim=32, num_heads=2, intermediate_dim=64,
-        max_sequence_length=16, dropout=0.0,
+        vocabulary_size=1200,
+        num_layers=2,
+        hidden_dim=32,
+        num_heads=2,
+        intermediate_dim=64,
+        max_sequence_length=16,
+        dropout=0.0,
     )
     model = bertzoo.BertClassifier(backbone, num_classes=3, preprocessor=preprocessor, class_names=["a", "b", "c"])
     rng = np.random.default_rng(0)

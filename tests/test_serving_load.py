@@ -109,8 +109,10 @@ def test_eight_threads_of_mixed_inputs_answer_like_one_thread_without_growing(se
     run(LOAD_SECONDS)
     growth = rss_mb() - warm_rss
     total = sum(calls)
-    print(f"\nserving load: {total} calls from {THREADS} threads ({total - warm_calls} after warm-up), "
-          f"{len(errors)} errors, {len(mismatches)} mismatches, RSS growth after warm-up {growth:.1f} MB")
+    print(
+        f"\nserving load: {total} calls from {THREADS} threads ({total - warm_calls} after warm-up), "
+        f"{len(errors)} errors, {len(mismatches)} mismatches, RSS growth after warm-up {growth:.1f} MB"
+    )
     assert not errors, errors[:3]
     assert not mismatches, mismatches[:3]
     assert total - warm_calls >= THREADS * len(INPUTS) // 2  # The load did run.

@@ -13,8 +13,15 @@ from bertzoo.compression import head_and_neuron_importance
 def classifier(seed=0, layers=2, heads=4, intermediate=32, **kwargs):
     keras.utils.set_random_seed(seed)
     backbone = bertzoo.BertBackbone(
-        vocabulary_size=64, num_layers=layers, hidden_dim=16, num_heads=heads, head_dim=4,
-        intermediate_dim=intermediate, max_sequence_length=16, dropout=0.0, **kwargs,
+        vocabulary_size=64,
+        num_layers=layers,
+        hidden_dim=16,
+        num_heads=heads,
+        head_dim=4,
+        intermediate_dim=intermediate,
+        max_sequence_length=16,
+        dropout=0.0,
+        **kwargs,
     )
     model = bertzoo.BertClassifier(backbone, num_classes=3, dropout=0.0)
     rng = np.random.default_rng(seed)  # Large, distinct weights: pruning visibly matters.
@@ -152,7 +159,8 @@ def test_bad_structured_requests_are_refused():
     with pytest.raises(ValueError, match=r"`ffn_keep_ratio` must be in \(0, 1\]"):
         bertzoo.prune_heads_and_neurons(model, ffn_keep_ratio=0.0, importance=importance)
     with pytest.raises(ValueError, match=r"importance\['neurons'\]\[0\]` has shape \(5,\)"):
-        bertzoo.prune_heads_and_neurons(model, heads_to_keep=1, importance={"heads": importance["heads"],
-                                                                              "neurons": [np.ones(5)] * 2})
+        bertzoo.prune_heads_and_neurons(
+            model, heads_to_keep=1, importance={"heads": importance["heads"], "neurons": [np.ones(5)] * 2}
+        )
     with pytest.raises(ValueError, match=r"is quantized"):
         bertzoo.prune_heads_and_neurons(bertzoo.quantize(model), heads_to_keep=1, importance=importance)

@@ -1,17 +1,17 @@
 """Compression: distillation, pruning and quantization."""
 
+from bertzoo.compression.distiller import Distiller
+from bertzoo.compression.losses import AttentionDistillation
+from bertzoo.compression.losses import HiddenStateDistillation
 from bertzoo.compression.pruner import Pruner
 from bertzoo.compression.pruner import PruningState
+from bertzoo.compression.quantization import quantize
 from bertzoo.compression.report import SparsityReport
 from bertzoo.compression.report import gzip_size
 from bertzoo.compression.report import sparsity_report
-from bertzoo.compression.quantization import quantize
 from bertzoo.compression.schedules import ConstantSparsity
 from bertzoo.compression.schedules import PolynomialDecay
 from bertzoo.compression.schedules import PruningSchedule
 from bertzoo.compression.structured import head_and_neuron_importance
 from bertzoo.compression.structured import prune_heads_and_neurons
-from bertzoo.compression.losses import AttentionDistillation
-from bertzoo.compression.distiller import Distiller
-from bertzoo.compression.losses import HiddenStateDistillation
 from bertzoo.compression.student_init import init_student_from_teacher

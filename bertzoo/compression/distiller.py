@@ -124,8 +124,7 @@ def _check_same_tokens(teacher, student):
     )
     if tv != sv:
         raise ValueError(
-            f"Teacher and student vocabularies differ: the teacher has vocabulary_size={tv}, "
-            f"the student {sv}. {fix}"
+            f"Teacher and student vocabularies differ: the teacher has vocabulary_size={tv}, the student {sv}. {fix}"
         )
     if teacher.preprocessor is not None and student.preprocessor is not None:
         why = _tokenizer_difference(teacher.preprocessor.tokenizer, student.preprocessor.tokenizer)
@@ -236,8 +235,7 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
             raise ValueError(f"`temperature` must be a number > 0, got {temperature!r} (1 = plain softmax).")
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
             raise ValueError(
-                f"`alpha` must be in [0, 1] (the weight of the hard-label loss; 0 = soft targets "
-                f"only), got {alpha!r}."
+                f"`alpha` must be in [0, 1] (the weight of the hard-label loss; 0 = soft targets only), got {alpha!r}."
             )
         weights = {
             "hidden": _check_weight("hidden_state_weight", hidden_state_weight),
@@ -309,10 +307,7 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         # Keras's `total_loss` tracker would repeat `loss`; the compiled
         # metrics stay unbuilt while only unlabelled data has been seen.
         compiled = private_api.compiled_metrics_container(self)
-        return [
-            m for m in super().metrics
-            if m is not self.total_loss_tracker and not (m is compiled and not m.built)
-        ]
+        return [m for m in super().metrics if m is not self.total_loss_tracker and not (m is compiled and not m.built)]
 
     # --- Training defaults ------------------------------------------------
     def compile(self, optimizer="auto", loss="auto", metrics="auto", jit_compile="auto", **kwargs):
@@ -366,8 +361,9 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
                 terms[key] = loss.compute_loss(teacher["attention_scores"], student["attention_scores"], mask)
             else:
                 terms[key] = loss.compute_loss(teacher["hidden_states"], student["hidden_states"], mask)
-        same = ops.cast(ops.equal(ops.argmax(student["logits"], axis=-1), ops.argmax(teacher["logits"], axis=-1)),
-                        "float32")
+        same = ops.cast(
+            ops.equal(ops.argmax(student["logits"], axis=-1), ops.argmax(teacher["logits"], axis=-1)), "float32"
+        )
         if logits_mask is None:
             return terms, ops.mean(same)
         logits_mask = ops.cast(logits_mask, "float32")

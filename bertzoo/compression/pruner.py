@@ -73,7 +73,10 @@ class PruningState(keras.layers.Layer):
         for shape, name in zip(self.shapes, self.names):
             self.masks.append(
                 self.add_weight(
-                    shape=shape, dtype=variable_dtype, initializer="ones", trainable=False,
+                    shape=shape,
+                    dtype=variable_dtype,
+                    initializer="ones",
+                    trainable=False,
                     name=f"{name}_mask",
                 )
             )
@@ -84,7 +87,10 @@ class PruningState(keras.layers.Layer):
             shape=(), dtype="float32", initializer="zeros", trainable=False, name="global_threshold"
         )
         self.global_step = self.add_weight(
-            shape=(), dtype="int64", initializer=keras.initializers.Constant(-1), trainable=False,
+            shape=(),
+            dtype="int64",
+            initializer=keras.initializers.Constant(-1),
+            trainable=False,
             name="global_threshold_step",
         )
         self.built = True
@@ -270,9 +276,7 @@ class Pruner:
                         f"{', '.join(list(candidates)[:12])}{', ...' if len(candidates) > 12 else ''}."
                     )
         else:
-            raise ValueError(
-                f"`layers` must be 'encoder', a list of layer paths or a callable, got {layers!r}."
-            )
+            raise ValueError(f"`layers` must be 'encoder', a list of layer paths or a callable, got {layers!r}.")
         if include_embeddings:
             if embeddings is None:
                 raise ValueError(

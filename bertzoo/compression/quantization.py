@@ -66,8 +66,7 @@ def quantize(model, mode="int8", include_embeddings=True):
         )
     if pruning_state(model) is not None:
         raise ValueError(
-            f"{type(model).__name__} '{model.name}' has a Pruner attached: quantize "
-            "`pruner.strip()` instead."
+            f"{type(model).__name__} '{model.name}' has a Pruner attached: quantize `pruner.strip()` instead."
         )
     clone = copy_model(model)
 

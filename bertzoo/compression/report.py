@@ -75,8 +75,10 @@ class SparsityReport:
 def gzip_size(path, level=6):
     """Bytes of `path` (a file, or every file of a directory) after gzip."""
     path = os.fspath(path)
-    files = [path] if os.path.isfile(path) else sorted(
-        os.path.join(root, name) for root, _, names in os.walk(path) for name in names
+    files = (
+        [path]
+        if os.path.isfile(path)
+        else sorted(os.path.join(root, name) for root, _, names in os.walk(path) for name in names)
     )
     total = 0
     for name in files:
@@ -103,7 +105,7 @@ def sparsity_report(model):
     rows = []
     order = {id(v): i for i, v in enumerate(model.weights)}
     candidates = sorted(prunable_weights(model).items(), key=lambda kv: order.get(id(kv[1][1]), len(order)))
-    for path, (layer, variable, _) in candidates:
+    for path, (_layer, variable, _) in candidates:
         value = ops.convert_to_numpy(variable)
         zeros = int(np.sum(value == 0))
         rows.append(

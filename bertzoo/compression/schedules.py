@@ -14,10 +14,7 @@ from keras import ops
 
 def _check_sparsity(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(
-            f"`{name}` must be a sparsity in [0, 1) (the fraction of weights set to zero), "
-            f"got {value!r}."
-        )
+        raise ValueError(f"`{name}` must be a sparsity in [0, 1) (the fraction of weights set to zero), got {value!r}.")
     return float(value)
 
 
@@ -34,9 +31,7 @@ def _check_steps(begin_step, end_step, frequency, allow_no_end):
     if end_step < begin_step or (not allow_no_end and end_step == begin_step):
         relation = "before" if end_step < begin_step else "at"
         fix = "-1 for no end, or a step after `begin_step`" if allow_no_end else "a step after `begin_step`"
-        raise ValueError(
-            f"`end_step`={end_step} is {relation} `begin_step`={begin_step}: pass {fix}."
-        )
+        raise ValueError(f"`end_step`={end_step} is {relation} `begin_step`={begin_step}: pass {fix}.")
 
 
 class PruningSchedule:

@@ -30,8 +30,7 @@ def _backbone_of(model):
     backbone = getattr(model, "backbone", model)
     if not isinstance(backbone, BertBackbone):
         raise ValueError(
-            f"Structured pruning needs a bertzoo.BertBackbone or a task built on one, got "
-            f"{type(model).__name__}."
+            f"Structured pruning needs a bertzoo.BertBackbone or a task built on one, got {type(model).__name__}."
         )
     if quantization_mode(model):
         raise ValueError(
@@ -154,8 +153,7 @@ def _heads_per_layer(heads_to_keep, heads):
             raise ValueError(f"`heads_to_keep` must hold integers, got {keep!r} for layer {i}.")
         if keep < 1:
             raise ValueError(
-                f"heads_to_keep={keep} would leave layer {i} with zero attention heads: "
-                "keep at least 1 head per layer."
+                f"heads_to_keep={keep} would leave layer {i} with zero attention heads: keep at least 1 head per layer."
             )
         if keep > total:
             raise ValueError(f"heads_to_keep={keep} for layer {i}, which has only {total} heads.")

@@ -66,9 +66,7 @@ def read_checkpoint(source):
             f"{path} is a file; convert_checkpoint expects the checkpoint's directory. "
             f"Expected one of these layouts:\n{_LAYOUTS}"
         )
-    return {"huggingface": huggingface.read, "tf1": tf1.read, "keras_hub": keras_hub.read}[
-        detect_format(path)
-    ](path)
+    return {"huggingface": huggingface.read, "tf1": tf1.read, "keras_hub": keras_hub.read}[detect_format(path)](path)
 
 
 def convert_checkpoint(source, destination, overwrite=False):
@@ -99,7 +97,5 @@ def convert_checkpoint(source, destination, overwrite=False):
     """
     destination = Path(destination).expanduser()
     if destination.exists() and not overwrite:
-        raise FileExistsError(
-            f"{destination} already exists. Pass overwrite=True (CLI: --overwrite) to replace it."
-        )
+        raise FileExistsError(f"{destination} already exists. Pass overwrite=True (CLI: --overwrite) to replace it.")
     return write_preset(read_checkpoint(source), destination, overwrite=overwrite)

@@ -146,8 +146,6 @@ class ConversionResult:
 # --- Canonical names ---------------------------------------------------------
 
 
-
-
 _BLOCK = re.compile(r"^(attention|feedforward)_(\d+)/")
 
 
@@ -158,7 +156,7 @@ def source_name(model, canonical):
         template, transform = model.table[canonical]
         return template, transform
     k = int(match.group(2))
-    key = f"{match.group(1)}_{{k}}/{canonical[match.end():]}"
+    key = f"{match.group(1)}_{{k}}/{canonical[match.end() :]}"
     template, transform = model.table[key]
     fields = model.index_fields(k) if model.index_fields else {}
     return template.format(k=k, **fields), transform
@@ -219,9 +217,7 @@ def build_backbone(model):
         array = transform_array(source, transform, tuple(variable.shape))
         if tuple(array.shape) != tuple(variable.shape):
             expected = canonical_to_source_shape(variable.shape, transform)
-            mismatched.append(
-                f"{model.shown(name)}: shape {tuple(source.shape)}, the config implies {expected}"
-            )
+            mismatched.append(f"{model.shown(name)}: shape {tuple(source.shape)}, the config implies {expected}")
             continue
         assignments.append((variable, array))
 
@@ -236,17 +232,14 @@ def build_backbone(model):
         if tuple(array.shape) != expected_heads[canonical]:
             expected = canonical_to_source_shape(expected_heads[canonical], transform)
             mismatched.append(
-                f"{model.shown(name)} (pre-training head): shape {tuple(source.shape)}, "
-                f"the config implies {expected}"
+                f"{model.shown(name)} (pre-training head): shape {tuple(source.shape)}, the config implies {expected}"
             )
             continue
         heads[canonical] = np.asarray(array, dtype="float32")
         head_sources[canonical] = model.shown(name)
 
     unexpected = sorted(
-        f"{model.shown(name)} {tuple(np.shape(model.tensors[name]))}"
-        for name in model.tensors
-        if name not in used
+        f"{model.shown(name)} {tuple(np.shape(model.tensors[name]))}" for name in model.tensors if name not in used
     )
     if missing or unexpected or mismatched:
         lines = [f"Cannot convert {origin}: its tensors do not match its config."]
@@ -326,10 +319,7 @@ def write_preset(model, destination, overwrite=False):
 
 def map_activation(name, table, origin):
     if name not in table:
-        raise ConversionError(
-            f"{origin}: hidden_act {name!r} is not supported. Supported: "
-            f"{', '.join(sorted(table))}."
-        )
+        raise ConversionError(f"{origin}: hidden_act {name!r} is not supported. Supported: {', '.join(sorted(table))}.")
     return table[name]
 
 
@@ -350,8 +340,7 @@ def albert_layout(num_layers, num_groups, inner_group_num, origin):
     """
     if num_layers % num_groups:
         raise ConversionError(
-            f"{origin}: num_hidden_layers={num_layers} is not divisible by "
-            f"num_hidden_groups={num_groups}."
+            f"{origin}: num_hidden_layers={num_layers} is not divisible by num_hidden_groups={num_groups}."
         )
     R = inner_group_num
     if R > 1 and num_layers != num_groups:

@@ -71,8 +71,12 @@ ALBERT_TABLE = {
 
 # Pre-training heads: (masked-LM prefix, sentence head prefix) per model type.
 _HEAD_PREFIXES = {
-    "bert": ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
-             "cls.predictions", "cls.seq_relationship"),
+    "bert": (
+        "cls.predictions.transform.dense",
+        "cls.predictions.transform.LayerNorm",
+        "cls.predictions",
+        "cls.seq_relationship",
+    ),
     "albert": ("predictions.dense", "predictions.LayerNorm", "predictions", "sop_classifier.classifier"),
 }
 
@@ -127,7 +131,7 @@ def _normalise(names, model_type):
     prefix = f"{model_type}."
     mapping = {}
     for name in names:
-        new = name[len(prefix):] if name.startswith(prefix) else name
+        new = name[len(prefix) :] if name.startswith(prefix) else name
         if new.endswith(".gamma"):
             new = new[: -len("gamma")] + "weight"
         elif new.endswith(".beta"):

@@ -53,7 +53,7 @@ def _table(albert):
     else:
         table.update(_layer_table("transformer_layer_{k}"))
     # Bias of a per-head dense layer is [heads, head_dim]: reshape it too.
-    for key, (name, transform) in list(table.items()):
+    for key, (name, _transform) in list(table.items()):
         if "/self_attention_layer/" in name and name.endswith("/bias"):
             table[key] = (name, "reshape")
     return table
@@ -98,8 +98,7 @@ def read(source):
             tokenizer = getattr(preprocessor, "tokenizer", None)
     if not isinstance(backbone, (bert_cls, albert_cls)):
         raise ConversionError(
-            f"bertzoo converts keras-hub BertBackbone and AlbertBackbone models, got "
-            f"{type(backbone).__name__}."
+            f"bertzoo converts keras-hub BertBackbone and AlbertBackbone models, got {type(backbone).__name__}."
         )
     albert = isinstance(backbone, albert_cls)
     kh = backbone.get_config()
@@ -126,9 +125,7 @@ def read(source):
         layers, groups, index_fields = albert_layout(
             kh["num_layers"], kh["num_groups"], kh["num_inner_repetitions"], origin
         )
-        config.update(
-            num_layers=layers, num_groups=groups, shared_sublayers="all", embedding_dim=kh["embedding_dim"]
-        )
+        config.update(num_layers=layers, num_groups=groups, shared_sublayers="all", embedding_dim=kh["embedding_dim"])
 
     vocabulary, notes, preprocessor = None, [], {}
     if isinstance(tokenizer, keras_hub.tokenizers.WordPieceTokenizer):
@@ -138,8 +135,7 @@ def read(source):
         preprocessor["strip_accents"] = bool(tokenizer.strip_accents)
     elif tokenizer is not None:
         notes.append(
-            f"the keras-hub {type(tokenizer).__name__} is not a WordPiece tokenizer: the preset "
-            "has no vocabulary."
+            f"the keras-hub {type(tokenizer).__name__} is not a WordPiece tokenizer: the preset has no vocabulary."
         )
     preprocessor = {"sequence_length": default_sequence_length(config["max_sequence_length"]), **preprocessor}
 
@@ -172,9 +168,7 @@ def _check_expressible(backbone):
         )
     shared = c["num_groups"] != c["num_layers"]
     if shared and c["shared_sublayers"] != "all":
-        problems.append(
-            f"shared_sublayers={c['shared_sublayers']!r} (keras-hub ALBERT shares whole layers)"
-        )
+        problems.append(f"shared_sublayers={c['shared_sublayers']!r} (keras-hub ALBERT shares whole layers)")
     if shared and backbone.embeddings.projection is None:
         problems.append(
             "shared layers without factorized embeddings (keras-hub's ALBERT always projects "

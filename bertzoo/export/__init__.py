@@ -11,12 +11,12 @@ The package is generic: it writes the signatures a model declares
 
 from bertzoo.export.portable import PORTABLE_FORMATS
 from bertzoo.export.portable import export_portable
-from bertzoo.export.serving import TextServing
-from bertzoo.export.serving import classification_outputs
 from bertzoo.export.saved_model import custom_ops
 from bertzoo.export.saved_model import describe_export
 from bertzoo.export.saved_model import export_saved_model
 from bertzoo.export.saved_model import read_export_metadata
+from bertzoo.export.serving import TextServing
+from bertzoo.export.serving import classification_outputs
 
 FORMATS = ("tf_saved_model",) + tuple(PORTABLE_FORMATS)
 

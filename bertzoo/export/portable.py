@@ -83,7 +83,7 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
     missing = [m for m in PORTABLE_FORMATS[format]["modules"] if importlib.util.find_spec(m) is None]
     if missing:
         raise ImportError(
-            f"{format} export needs {' and '.join(missing)}: pip install \"bertzoo[export]\" "
+            f'{format} export needs {" and ".join(missing)}: pip install "bertzoo[export]" '
             f"(or pip install {' '.join(missing)})."
         )
     if sequence_length is not None and (
@@ -105,13 +105,16 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} already exists. Pass overwrite=True to replace it, or choose a new path.")
     # The model's own inputs, the token axis of the BERT inputs free (None) or fixed.
-    signature = [{
-        name: keras.InputSpec(
-            shape=tuple(tensor.shape[:-1]) + ((sequence_length,) if name in TOKENIZED_KEYS else tensor.shape[-1:]),
-            dtype=tensor.dtype, name=name,
-        )
-        for name, tensor in model.input.items()
-    }]
+    signature = [
+        {
+            name: keras.InputSpec(
+                shape=tuple(tensor.shape[:-1]) + ((sequence_length,) if name in TOKENIZED_KEYS else tensor.shape[-1:]),
+                dtype=tensor.dtype,
+                name=name,
+            )
+            for name, tensor in model.input.items()
+        }
+    ]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:

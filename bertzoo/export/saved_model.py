@@ -41,12 +41,12 @@ import tensorflow as tf
 
 from bertzoo.export.serving import serving_functions
 from bertzoo.layers.dense import portable_kernels
-from bertzoo.utils.onednn import fused_int8_status
-from bertzoo.utils.onednn import onednn_int8_available
 from bertzoo.saving.atomic import atomic_directory
 from bertzoo.text.preprocessor import BertPreprocessor
 from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
+from bertzoo.utils.onednn import fused_int8_status
+from bertzoo.utils.onednn import onednn_int8_available
 from bertzoo.version import __version__
 
 METADATA_PATH = Path("assets.extra") / "bertzoo_export.json"
@@ -129,7 +129,9 @@ def export_saved_model(
         raise ValueError(f"`int8_kernels` must be 'auto', 'portable' or 'onednn', got {int8_kernels!r}.")
     quantized = quantization_mode(model)
     if int8_kernels == "auto":
-        int8_kernels = "onednn" if quantized and "int8" in quantized.split("+") and onednn_int8_available() else "portable"
+        int8_kernels = (
+            "onednn" if quantized and "int8" in quantized.split("+") and onednn_int8_available() else "portable"
+        )
     elif int8_kernels == "onednn" and not onednn_int8_available():
         raise ValueError(
             "int8_kernels='onednn' needs TensorFlow's fused oneDNN int8 kernel, which this machine cannot run "

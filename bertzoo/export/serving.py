@@ -203,7 +203,8 @@ class TextServing:
         length = shape[-1]
         checks = [
             tf.debugging.assert_less_equal(
-                length, backbone.max_sequence_length,
+                length,
+                backbone.max_sequence_length,
                 message=f"sequences are longer than the model's max_sequence_length="
                 f"{backbone.max_sequence_length}; truncate them (keeping the final [SEP])",
             ),
@@ -213,20 +214,24 @@ class TextServing:
             ),
             tf.debugging.assert_non_negative(token_ids, message="`token_ids` must be >= 0"),
             tf.debugging.assert_less(
-                token_ids, backbone.vocabulary_size,
+                token_ids,
+                backbone.vocabulary_size,
                 message=f"`token_ids` must be < vocabulary_size={backbone.vocabulary_size}",
             ),
         ]
         for name in ("segment_ids", "padding_mask"):
             if name in inputs:
-                checks.append(tf.debugging.assert_equal(
-                    tf.shape(inputs[name]), shape, message=f"`{name}` must have the shape of `token_ids`"
-                ))
+                checks.append(
+                    tf.debugging.assert_equal(
+                        tf.shape(inputs[name]), shape, message=f"`{name}` must have the shape of `token_ids`"
+                    )
+                )
         if "segment_ids" in inputs:
             checks += [
                 tf.debugging.assert_non_negative(inputs["segment_ids"], message="`segment_ids` must be >= 0"),
                 tf.debugging.assert_less(
-                    inputs["segment_ids"], backbone.num_segments,
+                    inputs["segment_ids"],
+                    backbone.num_segments,
                     message=f"`segment_ids` must be < num_segments={backbone.num_segments}",
                 ),
             ]
@@ -275,7 +280,8 @@ def same_size(first, second, first_name, second_name, rows=False):
     (`rows=True`: `second` has one row per element of `first`)."""
     size = tf.shape(second)[0] if rows else tf.size(second)
     check = tf.debugging.assert_equal(
-        tf.size(first), size,
+        tf.size(first),
+        size,
         message=f"`{first_name}` and `{second_name}` must have the same number of rows (one per example)",
     )
     with tf.control_dependencies([check]):

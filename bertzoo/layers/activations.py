@@ -42,8 +42,5 @@ def get_activation(name):
             "tanh approximation (Google's original BERT code)."
         )
     if name not in _ACTIVATIONS:
-        raise ValueError(
-            f"Unknown activation {name!r}. Expected one of "
-            f"{list(SUPPORTED_ACTIVATIONS)}."
-        )
+        raise ValueError(f"Unknown activation {name!r}. Expected one of {list(SUPPORTED_ACTIVATIONS)}.")
     return _ACTIVATIONS[name]

@@ -55,19 +55,11 @@ class SelfAttentionBlock(keras.layers.Layer):
         self.initializer_range = float(initializer_range)
 
         width = self.num_heads * self.head_dim
-        self.query_dense = Dense(
-            width, kernel_initializer=self._initializer(), dtype=self.dtype_policy, name="query"
-        )
-        self.key_dense = Dense(
-            width, kernel_initializer=self._initializer(), dtype=self.dtype_policy, name="key"
-        )
-        self.value_dense = Dense(
-            width, kernel_initializer=self._initializer(), dtype=self.dtype_policy, name="value"
-        )
+        self.query_dense = Dense(width, kernel_initializer=self._initializer(), dtype=self.dtype_policy, name="query")
+        self.key_dense = Dense(width, kernel_initializer=self._initializer(), dtype=self.dtype_policy, name="key")
+        self.value_dense = Dense(width, kernel_initializer=self._initializer(), dtype=self.dtype_policy, name="value")
         self.output_dense = None  # Needs the hidden size: created in build().
-        self.probs_dropout = keras.layers.Dropout(
-            self.attention_dropout, dtype=self.dtype_policy, name="probs_dropout"
-        )
+        self.probs_dropout = keras.layers.Dropout(self.attention_dropout, dtype=self.dtype_policy, name="probs_dropout")
         self.output_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="output_dropout")
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"

@@ -103,7 +103,11 @@ def _fused_int8_dense(layer, inputs):
         low = tf.minimum(tf.reduce_min(x), 0.0)
         shifted = x - low
         quantized = tf.raw_ops.QuantizeV2(
-            input=shifted, min_range=0.0, max_range=tf.reduce_max(shifted), T=tf.quint8, mode="SCALED",
+            input=shifted,
+            min_range=0.0,
+            max_range=tf.reduce_max(shifted),
+            T=tf.quint8,
+            mode="SCALED",
             round_mode="HALF_TO_EVEN",
         )
         column_sums = tf.linalg.matmul(tf.ones([1, x.shape[-1]], tf.int8), kernel, output_type=tf.int32)[0]
@@ -112,8 +116,13 @@ def _fused_int8_dense(layer, inputs):
         # int8 over [-max|x|, max|x|].
         largest = tf.reduce_max(tf.abs(x))
         quantized = tf.raw_ops.QuantizeV2(
-            input=x, min_range=-largest, max_range=largest, T=tf.qint8, mode="SCALED",
-            round_mode="HALF_TO_EVEN", narrow_range=True,
+            input=x,
+            min_range=-largest,
+            max_range=largest,
+            T=tf.qint8,
+            mode="SCALED",
+            round_mode="HALF_TO_EVEN",
+            narrow_range=True,
         )
     # Keras stores kernel = round(w * kernel_scale): w's range is 127 / scale.
     weight_range = 127.0 / scale
@@ -130,7 +139,11 @@ def _fused_int8_dense(layer, inputs):
             "Thost_inputs": [t.dtype for t in host_inputs],
             "Tdevice_outputs": [tf.float32],
             "Thost_outputs": [],
-            "T1": quantized.output.dtype, "T2": tf.qint8, "Tbias": tf.float32, "Tout": tf.float32, "U": tf.float32,
+            "T1": quantized.output.dtype,
+            "T2": tf.qint8,
+            "Tbias": tf.float32,
+            "Tout": tf.float32,
+            "U": tf.float32,
             "transpose_a": False,
             "transpose_b": False,
             "fused_ops": fused_ops,

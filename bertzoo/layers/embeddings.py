@@ -102,6 +102,7 @@ class BertEmbeddings(keras.layers.Layer):
         self.initializer_range = float(initializer_range)
 
         width = self.embedding_dim or self.hidden_dim
+
         # A new initializer per table (see SelfAttentionBlock._initializer).
         def initializer():
             return keras.initializers.TruncatedNormal(stddev=self.initializer_range)

@@ -1,7 +1,6 @@
 """The BERT / ALBERT encoder backbone as a Keras functional model."""
 
 import keras
-from keras import ops
 
 from bertzoo.layers.activations import get_activation
 from bertzoo.layers.attention import SelfAttentionBlock
@@ -46,8 +45,17 @@ def _largest(name, value):
     return check_positive_int(name, value)
 
 
-def _check_size(vocabulary_size, num_layers, hidden_dim, num_heads, intermediate_dim, embedding_dim, head_dim,
-                max_sequence_length, num_segments):
+def _check_size(
+    vocabulary_size,
+    num_layers,
+    hidden_dim,
+    num_heads,
+    intermediate_dim,
+    embedding_dim,
+    head_dim,
+    max_sequence_length,
+    num_segments,
+):
     """Refuses (ValueError naming the key) a config whose float32 weights
     would not fit in this machine's memory, from an upper bound of the
     parameter count in O(1), before any per-layer list is built."""
@@ -69,9 +77,15 @@ def _check_size(vocabulary_size, num_layers, hidden_dim, num_heads, intermediate
         if key == "layers":
             sizes = {"num_layers": L, "hidden_dim": H, "intermediate_dim": inner, "num_heads": width}
             key = max(sizes, key=sizes.get)
-        values = {"vocabulary_size": vocabulary_size, "max_sequence_length": max_sequence_length,
-                  "num_segments": num_segments, "num_layers": L, "hidden_dim": H,
-                  "intermediate_dim": intermediate_dim, "num_heads": num_heads}
+        values = {
+            "vocabulary_size": vocabulary_size,
+            "max_sequence_length": max_sequence_length,
+            "num_segments": num_segments,
+            "num_layers": L,
+            "hidden_dim": H,
+            "intermediate_dim": intermediate_dim,
+            "num_heads": num_heads,
+        }
         raise ValueError(
             f"`{key}`={values[key]!r} describes a model of about {total_bytes / 2**30:,.0f} GiB of float32 "
             f"weights, more than this machine's {limit / 2**30:,.0f} GiB of memory: the value is absurd "
@@ -109,8 +123,17 @@ def check_backbone_arguments(
         embedding_dim = check_positive_int("embedding_dim", embedding_dim)
     max_sequence_length = check_positive_int("max_sequence_length", max_sequence_length)
     num_segments = check_positive_int("num_segments", num_segments)
-    _check_size(vocabulary_size, num_layers, hidden_dim, num_heads, intermediate_dim, embedding_dim, head_dim,
-                max_sequence_length, num_segments)
+    _check_size(
+        vocabulary_size,
+        num_layers,
+        hidden_dim,
+        num_heads,
+        intermediate_dim,
+        embedding_dim,
+        head_dim,
+        max_sequence_length,
+        num_segments,
+    )
     heads = _per_layer("num_heads", num_heads, num_layers)
     intermediate = _per_layer("intermediate_dim", intermediate_dim, num_layers)
     num_groups = num_layers if num_groups is None else check_positive_int("num_groups", num_groups)
@@ -120,9 +143,7 @@ def check_backbone_arguments(
             "each group must hold the same number of consecutive layers."
         )
     if shared_sublayers not in SHARING_MODES:
-        raise ValueError(
-            f"Unknown `shared_sublayers`={shared_sublayers!r}. Expected one of {list(SHARING_MODES)}."
-        )
+        raise ValueError(f"Unknown `shared_sublayers`={shared_sublayers!r}. Expected one of {list(SHARING_MODES)}.")
     if head_dim is None:
         if hidden_dim % max(heads):
             raise ValueError(
@@ -256,12 +277,28 @@ class BertBackbone(Backbone):
     ):
         # === Validate the configuration ===
         checked = check_backbone_arguments(
-            vocabulary_size, num_layers, hidden_dim, num_heads, intermediate_dim, embedding_dim=embedding_dim,
-            num_groups=num_groups, shared_sublayers=shared_sublayers, head_dim=head_dim, activation=activation,
-            dropout=dropout, attention_dropout=attention_dropout, max_sequence_length=max_sequence_length,
-            num_segments=num_segments, layer_norm_epsilon=layer_norm_epsilon, initializer_range=initializer_range,
+            vocabulary_size,
+            num_layers,
+            hidden_dim,
+            num_heads,
+            intermediate_dim,
+            embedding_dim=embedding_dim,
+            num_groups=num_groups,
+            shared_sublayers=shared_sublayers,
+            head_dim=head_dim,
+            activation=activation,
+            dropout=dropout,
+            attention_dropout=attention_dropout,
+            max_sequence_length=max_sequence_length,
+            num_segments=num_segments,
+            layer_norm_epsilon=layer_norm_epsilon,
+            initializer_range=initializer_range,
         )
-        vocabulary_size, num_layers, hidden_dim = checked["vocabulary_size"], checked["num_layers"], checked["hidden_dim"]
+        vocabulary_size, num_layers, hidden_dim = (
+            checked["vocabulary_size"],
+            checked["num_layers"],
+            checked["hidden_dim"],
+        )
         heads, intermediate = checked["num_heads"], checked["intermediate_dim"]
         embedding_dim, num_groups, head_dim = checked["embedding_dim"], checked["num_groups"], checked["head_dim"]
         dropout, attention_dropout = checked["dropout"], checked["attention_dropout"]

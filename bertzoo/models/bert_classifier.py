@@ -61,9 +61,7 @@ class BertClassifier(Task):
         )
         inputs = backbone.input
         outputs = self.compute_head_outputs(inputs, backbone(inputs))
-        super().__init__(
-            inputs=inputs, outputs=outputs, backbone=backbone, preprocessor=preprocessor, **kwargs
-        )
+        super().__init__(inputs=inputs, outputs=outputs, backbone=backbone, preprocessor=preprocessor, **kwargs)
         self.num_classes = num_classes
         self.dropout = float(dropout)
         self.activation = keras.activations.serialize(keras.activations.get(activation)) if activation else None

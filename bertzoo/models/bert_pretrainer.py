@@ -16,8 +16,13 @@ from bertzoo.text.pretraining import SENTENCE_OBJECTIVES
 from bertzoo.text.pretraining import BertMaskGenerator
 from bertzoo.text.pretraining import default_max_selections
 
-_MLM_ARRAYS = ("mlm/transform/kernel", "mlm/transform/bias", "mlm/layer_norm/gamma", "mlm/layer_norm/beta",
-               "mlm/output_bias")
+_MLM_ARRAYS = (
+    "mlm/transform/kernel",
+    "mlm/transform/bias",
+    "mlm/layer_norm/gamma",
+    "mlm/layer_norm/beta",
+    "mlm/output_bias",
+)
 _SENTENCE_ARRAYS = ("nsp/kernel", "nsp/bias")
 # Preprocessor -> its copy that reads special tokens in text (`predict_masked`).
 _FILL_MASK_PREPROCESSORS = weakref.WeakKeyDictionary()
@@ -119,8 +124,12 @@ class BertPretrainer(Task):
             self.masker = BertMaskGenerator(
                 vocabulary_size=backbone.vocabulary_size,
                 mask_token_id=tokenizer.mask_token_id,
-                unselectable_token_ids=[tokenizer.pad_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id,
-                                        tokenizer.mask_token_id],
+                unselectable_token_ids=[
+                    tokenizer.pad_token_id,
+                    tokenizer.cls_token_id,
+                    tokenizer.sep_token_id,
+                    tokenizer.mask_token_id,
+                ],
                 selection_rate=masking_rate,
                 mask_token_rate=mask_token_rate,
                 random_token_rate=random_token_rate,
@@ -248,8 +257,11 @@ class BertPretrainer(Task):
         """
         backbone = self.backbone
         expected = pretraining_head_shapes(
-            {"hidden_dim": backbone.hidden_dim, "embedding_dim": backbone.embedding_dim,
-             "vocabulary_size": backbone.vocabulary_size}
+            {
+                "hidden_dim": backbone.hidden_dim,
+                "embedding_dim": backbone.embedding_dim,
+                "vocabulary_size": backbone.vocabulary_size,
+            }
         )
         problems = [f"{name}: missing" for name in _MLM_ARRAYS if name not in arrays]
         if self.sentence_head is not None:
@@ -275,8 +287,11 @@ class BertPretrainer(Task):
         head.output_bias.assign(arrays["mlm/output_bias"])
         if not self.tie_weights:
             # A tied checkpoint decodes with the token embedding: copy it.
-            decoder = arrays["mlm/decoder/kernel"] if untied else np.transpose(
-                keras.ops.convert_to_numpy(backbone.embeddings.token_embedding.embeddings))
+            decoder = (
+                arrays["mlm/decoder/kernel"]
+                if untied
+                else np.transpose(keras.ops.convert_to_numpy(backbone.embeddings.token_embedding.embeddings))
+            )
             head.decoder_kernel.assign(decoder)
         if self.sentence_head is not None and "nsp/kernel" in arrays:
             self.sentence_head.kernel.assign(arrays["nsp/kernel"])
@@ -330,13 +345,19 @@ class BertPretrainer(Task):
                     f"Text {i} ({texts[i][:60]!r}) has no [MASK] token"
                     + (" left after truncation" if "[MASK]" in texts[i] else "")
                     + ": write [MASK] (upper case, in brackets) where a token should be predicted"
-                    + (f", within the first {self.preprocessor.sequence_length} tokens." if "[MASK]" in texts[i] else ".")
+                    + (
+                        f", within the first {self.preprocessor.sequence_length} tokens."
+                        if "[MASK]" in texts[i]
+                        else "."
+                    )
                 )
         slots = max(p.size for p in masked)
         mask_positions = np.zeros((len(texts), slots), "int32")
         for i, positions in enumerate(masked):
             mask_positions[i, : positions.size] = positions
-        inputs = {name: np.asarray(features[name]).astype("int32") for name in ("token_ids", "segment_ids", "padding_mask")}
+        inputs = {
+            name: np.asarray(features[name]).astype("int32") for name in ("token_ids", "segment_ids", "padding_mask")
+        }
         inputs["mask_positions"] = mask_positions
         logits = keras.ops.convert_to_numpy(self(inputs, training=False)["mlm"]).astype("float64")
         probabilities = np.exp(logits - logits.max(-1, keepdims=True))

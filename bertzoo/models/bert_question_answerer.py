@@ -150,9 +150,7 @@ def window_stride(sequence_length, stride=None):
             )
         return stride
     if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
-        raise ValueError(
-            f"`stride` must be a positive integer (context tokens between window starts), got {stride!r}."
-        )
+        raise ValueError(f"`stride` must be a positive integer (context tokens between window starts), got {stride!r}.")
     if stride > sequence_length - 4:
         raise ValueError(
             f"stride={stride} leaves no room for the question in windows of sequence_length={sequence_length}: "
@@ -166,11 +164,13 @@ def window_stride(sequence_length, stride=None):
 def _check_null_score_threshold(null_score_threshold):
     if null_score_threshold is None:
         return None
-    if isinstance(null_score_threshold, bool) or not isinstance(null_score_threshold, (int, float, np.number)) or (
-        not np.isfinite(null_score_threshold)
+    if (
+        isinstance(null_score_threshold, bool)
+        or not isinstance(null_score_threshold, (int, float, np.number))
+        or (not np.isfinite(null_score_threshold))
     ):
         raise ValueError(
-            "`null_score_threshold` must be a finite number (the BERT paper's tau: answer \"\" when "
+            '`null_score_threshold` must be a finite number (the BERT paper\'s tau: answer "" when '
             "null_score > best span score + tau; e.g. 0.0, tuned on SQuAD 2.0 dev data) or None "
             f"(SQuAD 1.1: always a span), got {null_score_threshold!r}."
         )
@@ -222,9 +222,7 @@ def question_windows(tokenizer, questions, contexts, sequence_length, stride):
     sep = tf.fill([windows, 1], tf.constant(tokenizer.sep_token_id, tf.int32))
     tokens = tf.concat([cls, window_question, sep, window_context, sep], axis=1)
     first_segment = tf.concat([cls, window_question, sep], axis=1)
-    segments = tf.concat(
-        [tf.zeros_like(first_segment), tf.ones_like(window_context), tf.ones_like(sep)], axis=1
-    )
+    segments = tf.concat([tf.zeros_like(first_segment), tf.ones_like(window_context), tf.ones_like(sep)], axis=1)
     shape = [None, sequence_length]
     features = {
         "token_ids": tokens.to_tensor(tokenizer.pad_token_id, shape=shape),
@@ -272,7 +270,8 @@ def answer_windows(span_logits, features, windows, max_answer_length=MAX_ANSWER_
     window_ids = tf.range(tf.size(example, out_type=tf.int64))
     winner = tf.math.unsorted_segment_min(
         tf.where(scores >= tf.gather(best, example), window_ids, tf.size(example, out_type=tf.int64)),
-        example, num_examples,
+        example,
+        num_examples,
     )
     null_score = tf.math.unsorted_segment_min(logits[:, 0, 0] + logits[:, 1, 0], example, num_examples)
     if null_score_threshold is not None:
@@ -288,9 +287,7 @@ def answer_windows(span_logits, features, windows, max_answer_length=MAX_ANSWER_
 
     start = tf.cast(characters(starts, windows["char_starts"]), tf.int32)
     end = tf.cast(characters(ends, windows["char_ends"]), tf.int32)
-    answer = tf.strings.substr(
-        windows["contexts"], tf.maximum(start, 0), tf.maximum(end - start, 0), unit="UTF8_CHAR"
-    )
+    answer = tf.strings.substr(windows["contexts"], tf.maximum(start, 0), tf.maximum(end - start, 0), unit="UTF8_CHAR")
     return {
         "answer": tf.where(found, answer, ""),
         "start": start,
@@ -428,9 +425,7 @@ class BertQuestionAnswerer(Task):
         before, through = counts[2], counts[3]
         kept = (through > before) & (through <= context_kept)
         offset = question_kept + 2  # [CLS] question [SEP]
-        positions = tf.stack(
-            [tf.where(kept, offset + before, 0), tf.where(kept, offset + through - 1, 0)], axis=1
-        )
+        positions = tf.stack([tf.where(kept, offset + before, 0), tf.where(kept, offset + through - 1, 0)], axis=1)
         return keras.utils.pack_x_y_sample_weight(features, positions, sample_weight)
 
     # --- Decoding ---------------------------------------------------------
@@ -498,9 +493,7 @@ class BertQuestionAnswerer(Task):
         features, windows = question_windows(
             self.preprocessor.tokenizer, questions, contexts, self.preprocessor.sequence_length, stride
         )
-        logits = self.predict(
-            {k: np.asarray(v) for k, v in features.items()}, batch_size=batch_size, verbose=verbose
-        )
+        logits = self.predict({k: np.asarray(v) for k, v in features.items()}, batch_size=batch_size, verbose=verbose)
         answers = answer_windows(logits, features, windows, max_answer_length, null_score_threshold)
         return [
             {
@@ -587,9 +580,7 @@ class BertQuestionAnswerer(Task):
             return functions
 
         def answer(question, context):
-            question, context = same_size(
-                tf.reshape(question, [-1]), tf.reshape(context, [-1]), "question", "context"
-            )
+            question, context = same_size(tf.reshape(question, [-1]), tf.reshape(context, [-1]), "question", "context")
             features, windows = question_windows(tokenizer, question, context, preprocessor.sequence_length, stride)
             features = trim_padding(as_int32(features))
             logits = self(features, training=False)

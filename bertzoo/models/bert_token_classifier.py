@@ -55,9 +55,7 @@ def _pad_words(words, labels=None):
     for i, (sentence, row) in enumerate(zip(rows, labels)):
         row = list(np.asarray(row).reshape(-1))
         if len(row) != len(sentence):
-            raise ValueError(
-                f"Sentence {i} has {len(sentence)} words but {len(row)} labels: give one label per word."
-            )
+            raise ValueError(f"Sentence {i} has {len(sentence)} words but {len(row)} labels: give one label per word.")
         padded_labels[i, : len(row)] = row
     return padded_words, padded_labels
 

@@ -9,7 +9,6 @@ from keras import ops
 from bertzoo.text.pretraining import IGNORE_LABEL
 
 
-
 @keras.saving.register_keras_serializable(package="bertzoo")
 class MaskedAccuracy(keras.metrics.Metric):
     """Accuracy of logits against integer labels, skipping `ignore_class`
@@ -90,6 +89,9 @@ def unused_pooler_ok():
     warning for heads that do not use the pooled output (the pooler then
     simply stays as it is, as in BERT's token-level fine-tuning)."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"Gradients do not exist for variables \['pooler/kernel', "
-                                r"'pooler/bias'\]")
+        warnings.filterwarnings(
+            "ignore",
+            message=r"Gradients do not exist for variables \['pooler/kernel', "
+            r"'pooler/bias'\]",
+        )
         yield

@@ -40,8 +40,18 @@ class RawInputsMixin:
     Mix it in before the Keras model class.
     """
 
-    def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None,
-            validation_data=None, shuffle=True, steps_per_epoch=None, **kwargs):
+    def fit(
+        self,
+        x=None,
+        y=None,
+        batch_size=None,
+        epochs=1,
+        sample_weight=None,
+        validation_data=None,
+        shuffle=True,
+        steps_per_epoch=None,
+        **kwargs,
+    ):
         if validation_data is not None:
             parts = validation_data if isinstance(validation_data, tuple) else (validation_data,)
             validation_data = self._as_dataset(*parts) or validation_data
@@ -50,8 +60,17 @@ class RawInputsMixin:
         resumable = [c for c in callbacks if callable(getattr(c, "run_fit", None))]
         if resumable:  # `bertzoo.ResumableTraining` runs the fit (and checkpoints it).
             return resumable[0].run_fit(
-                self, super().fit, x=x, y=y, batch_size=batch_size, epochs=epochs, sample_weight=sample_weight,
-                validation_data=validation_data, shuffle=shuffle, steps_per_epoch=steps_per_epoch, **kwargs,
+                self,
+                super().fit,
+                x=x,
+                y=y,
+                batch_size=batch_size,
+                epochs=epochs,
+                sample_weight=sample_weight,
+                validation_data=validation_data,
+                shuffle=shuffle,
+                steps_per_epoch=steps_per_epoch,
+                **kwargs,
             )
         dataset = self._as_dataset(x, y, sample_weight, batch_size, shuffle=shuffle)
         if dataset is not None:  # Already shuffled, batched and tokenized.
@@ -59,8 +78,15 @@ class RawInputsMixin:
         if self.optimizer is not None:
             set_schedule_length(self.optimizer, x, batch_size, epochs, steps_per_epoch)
         return super().fit(
-            x=x, y=y, batch_size=batch_size, epochs=epochs, sample_weight=sample_weight,
-            validation_data=validation_data, shuffle=shuffle, steps_per_epoch=steps_per_epoch, **kwargs,
+            x=x,
+            y=y,
+            batch_size=batch_size,
+            epochs=epochs,
+            sample_weight=sample_weight,
+            validation_data=validation_data,
+            shuffle=shuffle,
+            steps_per_epoch=steps_per_epoch,
+            **kwargs,
         )
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):

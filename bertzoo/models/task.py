@@ -156,9 +156,7 @@ class Task(DefaultCompileMixin, RawInputsMixin, keras.Model):
             return weights
 
         sources, targets = head_weights(self), head_weights(task)
-        if len(sources) == len(targets) and all(
-            tuple(s.shape) == tuple(t.shape) for s, t in zip(sources, targets)
-        ):
+        if len(sources) == len(targets) and all(tuple(s.shape) == tuple(t.shape) for s, t in zip(sources, targets)):
             for source, target in zip(sources, targets):
                 target.assign(keras.ops.cast(source.value, target.dtype))
         return task
@@ -266,7 +264,9 @@ class Task(DefaultCompileMixin, RawInputsMixin, keras.Model):
             logger.warning(
                 "%s.from_preset(%r): the preset holds a %s%s; building a new, randomly initialized %s head on "
                 "its backbone (the saved head's weights are not used).",
-                cls.__name__, preset.name, preset.class_name,
+                cls.__name__,
+                preset.name,
+                preset.class_name,
                 f" and the head arguments {changed} differ from the saved ones" if changed else "",
                 cls.__name__,
             )
@@ -312,8 +312,16 @@ class Task(DefaultCompileMixin, RawInputsMixin, keras.Model):
         """
         return save_preset(directory, self.backbone, task=self, metadata=metadata)
 
-    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, overwrite=False,
-               sequence_length=None, **kwargs):
+    def export(
+        self,
+        filepath,
+        format="tf_saved_model",
+        verbose=None,
+        input_signature=None,
+        overwrite=False,
+        sequence_length=None,
+        **kwargs,
+    ):
         """Exports the model for serving (overrides `keras.Model.export`).
 
         `format="tf_saved_model"`: a SavedModel whose `serving_default`
@@ -337,8 +345,15 @@ class Task(DefaultCompileMixin, RawInputsMixin, keras.Model):
                 "Task.export writes fixed serving signatures and takes no `input_signature`; for a "
                 "custom one use keras.export.ExportArchive, or keras.Model.export(model, ...)."
             )
-        return export_model(self, filepath, format=format, overwrite=overwrite, sequence_length=sequence_length,
-                            verbose=bool(verbose), **kwargs)
+        return export_model(
+            self,
+            filepath,
+            format=format,
+            overwrite=overwrite,
+            sequence_length=sequence_length,
+            verbose=bool(verbose),
+            **kwargs,
+        )
 
     def serving_signatures(self, preprocessor=None, pairs="auto"):
         """`{signature name: tf.function}`: what `export` writes for this task.
@@ -356,7 +371,8 @@ class Task(DefaultCompileMixin, RawInputsMixin, keras.Model):
             pairs: True, False or `"auto"`.
         """
         serving = TextServing(
-            self, preprocessor,
+            self,
+            preprocessor,
             preprocess=lambda x: self.preprocess(x, preprocessor=preprocessor),
             outputs=lambda outputs, features: self.serving_outputs(outputs),
         )
@@ -508,4 +524,3 @@ class Task(DefaultCompileMixin, RawInputsMixin, keras.Model):
         x, _ = self._raw_to_tensors(x, None)
         features, _, _ = keras.utils.unpack_x_y_sample_weight(self.preprocess(x))
         return _int_features(features)
-

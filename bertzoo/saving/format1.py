@@ -40,7 +40,7 @@ def preprocessor_node(settings=None, tokenizer=None):
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _policy_mode(mode):
     """The full policy mode (e.g. "int4/128") `Model.quantize(mode)`, which
     wrote format 1's quantized presets, gives a layer."""
@@ -87,8 +87,12 @@ def upgrade(config):
         if quantization:
             # Paths of the head's layers; the backbone's own entries match none of them.
             task_config["dtype"] = _policy_map(quantization)
-        task = {"module": None, "class_name": class_name, "config": task_config,
-                "registered_name": f"bertzoo>{class_name}"}
+        task = {
+            "module": None,
+            "class_name": class_name,
+            "config": task_config,
+            "registered_name": f"bertzoo>{class_name}",
+        }
     settings = config.get("preprocessor")
     return {
         "format_version": 1,

@@ -198,9 +198,7 @@ class Preset:
             raise PresetError(f"{config_path} holds a JSON {type(config).__name__}; expected an object.")
         version = config.get("format_version", 1)
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            raise PresetError(
-                f"{config_path}: `format_version` must be a positive integer, got {version!r}."
-            )
+            raise PresetError(f"{config_path}: `format_version` must be a positive integer, got {version!r}.")
         for key in ("class_name", "backbone") if version == 1 else ("backbone",):
             if key not in config:
                 raise PresetError(f"{config_path} has no {key!r} entry; the preset is damaged.")
@@ -251,7 +249,9 @@ class Preset:
                 )
             extra = [k for k in node if k not in _NODE_KEYS]
             if extra:
-                raise PresetError(f"{config_path}: `{key}` has the unknown entry {extra[0]!r}; expected {list(_NODE_KEYS)}.")
+                raise PresetError(
+                    f"{config_path}: `{key}` has the unknown entry {extra[0]!r}; expected {list(_NODE_KEYS)}."
+                )
         try:
             check_config(config, str(config_path))
         except ValueError as e:
@@ -263,9 +263,7 @@ class Preset:
             task_config = dict(config["task"]["config"])
             for key in ("backbone", "preprocessor"):
                 if task_config.pop(key, None) is not None:
-                    raise PresetError(
-                        f"{config_path}: `task.config.{key}` must be absent (it is stored in `{key}`)."
-                    )
+                    raise PresetError(f"{config_path}: `task.config.{key}` must be absent (it is stored in `{key}`).")
             self._validate_node("task", task_class, task_config, config_path)
         if self.directory is None:
             return
@@ -306,9 +304,11 @@ class Preset:
         if isinstance(registered, str) and registered.startswith("bertzoo>"):
             cls = keras.saving.get_registered_object(registered)
         kind = "backbone" if key == "backbone" else "task"
-        if cls is None or not callable(getattr(cls, "validate_config", None)) or not getattr(
-            cls, "__module__", ""
-        ).startswith("bertzoo."):
+        if (
+            cls is None
+            or not callable(getattr(cls, "validate_config", None))
+            or not getattr(cls, "__module__", "").startswith("bertzoo.")
+        ):
             raise PresetError(
                 f"{config_path}: `{key}` names the class {node.get('class_name')!r} (registered name "
                 f"{registered!r}), which is not a bertzoo {kind} class this bertzoo knows; expected e.g. "
@@ -344,10 +344,14 @@ class Preset:
             raise PresetError(f"{path} holds a JSON {type(self.metadata).__name__}; expected an object.")
         vocabulary = self.metadata.get("vocabulary")
         if vocabulary is not None and not (isinstance(vocabulary, dict) and isinstance(vocabulary.get("sha256"), str)):
-            raise PresetError(f"{path}: `vocabulary` must be {{\"tokens\": <count>, \"sha256\": <hex>}}, got {_short(vocabulary)}.")
+            raise PresetError(
+                f'{path}: `vocabulary` must be {{"tokens": <count>, "sha256": <hex>}}, got {_short(vocabulary)}.'
+            )
         files = self.metadata.get("files", {})
         if not isinstance(files, dict):
-            raise PresetError(f"{path}: `files` must be an object {{file name: {{bytes, sha256}}}}, got {_short(files)}.")
+            raise PresetError(
+                f"{path}: `files` must be an object {{file name: {{bytes, sha256}}}}, got {_short(files)}."
+            )
         for filename, entry in files.items():
             if (
                 not isinstance(entry, dict)
@@ -358,7 +362,7 @@ class Preset:
                 or len(entry["sha256"]) != 64
             ):
                 raise PresetError(
-                    f"{path}: `files.{filename}` must be {{\"bytes\": <size>, \"sha256\": <64 hex digits>}}, "
+                    f'{path}: `files.{filename}` must be {{"bytes": <size>, "sha256": <64 hex digits>}}, '
                     f"got {_short(entry)}."
                 )
 
@@ -471,7 +475,11 @@ class Preset:
                 f"vocabulary_size={size} rows: the vocabulary does not belong to this model."
             )
         recorded = self.metadata.get("vocabulary")
-        if self.verify_checksums and isinstance(recorded, dict) and recorded.get("sha256") != vocabulary_checksum(tokens):
+        if (
+            self.verify_checksums
+            and isinstance(recorded, dict)
+            and recorded.get("sha256") != vocabulary_checksum(tokens)
+        ):
             raise PresetError(
                 f"{path} does not match the checksum recorded in {METADATA_FILE} (`vocabulary.sha256`): its "
                 "tokens were changed, so token ids would not match the model's embeddings. Re-save the preset."
@@ -614,7 +622,9 @@ def _preset_file(directory, filename, required=True):
             "regular file in the preset."
         )
     if not resolved.is_file():
-        kind = "a directory" if resolved.is_dir() else "not a regular file" if resolved.exists() else "a dangling symlink"
+        kind = (
+            "a directory" if resolved.is_dir() else "not a regular file" if resolved.exists() else "a dangling symlink"
+        )
         raise PresetError(f"{path} is {kind}: expected {filename} to be a regular file.")
     return path
 
@@ -731,8 +741,7 @@ def save_preset(
             "source_preset": getattr(model, "source_preset", None),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "files": {
-                name: {"bytes": (tmp / name).stat().st_size, "sha256": sha256_of(tmp / name)}
-                for name in weight_files
+                name: {"bytes": (tmp / name).stat().st_size, "sha256": sha256_of(tmp / name)} for name in weight_files
             },
         }
         if vocabulary is not None:
@@ -746,10 +755,16 @@ def _save_arrays(directory, filename, arrays):
     import numpy as np
     from safetensors.numpy import save_file
 
-    reserved = (CONFIG_FILE, BACKBONE_WEIGHTS_FILE, TASK_WEIGHTS_FILE, VOCABULARY_FILE, SENTENCEPIECE_FILE, METADATA_FILE)
+    reserved = (
+        CONFIG_FILE,
+        BACKBONE_WEIGHTS_FILE,
+        TASK_WEIGHTS_FILE,
+        VOCABULARY_FILE,
+        SENTENCEPIECE_FILE,
+        METADATA_FILE,
+    )
     if Path(filename).name != filename or not filename.endswith(".safetensors") or filename in reserved:
         raise ValueError(
-            f"extra_arrays file name {filename!r} must be a plain file name ending in "
-            "'.safetensors' (no folders)."
+            f"extra_arrays file name {filename!r} must be a plain file name ending in '.safetensors' (no folders)."
         )
     save_file({name: np.ascontiguousarray(a) for name, a in arrays.items()}, str(directory / filename))

@@ -66,11 +66,7 @@ class BertPreprocessor(keras.layers.Layer):
                 f"{type(tokenizer).__name__}. Build one with BertTokenizer(vocabulary) "
                 "(WordPiece) or SentencePieceTokenizer(proto) (ALBERT)."
             )
-        if (
-            isinstance(sequence_length, bool)
-            or not isinstance(sequence_length, int)
-            or sequence_length < 3
-        ):
+        if isinstance(sequence_length, bool) or not isinstance(sequence_length, int) or sequence_length < 3:
             raise ValueError(
                 f"`sequence_length` must be an integer >= 3 (room for [CLS], [SEP], [SEP]), "
                 f"got {sequence_length!r}. Pass e.g. sequence_length=128."
@@ -114,9 +110,7 @@ class BertPreprocessor(keras.layers.Layer):
         if len(tensors) == 2:
             a, b = tensors
             if a.shape.rank != b.shape.rank or not a.shape.is_compatible_with(b.shape):
-                raise ValueError(
-                    f"The two segments must have the same shape, got {a.shape} and {b.shape}."
-                )
+                raise ValueError(f"The two segments must have the same shape, got {a.shape} and {b.shape}.")
         return tuple(tensors)
 
     def call(self, x, y=None, sample_weight=None):
@@ -126,9 +120,7 @@ class BertPreprocessor(keras.layers.Layer):
         # Outside tf.data the packer runs in python and returns arrays; make
         # both paths give int32 tensors with a static last dimension (also for
         # an empty batch, where the python path loses it).
-        shape = (
-            [self.sequence_length] if segments[0].shape.rank == 0 else [-1, self.sequence_length]
-        )
+        shape = [self.sequence_length] if segments[0].shape.rank == 0 else [-1, self.sequence_length]
         token_ids = tf.reshape(tf.cast(token_ids, tf.int32), shape)
         segment_ids = tf.reshape(tf.cast(segment_ids, tf.int32), shape)
         features = {

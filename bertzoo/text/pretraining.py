@@ -13,7 +13,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-
 SENTENCE_OBJECTIVES = ("nsp", "sop")
 # Label of positions that carry no target (padding, [CLS]/[SEP], later
 # sub-tokens of a word, unused masked-LM slots). The task losses skip it
@@ -116,9 +115,7 @@ class BertMaskGenerator(keras.layers.Layer):
         if unbatched:
             token_ids = token_ids[tf.newaxis]
         if token_ids.shape.rank != 2:
-            raise ValueError(
-                f"BertMaskGenerator expects token ids of shape (batch, length), got {token_ids.shape}."
-            )
+            raise ValueError(f"BertMaskGenerator expects token ids of shape (batch, length), got {token_ids.shape}.")
         seed = self._generator.make_seeds(1)[:, 0] if seed is None else tf.cast(seed, tf.int64)
         select_seed, action_seed, token_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
         shape = tf.shape(token_ids)

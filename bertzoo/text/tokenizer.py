@@ -31,8 +31,8 @@ from bertzoo.text.normalization import normalize
 from bertzoo.text.normalization import pretokenize
 from bertzoo.text.normalization import split_words
 from bertzoo.text.normalization import to_string_tensor
-from bertzoo.text.token_lookup import TokenLookupMixin
 from bertzoo.text.normalization import valid_utf8
+from bertzoo.text.token_lookup import TokenLookupMixin
 from bertzoo.text.vocabulary import check_vocabulary
 from bertzoo.text.vocabulary import load_vocabulary
 
@@ -43,6 +43,7 @@ SEP_TOKEN = "[SEP]"
 MASK_TOKEN = "[MASK]"
 SPECIAL_TOKENS = (PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)
 SUFFIX_INDICATOR = "##"
+
 
 @keras.saving.register_keras_serializable(package="bertzoo")
 class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
@@ -115,17 +116,10 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
                 raise ValueError(f"`{name}` must be True or False, got {value!r}.")
         if strip_accents is not None and not isinstance(strip_accents, bool):
             raise ValueError(
-                f"`strip_accents` must be True, False or None (follow `lowercase`), "
-                f"got {strip_accents!r}."
+                f"`strip_accents` must be True, False or None (follow `lowercase`), got {strip_accents!r}."
             )
-        if (
-            isinstance(max_chars_per_word, bool)
-            or not isinstance(max_chars_per_word, int)
-            or max_chars_per_word < 1
-        ):
-            raise ValueError(
-                f"`max_chars_per_word` must be a positive integer, got {max_chars_per_word!r}."
-            )
+        if isinstance(max_chars_per_word, bool) or not isinstance(max_chars_per_word, int) or max_chars_per_word < 1:
+            raise ValueError(f"`max_chars_per_word` must be a positive integer, got {max_chars_per_word!r}.")
         if isinstance(vocabulary, (str, os.PathLike)):
             source = f"file '{os.fspath(vocabulary)}'"
             vocabulary = load_vocabulary(vocabulary)
@@ -259,9 +253,7 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
         flat_words = words.flat_values
         too_long = tf.strings.length(flat_words, unit="UTF8_CHAR") > self.max_chars_per_word
         # As in `tokenize`: a word too long is one [UNK], which covers it all.
-        ids, piece_starts, piece_ends = self._wordpiece.tokenize_with_offsets(
-            tf.where(too_long, UNK_TOKEN, flat_words)
-        )
+        ids, piece_starts, piece_ends = self._wordpiece.tokenize_with_offsets(tf.where(too_long, UNK_TOKEN, flat_words))
         pieces = ids.row_lengths()
         too_long = tf.repeat(too_long, pieces)
         piece_starts = tf.where(too_long, tf.zeros_like(piece_starts.flat_values), piece_starts.flat_values)
@@ -285,9 +277,7 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
         starts = first - row_chars
         ends = tf.minimum(after, tf.gather(chars.row_limits(), rows)) - row_chars
         tokens = tf.math.unsorted_segment_sum(pieces, words.value_rowids(), words.nrows())
-        return tuple(
-            tf.RaggedTensor.from_row_lengths(values, tokens) for values in (ids.flat_values, starts, ends)
-        )
+        return tuple(tf.RaggedTensor.from_row_lengths(values, tokens) for values in (ids.flat_values, starts, ends))
 
     def _words_keeping_special_tokens(self, strings):
         """`pretokenize`, except that special tokens written in the text
@@ -333,8 +323,7 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
                 low, high = int(tf.reduce_min(flat)), int(tf.reduce_max(flat))
                 if low < 0 or high >= len(self._vocabulary):
                     raise ValueError(
-                        f"Token ids must be in [0, {len(self._vocabulary) - 1}], "
-                        f"got values in [{low}, {high}]."
+                        f"Token ids must be in [0, {len(self._vocabulary) - 1}], got values in [{low}, {high}]."
                     )
         if ids.shape.rank == 1:
             return self._wordpiece.detokenize(ids[tf.newaxis])[0]

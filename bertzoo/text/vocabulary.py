@@ -23,8 +23,7 @@ def check_vocabulary(tokens, source="vocabulary"):
     for i, token in enumerate(tokens):
         if not isinstance(token, str):
             raise ValueError(
-                f"The {source} holds a {type(token).__name__} at index {i} ({token!r}); "
-                "every token must be a string."
+                f"The {source} holds a {type(token).__name__} at index {i} ({token!r}); every token must be a string."
             )
         if token == "" or "\n" in token or "\r" in token:
             raise ValueError(
@@ -56,9 +55,7 @@ def load_vocabulary(path):
     if path.is_dir():
         candidates = [p.name for p in (path / "vocab.txt", path / "vocabulary.txt") if p.is_file()]
         hint = f" It contains {candidates[0]}: pass that file." if candidates else ""
-        raise FileNotFoundError(
-            f"Vocabulary path '{path}' is a directory, expected a text file.{hint}"
-        )
+        raise FileNotFoundError(f"Vocabulary path '{path}' is a directory, expected a text file.{hint}")
     with open(path, encoding="utf-8-sig", newline="") as file:
         text = file.read()
     lines = text.split("\n")
@@ -161,12 +158,8 @@ def build_vocabulary(
         texts = list(texts_or_dataset)
         bad = [t for t in texts if not isinstance(t, (str, bytes))]
         if bad:
-            raise ValueError(
-                f"`texts_or_dataset` must contain only strings, found {type(bad[0]).__name__}."
-            )
-        dataset = tf.data.Dataset.from_tensor_slices(tf.constant(texts, dtype=tf.string)).batch(
-            1024
-        )
+            raise ValueError(f"`texts_or_dataset` must contain only strings, found {type(bad[0]).__name__}.")
+        dataset = tf.data.Dataset.from_tensor_slices(tf.constant(texts, dtype=tf.string)).batch(1024)
     words = dataset.map(
         lambda text: pretokenize(text, lowercase, strip_accents).flat_values,
         num_parallel_calls=tf.data.AUTOTUNE,

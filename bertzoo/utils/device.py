@@ -35,6 +35,7 @@ from bertzoo.utils.onednn import onednn_int8_available
 
 logger = logging.getLogger("bertzoo")
 
+
 def accelerator():
     """Returns "gpu", "tpu" or "cpu" for the current Keras backend's devices."""
     backend = keras.backend.backend()

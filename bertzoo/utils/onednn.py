@@ -24,9 +24,23 @@ FUSED_INT8_OP = "_QuantizedMatMul"
 _EXPECTED_INPUTS = ("device_inputs", "host_inputs")
 _EXPECTED_ATTRS = frozenset(
     {
-        "Tdevice_inputs", "Thost_inputs", "Tdevice_outputs", "Thost_outputs", "T1", "T2", "Tbias", "U",
-        "Tout", "transpose_a", "transpose_b", "is_weight_const", "is_bias_const", "fused_ops",
-        "input_quant_mode", "output_quant_mode", "leakyrelu_alpha",
+        "Tdevice_inputs",
+        "Thost_inputs",
+        "Tdevice_outputs",
+        "Thost_outputs",
+        "T1",
+        "T2",
+        "Tbias",
+        "U",
+        "Tout",
+        "transpose_a",
+        "transpose_b",
+        "is_weight_const",
+        "is_bias_const",
+        "fused_ops",
+        "input_quant_mode",
+        "output_quant_mode",
+        "leakyrelu_alpha",
     }
 )
 

@@ -162,15 +162,44 @@ def sentencepiece_model(size=40):
     [MASK]=4), trained here on generated text."""
     spm = pytest.importorskip("sentencepiece")
     rng = np.random.default_rng(0)
-    words = ["tok", "fox", "runs", "the", "dog", "cat", "sat", "mat", "blue", "sky", "quick", "brown", "jumps",
-             "lazy", "over", "wing", "park"]
+    words = [
+        "tok",
+        "fox",
+        "runs",
+        "the",
+        "dog",
+        "cat",
+        "sat",
+        "mat",
+        "blue",
+        "sky",
+        "quick",
+        "brown",
+        "jumps",
+        "lazy",
+        "over",
+        "wing",
+        "park",
+    ]
     sentences = [" ".join(rng.choice(words, 6)) for _ in range(300)]
     buffer = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences), model_writer=buffer, vocab_size=size, model_type="unigram",
-        pad_id=0, unk_id=1, bos_id=2, eos_id=3, pad_piece="<pad>", unk_piece="<unk>", bos_piece="[CLS]",
-        eos_piece="[SEP]", user_defined_symbols="[MASK]", character_coverage=1.0,
-        normalization_rule_name="nmt_nfkc", minloglevel=2,
+        sentence_iterator=iter(sentences),
+        model_writer=buffer,
+        vocab_size=size,
+        model_type="unigram",
+        pad_id=0,
+        unk_id=1,
+        bos_id=2,
+        eos_id=3,
+        pad_piece="<pad>",
+        unk_piece="<unk>",
+        bos_piece="[CLS]",
+        eos_piece="[SEP]",
+        user_defined_symbols="[MASK]",
+        character_coverage=1.0,
+        normalization_rule_name="nmt_nfkc",
+        minloglevel=2,
     )
     return buffer.getvalue()
 

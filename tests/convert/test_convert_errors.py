@@ -24,7 +24,9 @@ def convert_fails(source, destination, match, error=ConversionError):
 def test_a_directory_of_no_known_layout(tmp_path):
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "weights.bin").write_bytes(b"\0")
-    convert_fails(tmp_path / "src", tmp_path / "out", r"not a checkpoint bertzoo can convert.*weights\.bin(.|\n)*Hugging Face")
+    convert_fails(
+        tmp_path / "src", tmp_path / "out", r"not a checkpoint bertzoo can convert.*weights\.bin(.|\n)*Hugging Face"
+    )
 
 
 def test_missing_paths_files_and_existing_presets(tmp_path, ref, tiny):
@@ -65,7 +67,9 @@ def test_missing_tensors_are_listed(tmp_path, ref, tiny):
 def test_unexpected_tensors_are_listed(tmp_path, ref, tiny):
     arrays = ref.hf_bert_arrays(tiny, prefix="bert.", heads=False)
     # A third layer the config does not know, and a fine-tuned task head.
-    arrays["bert.encoder.layer.2.attention.self.query.weight"] = arrays["bert.encoder.layer.0.attention.self.query.weight"]
+    arrays["bert.encoder.layer.2.attention.self.query.weight"] = arrays[
+        "bert.encoder.layer.0.attention.self.query.weight"
+    ]
     arrays["classifier.weight"] = arrays["bert.pooler.dense.weight"][:2]
     source = ref.write_hf(tmp_path / "hf", ref.hf_config(tiny), arrays)
     convert_fails(
@@ -94,7 +98,9 @@ def test_pretraining_head_with_a_wrong_shape(tmp_path, ref, tiny):
     arrays["cls/predictions/output_bias"] = arrays["cls/predictions/output_bias"][:10]
     source = ref.write_tf1(tmp_path / "tf1", ref.tf1_config(tiny), arrays)
     convert_fails(
-        source, tmp_path / "out", r"cls/predictions/output_bias \(pre-training head\): shape \(10,\), the config implies \(40,\)"
+        source,
+        tmp_path / "out",
+        r"cls/predictions/output_bias \(pre-training head\): shape \(10,\), the config implies \(40,\)",
     )
 
 

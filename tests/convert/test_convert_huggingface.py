@@ -256,9 +256,7 @@ def keras_hub_albert(model, num_layers):
 def test_hf_albert_matches_numpy_and_keras_hub(ref, rng, make_bert_inputs, tmp_path):
     # 4 layers in 2 groups of shared weights, factorized embeddings E=8 < H=16.
     model = ref.random_model(rng, num_layers=4, num_sets=2, embedding=8)
-    source = ref.write_hf(
-        tmp_path / "albert", ref.hf_config(model, "albert"), ref.hf_albert_arrays(model)
-    )
+    source = ref.write_hf(tmp_path / "albert", ref.hf_config(model, "albert"), ref.hf_albert_arrays(model))
     result = bertzoo.convert_checkpoint(source, tmp_path / "preset")
     backbone = bertzoo.BertBackbone.from_preset(result.path)
     assert (backbone.embedding_dim, backbone.num_groups, backbone.activation) == (8, 2, "gelu_tanh")
@@ -320,9 +318,7 @@ def test_hf_albert_inner_groups_become_unshared_layers(ref, rng, make_bert_input
     # 2 layers, 2 groups, 2 inner layers per group: 4 distinct sub-layers in a row.
     model = ref.random_model(rng, num_layers=4, num_sets=4, embedding=8)
     config = ref.hf_config(model, "albert", num_hidden_layers=2, num_hidden_groups=2, inner_group_num=2)
-    source = ref.write_hf(
-        tmp_path / "albert", config, ref.hf_albert_arrays(model, inner_group_num=2, heads=False)
-    )
+    source = ref.write_hf(tmp_path / "albert", config, ref.hf_albert_arrays(model, inner_group_num=2, heads=False))
     backbone = bertzoo.BertBackbone.from_preset(bertzoo.convert_checkpoint(source, tmp_path / "preset").path)
     assert (backbone.num_layers, backbone.num_groups) == (4, 4)
     inputs = make_bert_inputs(batch=2, length=7, vocabulary_size=40, lengths=[7, 3])

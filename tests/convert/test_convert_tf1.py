@@ -29,8 +29,15 @@ def test_tf1_bert_matches_numpy_and_keeps_the_pretraining_heads(ref, rng, make_b
     assert preset.metadata["source"]["format"] == "tf1"
     heads = preset.load_arrays()
     assert sorted(heads) == sorted(
-        ["mlm/transform/kernel", "mlm/transform/bias", "mlm/layer_norm/gamma", "mlm/layer_norm/beta",
-         "mlm/output_bias", "nsp/kernel", "nsp/bias"]
+        [
+            "mlm/transform/kernel",
+            "mlm/transform/bias",
+            "mlm/layer_norm/gamma",
+            "mlm/layer_norm/beta",
+            "mlm/output_bias",
+            "nsp/kernel",
+            "nsp/bias",
+        ]
     )
     np.testing.assert_array_equal(heads["nsp/kernel"], model["heads"]["nsp"][0])  # [H, 2]
     np.testing.assert_array_equal(heads["mlm/layer_norm/gamma"], model["heads"]["transform_norm"][0])

@@ -8,7 +8,6 @@ import pytest
 
 import bertzoo
 
-
 GELU = {
     "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))),
     "gelu_exact": lambda x: 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2))),
@@ -17,8 +16,10 @@ GELU = {
 
 def numpy_heads(ref, model, inputs, positions, activation, decoder=None):
     sequence, pooled = ref.forward(model, inputs, activation)
-    h = {k: tuple(np.asarray(a, "float64") for a in v) if isinstance(v, tuple) else np.asarray(v, "float64")
-         for k, v in model["heads"].items()}
+    h = {
+        k: tuple(np.asarray(a, "float64") for a in v) if isinstance(v, tuple) else np.asarray(v, "float64")
+        for k, v in model["heads"].items()
+    }
     x = np.take_along_axis(sequence, positions[..., None], axis=1)
     x = GELU[activation](x @ h["transform"][0] + h["transform"][1])  # The head uses the encoder's activation.
     mean = x.mean(-1, keepdims=True)
@@ -72,8 +73,9 @@ def test_untied_decoder_needs_tie_weights_false(ref, rng, make_bert_inputs, tmp_
 def test_predict_masked_matches_numpy_heads(ref, rng, tmp_path):
     model = ref.random_model(rng, num_layers=2)
     vocabulary = ref.tiny_vocabulary(40)
-    source = ref.write_hf(tmp_path / "hf", ref.hf_config(model), ref.hf_bert_arrays(model, prefix="bert."),
-                          vocabulary=vocabulary)
+    source = ref.write_hf(
+        tmp_path / "hf", ref.hf_config(model), ref.hf_bert_arrays(model, prefix="bert."), vocabulary=vocabulary
+    )
     preset = bertzoo.convert_checkpoint(source, tmp_path / "preset").path
     pretrainer = bertzoo.BertPretrainer.from_preset(preset, sentence_objective=None)
     assert pretrainer.preprocessor.tokenizer.special_tokens_in_strings is False  # Still reads [MASK] here.
@@ -101,8 +103,12 @@ def test_predict_masked_matches_numpy_heads(ref, rng, tmp_path):
 
 def test_predict_masked_refuses_bad_input(ref, rng, tmp_path):
     model = ref.random_model(rng)
-    source = ref.write_hf(tmp_path / "hf", ref.hf_config(model), ref.hf_bert_arrays(model, prefix="bert."),
-                          vocabulary=ref.tiny_vocabulary(40))
+    source = ref.write_hf(
+        tmp_path / "hf",
+        ref.hf_config(model),
+        ref.hf_bert_arrays(model, prefix="bert."),
+        vocabulary=ref.tiny_vocabulary(40),
+    )
     pretrainer = bertzoo.BertPretrainer.from_preset(
         bertzoo.convert_checkpoint(source, tmp_path / "preset").path, sentence_objective=None, sequence_length=8
     )

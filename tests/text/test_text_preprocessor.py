@@ -29,9 +29,7 @@ def _run(preprocessor, x, graph):
     """Calls the layer eagerly, or inside a tf.data map (graph mode)."""
     if not graph:
         return {k: v.numpy().tolist() for k, v in preprocessor(x).items()}
-    dataset = tf.data.Dataset.from_tensors(x).map(
-        lambda *args: preprocessor(args if len(args) > 1 else args[0])
-    )
+    dataset = tf.data.Dataset.from_tensors(x).map(lambda *args: preprocessor(args if len(args) > 1 else args[0]))
     return {k: v.numpy().tolist() for k, v in next(iter(dataset)).items()}
 
 
@@ -190,10 +188,7 @@ def test_input_forms(tokenizer):
     preprocessor = BertPreprocessor(tokenizer, sequence_length=6)
     single = preprocessor("the fox")
     assert single["token_ids"].shape == (6,)
-    assert (
-        preprocessor(("the fox",))["token_ids"].numpy().tolist()
-        == single["token_ids"].numpy().tolist()
-    )
+    assert preprocessor(("the fox",))["token_ids"].numpy().tolist() == single["token_ids"].numpy().tolist()
     batch = preprocessor(np.array(["the fox", "dog"]))
     assert batch["token_ids"].shape == (2, 6)
     assert batch["token_ids"].numpy()[0].tolist() == single["token_ids"].numpy().tolist()
@@ -202,13 +197,9 @@ def test_input_forms(tokenizer):
 
 def test_errors(tokenizer):
     for bad in (2, 0, -5, 128.0, True, "128", None):
-        with pytest.raises(
-            ValueError, match=r"`sequence_length` must be an integer >= 3.*sequence_length=128"
-        ):
+        with pytest.raises(ValueError, match=r"`sequence_length` must be an integer >= 3.*sequence_length=128"):
             BertPreprocessor(tokenizer, sequence_length=bad)
-    with pytest.raises(
-        ValueError, match=r"Unknown `truncate` mode 'longest_first'.*'round_robin'.*'waterfall'"
-    ):
+    with pytest.raises(ValueError, match=r"Unknown `truncate` mode 'longest_first'.*'round_robin'.*'waterfall'"):
         BertPreprocessor(tokenizer, truncate="longest_first")
     with pytest.raises(ValueError, match="must be a bertzoo BertTokenizer"):
         BertPreprocessor(VOCAB)
@@ -239,6 +230,4 @@ def test_config_round_trip(tokenizer):
     assert serialized["registered_name"] == "bertzoo>BertPreprocessor"
     revived = keras.saving.deserialize_keras_object(serialized)
     assert isinstance(revived, BertPreprocessor) and revived.truncate == "waterfall"
-    np.testing.assert_array_equal(
-        revived(x)["token_ids"].numpy(), preprocessor(x)["token_ids"].numpy()
-    )
+    np.testing.assert_array_equal(revived(x)["token_ids"].numpy(), preprocessor(x)["token_ids"].numpy())

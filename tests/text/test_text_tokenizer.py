@@ -12,12 +12,7 @@ from bertzoo.text import BertTokenizer
 from bertzoo.text import save_vocabulary
 
 VOCAB_PATH = (
-    Path(__file__).resolve().parents[2]
-    / ".."
-    / "shared"
-    / "models"
-    / "all-MiniLM-L6-v2"
-    / "vocab.txt"
+    Path(__file__).resolve().parents[2] / ".." / "shared" / "models" / "all-MiniLM-L6-v2" / "vocab.txt"
 ).resolve()
 
 TINY_VOCAB = [
@@ -98,9 +93,7 @@ def keras_hub_tokenizer():
     keras_hub = pytest.importorskip("keras_hub")
     # keras-hub's BertTokenizer does not strip accents unless asked; BERT
     # uncased (and HF, and bertzoo) strip them whenever lower-casing.
-    return keras_hub.models.BertTokenizer(
-        vocabulary=_real_vocab(), lowercase=True, strip_accents=True
-    )
+    return keras_hub.models.BertTokenizer(vocabulary=_real_vocab(), lowercase=True, strip_accents=True)
 
 
 def _ours(tokenizer, strings):

@@ -42,9 +42,7 @@ def test_load_errors(tmp_path):
         load_vocabulary(empty)
     duplicated = tmp_path / "dup.txt"
     duplicated.write_text("[PAD]\nfoo\nbar\nfoo\n")
-    with pytest.raises(
-        ValueError, match=r"dup.txt' has the duplicate token 'foo' at indices 1 and 3"
-    ):
+    with pytest.raises(ValueError, match=r"dup.txt' has the duplicate token 'foo' at indices 1 and 3"):
         load_vocabulary(duplicated)
     gap = tmp_path / "gap.txt"
     gap.write_text("[PAD]\n\nfoo\n")
@@ -136,9 +134,7 @@ def test_builtin_tokenizes_mixed_scripts(builtin):
         # Hangul syllables are covered through their jamo, i.e. only when
         # accents are stripped (NFD); cased, the Korean word is the one [UNK].
         expected_unk = 0 if tokenizer is uncased else 1
-        assert ids.count(tokenizer.unk_token_id) == expected_unk, (
-            tokenizer.detokenize(ids).numpy().decode()
-        )
+        assert ids.count(tokenizer.unk_token_id) == expected_unk, tokenizer.detokenize(ids).numpy().decode()
     # Outside the covered blocks a word becomes [UNK], never an error.
     rare = uncased("𓀀 hieroglyph").numpy().tolist()
     assert rare[0] == uncased.unk_token_id and len(rare) > 1
@@ -179,10 +175,7 @@ def test_build_vocabulary_tokenizer_round_trips_words(trained):
     assert tokenizer.detokenize(ids).numpy().tolist() == [w.encode() for w in words]
     assert len(tokenizer("the").numpy()) == 1  # frequent words are whole tokens
     text = "The quick brown fox jumps over the lazy dog."
-    assert (
-        tokenizer.detokenize(tokenizer(text)).numpy()
-        == b"the quick brown fox jumps over the lazy dog ."
-    )
+    assert tokenizer.detokenize(tokenizer(text)).numpy() == b"the quick brown fox jumps over the lazy dog ."
 
 
 def test_build_vocabulary_from_dataset_matches_list(trained):
