@@ -179,3 +179,16 @@ def test_embeddings_variable_is_the_stored_table():
     assert private_api.embeddings_variable(layer) is layer.embeddings
     layer.quantize("int8")
     assert keras.backend.standardize_dtype(private_api.embeddings_variable(layer).dtype) == "int8"
+
+
+def test_accept_raw_inputs_lets_a_layer_take_strings():
+    class Lengths(keras.layers.Layer):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            private_api.accept_raw_inputs(self)
+
+        def call(self, texts):
+            return tf.strings.length(texts)
+
+    assert Lengths()(["a", "abc"]).numpy().tolist() == [1, 3]
+    assert Lengths()(tf.constant(["hello"])).numpy().tolist() == [5]

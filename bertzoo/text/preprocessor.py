@@ -7,6 +7,7 @@ from keras_hub.layers import MultiSegmentPacker
 from bertzoo.text.normalization import to_string_tensor
 from bertzoo.text.sentencepiece_tokenizer import SentencePieceTokenizer
 from bertzoo.text.tokenizer import BertTokenizer
+from bertzoo.utils import private_api
 
 TRUNCATE_MODES = ("round_robin", "waterfall")
 
@@ -58,8 +59,7 @@ class BertPreprocessor(keras.layers.Layer):
 
     def __init__(self, tokenizer, sequence_length=128, truncate="round_robin", **kwargs):
         super().__init__(**kwargs)
-        self._convert_input_args = False
-        self._allow_non_tensor_positional_args = True
+        private_api.accept_raw_inputs(self)
         if not isinstance(tokenizer, (BertTokenizer, SentencePieceTokenizer)):
             raise ValueError(
                 "`tokenizer` must be a bertzoo BertTokenizer or SentencePieceTokenizer, got "

@@ -13,6 +13,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from bertzoo.utils import private_api
+
 SENTENCE_OBJECTIVES = ("nsp", "sop")
 # Label of positions that carry no target (padding, [CLS]/[SEP], later
 # sub-tokens of a word, unused masked-LM slots). The task losses skip it
@@ -83,8 +85,7 @@ class BertMaskGenerator(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self._convert_input_args = False
-        self._allow_non_tensor_positional_args = True
+        private_api.accept_raw_inputs(self)
         if isinstance(vocabulary_size, bool) or not isinstance(vocabulary_size, int) or vocabulary_size < 1:
             raise ValueError(f"`vocabulary_size` must be a positive integer, got {vocabulary_size!r}.")
         if not 0 <= int(mask_token_id) < vocabulary_size:

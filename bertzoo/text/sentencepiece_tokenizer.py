@@ -49,6 +49,7 @@ import tensorflow_text as tf_text
 
 from bertzoo.text.normalization import to_string_tensor
 from bertzoo.text.token_lookup import TokenLookupMixin
+from bertzoo.utils import private_api
 
 PAD_TOKEN = "<pad>"
 UNK_TOKEN = "<unk>"
@@ -281,10 +282,7 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
     ):
         kwargs.setdefault("dtype", "int32")
         super().__init__(**kwargs)
-        # Strings and python lists are valid inputs: keep Keras from trying to
-        # convert them to backend float tensors.
-        self._convert_input_args = False
-        self._allow_non_tensor_positional_args = True
+        private_api.accept_raw_inputs(self)
         for name, value in (
             ("lowercase", lowercase),
             ("replace_quotes", replace_quotes),

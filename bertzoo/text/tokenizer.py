@@ -35,6 +35,7 @@ from bertzoo.text.normalization import valid_utf8
 from bertzoo.text.token_lookup import TokenLookupMixin
 from bertzoo.text.vocabulary import check_vocabulary
 from bertzoo.text.vocabulary import load_vocabulary
+from bertzoo.utils import private_api
 
 PAD_TOKEN = "[PAD]"
 UNK_TOKEN = "[UNK]"
@@ -103,10 +104,7 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
     ):
         kwargs.setdefault("dtype", "int32")
         super().__init__(**kwargs)
-        # Strings and python lists are valid inputs: keep Keras from trying to
-        # convert them to backend float tensors.
-        self._convert_input_args = False
-        self._allow_non_tensor_positional_args = True
+        private_api.accept_raw_inputs(self)
         for name, value in (
             ("lowercase", lowercase),
             ("split_on_cjk", split_on_cjk),

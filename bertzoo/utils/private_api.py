@@ -63,6 +63,20 @@ def _walk_layers(layer, include_self, recursive):
     return found
 
 
+def accept_raw_inputs(layer):
+    """Lets `layer` be called on strings, Python lists and ragged tensors:
+    Keras then neither converts its inputs to backend tensors nor refuses
+    non-tensor positional arguments (text layers need both).
+
+    Private: `Layer._convert_input_args`, `Layer._allow_non_tensor_positional_args`.
+    Fallback: none needed (setting unknown attributes is harmless; a Keras
+    that drops them converts inputs, and the layer's own checks then name
+    the problem).
+    """
+    layer._convert_input_args = False
+    layer._allow_non_tensor_positional_args = True
+
+
 def dense_kernel_variable(layer):
     """The variable a Dense/EinsumDense layer stores its kernel in (int8
     values once quantized), not the LoRA-merged tensor `layer.kernel` returns.
