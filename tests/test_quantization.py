@@ -104,10 +104,10 @@ def test_quantized_model_exports_to_a_saved_model(model, tmp_path):
     import tensorflow as tf
 
     q = bertzoo.quantize(model, "int8")
-    q.export(tmp_path / "serving" / "1", format="tf_saved_model")
+    q.export(tmp_path / "serving" / "1", format="tf_saved_model", int8_kernels="portable")
     served = tf.saved_model.load(str(tmp_path / "serving" / "1"))
     out = served.signatures["serving_default"](text=tf.constant(TEXTS))
-    # The export holds Keras's int8 ops, not the fused oneDNN kernel (bertzoo.layers.dense).
+    # A portable export holds Keras's int8 ops, not the fused oneDNN kernel (bertzoo.layers.dense).
     with portable_kernels():
         expected = q.predict(TEXTS, verbose=0)
     np.testing.assert_allclose(out["logits"].numpy(), expected, atol=1e-5)
