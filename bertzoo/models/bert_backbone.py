@@ -245,13 +245,15 @@ class BertBackbone(Backbone):
     `feature_extractor()` model, at no cost to the default graph.
 
     Example:
-    >>> backbone = BertBackbone(vocabulary_size=1000, num_layers=2,
-    ...                         hidden_dim=64, num_heads=2, intermediate_dim=128)
-    >>> ids = keras.ops.ones((1, 8), "int32")
-    >>> out = backbone({"token_ids": ids, "segment_ids": ids * 0,
-    ...                 "padding_mask": keras.ops.ones((1, 8), "int32")})
-    >>> out["pooled_output"].shape
-    (1, 64)
+    ```python
+    backbone = BertBackbone(vocabulary_size=1000, num_layers=2,
+                            hidden_dim=64, num_heads=2, intermediate_dim=128)
+    ids = keras.ops.ones((1, 8), "int32")
+    out = backbone({"token_ids": ids, "segment_ids": ids * 0,
+                    "padding_mask": keras.ops.ones((1, 8), "int32")})
+    out["pooled_output"].shape
+    # (1, 64)
+    ```
     """
 
     def __init__(
@@ -519,8 +521,10 @@ class BertBackbone(Backbone):
         outputs every layer's hidden states (and attention probabilities).
 
         Example:
-        >>> extractor = backbone.feature_extractor(return_attention_scores=True)
-        >>> len(extractor(inputs)["hidden_states"]) == backbone.num_layers + 1
+        ```python
+        extractor = backbone.feature_extractor(return_attention_scores=True)
+        len(extractor(inputs)["hidden_states"]) == backbone.num_layers + 1
+        ```
         """
         inputs = {
             name: keras.Input(shape=(None,), dtype="int32", name=name)
