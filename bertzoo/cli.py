@@ -6,6 +6,8 @@
     bertzoo quantize PRESET_DIR OUT_DIR [--mode int8]
                                              float preset -> quantized preset
     bertzoo sparsity PRESET_DIR              per-layer sparsity and compressed size
+    bertzoo compress TEACHER --train F --eval F --out DIR [--stages distill,prune,int8]
+                                             teacher -> compressed students + trade-off report
     bertzoo presets                          list the built-in presets
 
 Each subcommand is a function decorated with `@command(...)` that receives
@@ -15,11 +17,15 @@ with `argument(...)`. Commands import what they need when they run.
 
 import argparse
 import sys
+from pathlib import Path
 
 from bertzoo import export
+from bertzoo.compression import compress
 from bertzoo.compression import gzip_size
 from bertzoo.compression import quantize
 from bertzoo.compression import sparsity_report
+from bertzoo.compression.pipeline import DEFAULT_STAGES
+from bertzoo.compression.pipeline import STAGES
 from bertzoo.convert import convert_checkpoint
 from bertzoo.models.bert_backbone import BertBackbone
 from bertzoo.models.listing import list_presets
@@ -156,6 +162,59 @@ def _sparsity(args):
 
     model, _ = _model_from_preset_directory(args.preset)
     print(sparsity_report(model))
+    return 0
+
+
+@command(
+    "compress",
+    "Compress a fine-tuned classifier stage by stage (distill, prune, int8); save each stage's preset and "
+    "SavedModel and write a trade-off report (report.md, report.json, tradeoff.png).",
+    arguments=(
+        argument("teacher", metavar="TEACHER_PRESET", help="fine-tuned classifier preset directory"),
+        argument("--train", required=True, help="training file: .tsv, .csv or .jsonl with a header"),
+        argument("--eval", required=True, help="evaluation file, same layout"),
+        argument("--out", required=True, metavar="DIR", help="output directory (new or empty)"),
+        argument(
+            "--stages",
+            default=",".join(DEFAULT_STAGES),
+            help=f"comma-separated stages in order, from {','.join(STAGES)} (default: %(default)s)",
+        ),
+        argument(
+            "--target-speedup",
+            type=float,
+            default=None,
+            help="distilled student keeps 1/X of the teacher's layers (default: every 3rd layer)",
+        ),
+        argument("--text-column", default="text", help="text column name (default: %(default)s)"),
+        argument("--label-column", default="label", help="label column name (default: %(default)s)"),
+        argument("--epochs", type=int, default=1, help="training epochs per stage (default: %(default)s)"),
+        argument("--batch-size", type=int, default=32, help="training batch size (default: %(default)s)"),
+        argument(
+            "--sparsity", type=float, default=0.9, help="final sparsity of the prune stage (default: %(default)s)"
+        ),
+        argument("--sequence-length", type=int, default=None, help="tokens per text (default: the teacher's)"),
+        argument("--overwrite", action="store_true", help="replace a previous run's outputs in DIR"),
+    ),
+)
+def _compress(args):
+
+    compress(
+        args.teacher,
+        args.train,
+        args.eval,
+        args.out,
+        stages=args.stages,
+        target_speedup=args.target_speedup,
+        text_column=args.text_column,
+        label_column=args.label_column,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        sparsity=args.sparsity,
+        sequence_length=args.sequence_length,
+        overwrite=args.overwrite,
+        verbose=1,
+    )
+    print((Path(args.out) / "report.md").read_text(), end="")
     return 0
 
 

@@ -3,6 +3,7 @@
 from bertzoo.compression.distiller import Distiller
 from bertzoo.compression.losses import AttentionDistillation
 from bertzoo.compression.losses import HiddenStateDistillation
+from bertzoo.compression.pipeline import compress
 from bertzoo.compression.pruner import Pruner
 from bertzoo.compression.pruner import PruningState
 from bertzoo.compression.quantization import quantize

@@ -1,5 +1,7 @@
 """Small text-classification datasets for examples, benchmarks and tests."""
 
+from bertzoo.datasets.files import label_ids
+from bertzoo.datasets.files import load_labelled_texts
 from bertzoo.datasets.sentiment import find_shared_sentiment
 from bertzoo.datasets.sentiment import load_rated_sentences
 from bertzoo.datasets.sentiment import split

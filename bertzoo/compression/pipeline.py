@@ -1,0 +1,432 @@
+"""One command from teacher to served student: `bertzoo.compress`.
+
+`compress` runs compression stages in order, each on the previous stage's
+model, with the library's own building blocks:
+
+- `"distill"`: a shallower student initialised from evenly spaced teacher
+  layers (`init_student_from_teacher`), trained by a `Distiller`;
+- `"prune"`: gradual unstructured magnitude pruning (`Pruner` on a
+  `PolynomialDecay` schedule) while distilling from the stage's dense input,
+  then `strip()`;
+- `"prune_structured"`: attention heads and feed-forward neurons removed
+  (`prune_heads_and_neurons`), then a short distillation from the stage's
+  input to recover;
+- `"int8"`: post-training quantization (`quantize(model, "int8")`).
+
+Each stage writes `OUT/<index>_<stage>/preset` (a preset) and
+`OUT/<index>_<stage>/saved_model` (a SavedModel for serving); a stage's
+directory appears whole or not at all (`atomic_directory`). At the end
+`OUT/report.md`, `OUT/report.json` and `OUT/tradeoff.png` compare the teacher
+and every stage: accuracy on the evaluation file, % of the teacher's
+accuracy, parameters, preset size, and the median latency of
+`predict_on_batch` on tokenized batches of 1 and 32 on this machine.
+"""
+
+import io
+import json
+import math
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+
+from bertzoo.compression.distiller import Distiller
+from bertzoo.compression.model_copy import copy_model
+from bertzoo.compression.pruner import Pruner
+from bertzoo.compression.quantization import quantize
+from bertzoo.compression.report import gzip_size
+from bertzoo.compression.report import sparsity_report
+from bertzoo.compression.schedules import PolynomialDecay
+from bertzoo.compression.structured import prune_heads_and_neurons
+from bertzoo.compression.student_init import init_student_from_teacher
+from bertzoo.datasets.files import label_ids
+from bertzoo.datasets.files import load_labelled_texts
+from bertzoo.models.bert_classifier import BertClassifier
+from bertzoo.saving.atomic import atomic_directory
+from bertzoo.saving.preset import Preset
+from bertzoo.utils import quantization_mode
+
+STAGES = ("distill", "prune", "prune_structured", "int8")
+DEFAULT_STAGES = ("distill", "prune", "int8")
+REPORT_KEYS = (
+    "stage",
+    "path",
+    "accuracy",
+    "percent_of_teacher",
+    "parameters",
+    "nonzero_parameters",
+    "preset_mb",
+    "preset_gzip_mb",
+    "latency_b1_ms",
+    "latency_b32_ms",
+    "speedup_b32",
+)
+_STAGE_DIR = re.compile(r"^\d+_[a-z0-9_]+$")
+_OUTPUT_FILES = ("report.md", "report.json", "tradeoff.png")
+
+
+def parse_stages(stages):
+    """A tuple of stage names from a list or a comma-separated string; an
+    unknown name is a `ValueError` listing the known ones."""
+    if isinstance(stages, str):
+        stages = [s.strip() for s in stages.split(",") if s.strip()]
+    stages = tuple(stages)
+    if not stages:
+        raise ValueError(f"No stages given; choose from {list(STAGES)}.")
+    for stage in stages:
+        if stage not in STAGES:
+            raise ValueError(f"Unknown stage {stage!r}; choose from {list(STAGES)} (comma-separated, in order).")
+    if "int8" in stages and stages.index("int8") != len(stages) - 1:
+        raise ValueError("'int8' must be the last stage: a quantized model cannot be distilled or pruned further.")
+    return stages
+
+
+def student_layers(teacher_layers, target_speedup=None):
+    """Teacher layers (from 1) a distilled student copies: every 3rd by
+    default, or `teacher_layers / target_speedup` evenly spaced ones."""
+    if target_speedup is None:
+        count = max(1, teacher_layers // 3)
+    else:
+        if isinstance(target_speedup, bool) or not isinstance(target_speedup, (int, float)) or target_speedup < 1:
+            raise ValueError(f"`target_speedup` must be a number >= 1, got {target_speedup!r}.")
+        count = max(1, int(math.floor(teacher_layers / target_speedup)))
+    count = min(count, teacher_layers)
+    return [int(round((i + 1) * teacher_layers / count)) for i in range(count)]
+
+
+def _check_output(out, overwrite):
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out} exists and is not a directory; choose another --out.")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise FileExistsError(
+                f"{out} already exists and is not empty. Pass --overwrite (Python: overwrite=True) to "
+                "replace a previous run's outputs, or choose a new directory."
+            )
+        # Only a previous run's outputs go; anything else the user put there stays.
+        for entry in out.iterdir():
+            if entry.is_dir() and _STAGE_DIR.match(entry.name):
+                shutil.rmtree(entry)
+            elif entry.name in _OUTPUT_FILES:
+                entry.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _write_file(path, data):
+    """Writes `path` whole or not at all (a temporary file, then `os.replace`)."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        temporary.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
+        os.replace(temporary, path)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+
+
+def _load_teacher(teacher, classes, sequence_length):
+    """`(model, source directory or None, needs fine-tuning)`."""
+    num_classes = len(classes)
+    if isinstance(teacher, keras.Model):
+        if not isinstance(teacher, BertClassifier):
+            raise ValueError(f"The teacher must be a bertzoo.BertClassifier, got {type(teacher).__name__}.")
+        model, directory = teacher, None
+    else:
+        preset = Preset.resolve(teacher)
+        if preset.directory is None:
+            raise ValueError(
+                f"{teacher!r} is a built-in preset definition without weights; pass a preset directory "
+                "(a fine-tuned classifier written by save_to_preset, or a converted checkpoint)."
+            )
+        kwargs = {"sequence_length": sequence_length} if sequence_length else {}
+        if preset.model_class() is BertClassifier:
+            model = BertClassifier.from_preset(preset, **kwargs)
+        else:  # A backbone (e.g. a converted checkpoint): a new head, fine-tuned here.
+            model = BertClassifier.from_preset(
+                preset, num_classes=num_classes, class_names=[str(c) for c in classes], **kwargs
+            )
+            return model, None, True
+        directory = preset.directory
+    if model.preprocessor is None:
+        raise ValueError("The teacher needs a preprocessor (tokenizer) to read raw text.")
+    if model.num_classes != num_classes:
+        raise ValueError(
+            f"The teacher classifies {model.num_classes} classes, but the training file has {num_classes}: {classes}."
+        )
+    return model, directory, False
+
+
+def _accuracy(model, texts, labels, batch_size):
+    logits = model.predict(texts, batch_size=batch_size, verbose=0)
+    return float(np.mean(np.argmax(np.asarray(logits), axis=-1) == np.asarray(labels)))
+
+
+def _latency_ms(model, features, repeats):
+    model.predict_on_batch(features)  # Traces and warms up.
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        model.predict_on_batch(features)
+        times.append(time.perf_counter() - start)
+    return 1000.0 * float(np.median(times))
+
+
+def _batch(preprocessor, texts, size):
+    chosen = [texts[i % len(texts)] for i in range(size)]
+    return {k: np.asarray(v) for k, v in preprocessor(chosen).items()}
+
+
+def _directory_mb(path):
+    path = Path(path)
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
+
+
+def _measure(name, model, preset_dir, eval_data, batches, batch_size, repeats):
+    report = sparsity_report(model) if not quantization_mode(model) else None
+    parameters = int(model.count_params())
+    nonzero = parameters - (int(sum(r["zeros"] for r in report.layers)) if report is not None else 0)
+    return {
+        "stage": name,
+        "path": str(preset_dir) if preset_dir is not None else None,
+        "accuracy": _accuracy(model, *eval_data, batch_size),
+        "parameters": parameters,
+        "nonzero_parameters": nonzero,
+        "preset_mb": _directory_mb(preset_dir) if preset_dir is not None else None,
+        "preset_gzip_mb": gzip_size(preset_dir) / 1e6 if preset_dir is not None else None,
+        "latency_b1_ms": _latency_ms(model, batches[0], repeats),
+        "latency_b32_ms": _latency_ms(model, batches[1], repeats),
+    }
+
+
+def _fit_distilling(teacher, student, train, epochs, batch_size, verbose, validation, distiller_options):
+    distiller = Distiller(teacher, student, **distiller_options)
+    distiller.fit(*train, validation_data=validation, epochs=epochs, batch_size=batch_size, verbose=verbose)
+    return student
+
+
+def _steps(train, epochs, batch_size):
+    return max(1, math.ceil(len(train[0]) / batch_size)) * epochs
+
+
+def compress(
+    teacher,
+    train,
+    eval,
+    out,
+    stages=DEFAULT_STAGES,
+    target_speedup=None,
+    text_column="text",
+    label_column="label",
+    epochs=1,
+    teacher_epochs=None,
+    batch_size=32,
+    sparsity=0.9,
+    heads_to_keep=None,
+    ffn_keep_ratio=None,
+    sequence_length=None,
+    distiller_options=None,
+    latency_repeats=10,
+    overwrite=False,
+    verbose=1,
+):
+    """Compresses a classifier stage by stage and reports the trade-offs.
+
+    Args:
+        teacher: a fine-tuned `BertClassifier` preset directory (or the model
+            itself). A backbone preset (e.g. a converted checkpoint) gets a
+            new head, fine-tuned on `train` for `teacher_epochs` first.
+        train, eval: TSV, CSV or JSONL files with a header (JSONL: keys)
+            naming `text_column` and `label_column`. Labels may be ints or
+            strings; class ids follow their sorted order (recorded as
+            `classes` in `report.json`).
+        out: output directory; must be new or empty unless `overwrite`
+            (which removes a previous run's stage directories and reports).
+        stages: names, in order, from `"distill"`, `"prune"`,
+            `"prune_structured"`, `"int8"` (last), as a list or
+            comma-separated string.
+        target_speedup: the distilled student keeps `L / target_speedup`
+            of the teacher's `L` layers (default: every 3rd layer). Without
+            a distill stage, `"prune_structured"` keeps `1 / target_speedup`
+            of the heads and neurons instead (default: half).
+        epochs: training epochs of each trained stage (small by default;
+            raise it for real runs).
+        teacher_epochs: fine-tuning epochs of a new teacher head (default:
+            `epochs`).
+        sparsity: final encoder sparsity of `"prune"`.
+        heads_to_keep, ffn_keep_ratio: `"prune_structured"` settings (see
+            `prune_heads_and_neurons`).
+        distiller_options: keyword arguments for every `Distiller`.
+        verbose: Keras progress bars (0 silent, 1 bars, 2 one line per epoch).
+
+    Returns the report: a dict with `rows` (the teacher, then one per stage,
+    keys as in `REPORT_KEYS`), `classes` and the settings.
+
+    Example:
+    ```python
+    report = bertzoo.compress("runs/teacher", "train.tsv", "test.tsv", "runs/compressed",
+                              stages=("distill", "prune", "int8"), epochs=3)
+    print(open("runs/compressed/report.md").read())
+    ```
+    """
+    stages = parse_stages(stages)
+    if target_speedup is not None:
+        student_layers(1, target_speedup)  # Checks the value before any work.
+    for name, value in (("epochs", epochs), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+    train_texts, train_raw = load_labelled_texts(train, text_column, label_column)
+    eval_texts, eval_raw = load_labelled_texts(eval, text_column, label_column)
+    train_labels, classes = label_ids(train_raw)
+    eval_labels, _ = label_ids(eval_raw, classes, source=eval)
+    train_data = (train_texts, np.asarray(train_labels, dtype="int32"))
+    eval_data = (eval_texts, np.asarray(eval_labels, dtype="int32"))
+    out = _check_output(out, overwrite)
+    model, teacher_dir, fine_tune = _load_teacher(teacher, classes, sequence_length)
+    distiller_options = dict(distiller_options or {})
+
+    def say(message):
+        if verbose:
+            print(message, flush=True)
+
+    if fine_tune:
+        say(f"Fine-tuning the teacher's new {len(classes)}-class head")
+        model.fit(*train_data, epochs=teacher_epochs or epochs, batch_size=batch_size, verbose=verbose)
+    if teacher_dir is None:  # Measured (and kept) like the stages.
+        teacher_dir = out / "0_teacher" / "preset"
+        with atomic_directory(out / "0_teacher") as tmp:
+            model.save_to_preset(tmp / "preset")
+
+    preprocessor = model.preprocessor
+    batches = (_batch(preprocessor, eval_texts, 1), _batch(preprocessor, eval_texts, 32))
+    say("Measuring the teacher")
+    rows = [_measure("teacher", model, teacher_dir, eval_data, batches, batch_size, latency_repeats)]
+    validation = eval_data if verbose else None
+
+    for index, stage in enumerate(stages, start=1):
+        say(f"Stage {index}/{len(stages)}: {stage}")
+        parent = model
+        if stage == "distill":
+            layers = student_layers(parent.backbone.num_layers, target_speedup)
+            model = init_student_from_teacher(parent, {"num_layers": len(layers)}, layers=layers)
+            _fit_distilling(parent, model, train_data, epochs, batch_size, verbose, validation, distiller_options)
+        elif stage == "prune":
+            student = copy_model(parent)
+            end = _steps(train_data, epochs, batch_size)
+            schedule = PolynomialDecay(0.0, sparsity, begin_step=0, end_step=end, frequency=max(1, end // 10))
+            pruner = Pruner(student, schedule)
+            _fit_distilling(parent, student, train_data, epochs, batch_size, verbose, validation, distiller_options)
+            model = pruner.strip()
+        elif stage == "prune_structured":
+            heads, ratio = heads_to_keep, ffn_keep_ratio
+            if heads is None and ratio is None:
+                fraction = 0.5 if target_speedup is None or "distill" in stages else 1.0 / target_speedup
+                heads = [max(1, int(round(h * fraction))) for h in _per_layer(parent.backbone, "num_heads")]
+                ratio = fraction
+            model = prune_heads_and_neurons(parent, heads_to_keep=heads, ffn_keep_ratio=ratio, data=train_data)
+            _fit_distilling(parent, model, train_data, epochs, batch_size, verbose, validation, distiller_options)
+        else:  # "int8"
+            model = quantize(parent, "int8")
+        stage_dir = out / f"{index}_{stage}"
+        with atomic_directory(stage_dir) as tmp:
+            model.save_to_preset(tmp / "preset")
+            model.export(tmp / "saved_model", verbose=False)
+        say(f"Measuring {stage}")
+        rows.append(_measure(stage, model, stage_dir / "preset", eval_data, batches, batch_size, latency_repeats))
+
+    teacher_row = rows[0]
+    for row in rows:
+        row["percent_of_teacher"] = (
+            100.0 * row["accuracy"] / teacher_row["accuracy"] if teacher_row["accuracy"] > 0 else None
+        )
+        row["speedup_b32"] = teacher_row["latency_b32_ms"] / row["latency_b32_ms"]
+    report = {
+        "teacher": str(teacher) if not isinstance(teacher, keras.Model) else None,
+        "train": str(train),
+        "eval": str(eval),
+        "stages": list(stages),
+        "classes": classes,
+        "text_column": text_column,
+        "label_column": label_column,
+        "epochs": epochs,
+        "target_speedup": target_speedup,
+        "train_size": len(train_texts),
+        "eval_size": len(eval_texts),
+        "backend": keras.backend.backend(),
+        "rows": [{key: row[key] for key in REPORT_KEYS} for row in rows],
+    }
+    _write_file(out / "report.json", json.dumps(report, indent=2) + "\n")
+    _write_file(out / "report.md", format_report(report))
+    chart = tradeoff_chart(report, out / "tradeoff.png")
+    if chart is None:
+        say("matplotlib is not installed: no tradeoff.png (pip install matplotlib)")
+    say(f"Wrote {out}/report.md, report.json" + (", tradeoff.png" if chart else ""))
+    return report
+
+
+def _per_layer(backbone, key):
+    value = backbone.get_config()[key]
+    return list(value) if isinstance(value, (list, tuple)) else [value] * backbone.num_layers
+
+
+def format_report(report):
+    """The trade-off table of a `compress` report, as Markdown."""
+
+    def number(value, spec):
+        return "-" if value is None else format(value, spec)
+
+    lines = [
+        "# Compression trade-offs",
+        "",
+        f"Teacher {report['teacher'] or '(in-memory model)'}; train {report['train']} "
+        f"({report['train_size']} examples), eval {report['eval']} ({report['eval_size']} examples); "
+        f"classes {report['classes']}; {report['epochs']} epoch(s) per stage. Latency: median of "
+        "`predict_on_batch` on tokenized batches, this machine.",
+        "",
+        "| stage | accuracy | % of teacher | parameters | non-zero | preset MB | gzip MB "
+        "| latency b1 (ms) | latency b32 (ms) | speedup b32 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in report["rows"]:
+        lines.append(
+            f"| {row['stage']} | {row['accuracy']:.4f} | {number(row['percent_of_teacher'], '.1f')} "
+            f"| {row['parameters']:,} | {row['nonzero_parameters']:,} | {number(row['preset_mb'], '.2f')} "
+            f"| {number(row['preset_gzip_mb'], '.2f')} | {row['latency_b1_ms']:.2f} | {row['latency_b32_ms']:.2f} "
+            f"| {row['speedup_b32']:.2f}x |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def tradeoff_chart(report, path):
+    """Accuracy against batch-32 latency, point area by preset size; writes
+    a PNG atomically and returns its path (None without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+
+    rows = report["rows"]
+    sizes = [row["preset_mb"] or 0.0 for row in rows]
+    largest = max(sizes) or 1.0
+    figure, axes = plt.subplots(figsize=(6, 4), dpi=100)
+    for row, size in zip(rows, sizes):
+        axes.scatter(row["latency_b32_ms"], row["accuracy"], s=40 + 400 * size / largest, alpha=0.6)
+        axes.annotate(f"{row['stage']} ({size:.1f} MB)", (row["latency_b32_ms"], row["accuracy"]), fontsize=8)
+    axes.set_xlabel("latency, batch 32 (ms, median)")
+    axes.set_ylabel("accuracy on eval")
+    axes.set_title("bertzoo compress: accuracy vs latency (area: preset MB)")
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    plt.close(figure)
+    _write_file(path, buffer.getvalue())
+    return Path(path)

@@ -1,0 +1,194 @@
+"""`bertzoo.compress` / `bertzoo compress`: stages in order, per-stage presets
+and SavedModels, the trade-off report and chart, input files and their errors."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+import bertzoo
+from bertzoo import cli
+from bertzoo.compression.pipeline import REPORT_KEYS
+from bertzoo.compression.pipeline import student_layers
+from bertzoo.datasets.files import label_ids
+from bertzoo.datasets.files import load_labelled_texts
+from bertzoo.text import BertPreprocessor
+from bertzoo.text import BertTokenizer
+
+POSITIVE = "good great fine nice superb".split()
+NEGATIVE = "bad awful dull poor weak".split()
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + POSITIVE + NEGATIVE + "the film was a very".split()
+PNG_HEADER = b"\x89PNG\r\n\x1a\n"
+
+
+def sentiment(n, seed):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 2, n)
+    texts = []
+    for label in labels:
+        words = list(rng.choice(POSITIVE if label else NEGATIVE, size=rng.integers(1, 3)))
+        texts.append(" ".join(["the", "film", "was"][: rng.integers(0, 4)] + words))
+    return texts, [int(x) for x in labels]
+
+
+def write_tsv(path, texts, labels, text_column="text", label_column="label"):
+    with open(path, "w", newline="") as f:
+        f.write(f"{text_column}\t{label_column}\n")
+        for text, label in zip(texts, labels):
+            f.write(f"{text}\t{label}\n")
+    return path
+
+
+def write_csv(path, texts, labels):
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["sentence", "sentiment"])
+        writer.writerows(zip(texts, labels))
+    return path
+
+
+def write_jsonl(path, texts, labels):
+    with open(path, "w") as f:
+        for text, label in zip(texts, labels):
+            f.write(json.dumps({"text": text, "label": label}) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("compress")
+    backbone = bertzoo.BertBackbone(
+        vocabulary_size=len(VOCAB),
+        num_layers=2,
+        hidden_dim=16,
+        num_heads=2,
+        intermediate_dim=32,
+        max_sequence_length=16,
+    )
+    preprocessor = BertPreprocessor(BertTokenizer(VOCAB), sequence_length=8)
+    teacher = bertzoo.BertClassifier(backbone, num_classes=2, preprocessor=preprocessor)
+    texts, labels = sentiment(64, seed=0)
+    teacher.fit(texts, np.asarray(labels, "int32"), epochs=2, batch_size=16, verbose=0)
+    teacher.save_to_preset(root / "teacher")
+    write_tsv(root / "train.tsv", texts, labels)
+    test_texts, test_labels = sentiment(24, seed=1)
+    write_jsonl(root / "test.jsonl", test_texts, test_labels)
+    return root
+
+
+@pytest.fixture(scope="module")
+def run(workspace):
+    out = workspace / "out"
+    report = bertzoo.compress(
+        workspace / "teacher",
+        workspace / "train.tsv",
+        workspace / "test.jsonl",
+        out,
+        stages=("distill", "prune", "int8"),
+        epochs=1,
+        batch_size=16,
+        latency_repeats=2,
+        verbose=0,
+    )
+    return out, report
+
+
+def test_each_stage_saves_a_loadable_preset_and_a_saved_model(run, workspace):
+    out, report = run
+    texts, _ = sentiment(4, seed=2)
+    for index, stage in enumerate(("distill", "prune", "int8"), start=1):
+        stage_dir = out / f"{index}_{stage}"
+        model = bertzoo.BertClassifier.from_preset(stage_dir / "preset")
+        assert model.predict(texts, verbose=0).shape == (4, 2)
+        assert (stage_dir / "saved_model" / "saved_model.pb").is_file()
+    distilled = bertzoo.BertClassifier.from_preset(out / "1_distill" / "preset")
+    assert distilled.backbone.num_layers == 1  # Every 3rd of 2 layers: at least one.
+    pruned = bertzoo.BertClassifier.from_preset(out / "2_prune" / "preset")
+    assert bertzoo.sparsity_report(pruned).total_sparsity > 0.5
+    assert bertzoo.utils.quantization_mode(bertzoo.BertClassifier.from_preset(out / "3_int8" / "preset")) == "int8"
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # No temporary leftovers.
+
+
+def test_report_has_the_teacher_and_one_row_per_stage(run):
+    out, report = run
+    saved = json.loads((out / "report.json").read_text())
+    assert saved == json.loads(json.dumps(report))
+    assert [row["stage"] for row in saved["rows"]] == ["teacher", "distill", "prune", "int8"]
+    for row in saved["rows"]:
+        assert set(row) == set(REPORT_KEYS)
+        assert 0.0 <= row["accuracy"] <= 1.0
+        assert row["latency_b1_ms"] > 0 and row["latency_b32_ms"] > 0 and row["preset_mb"] > 0
+    rows = {row["stage"]: row for row in saved["rows"]}
+    assert rows["teacher"]["percent_of_teacher"] == pytest.approx(100.0)
+    assert rows["distill"]["parameters"] < rows["teacher"]["parameters"]
+    assert rows["prune"]["nonzero_parameters"] < rows["prune"]["parameters"]
+    assert rows["int8"]["preset_mb"] < rows["prune"]["preset_mb"]
+    assert saved["classes"] == [0, 1]
+    table = (out / "report.md").read_text()
+    assert "| int8 |" in table and "% of teacher" in table
+    assert (out / "tradeoff.png").read_bytes()[:8] == PNG_HEADER
+
+
+def test_cli_with_csv_and_string_labels(workspace, capsys):
+    texts, labels = sentiment(32, seed=3)
+    names = ["neg" if y == 0 else "pos" for y in labels]
+    train = write_csv(workspace / "train.csv", texts, names)
+    test = write_csv(workspace / "test.csv", texts[:8], names[:8])
+    out = workspace / "cli_out"
+    argv = ["compress", str(workspace / "teacher"), "--train", str(train), "--eval", str(test), "--out", str(out)]
+    argv += ["--stages", "int8", "--text-column", "sentence", "--label-column", "sentiment"]
+    assert cli.main(argv) == 0
+    assert "| int8 |" in capsys.readouterr().out
+    report = json.loads((out / "report.json").read_text())
+    assert report["classes"] == ["neg", "pos"]
+    assert [row["stage"] for row in report["rows"]] == ["teacher", "int8"]
+    assert (out / "1_int8" / "saved_model").is_dir()
+    # An existing DIR is refused (a message, exit status 1), replaced with --overwrite.
+    assert cli.main(argv) == 1
+    assert "--overwrite" in capsys.readouterr().err
+    assert cli.main(argv + ["--overwrite"]) == 0
+
+
+def test_bad_inputs_give_clear_errors(workspace, tmp_path):
+    teacher, train = workspace / "teacher", workspace / "train.tsv"
+    texts, labels = sentiment(8, seed=4)
+    wrong = write_tsv(tmp_path / "wrong.tsv", texts, labels, text_column="sentence")
+    with pytest.raises(ValueError, match=r"wrong\.tsv: no text column 'text'; columns found: \['sentence', 'label'\]"):
+        bertzoo.compress(teacher, wrong, train, tmp_path / "a", verbose=0)
+    with pytest.raises(ValueError, match=r"no label column 'stars'"):
+        bertzoo.compress(teacher, train, train, tmp_path / "a", label_column="stars", verbose=0)
+    (tmp_path / "empty.tsv").write_text("")
+    with pytest.raises(ValueError, match=r"empty\.tsv is empty"):
+        bertzoo.compress(teacher, tmp_path / "empty.tsv", train, tmp_path / "a", verbose=0)
+    (tmp_path / "header.csv").write_text("text,label\n")
+    with pytest.raises(ValueError, match=r"header\.csv is empty: a header but no rows"):
+        bertzoo.compress(teacher, train, tmp_path / "header.csv", tmp_path / "a", verbose=0)
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(ValueError, match=r"empty\.jsonl is empty"):
+        load_labelled_texts(tmp_path / "empty.jsonl")
+    with pytest.raises(ValueError, match=r"Unknown stage 'quantise'.*'int8'"):
+        bertzoo.compress(teacher, train, train, tmp_path / "a", stages="distill,quantise", verbose=0)
+    with pytest.raises(ValueError, match=r"'int8' must be the last stage"):
+        bertzoo.compress(teacher, train, train, tmp_path / "a", stages=("int8", "prune"), verbose=0)
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"taken already exists and is not empty.*--overwrite"):
+        bertzoo.compress(teacher, train, train, tmp_path / "taken", verbose=0)
+    assert (tmp_path / "taken" / "notes.txt").read_text() == "mine"
+    with pytest.raises(ValueError, match=r"not among the training classes"):
+        bertzoo.compress(teacher, train, write_tsv(tmp_path / "three.tsv", ["x"], [2]), tmp_path / "a", verbose=0)
+    assert cli.main(["compress", str(teacher), "--train", str(wrong), "--eval", str(train), "--out", "x"]) == 1
+    assert not (tmp_path / "a").exists()  # Input errors come before any output.
+
+
+def test_labels_map_by_sorted_order_and_student_depth_follows_the_speedup():
+    assert label_ids([10, -1, 10, 3]) == ([2, 0, 2, 1], [-1, 3, 10])
+    assert label_ids(["pos", "neg"]) == ([1, 0], ["neg", "pos"])
+    assert student_layers(6) == [3, 6]
+    assert student_layers(12) == [3, 6, 9, 12]
+    assert student_layers(6, target_speedup=2) == [2, 4, 6]
+    assert student_layers(12, target_speedup=5) == [6, 12]
+    assert student_layers(2, target_speedup=10) == [2]
+    with pytest.raises(ValueError, match="target_speedup"):
+        student_layers(6, target_speedup=0.5)
