@@ -107,3 +107,47 @@ def to_string_tensor(value, what):
             "to turn token ids back into text use BertTokenizer.detokenize."
         )
     return tensor
+
+
+class CharacterAlignment:
+    """Normalized text built one character at a time, and the way back from
+    its bytes to the characters of the original strings (see
+    `normalize_characters`)."""
+
+    def __init__(self, chars, sizes):
+        self.chars = chars  # RaggedTensor [batch, characters] of the original strings.
+        self.sizes = sizes  # Bytes each character became (0: deleted).
+        ends = tf.cumsum(sizes)
+        self.byte_starts = ends - sizes  # In all normalized strings laid end to end.
+        self.row_bytes = tf.gather(tf.concat([[0], ends], 0), chars.row_starts())
+
+    def characters(self, rows, byte_starts, byte_ends):
+        """Character spans `(starts, ends)` (int64, end exclusive, per row)
+        of the original strings for byte spans of the normalized strings of
+        `rows`. Characters that produce bytes count: the one whose bytes hold
+        the span's first byte starts it, the next one after its last byte
+        (or the string's end) ends it, so dropped characters (combining
+        accents, format characters) belong to the span before them."""
+        first_byte = tf.gather(self.row_bytes, rows) + byte_starts
+        last_byte = tf.gather(self.row_bytes, rows) + byte_ends
+        count = tf.size(self.sizes, out_type=tf.int64)
+        kept = self.sizes > 0
+        kept_starts = tf.boolean_mask(self.byte_starts, kept)
+        kept_index = tf.boolean_mask(tf.range(count), kept)
+        first = tf.gather(kept_index, tf.maximum(tf.searchsorted(kept_starts, first_byte, side="right") - 1, 0))
+        after = tf.gather(tf.concat([kept_index, [count]], 0), tf.searchsorted(kept_starts, last_byte, side="left"))
+        row_chars = tf.gather(self.chars.row_starts(), rows)
+        ends = tf.minimum(after, tf.gather(self.chars.row_limits(), rows)) - row_chars
+        return first - row_chars, tf.maximum(ends, first - row_chars)
+
+
+def normalize_characters(strings, normalize_fn):
+    """`(normalized strings, CharacterAlignment)` for a 1-D batch: each
+    character is normalized on its own by `normalize_fn` (an elementwise
+    string op), so every byte of the result maps back to one character of
+    the input (invalid UTF-8 bytes count as one character each)."""
+    chars = tf.strings.unicode_split(valid_utf8(strings), "UTF-8")
+    normalized = normalize_fn(chars.flat_values)
+    sizes = tf.cast(tf.strings.length(normalized), tf.int64)
+    text = tf.strings.reduce_join(chars.with_flat_values(normalized), axis=1)
+    return text, CharacterAlignment(chars, sizes)

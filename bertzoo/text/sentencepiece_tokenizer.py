@@ -47,6 +47,7 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from bertzoo.text.normalization import normalize_characters
 from bertzoo.text.normalization import to_string_tensor
 from bertzoo.text.token_lookup import TokenLookupMixin
 from bertzoo.utils import private_api
@@ -399,6 +400,49 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
         if scalar:
             return ids[0]
         return ids
+
+    def tokenize_with_offsets(self, strings):
+        """Token ids of a batch of strings and, for each piece, the characters
+        of the original string it comes from (as `BertTokenizer`'s, for
+        question answering).
+
+        ALBERT's preprocessing is applied one character at a time here, so
+        the quote pairs `replace_quotes` rewrites (two characters, ``` `` ```
+        and `''`) stay as they are, and the ids can differ from `tokenize`'s
+        on such text; everything else gives the same ids. Special tokens
+        written in the text are read as text. Offsets count Unicode
+        characters (Python `str` indices), `end` exclusive.
+
+        Args:
+            strings: a list of strings or a 1-D string tensor.
+
+        Returns:
+            `(ids, starts, ends)`: `tf.RaggedTensor`s of shape `[batch, None]`.
+        """
+        if isinstance(strings, tf.RaggedTensor):
+            raise ValueError(
+                "SentencePieceTokenizer.tokenize_with_offsets expects a dense 1-D string tensor or a list."
+            )
+        strings = to_string_tensor(strings, "SentencePieceTokenizer.tokenize_with_offsets")
+        if strings.shape.rank != 1:
+            raise ValueError(
+                f"SentencePieceTokenizer.tokenize_with_offsets expects a 1-D batch of strings, got shape {strings.shape}."
+            )
+        text, alignment = normalize_characters(strings, self._preprocess)
+        ids, byte_starts, byte_ends = self._sentencepiece.tokenize_with_offsets(text)
+        rows = ids.value_rowids()
+        starts, ends = alignment.characters(
+            rows, tf.cast(byte_starts.flat_values, tf.int64), tf.cast(byte_ends.flat_values, tf.int64)
+        )
+        # A piece's "▁" stands for the whitespace before the word: its span
+        # starts at the word's first visible character.
+        chars = alignment.chars
+        visible = tf.where(~tf.strings.regex_full_match(chars.flat_values, r"\s"))[:, 0]
+        row_chars = tf.gather(chars.row_starts(), rows)
+        position = tf.searchsorted(visible, starts + row_chars, side="left")
+        next_visible = tf.gather(tf.concat([visible, [tf.size(chars.flat_values, out_type=tf.int64)]], 0), position)
+        starts = tf.minimum(next_visible - row_chars, ends)
+        return ids, ids.with_flat_values(starts), ids.with_flat_values(ends)
 
     def _tokenize_keeping_special_tokens(self, strings):
         """Splits the text at special tokens written in it (before any

@@ -28,10 +28,10 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bertzoo.text.normalization import normalize
+from bertzoo.text.normalization import normalize_characters
 from bertzoo.text.normalization import pretokenize
 from bertzoo.text.normalization import split_words
 from bertzoo.text.normalization import to_string_tensor
-from bertzoo.text.normalization import valid_utf8
 from bertzoo.text.token_lookup import TokenLookupMixin
 from bertzoo.text.vocabulary import check_vocabulary
 from bertzoo.text.vocabulary import load_vocabulary
@@ -235,19 +235,10 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
             raise ValueError(
                 f"BertTokenizer.tokenize_with_offsets expects a 1-D batch of strings, got shape {strings.shape}."
             )
-        # Normalization maps characters one by one (see `normalize`): each
-        # character's normalized bytes are known, so a byte of the normalized
-        # text maps back to the character it came from.
-        chars = tf.strings.unicode_split(valid_utf8(strings), "UTF-8")
-        normalized = normalize(chars.flat_values, self.lowercase, self.strip_accents)
-        sizes = tf.cast(tf.strings.length(normalized), tf.int64)
-        # Byte positions in all normalized strings laid end to end.
-        char_ends = tf.cumsum(sizes)
-        char_starts = char_ends - sizes
-        row_bytes = tf.gather(tf.concat([[0], char_ends], 0), chars.row_starts())
-        words, word_starts, _ = split_words(
-            tf.strings.reduce_join(chars.with_flat_values(normalized), axis=1), self.split_on_cjk, with_offsets=True
-        )
+        # Normalization maps characters one by one (see `normalize`), so each
+        # byte of the normalized text maps back to the character it came from.
+        text, alignment = normalize_characters(strings, lambda t: normalize(t, self.lowercase, self.strip_accents))
+        words, word_starts, _ = split_words(text, self.split_on_cjk, with_offsets=True)
         flat_words = words.flat_values
         too_long = tf.strings.length(flat_words, unit="UTF8_CHAR") > self.max_chars_per_word
         # As in `tokenize`: a word too long is one [UNK], which covers it all.
@@ -258,22 +249,9 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
         piece_ends = tf.where(
             too_long, tf.repeat(tf.cast(tf.strings.length(flat_words), tf.int64), pieces), piece_ends.flat_values
         )
-        word_bytes = tf.repeat(tf.gather(row_bytes, words.value_rowids()) + word_starts.flat_values, pieces)
-        # Characters that produce bytes: the first whose bytes hold the
-        # token's first byte starts it; the next one after its last byte (or
-        # the end of the string) ends it.
-        kept = sizes > 0
-        kept_starts = tf.boolean_mask(char_starts, kept)
-        kept_index = tf.boolean_mask(tf.range(tf.size(sizes, out_type=tf.int64)), kept)
-        first = tf.gather(kept_index, tf.searchsorted(kept_starts, word_bytes + piece_starts, side="right") - 1)
-        after = tf.gather(
-            tf.concat([kept_index, [tf.size(sizes, out_type=tf.int64)]], 0),
-            tf.searchsorted(kept_starts, word_bytes + piece_ends, side="left"),
-        )
+        word_bytes = tf.repeat(word_starts.flat_values, pieces)
         rows = tf.repeat(words.value_rowids(), pieces)
-        row_chars = tf.gather(chars.row_starts(), rows)
-        starts = first - row_chars
-        ends = tf.minimum(after, tf.gather(chars.row_limits(), rows)) - row_chars
+        starts, ends = alignment.characters(rows, word_bytes + piece_starts, word_bytes + piece_ends)
         tokens = tf.math.unsorted_segment_sum(pieces, words.value_rowids(), words.nrows())
         return tuple(tf.RaggedTensor.from_row_lengths(values, tokens) for values in (ids.flat_values, starts, ends))
 

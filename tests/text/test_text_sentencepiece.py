@@ -547,3 +547,33 @@ def test_parity_on_shared_sentiment_text():
     hf = hf_albert_tokenizer(proto, True, False)
     expected = [e.ids for e in hf.encode_batch(hf_comparable(sample, False), add_special_tokens=False)]
     assert_same_up_to_ties(as_lists(albert(hf_comparable(sample, False))), expected, "HF tokenizers")
+
+
+def test_tokenize_with_offsets_maps_pieces_to_the_original_characters(proto):
+    tokenizer = SentencePieceTokenizer(proto, **albert_tokenizer_options())
+    texts = ["Café au LAIT, naïve résumé 1,234 dogs!", "", "  spaced   words  "]
+    ids, starts, ends = tokenizer.tokenize_with_offsets(texts)
+    assert ids.to_list() == tokenizer.tokenize(texts).to_list()
+    spans = [[text[a:b] for a, b in zip(s, e)] for text, s, e in zip(texts, starts.to_list(), ends.to_list())]
+    assert spans[0][0] == "Café" and "naïve" in spans[0] and "résumé" in spans[0]  # Case and accents kept.
+    assert spans[1] == [] and all(not span.isspace() for row in spans for span in row)
+    graph = tf.function(tokenizer.tokenize_with_offsets)(tf.constant(texts))
+    assert [t.to_list() for t in graph] == [ids.to_list(), starts.to_list(), ends.to_list()]
+
+
+def test_question_answering_reads_sentencepiece_text(proto):
+    keras.utils.set_random_seed(0)
+    tokenizer = SentencePieceTokenizer(proto, **albert_tokenizer_options())
+    backbone = bertzoo.BertBackbone(
+        vocabulary_size=tokenizer.vocabulary_size(),
+        num_layers=1,
+        hidden_dim=16,
+        num_heads=2,
+        intermediate_dim=32,
+        embedding_dim=8,
+        num_groups=1,
+    )
+    qa = bertzoo.BertQuestionAnswerer(backbone, preprocessor=BertPreprocessor(tokenizer, sequence_length=24))
+    context = "The quick brown fox jumps over the lazy dog near the old river bank, Café résumé. " * 3
+    answers = qa.predict_spans(["Who jumps?"], [context], stride=8)
+    assert answers[0]["text"] == context[answers[0]["start"] : answers[0]["end"]] and answers[0]["text"]
