@@ -274,3 +274,9 @@ def test_auto_jit_compile_is_decided_when_a_step_function_is_built(monkeypatch):
     model.compile(jit_compile=True)  # The user's choice is kept as given.
     model.make_predict_function(force=True)
     assert model.jit_compile is True and model.get_compile_config()["jit_compile"] is True
+
+
+def test_an_empty_batch_predicts_empty_outputs():
+    model = tiny_classifier()
+    assert model.predict([], verbose=0).shape == (0, 2)
+    assert model.predict(([], []), verbose=0).shape == (0, 2)

@@ -114,3 +114,42 @@ def test_newer_formats_are_refused(tmp_path):
     (tmp_path / "p" / "config.json").write_text(json.dumps({**config, "format_version": 3}))
     with pytest.raises(ValueError, match="newer bertzoo"):
         Preset.resolve(tmp_path / "p")
+
+
+def test_saving_never_replaces_a_directory_that_is_not_a_preset(tmp_path):
+    model = bertzoo.BertClassifier.from_preset("tiny", load_weights=False, sequence_length=16)
+    target = tmp_path / "work"
+    (target / "data").mkdir(parents=True)
+    (target / "data" / "important.csv").write_text("keep me")
+    with pytest.raises(FileExistsError, match="is not a bertzoo preset"):
+        model.save_to_preset(target)
+    assert (target / "data" / "important.csv").read_text() == "keep me"
+    model.save_to_preset(tmp_path / "p")
+    model.save_to_preset(tmp_path / "p")  # A preset is replaced, as before.
+    (tmp_path / "empty").mkdir()
+    model.save_to_preset(tmp_path / "empty")  # So is an empty directory.
+    assert (tmp_path / "empty" / "config.json").is_file()
+
+
+@pytest.mark.parametrize("vocabulary", ["/etc/hostname", "../outside_vocab.txt", 7])
+def test_a_vocabulary_that_names_another_file_is_refused(vocabulary, tmp_path):
+    model = bertzoo.BertClassifier.from_preset("tiny", load_weights=False, sequence_length=16)
+    model.save_to_preset(tmp_path / "p")
+    (tmp_path / "p" / "vocabulary.txt").unlink()
+    (tmp_path / "outside_vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
+    config = json.loads((tmp_path / "p" / "config.json").read_text())
+    config["preprocessor"]["config"]["tokenizer"]["config"]["vocabulary"] = vocabulary
+    (tmp_path / "p" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(bertzoo.PresetError, match="vocabulary.txt.*or a list of tokens"):
+        bertzoo.BertClassifier.from_preset(tmp_path / "p")
+    with pytest.raises(ValueError, match="`vocabulary` as a list of tokens"):
+        bertzoo.text.BertTokenizer.from_config({"vocabulary": str(tmp_path / "outside_vocab.txt")})
+
+
+def test_keras_internals_are_refused_like_foreign_classes():
+    from bertzoo.saving.serialization import check_config
+
+    internal = {"module": "keras.src.utils.file_utils", "class_name": "function", "config": "rmtree"}
+    with pytest.raises(ValueError, match="file is refused"):
+        check_config({"layer": {"activation": {**internal, "registered_name": "function"}}})
+    check_config({"module": "keras.layers", "class_name": "Dense", "config": {}, "registered_name": None})

@@ -192,3 +192,24 @@ def test_accept_raw_inputs_lets_a_layer_take_strings():
 
     assert Lengths()(["a", "abc"]).numpy().tolist() == [1, 3]
     assert Lengths()(tf.constant(["hello"])).numpy().tolist() == [5]
+
+
+def test_one_garbage_collection_is_safe_nested_and_across_threads():
+    import threading
+
+    original = gc.collect
+    barrier = threading.Barrier(4)
+
+    def worker():
+        with private_api.one_garbage_collection():
+            barrier.wait()
+            with private_api.one_garbage_collection():
+                assert gc.collect() == 0
+            barrier.wait()
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert gc.collect is original

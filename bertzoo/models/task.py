@@ -3,6 +3,7 @@
 import logging
 
 import keras
+import numpy as np
 
 from bertzoo.export import export_model
 from bertzoo.export.serving import TextServing
@@ -50,6 +51,13 @@ def _is_tokenized(x):
         spec = x.element_spec
         x = spec[0] if isinstance(spec, tuple) else spec
     return isinstance(x, dict) and "token_ids" in x
+
+
+def _is_empty_batch(x):
+    """True for raw inputs with no examples: `[]`, or a pair/tuple of them."""
+    if isinstance(x, (list, tuple)) and len(x) == 0:
+        return True
+    return isinstance(x, tuple) and bool(x) and all(isinstance(v, (list, tuple)) and not v for v in x)
 
 
 class Task(DefaultCompileMixin, RawInputsMixin, keras.Model):
@@ -474,12 +482,17 @@ class Task(DefaultCompileMixin, RawInputsMixin, keras.Model):
         another shape (lists of words, lists of choices) override it."""
         import tensorflow as tf
 
+        def strings(values):
+            # An empty list is a batch of no strings (not float32, TensorFlow's default).
+            values = list(values)
+            return tf.constant(values, dtype=tf.string) if not values else tf.constant(values)
+
         if isinstance(x, str):
             x = [x]
         if isinstance(x, tuple) and len(x) == 2:  # Sentence pairs.
-            x = (tf.constant(list(x[0])), tf.constant(list(x[1])))
+            x = (strings(x[0]), strings(x[1]))
         elif isinstance(x, list):
-            x = tf.constant(x)
+            x = strings(x)
         return x, y
 
     def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
@@ -497,6 +510,11 @@ class Task(DefaultCompileMixin, RawInputsMixin, keras.Model):
         return preprocessor(x, y, sample_weight)
 
     def predict(self, x, batch_size=None, **kwargs):
+        if self.preprocessor is not None and _is_empty_batch(x):
+            # Keras cannot predict on zero batches; an empty input gives empty outputs.
+            return keras.tree.map_structure(
+                lambda t: np.zeros((0,) + tuple(d or 0 for d in t.shape[1:]), t.dtype), self.output
+            )
         features = self._preprocess_in_memory(x)
         if features is not None:
             return super().predict(features, batch_size=batch_size or DEFAULT_BATCH_SIZE, **kwargs)

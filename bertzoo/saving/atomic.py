@@ -104,6 +104,28 @@ def _exchange(a, b):
     raise OSError(code, f"Could not swap {b} into place: {os.strerror(code)}", str(b))
 
 
+def _sync_directory(path):
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:  # A platform without directory descriptors (Windows).
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _sync_tree(root):
+    """fsyncs every file and directory under `root`."""
+    for directory, _, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(directory, name), "rb") as f:
+                os.fsync(f.fileno())
+        _sync_directory(directory)
+
+
 def _hidden_sibling(target, kind):
     return Path(tempfile.mkdtemp(prefix=f".{target.name}.{kind}-{os.getpid()}-", dir=target.parent))
 
@@ -132,6 +154,7 @@ def atomic_directory(target, overwrite=True):
     tmp = _hidden_sibling(target, "tmp")
     try:
         yield tmp
+        _sync_tree(tmp)  # On disk before the swap makes it the target (power loss, not only kill -9).
         if not target.exists():
             os.rename(tmp, target)
         elif not _exchange(tmp, target):
@@ -143,6 +166,7 @@ def atomic_directory(target, overwrite=True):
                 os.rename(old / "previous", target)
                 raise
             shutil.rmtree(old, ignore_errors=True)
+        _sync_directory(target.parent)
     finally:
         if tmp.exists():  # The partial directory, or the previous version after an exchange.
             shutil.rmtree(tmp, ignore_errors=True)

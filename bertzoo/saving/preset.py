@@ -279,15 +279,17 @@ class Preset:
                 raise PresetError(
                     f"{config_path}: `preprocessor` cannot be built with {SENTENCEPIECE_FILE}: {_innermost(e)}"
                 ) from e
+        # A tokenizer reads only the preset's own files: a vocabulary is the
+        # preset's file name or a list of tokens, never another path.
+        tokenizer = ((config.get("preprocessor") or {}).get("config") or {}).get("tokenizer")
+        vocabulary = (tokenizer.get("config") or {}).get("vocabulary") if isinstance(tokenizer, dict) else None
+        if vocabulary is not None and vocabulary != VOCABULARY_FILE and not isinstance(vocabulary, list):
+            raise PresetError(
+                f"{config_path}: `preprocessor.config.tokenizer.config.vocabulary` must be "
+                f"{VOCABULARY_FILE!r} (the preset's own file) or a list of tokens, got {_short(vocabulary)}."
+            )
         # A preprocessor whose vocabulary file is missing is checked when it is built.
         if self._file(VOCABULARY_FILE, required=False) is not None:
-            tokenizer = (config.get("preprocessor") or {}).get("config", {}).get("tokenizer")
-            vocabulary = tokenizer.get("config", {}).get("vocabulary") if isinstance(tokenizer, dict) else None
-            if isinstance(vocabulary, str) and vocabulary != VOCABULARY_FILE:
-                raise PresetError(
-                    f"{config_path}: `preprocessor.config.tokenizer.config.vocabulary` must be "
-                    f"{VOCABULARY_FILE!r} (the preset's own file) or a list of tokens, got {_short(vocabulary)}."
-                )
             try:
                 self.build_preprocessor()
             except PresetError:
@@ -494,13 +496,22 @@ class Preset:
         tokenizer = node["config"]["tokenizer"]
         for key, value in overrides.items():
             (tokenizer if key in format1.TOKENIZER_KEYS else node)["config"][key] = value
+        source = "its config"
         if tokenizer["config"].get("vocabulary") == VOCABULARY_FILE:
             tokenizer["config"]["vocabulary"] = self.vocabulary()
+            source = VOCABULARY_FILE
         if tokenizer["config"].get("proto") == SENTENCEPIECE_FILE:
+            source = SENTENCEPIECE_FILE
             # Checksummed like the weights: the pieces decide every token id.
             proto = self._weights_path(SENTENCEPIECE_FILE).read_bytes()
             tokenizer["config"]["proto"] = base64.b64encode(proto).decode("ascii")
-        return deserialize(node, f"{self.name}'s config")
+        where = self.directory / CONFIG_FILE if self.directory is not None else f"preset {self.name!r}"
+        try:
+            return deserialize(node, f"{self.name}'s config")
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            if isinstance(e, PresetError):
+                raise
+            raise PresetError(f"{where}: `preprocessor` cannot be built with {source}: {_innermost(e)}") from e
 
     # --- Weights ----------------------------------------------------------
     def _weights_path(self, filename):
@@ -673,6 +684,24 @@ def _detach(node, cls, key, filename):
     return found[0] if found else None
 
 
+def _check_replaceable(directory):
+    """Refuses to save over a directory that is not empty and not a bertzoo
+    preset: the save replaces the whole directory."""
+    target = Path(directory).expanduser()
+    if not target.is_dir() or target.is_symlink() or not any(target.iterdir()):
+        return
+    metadata = target / METADATA_FILE
+    try:
+        is_preset = (target / CONFIG_FILE).is_file() and "bertzoo_version" in json.loads(metadata.read_text())
+    except (OSError, ValueError, TypeError):
+        is_preset = False
+    if not is_preset:
+        raise FileExistsError(
+            f"{target} exists and is not a bertzoo preset; saving a preset replaces the whole directory, so it "
+            "refuses to delete what is there. Save to a new or empty directory (e.g. runs/my_model)."
+        )
+
+
 def save_preset(
     directory,
     backbone,
@@ -694,6 +723,7 @@ def save_preset(
     and checksummed in `metadata.json` like the weights (read back with
     `Preset.load_arrays`).
     """
+    _check_replaceable(directory)
     model = task if task is not None else backbone
     config = {"format_version": FORMAT_VERSION, "backbone": serialize(backbone), "preprocessor": None, "task": None}
     preprocessor_node = None

@@ -30,6 +30,12 @@ def _is_bertzoo_object(obj):
     return obj is not None and getattr(obj, "__module__", "").split(".")[0] == PACKAGE
 
 
+def _public_keras_module(module):
+    # Keras's public namespaces only: a name under `keras.src` reaches
+    # internals (file utilities, ...) that no preset needs.
+    return isinstance(module, str) and module.split(".")[0] == "keras" and not module.startswith("keras.src")
+
+
 def _allowed(node):
     class_name = node.get("class_name")
     module = node.get("module")
@@ -48,10 +54,10 @@ def _allowed(node):
         name = node.get("config")
         if not isinstance(name, str) or ">" in name or keras.saving.get_registered_object(name) is not None:
             return False
-        return module == "builtins" or (isinstance(module, str) and module.split(".")[0] == "keras")
+        return module == "builtins" or _public_keras_module(module)
     if registered is not None and registered != class_name:
         return False  # A custom (third-party) registered name.
-    return isinstance(module, str) and module.split(".")[0] == "keras"
+    return _public_keras_module(module)
 
 
 def check_config(config, source="the config"):

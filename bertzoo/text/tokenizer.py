@@ -311,6 +311,17 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
     def compute_output_spec(self, inputs):
         return keras.KerasTensor(tuple(inputs.shape) + (None,), dtype="int32", ragged=True)
 
+    @classmethod
+    def from_config(cls, config):
+        """Inverse of `get_config`, whose `"vocabulary"` is a list of tokens: a
+        config never names a file, so building from one reads no file."""
+        if not isinstance(config.get("vocabulary"), (list, tuple)):
+            raise ValueError(
+                "BertTokenizer config needs `vocabulary` as a list of tokens (as get_config() writes it), got "
+                f"{type(config.get('vocabulary')).__name__}; build from a vocabulary file with BertTokenizer(path)."
+            )
+        return cls(**config)
+
     def get_config(self):
         config = super().get_config()
         config.update(

@@ -16,6 +16,7 @@ import collections
 import contextlib
 import gc
 import logging
+import threading
 
 import keras
 
@@ -184,6 +185,12 @@ def fresh_layer_names():
         global_state.set_global_attribute("object_name_uids", saved)
 
 
+# Nested and concurrent uses (two threads quantizing) share one patch; the
+# last to leave restores `gc.collect`.
+_gc_lock = threading.Lock()
+_gc_patch = {"depth": 0}
+
+
 @contextlib.contextmanager
 def one_garbage_collection():
     """Runs one `gc.collect()` at the end of the block instead of one per
@@ -192,16 +199,22 @@ def one_garbage_collection():
     Keras's `Layer.__delattr__` runs a full `gc.collect()` each time a layer
     drops a variable, which `Layer.quantize` does for every float kernel:
     about 0.6 s each in a TensorFlow process, half a minute for a 6-layer
-    BERT. This patches the process-wide `gc.collect` for the duration, so
-    use it only around quantization, on one thread.
+    BERT. This patches the process-wide `gc.collect` for the duration (the
+    patch is counted, so nested and concurrent uses restore it once).
     """
-    collect = gc.collect
-    gc.collect = lambda *args, **kwargs: 0
+    with _gc_lock:
+        _gc_patch["depth"] += 1
+        if _gc_patch["depth"] == 1:
+            _gc_patch["collect"] = gc.collect
+            gc.collect = lambda *args, **kwargs: 0
     try:
         yield
     finally:
-        gc.collect = collect
-        gc.collect()
+        with _gc_lock:
+            _gc_patch["depth"] -= 1
+            if _gc_patch["depth"] == 0:
+                gc.collect = _gc_patch.pop("collect")
+                gc.collect()
 
 
 # --- Keras: optimizers and compiled state ----------------------------------
