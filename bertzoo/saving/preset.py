@@ -270,15 +270,6 @@ class Preset:
         self._validate_metadata()
         for filename in (BACKBONE_WEIGHTS_FILE, TASK_WEIGHTS_FILE):
             self._file(filename, required=False)  # Regular files if present.
-        if self._file(SENTENCEPIECE_FILE, required=False) is not None:
-            try:
-                self.build_preprocessor()
-            except PresetError:
-                raise
-            except (ValueError, TypeError, KeyError, AttributeError) as e:
-                raise PresetError(
-                    f"{config_path}: `preprocessor` cannot be built with {SENTENCEPIECE_FILE}: {_innermost(e)}"
-                ) from e
         # A tokenizer reads only the preset's own files: a vocabulary is the
         # preset's file name or a list of tokens, never another path.
         tokenizer = ((config.get("preprocessor") or {}).get("config") or {}).get("tokenizer")
@@ -288,16 +279,10 @@ class Preset:
                 f"{config_path}: `preprocessor.config.tokenizer.config.vocabulary` must be "
                 f"{VOCABULARY_FILE!r} (the preset's own file) or a list of tokens, got {_short(vocabulary)}."
             )
-        # A preprocessor whose vocabulary file is missing is checked when it is built.
-        if self._file(VOCABULARY_FILE, required=False) is not None:
-            try:
-                self.build_preprocessor()
-            except PresetError:
-                raise
-            except (ValueError, TypeError, KeyError, AttributeError) as e:
-                raise PresetError(
-                    f"{config_path}: `preprocessor` cannot be built with {VOCABULARY_FILE}: {_innermost(e)}"
-                ) from e
+        # The tokenizer's files are checked by building it (errors are
+        # PresetErrors naming the file); without them, when it is built.
+        if any(self._file(name, required=False) is not None for name in (VOCABULARY_FILE, SENTENCEPIECE_FILE)):
+            self.build_preprocessor()
 
     def _node_class(self, key, config_path):
         node = self.config[key]

@@ -1,5 +1,7 @@
 """Vocabulary look-ups shared by bertzoo's tokenizers."""
 
+import tensorflow as tf
+
 
 class TokenLookupMixin:
     """Id <-> token look-ups and the special-token ids of a tokenizer that
@@ -52,3 +54,38 @@ class TokenLookupMixin:
     @property
     def mask_token_id(self):
         return self._token_to_id[self.MASK_TOKEN]
+
+    @staticmethod
+    def _check_text_options(strip_accents, **flags):
+        """The constructor checks of the True/False options and `strip_accents`."""
+        for name, value in flags.items():
+            if not isinstance(value, bool):
+                raise ValueError(f"`{name}` must be True or False, got {value!r}.")
+        if strip_accents is not None and not isinstance(strip_accents, bool):
+            raise ValueError(
+                f"`strip_accents` must be True, False or None (follow `lowercase`), got {strip_accents!r}."
+            )
+
+    def _checked_ids(self, ids):
+        """`ids` for `detokenize`: an int32 tensor (ragged for a nested
+        list) of rank >= 1, with every id in the vocabulary (checked when
+        running eagerly)."""
+        if not isinstance(ids, (tf.Tensor, tf.RaggedTensor)):
+            if isinstance(ids, (list, tuple)) and any(isinstance(x, (list, tuple)) for x in ids):
+                ids = tf.ragged.constant(ids, dtype=tf.int32)
+            else:
+                ids = tf.convert_to_tensor(ids)
+        if not ids.dtype.is_integer:
+            raise ValueError(f"`detokenize` expects integer token ids, got {ids.dtype.name}.")
+        ids = tf.cast(ids, tf.int32)
+        if ids.shape.rank == 0:
+            raise ValueError("`detokenize` expects a sequence of ids, got a scalar.")
+        if tf.executing_eagerly():
+            flat = ids.flat_values if isinstance(ids, tf.RaggedTensor) else ids
+            if tf.size(flat) > 0:
+                low, high = int(tf.reduce_min(flat)), int(tf.reduce_max(flat))
+                if low < 0 or high >= len(self._vocabulary):
+                    raise ValueError(
+                        f"Token ids must be in [0, {len(self._vocabulary) - 1}], got values in [{low}, {high}]."
+                    )
+        return ids

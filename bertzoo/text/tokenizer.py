@@ -105,17 +105,12 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
         kwargs.setdefault("dtype", "int32")
         super().__init__(**kwargs)
         private_api.accept_raw_inputs(self)
-        for name, value in (
-            ("lowercase", lowercase),
-            ("split_on_cjk", split_on_cjk),
-            ("special_tokens_in_strings", special_tokens_in_strings),
-        ):
-            if not isinstance(value, bool):
-                raise ValueError(f"`{name}` must be True or False, got {value!r}.")
-        if strip_accents is not None and not isinstance(strip_accents, bool):
-            raise ValueError(
-                f"`strip_accents` must be True, False or None (follow `lowercase`), got {strip_accents!r}."
-            )
+        self._check_text_options(
+            strip_accents,
+            lowercase=lowercase,
+            split_on_cjk=split_on_cjk,
+            special_tokens_in_strings=special_tokens_in_strings,
+        )
         if isinstance(max_chars_per_word, bool) or not isinstance(max_chars_per_word, int) or max_chars_per_word < 1:
             raise ValueError(f"`max_chars_per_word` must be a positive integer, got {max_chars_per_word!r}.")
         if isinstance(vocabulary, (str, os.PathLike)):
@@ -283,24 +278,7 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
             ids: a 1-D sequence of ids (one string out), or a batch of them as a
                 nested list, dense tensor or `tf.RaggedTensor`.
         """
-        if not isinstance(ids, (tf.Tensor, tf.RaggedTensor)):
-            if isinstance(ids, (list, tuple)) and any(isinstance(x, (list, tuple)) for x in ids):
-                ids = tf.ragged.constant(ids, dtype=tf.int32)
-            else:
-                ids = tf.convert_to_tensor(ids)
-        if not ids.dtype.is_integer:
-            raise ValueError(f"`detokenize` expects integer token ids, got {ids.dtype.name}.")
-        ids = tf.cast(ids, tf.int32)
-        if ids.shape.rank == 0:
-            raise ValueError("`detokenize` expects a sequence of ids, got a scalar.")
-        if tf.executing_eagerly():
-            flat = ids.flat_values if isinstance(ids, tf.RaggedTensor) else ids
-            if tf.size(flat) > 0:
-                low, high = int(tf.reduce_min(flat)), int(tf.reduce_max(flat))
-                if low < 0 or high >= len(self._vocabulary):
-                    raise ValueError(
-                        f"Token ids must be in [0, {len(self._vocabulary) - 1}], got values in [{low}, {high}]."
-                    )
+        ids = self._checked_ids(ids)
         if ids.shape.rank == 1:
             return self._wordpiece.detokenize(ids[tf.newaxis])[0]
         return self._wordpiece.detokenize(ids)
