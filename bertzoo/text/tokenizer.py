@@ -162,7 +162,6 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
         none (the WordPiece model is a constant in the graph)."""
         return []
 
-    # --- Vocabulary -------------------------------------------------------
     # --- Tokenization -----------------------------------------------------
     def tokenize(self, strings):
         """Token ids for `strings`.
