@@ -9,10 +9,12 @@ import pytest
 import tensorflow as tf
 
 import bertzoo
+from bertzoo.compression import distiller as distiller_module
 from bertzoo.compression.distiller import Distiller
 from bertzoo.compression.layer_maps import layer_map_pairs
 from bertzoo.compression.losses import AttentionDistillation
 from bertzoo.compression.losses import HiddenStateDistillation
+from bertzoo.compression.losses import ValueRelationDistillation
 from bertzoo.compression.losses import soft_target_loss
 from bertzoo.compression.student_init import init_student_from_teacher
 from bertzoo.text import BertPreprocessor
@@ -224,8 +226,9 @@ def pair():
     return teacher, sharpen(classifier(num_layers=2, hidden_dim=16, num_heads=2), rng)
 
 
+@pytest.mark.parametrize("normalize", [False, True])
 @pytest.mark.parametrize("alpha", [0.0, 0.3, 1.0])
-def test_total_loss_against_numpy(pair, alpha):
+def test_total_loss_against_numpy(pair, alpha, normalize):
     teacher, student = pair
     d = Distiller(
         teacher,
@@ -235,6 +238,7 @@ def test_total_loss_against_numpy(pair, alpha):
         hidden_state_weight=0.7,
         attention_weight=1.3,
         embedding_weight=0.4,
+        normalize_losses=normalize,
     )
     texts = ["the film was good", "awful", "a very very fine film", "dull"]
     labels = np.array([1, 0, 1, 0])
@@ -252,11 +256,14 @@ def test_total_loss_against_numpy(pair, alpha):
     hidden = np_hidden_loss(t_hidden, s_hidden, pairs, mask, kernel, bias)
     attention = np_attention_loss(t_attention, s_attention, pairs, mask)
     embedding = np_hidden_loss(t_hidden, s_hidden, [(0, 0)], mask, e_kernel, e_bias)
+    prediction = alpha * np_hard_loss(labels, s_logits) + (1 - alpha) * soft
     others = 0.7 * hidden + 1.3 * attention + 0.4 * embedding
-    expected = alpha * np_hard_loss(labels, s_logits) + (1 - alpha) * soft + others
+    if normalize:  # Before any training step each term is scaled by this batch's values.
+        others = (0.7 + 1.3 + 0.4) * prediction / 3
     total = d.compute_loss(x, labels, training=False)
-    np.testing.assert_allclose(float(total), expected, rtol=1e-4)
+    np.testing.assert_allclose(float(total), prediction + others, rtol=1e-4)
     # Unlabelled: soft targets take the whole weight, whatever alpha is.
+    others = (0.7 + 1.3 + 0.4) * soft / 3 if normalize else 0.7 * hidden + 1.3 * attention + 0.4 * embedding
     unlabelled = d.compute_loss(x, None, training=False)
     np.testing.assert_allclose(float(unlabelled), soft + others, rtol=1e-4)
     terms = d.loss_terms(texts, labels)
@@ -267,6 +274,69 @@ def test_total_loss_against_numpy(pair, alpha):
     )
     assert min(soft, hidden, attention, embedding) > 0.01  # Every term is really exercised.
     assert terms["agreement"] == np.mean(t_logits.argmax(-1) == s_logits.argmax(-1))
+
+
+def test_normalization_means_come_from_the_first_training_steps(pair):
+    teacher, student = pair
+    d = Distiller(teacher, student, alpha=0.3, value_relation_weight=0.5, attention_weight=0.0)
+    d.compile(optimizer=keras.optimizers.SGD(0.0), jit_compile=False)  # Weights stay put: the terms repeat.
+    texts = ["the film was good", "awful", "a very very fine film", "dull"]
+    labels = np.array([1, 0, 1, 0])
+    x = teacher.preprocessor(texts)
+    for _ in range(distiller_module.NORMALIZATION_STEPS + 3):
+        d.train_on_batch(x, labels)
+    assert float(d.normalization_steps) == distiller_module.NORMALIZATION_STEPS  # Then frozen.
+    terms = d.loss_terms(x, labels)
+    assert sorted(d.loss_means) == ["embedding", "hidden", "value_relation"]
+    for key, mean in d.loss_means.items():
+        np.testing.assert_allclose(float(mean), terms[key], rtol=1e-4)
+    prediction = 0.3 * terms["hard"] + 0.7 * terms["soft"]
+    # The head's dropout (training steps) moves the logits a little; the features are exact.
+    np.testing.assert_allclose(float(d.prediction_mean), prediction, rtol=0.05)
+    # Each weighted term now adds weight * (the prediction loss's mean) / 3 to the loss.
+    expected = prediction + (1.0 + 1.0 + 0.5) * float(d.prediction_mean) / 3
+    np.testing.assert_allclose(float(d.compute_loss(x, labels, training=False)), expected, rtol=1e-4)
+
+
+def random_values(rng, batch, length, width):
+    return rng.normal(0.0, 1.0, (batch, length, width)).astype("float32")
+
+
+def np_value_relation_loss(teacher, student, mask, heads):
+    def relations(v):
+        b, n, w = v.shape
+        split = v.reshape(b, n, heads, w // heads)
+        logits = np.einsum("bqhd,bkhd->bhqk", split, split) / math.sqrt(w // heads)
+        logits = np.where(mask[:, None, None, :] > 0, logits, -1e9)
+        return np_softmax(logits)
+
+    t, s = relations(teacher), relations(student)
+    kl = np.sum(t * (np.log(np.maximum(t, 1e-9)) - np.log(np.maximum(s, 1e-9))), -1)  # (b, h, q)
+    return float(np.sum(kl.sum(1) * mask) / (mask.sum() * heads))
+
+
+def test_value_relation_kl_against_numpy(rng):
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], "float32")
+    teacher = [random_values(rng, 2, 5, 12), random_values(rng, 2, 5, 12)]
+    student = [random_values(rng, 2, 5, 8)]  # Other width: relations need no projection.
+    loss = ValueRelationDistillation([(1, 2)], relation_heads=4)
+    got = float(loss.compute_loss(teacher, student, mask))
+    np.testing.assert_allclose(got, np_value_relation_loss(teacher[1], student[0], mask, 4), rtol=1e-4)
+    assert got > 0.01
+    assert float(loss.compute_loss(teacher, [teacher[1]], mask)) == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(ValueError, match="value width 8 is not divisible by relation_heads=3"):
+        ValueRelationDistillation([(1, 2)], relation_heads=3).compute_loss([t[..., :9] for t in teacher], student, mask)
+
+
+def test_value_states_are_the_attention_values(pair):
+    teacher, _ = pair
+    x = teacher.preprocessor(["the film was good", "dull"])
+    features = teacher.compute_features(x, return_value_states=True)
+    assert len(features["value_states"]) == teacher.backbone.num_layers
+    block = teacher.backbone.attention_blocks[1]
+    kernel, bias = (np.array(w) for w in block.value_dense.weights)
+    expected = np.array(features["hidden_states"][1]) @ kernel + bias
+    np.testing.assert_allclose(np.array(features["value_states"][1]), expected, rtol=1e-4, atol=1e-5)
 
 
 def test_projections_only_when_widths_differ(pair):
@@ -318,6 +388,9 @@ def test_teacher_gets_no_gradient_and_no_update(pair):
         ({"embedding_weight": "1"}, "`embedding_weight` must be a finite number >= 0"),
         ({"layer_map": [(1, 9)]}, "teacher layer 9 is out of range"),
         ({"layer_map": "first"}, "Unknown `layer_map`"),
+        ({"soft_target_weight": -1}, "`soft_target_weight` must be a finite number >= 0"),
+        ({"value_relation_weight": 1.0, "relation_heads": 3}, "relation_heads=3 does not divide"),
+        ({"value_relation_weight": 1.0, "relation_heads": 0}, "`relation_heads` must be an int >= 1"),
     ],
 )
 def test_bad_arguments(pair, kwargs, match):
@@ -355,7 +428,18 @@ def test_vocabulary_mismatch_is_a_clear_error(pair):
 
 def test_config_round_trip(pair):
     teacher, student = pair
-    d = Distiller(teacher, student, temperature=4.0, alpha=0.2, attention_weight=0.0, layer_map=[(1, 1), (2, 3)])
+    d = Distiller(
+        teacher,
+        student,
+        temperature=4.0,
+        alpha=0.2,
+        attention_weight=0.0,
+        value_relation_weight=0.3,
+        soft_target_weight=0.5,
+        relation_heads=2,
+        normalize_losses=False,
+        layer_map=[(1, 1), (2, 3)],
+    )
     again = Distiller.from_config(d.get_config())
     for name in (
         "temperature",
@@ -363,6 +447,10 @@ def test_config_round_trip(pair):
         "hidden_state_weight",
         "attention_weight",
         "embedding_weight",
+        "value_relation_weight",
+        "soft_target_weight",
+        "relation_heads",
+        "normalize_losses",
         "layer_map",
         "layer_pairs",
     ):

@@ -49,6 +49,7 @@ from keras import ops
 from bertzoo.compression.layer_maps import layer_map_pairs
 from bertzoo.compression.losses import AttentionDistillation
 from bertzoo.compression.losses import HiddenStateDistillation
+from bertzoo.compression.losses import ValueRelationDistillation
 from bertzoo.compression.losses import soft_target_loss
 from bertzoo.layers.dense import Dense
 from bertzoo.models.compile_defaults import DefaultCompileMixin
@@ -60,6 +61,10 @@ from bertzoo.utils import private_api
 
 # `loss_terms` tokenizes raw inputs as one batch of at most this many examples.
 _ONE_BATCH = 1 << 30
+# `normalize_losses`: the training steps whose mean loss values set the scales.
+NORMALIZATION_STEPS = 10
+_INTERMEDIATE = ("hidden", "attention", "embedding", "value_relation")
+_TINY = 1e-12
 
 
 # --- Models -----------------------------------------------------------------
@@ -160,16 +165,35 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
 
     The loss of a labelled batch is
 
-        alpha * CE(y, student) + (1 - alpha) * T^2 * KL(softmax(teacher / T) || softmax(student / T))
-        + hidden_state_weight * mean over pairs of MSE(W_h h_student[s], h_teacher[t])
-        + attention_weight * mean over pairs of KL(A_teacher[t] || A_student[s])
-        + embedding_weight * MSE(W_e e_student, e_teacher)
+        prediction = alpha * CE(y, student)
+                     + (1 - alpha) * soft_target_weight * T^2 * KL(softmax(teacher / T) || softmax(student / T))
+        loss = prediction
+               + c_h * hidden_state_weight * mean over pairs of MSE(W_h h_student[s], h_teacher[t])
+               + c_a * attention_weight * mean over pairs of KL(A_teacher[t] || A_student[s])
+               + c_e * embedding_weight * MSE(W_e e_student, e_teacher)
+               + c_v * value_relation_weight * KL(VR_teacher[t] || VR_student[s]) (the last pair)
 
     and of an unlabelled batch (no `y`: raw text alone) the same with
     `alpha = 0`: the teacher's soft targets replace the labels. `W_h` and
     `W_e` are learned `Dense` projections, present only when the hidden sizes
     differ. The pairs `(s, t)` come from `layer_map`; a weight of 0 turns its
     loss off (and attention probabilities are then not computed at all).
+
+    Balance (`normalize_losses=True`, the default): the intermediate terms
+    are in other units than the prediction loss (squared activations, nats
+    per attention row) and at weight 1 would swamp it. Each scale `c` is
+    fixed from the mean values over the first `NORMALIZATION_STEPS` (10)
+    training steps: `c_i = P / (n * L_i)`, where `L_i` is the term's mean,
+    `P` the prediction loss's (1 when the prediction loss is off) and `n`
+    the number of enabled intermediate terms. So at the start the
+    intermediate terms together weigh as much as the prediction loss (each
+    times its weight), whatever the models' sizes; afterwards every term
+    falls at its own pace. The scales are distiller weights (saved and
+    restored with it). `normalize_losses=False` uses the raw sums.
+
+    Recipes: `bertzoo.compression.distill(..., recipe="tinybert")` runs the
+    published two-stage schedules (intermediate layers first, then the
+    predictions, on a transfer set) with these losses.
 
     The teacher is frozen (`teacher.trainable` is set to False), runs in
     inference mode (no dropout) and its outputs pass through
@@ -195,8 +219,16 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         hidden_state_weight: weight of the hidden-state loss.
         attention_weight: weight of the attention-distribution loss.
         embedding_weight: weight of the embedding-output loss.
+        value_relation_weight: weight of MiniLM's value-relation loss on the
+            last layer pair (0: off, and value states are not computed).
+        soft_target_weight: weight of the soft-target loss (0 with `alpha=0`
+            trains the intermediate layers alone, TinyBERT's first stage).
         layer_map: "uniform", "last", or `[(student_layer, teacher_layer), ...]`
             (layers numbered from 1); see `layer_map_pairs`.
+        relation_heads: relation heads of the value-relation loss (default:
+            the teacher's attention heads); must divide both models' widths.
+        normalize_losses: balance the intermediate terms against the
+            prediction loss (above).
 
     Example:
     ```python
@@ -221,7 +253,11 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         hidden_state_weight=1.0,
         attention_weight=1.0,
         embedding_weight=1.0,
+        value_relation_weight=0.0,
+        soft_target_weight=1.0,
         layer_map="uniform",
+        relation_heads=None,
+        normalize_losses=True,
         name="distiller",
         **kwargs,
     ):
@@ -241,7 +277,9 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
             "hidden": _check_weight("hidden_state_weight", hidden_state_weight),
             "attention": _check_weight("attention_weight", attention_weight),
             "embedding": _check_weight("embedding_weight", embedding_weight),
+            "value_relation": _check_weight("value_relation_weight", value_relation_weight),
         }
+        soft_target_weight = _check_weight("soft_target_weight", soft_target_weight)
         layer_pairs = layer_map_pairs(layer_map, student.backbone.num_layers, teacher.backbone.num_layers)
 
         s_width, t_width = student.backbone.hidden_dim, teacher.backbone.hidden_dim
@@ -255,6 +293,8 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
 
         hidden_projection = projection("hidden_projection") if weights["hidden"] else None
         embedding_projection = projection("embedding_projection") if weights["embedding"] else None
+        if relation_heads is None:
+            relation_heads = teacher.backbone.num_heads
         terms = {"soft": soft_target_loss(float(temperature))}
         if weights["hidden"]:
             terms["hidden"] = HiddenStateDistillation(layer_pairs, hidden_projection)
@@ -262,11 +302,19 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
             terms["attention"] = AttentionDistillation(layer_pairs)
         if weights["embedding"]:
             terms["embedding"] = HiddenStateDistillation([(0, 0)], embedding_projection)
+        if weights["value_relation"]:
+            terms["value_relation"] = ValueRelationDistillation(layer_pairs[-1:], relation_heads)
+            for role, model in (("teacher", teacher), ("student", student)):
+                if model.backbone.hidden_dim % relation_heads:
+                    raise ValueError(
+                        f"relation_heads={relation_heads} does not divide the {role}'s width "
+                        f"{model.backbone.hidden_dim}: pass relation_heads= a divisor of both widths."
+                    )
         super().__init__(
             teacher=teacher,
             student=student,
             distillation_losses=list(terms.values()),
-            distillation_loss_weights=[1.0] + [weights[k] for k in terms if k != "soft"],
+            distillation_loss_weights=[soft_target_weight] + [weights[k] for k in terms if k != "soft"],
             student_loss_weight=float(alpha),
             name=name,
             **kwargs,
@@ -278,10 +326,31 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         self.hidden_state_weight = weights["hidden"]
         self.attention_weight = weights["attention"]
         self.embedding_weight = weights["embedding"]
+        self.value_relation_weight = weights["value_relation"]
+        self.soft_target_weight = soft_target_weight
+        self.relation_heads = int(relation_heads)
+        self.normalize_losses = bool(normalize_losses)
+        # Per intermediate term: its mean over the first training steps
+        # (`loss_means`), the prediction loss's (`prediction_mean`), and how
+        # many steps were averaged.
+        enabled = [k for k in _INTERMEDIATE if weights[k]]
+        self._normalized_terms = enabled if self.normalize_losses else []
+        self.loss_means = {
+            key: self.add_weight(shape=(), initializer="zeros", trainable=False, name=f"{key}_loss_mean")
+            for key in self._normalized_terms
+        }
+        if self._normalized_terms:
+            self.prediction_mean = self.add_weight(
+                shape=(), initializer="zeros", trainable=False, name="prediction_loss_mean"
+            )
+            self.normalization_steps = self.add_weight(
+                shape=(), initializer="zeros", trainable=False, name="normalization_steps"
+            )
         self.layer_map = layer_map if isinstance(layer_map, str) else [list(p) for p in layer_pairs]
         self.layer_pairs = layer_pairs
         self._term_weights = weights
         self._needs_attention = bool(weights["attention"])
+        self._needs_values = bool(weights["value_relation"])
         self.agreement_tracker = keras.metrics.Mean(name="agreement")
         # The hard-label loss until `compile()` sets the chosen one.
         self._student_loss = student.default_loss()
@@ -340,7 +409,12 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
 
     def _features(self, model, inputs, training):
         """One forward pass of `model`: its logits and backbone features."""
-        return model.compute_features(inputs, training=training, return_attention_scores=self._needs_attention)
+        return model.compute_features(
+            inputs,
+            training=training,
+            return_attention_scores=self._needs_attention,
+            return_value_states=self._needs_values,
+        )
 
     def _teacher_features(self, x):
         features = self._features(self.teacher, x, training=False)
@@ -359,6 +433,8 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
                 terms[key] = loss.compute_loss(teacher["logits"], student["logits"], mask=logits_mask)
             elif key == "attention":
                 terms[key] = loss.compute_loss(teacher["attention_scores"], student["attention_scores"], mask)
+            elif key == "value_relation":
+                terms[key] = loss.compute_loss(teacher["value_states"], student["value_states"], mask)
             else:
                 terms[key] = loss.compute_loss(teacher["hidden_states"], student["hidden_states"], mask)
         same = ops.cast(
@@ -379,19 +455,52 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         teacher = self._teacher_features(x)
         terms, agreement = self._loss_terms(x, y, student, teacher, sample_weight)
 
-        soft_weight = 1.0 - self.student_loss_weight if y is not None else 1.0
+        soft_weight = (1.0 - self.student_loss_weight if y is not None else 1.0) * self.soft_target_weight
+        prediction = soft_weight * terms["soft"]
+        if y is not None:
+            prediction = prediction + self.student_loss_weight * terms["hard"]
+            self.student_loss_tracker.update_state(terms["hard"])
+        scales = self._term_scales(terms, prediction, training)
         distillation = soft_weight * terms["soft"]
         for key, weight in self._term_weights.items():
             if key in terms:
-                distillation = distillation + weight * terms[key]
+                distillation = distillation + weight * scales.get(key, 1.0) * terms[key]
         total = distillation
         if y is not None:
             total = total + self.student_loss_weight * terms["hard"]
-            self.student_loss_tracker.update_state(terms["hard"])
         self.distillation_loss_tracker.update_state(distillation)
         self.total_loss_tracker.update_state(total)
         self.agreement_tracker.update_state(agreement)
         return total
+
+    def _term_scales(self, terms, prediction, training):
+        """The `normalize_losses` scale of each intermediate term; in the
+        first training steps the running means are updated first."""
+        if not self._normalized_terms:
+            return {}
+        count = ops.convert_to_tensor(self.normalization_steps)
+        if training:
+            update = ops.cast(count < NORMALIZATION_STEPS, "float32")
+
+            def running_mean(variable, value):
+                mean = ops.convert_to_tensor(variable)
+                value = ops.stop_gradient(ops.cast(value, "float32"))
+                variable.assign(mean + update * (value - mean) / (count + 1.0))
+
+            running_mean(self.prediction_mean, prediction)
+            for key in self._normalized_terms:
+                running_mean(self.loss_means[key], terms[key])
+            count = count + update
+            self.normalization_steps.assign(count)
+        # Before any training step: this batch's values.
+        seen = count > 0
+        reference = ops.where(seen, ops.convert_to_tensor(self.prediction_mean), ops.stop_gradient(prediction))
+        reference = ops.where(reference > _TINY, reference, 1.0)
+        scales = {}
+        for key in self._normalized_terms:
+            mean = ops.where(seen, ops.convert_to_tensor(self.loss_means[key]), ops.stop_gradient(terms[key]))
+            scales[key] = reference / (len(self._normalized_terms) * ops.maximum(mean, _TINY))
+        return scales
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         if y is not None:
@@ -405,8 +514,8 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         """The unweighted loss terms on one batch, both models in inference mode.
 
         Returns a dict of floats: `soft` (T^2-scaled KL), `hidden`,
-        `attention`, `embedding` (the enabled ones), `hard` when `y` is given,
-        and `agreement`.
+        `attention`, `embedding`, `value_relation` (the enabled ones), `hard`
+        when `y` is given, and `agreement`.
 
         Example:
         ```python
@@ -455,7 +564,11 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
             "hidden_state_weight": self.hidden_state_weight,
             "attention_weight": self.attention_weight,
             "embedding_weight": self.embedding_weight,
+            "value_relation_weight": self.value_relation_weight,
+            "soft_target_weight": self.soft_target_weight,
             "layer_map": self.layer_map,
+            "relation_heads": self.relation_heads,
+            "normalize_losses": self.normalize_losses,
         }
 
     @classmethod

@@ -1,4 +1,4 @@
-"""The distillation losses: soft targets, hidden states, attention maps.
+"""The distillation losses: soft targets, hidden states, attention maps, value relations.
 
 Each is a `keras.distillation.DistillationLoss`; `bertzoo.Distiller` combines
 them, and they can be used on their own in a custom training loop.
@@ -132,6 +132,20 @@ def soft_target_loss(temperature):
     return SoftTargetDistillation(temperature=temperature)
 
 
+def _row_kl(teacher, student, mask):
+    """`KL(teacher || student)` of each row of `(batch, heads, queries, keys)`
+    distributions, averaged over heads and the real queries of the float
+    `(batch, queries)` `mask`."""
+    # Masked keys have probability 0 on both sides; the clamp keeps
+    # 0 * log 0 at 0 and the gradient finite.
+    kl = ops.sum(
+        teacher * (ops.log(ops.maximum(teacher, _EPSILON)) - ops.log(ops.maximum(student, _EPSILON))),
+        axis=-1,
+    )
+    kl = ops.sum(kl, axis=1) * mask
+    return ops.sum(kl) / (ops.maximum(ops.sum(mask), 1.0) * teacher.shape[1])
+
+
 def _average_heads(probs, groups):
     """Averages `(batch, heads, q, k)` probabilities over `groups` equal groups
     of consecutive heads (a matmul with a constant, so shapes stay static)."""
@@ -177,13 +191,66 @@ class AttentionDistillation(_LayerPairsLoss):
             groups = math.gcd(teacher.shape[1], student.shape[1])
             teacher = _average_heads(teacher, groups)
             student = _average_heads(student, groups)
-            # Masked keys have probability 0 on both sides; the clamp keeps
-            # 0 * log 0 at 0 and the gradient finite.
-            kl = ops.sum(
-                teacher * (ops.log(ops.maximum(teacher, _EPSILON)) - ops.log(ops.maximum(student, _EPSILON))),
-                axis=-1,
-            )  # (batch, groups, queries)
-            mask = _token_mask(padding_mask, teacher[:, 0])  # (batch, queries)
-            kl = ops.sum(kl, axis=1) * mask
-            total = total + ops.sum(kl) / (ops.maximum(ops.sum(mask), 1.0) * groups)
+            total = total + _row_kl(teacher, student, _token_mask(padding_mask, teacher[:, 0]))
         return total / len(self.layer_pairs)
+
+
+def _relations(values, heads, mask):
+    """Scaled dot-product self-relations of `(batch, length, width)` vectors
+    split into `heads` equal parts: `(batch, heads, length, length)` softmax
+    rows over the real keys."""
+    batch, length = ops.shape(values)[0], ops.shape(values)[1]
+    size = values.shape[-1] // heads
+    split = ops.reshape(ops.cast(values, "float32"), (batch, length, heads, size))
+    logits = ops.einsum("bqhd,bkhd->bhqk", split, split) / math.sqrt(size)
+    keys = ops.expand_dims(ops.expand_dims(ops.cast(mask, "bool"), 1), 1)
+    return ops.softmax(ops.where(keys, logits, ops.full_like(logits, -1e9)), axis=-1)
+
+
+class ValueRelationDistillation(_LayerPairsLoss):
+    """KL divergence between value-value relations (MiniLM).
+
+    `compute_loss(teacher_values, student_values, padding_mask)` takes the
+    backbones' `value_states` lists (`(batch, length, heads * head_dim)`,
+    index `i - 1` for layer `i`). For each `(s, t)` pair both sides' values
+    are split into `relation_heads` equal parts (MiniLMv2's relation heads,
+    so the widths and head counts of teacher and student may differ), the
+    relation `softmax(V V^T / sqrt(d))` is taken per part, and
+    `KL(teacher || student)` of every query row is averaged over real
+    (unpadded) queries, relation heads and pairs. It transfers what the
+    values encode without any learned projection.
+
+    Example:
+    ```python
+    loss = ValueRelationDistillation([(2, 6)], relation_heads=12)
+    loss.compute_loss(teacher_features["value_states"], student_features["value_states"], padding_mask)
+    ```
+    """
+
+    _WHAT = "value states"
+
+    def __init__(self, layer_pairs, relation_heads):
+        super().__init__(layer_pairs)
+        if isinstance(relation_heads, bool) or not isinstance(relation_heads, int) or relation_heads < 1:
+            raise ValueError(f"`relation_heads` must be an int >= 1, got {relation_heads!r}.")
+        self.relation_heads = relation_heads
+
+    def compute_loss(self, teacher_outputs, student_outputs, padding_mask=None, **kwargs):
+        self.validate_outputs(teacher_outputs, student_outputs)
+        total = 0.0
+        for s, t in self.layer_pairs:
+            teacher, student = teacher_outputs[t - 1], student_outputs[s - 1]
+            for side, width in (("teacher", teacher.shape[-1]), ("student", student.shape[-1])):
+                if width % self.relation_heads:
+                    raise ValueError(
+                        f"The {side}'s value width {width} is not divisible by relation_heads="
+                        f"{self.relation_heads}: choose a divisor of both widths."
+                    )
+            mask = _token_mask(padding_mask, teacher)
+            teacher = _relations(teacher, self.relation_heads, mask)
+            student = _relations(student, self.relation_heads, mask)
+            total = total + _row_kl(teacher, student, mask)
+        return total / len(self.layer_pairs)
+
+    def get_config(self):
+        return {**super().get_config(), "relation_heads": self.relation_heads}

@@ -122,6 +122,12 @@ class SelfAttentionBlock(keras.layers.Layer):
             return outputs, probs
         return outputs
 
+    def value_states(self, x):
+        """The value vectors of `x`, heads side by side: `(batch, length,
+        num_heads * head_dim)` (MiniLM's value-relation distillation reads them)."""
+        values = self.value_dense(_flatten(x))
+        return ops.reshape(values, (ops.shape(x)[0], ops.shape(x)[1], self.num_heads * self.head_dim))
+
     def compute_output_spec(self, x, padding_mask=None, training=None, return_attention_scores=False):
         out = keras.KerasTensor(x.shape, dtype=self.compute_dtype)
         if return_attention_scores:

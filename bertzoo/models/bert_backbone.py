@@ -481,7 +481,7 @@ class BertBackbone(Backbone):
             )
         return weights
 
-    def compute_features(self, inputs, training=None, return_attention_scores=False):
+    def compute_features(self, inputs, training=None, return_attention_scores=False, return_value_states=False):
         """Runs the encoder and returns every intermediate the caller asks for.
 
         Works on symbolic inputs (to build models) and on real tensors (inside
@@ -492,14 +492,20 @@ class BertBackbone(Backbone):
         output, then each layer's output) and, with
         `return_attention_scores=True`, `attention_scores` (a list of
         `num_layers` float32 tensors of shape `(batch, heads, length, length)`,
-        the softmax probabilities).
+        the softmax probabilities) and, with `return_value_states=True`,
+        `value_states` (a list of `num_layers` tensors of shape `(batch, length,
+        num_heads * head_dim)`: each layer's attention values, heads side by
+        side; one extra value projection per layer).
         """
         x = self.embeddings(inputs["token_ids"], inputs["segment_ids"], training=training)
         mask = inputs["padding_mask"]
         hidden_states = [x]
         attention_scores = []
+        value_states = []
         for i in range(len(self._attention_index)):
             attention, feedforward = self.layer_blocks(i)
+            if return_value_states:
+                value_states.append(attention.value_states(x))
             if return_attention_scores:
                 x, probs = attention(x, padding_mask=mask, training=training, return_attention_scores=True)
                 attention_scores.append(probs)
@@ -514,6 +520,8 @@ class BertBackbone(Backbone):
         }
         if return_attention_scores:
             features["attention_scores"] = attention_scores
+        if return_value_states:
+            features["value_states"] = value_states
         return features
 
     def feature_extractor(self, return_attention_scores=False):

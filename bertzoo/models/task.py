@@ -184,7 +184,7 @@ class Task(DefaultCompileMixin, RawInputsMixin, keras.Model):
         their inputs, e.g. multiple choice, override it)."""
         return inputs
 
-    def compute_features(self, inputs, training=None, return_attention_scores=False):
+    def compute_features(self, inputs, training=None, return_attention_scores=False, return_value_states=False):
         """One forward pass that keeps the backbone's intermediates.
 
         Returns `BertBackbone.compute_features`'s dict for the sequences the
@@ -202,7 +202,10 @@ class Task(DefaultCompileMixin, RawInputsMixin, keras.Model):
         """
         encoded = self._backbone_inputs(inputs)
         features = self.backbone.compute_features(
-            encoded, training=training, return_attention_scores=return_attention_scores
+            encoded,
+            training=training,
+            return_attention_scores=return_attention_scores,
+            return_value_states=return_value_states,
         )
         features["padding_mask"] = encoded["padding_mask"]
         features["logits"] = self.compute_head_outputs(inputs, features, training=training)
