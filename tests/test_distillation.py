@@ -586,3 +586,55 @@ def test_unlabelled_text_distills_on_soft_targets(pair):
     assert d.loss_terms(texts)["soft"] < before
     dataset = tf.data.Dataset.from_tensor_slices(texts).batch(8)  # tf.data of raw strings, no labels
     assert np.isfinite(d.fit(dataset, epochs=1, verbose=0).history["loss"][0])
+
+
+# --- Recipes ------------------------------------------------------------------------------------
+def test_tinybert_recipe_runs_its_two_stages_on_the_transfer_set(distilled):
+    teacher = distilled["teacher"]
+    texts, labels = sentiment(64, seed=2)
+    transfer, _ = sentiment(64, seed=3)
+    keras.utils.set_random_seed(0)
+    student = classifier(num_layers=1, hidden_dim=16, num_heads=2)
+    histories = bertzoo.distill(
+        teacher, student, texts, labels, transfer=transfer, epochs=(3, 4), learning_rate=5e-3, verbose=0
+    )
+    assert list(histories) == ["intermediate", "predictions"]
+    first, second = histories["intermediate"], histories["predictions"]
+    # Transfer texts carry no labels, so both stages train on the teacher alone.
+    assert "student_loss" not in first and "student_loss" not in second
+    assert first["distillation_loss"][-1] < first["distillation_loss"][0]
+    assert second["agreement"][-1] > second["agreement"][0] or second["agreement"][0] == 1.0
+    held_out, _ = distilled["val"]
+    agreement = np.mean(
+        teacher.predict(held_out, verbose=0).argmax(-1) == student.predict(held_out, verbose=0).argmax(-1)
+    )
+    assert agreement >= 0.85
+
+
+def test_minilm_recipe_distills_relations_across_widths(distilled):
+    teacher = distilled["teacher"]  # Width 32, 4 heads; the student: width 16, 2 heads.
+    texts, labels = sentiment(32, seed=4)
+    student = classifier(num_layers=1, hidden_dim=16, num_heads=2)
+    histories = bertzoo.distill(teacher, student, texts, labels, recipe="minilm", epochs=(2, 1), verbose=0)
+    assert list(histories) == ["relations", "predictions"]
+    assert histories["relations"]["distillation_loss"][-1] < histories["relations"]["distillation_loss"][0]
+    # Without transfer texts the prediction stage also uses the labels.
+    assert "student_loss" in histories["predictions"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"recipe": "distilbert"}, "Unknown recipe 'distilbert'. Choose one of \\['hinton', 'minilm', 'tinybert'\\]"),
+        ({"epochs": (1, 2, 3)}, "one per stage \\(intermediate, predictions\\)"),
+        ({"epochs": -1}, "`epochs` must be an int >= 0"),
+        ({"y": [0, 1, 0]}, "`x` has 2 texts but `y` 3 labels"),
+        ({"x": "one text"}, "`x` must be a list of strings"),
+        ({"transfer": ["fine", 3]}, "`transfer` must hold strings only"),
+    ],
+)
+def test_recipe_argument_errors(pair, kwargs, match):
+    teacher, student = pair
+    arguments = {"x": ["good", "bad"], "y": [1, 0], **kwargs}
+    with pytest.raises(ValueError, match=match):
+        bertzoo.distill(teacher, student, **arguments)

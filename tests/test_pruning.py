@@ -1,4 +1,5 @@
-"""Unstructured / block / N:M magnitude pruning, checked against NumPy.
+"""Unstructured / block / N:M magnitude and movement pruning, and lottery
+tickets, checked against NumPy.
 
 Most tests drive the masks with `optimizer.apply` eagerly (SGD with a zero
 learning rate leaves the weights as they are, so the expected masks follow
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 import bertzoo
+from bertzoo.compression.model_copy import copy_model
 from bertzoo.datasets import synthetic_sentiment
 from bertzoo.text.preprocessor import BertPreprocessor
 from bertzoo.text.tokenizer import BertTokenizer
@@ -304,6 +306,198 @@ def test_pruning_while_distilling():
     )
 
 
+# --- Movement scores ----------------------------------------------------------
+def block_means(values, rows, cols):
+    h, c = values.shape
+    return values.reshape(h // rows, rows, c // cols, cols).mean(axis=(1, 3))
+
+
+@pytest.mark.parametrize("scope, pattern", [("layer", None), ("global", None), ("layer", "1x4"), ("layer", "2:4")])
+def test_movement_scores_accumulate_w_old_times_the_update_and_rank_the_weights(scope, pattern):
+    model = tiny_classifier()
+    kernels = encoder_kernels(model)
+    paths = sorted(kernels)
+    w0 = numpy_of(kernels)
+    # Prune once, at step 1 (the second update), by the movement of both updates.
+    pruner = bertzoo.Pruner(
+        model,
+        bertzoo.ConstantSparsity(0.5, begin_step=1, frequency=100),
+        scope=scope,
+        pattern=pattern,
+        scores="movement",
+    )
+    learning_rate = np.float32(0.1)
+    optimizer = keras.optimizers.SGD(0.1)
+    variables = model.trainable_variables
+    rng = np.random.default_rng(1)
+    grads = [[rng.normal(size=v.shape).astype("float32") for v in variables] for _ in range(2)]
+    for step_grads in grads:
+        optimizer.apply(step_grads, variables)
+
+    # NumPy: w1 = w0 - lr g1, w2 = w1 - lr g2, S = w0 (w1 - w0) + w1 (w2 - w1).
+    index = {id(v): i for i, v in enumerate(variables)}
+    w1 = {p: w0[p] - learning_rate * grads[0][index[id(kernels[p])]] for p in paths}
+    w2 = {p: w1[p] - learning_rate * grads[1][index[id(kernels[p])]] for p in paths}
+    movement = {p: w0[p] * (w1[p] - w0[p]) + w1[p] * (w2[p] - w1[p]) for p in paths}
+    if pattern is None and scope == "layer":
+        keep = {p: ~smallest_signed(movement[p], int(round(0.5 * movement[p].size))) for p in paths}
+    elif pattern is None:  # One ranking across all kernels.
+        flat = np.concatenate([movement[p].reshape(-1) for p in paths])
+        pruned = smallest_signed(flat, int(round(0.5 * flat.size)))
+        sizes = np.cumsum([0] + [movement[p].size for p in paths])
+        keep = {p: ~pruned[sizes[i] : sizes[i + 1]].reshape(movement[p].shape) for i, p in enumerate(paths)}
+    elif pattern == "1x4":
+        keep = {}
+        for p in paths:
+            scores = block_means(movement[p], 1, 4)
+            keep[p] = np.repeat(~smallest_signed(scores, int(round(0.5 * scores.size))), 4, axis=1)
+    else:  # 2:4 along the input axis: the 2 largest movements of every 4 kept.
+        keep = {}
+        for p in paths:
+            groups = movement[p].T.reshape(movement[p].shape[1], -1, 4)
+            kept = np.zeros_like(groups, bool)
+            np.put_along_axis(kept, np.argsort(-groups, axis=-1, kind="stable")[..., :2], True, axis=-1)
+            keep[p] = kept.reshape(movement[p].shape[1], -1).T
+
+    after = numpy_of(encoder_kernels(model))
+    magnitude_agrees = True
+    for i, target in enumerate(pruner.targets):
+        p = target.path
+        accumulated = keras.ops.convert_to_numpy(pruner.state.movement[i])
+        np.testing.assert_allclose(accumulated, movement[p], rtol=1e-5, atol=1e-7, err_msg=p)
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(pruner.state.masks[i]) != 0, keep[p], err_msg=p)
+        np.testing.assert_allclose(after[p], np.where(keep[p], w2[p], 0.0), atol=1e-6, err_msg=p)
+        magnitude_agrees &= np.array_equal(keep[p], ~smallest(w2[p], int(round(0.5 * w2[p].size))))
+    assert not magnitude_agrees  # Movement ranks differently from |W| here.
+    assert pruner.sparsity() == pytest.approx(0.5, abs=1e-3)
+    # A pruned weight stays zero until the next pruning step, and its score stops moving.
+    before = [keras.ops.convert_to_numpy(m).copy() for m in pruner.state.movement]
+    optimizer.apply(grads[0], variables)
+    for i, target in enumerate(pruner.targets):
+        mask = keras.ops.convert_to_numpy(pruner.state.masks[i])
+        np.testing.assert_array_equal(mask != 0, keep[target.path])
+        assert np.all(keras.ops.convert_to_numpy(target.variable)[mask == 0] == 0)
+        moved = keras.ops.convert_to_numpy(pruner.state.movement[i])
+        np.testing.assert_array_equal(moved[mask == 0], before[i][mask == 0])
+
+
+def smallest_signed(values, count):
+    """Boolean mask of the `count` smallest (signed) values."""
+    flat = values.reshape(-1)
+    mask = np.zeros(flat.size, bool)
+    mask[np.argsort(flat, kind="stable")[:count]] = True
+    return mask.reshape(values.shape)
+
+
+def test_movement_state_is_saved_with_the_weights_and_the_config_round_trips(tmp_path):
+    schedule = bertzoo.PolynomialDecay(0.0, 0.5, begin_step=0, end_step=4, frequency=2)
+    model = tiny_classifier()
+    pruner = bertzoo.Pruner(model, schedule, scope="global", scores="movement")
+    apply_steps(model, 3, learning_rate=0.1)
+    config = pruner.get_config()
+    assert config["scores"] == "movement" and config["scope"] == "global"
+    assert bertzoo.Pruner(tiny_classifier(), schedule).get_config()["scores"] == "magnitude"
+    path = tmp_path / "pruned.weights.h5"
+    model.save_weights(path)
+
+    fresh = tiny_classifier(seed=5)
+    again = bertzoo.Pruner.from_config(config, fresh)
+    assert again.get_config() == config
+    state_config = pruner.state.get_config()
+    assert state_config["scores"] == "movement"
+    assert len(bertzoo.compression.PruningState.from_config(state_config).weights) == len(pruner.state.weights)
+    fresh.load_weights(path)
+    assert again.step == pruner.step == 3
+    for a, b in zip(pruner.state.weights, again.state.weights):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b), err_msg=a.path)
+    assert any(np.any(keras.ops.convert_to_numpy(m) != 0) for m in again.state.movement)
+    # Both continue alike: the loaded accumulators and previous values are used.
+    apply_steps(model, 2, learning_rate=0.1, seed=7)
+    apply_steps(fresh, 2, learning_rate=0.1, seed=7)
+    for a, b in zip(pruner.state.masks, again.state.masks):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
+
+
+# --- Distillation from the dense model in one call -------------------------------
+def test_fit_with_a_teacher_prunes_while_distilling_with_the_models_optimizer():
+    model = tiny_classifier(seed=2)
+    teacher = copy_model(model)  # The dense model, before pruning.
+    teacher_before = [keras.ops.convert_to_numpy(v).copy() for v in teacher.weights]
+    schedule = bertzoo.PolynomialDecay(0.0, 0.5, begin_step=0, end_step=1, frequency=1)
+    pruner = bertzoo.Pruner(model, schedule, scope="global", scores="movement")
+    pruner.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=False)
+    x, y = tokenized(16)
+    history = pruner.fit(
+        x, y, batch_size=8, epochs=1, verbose=0, teacher=teacher, distillation={"temperature": 2.0, "alpha": 0.5}
+    )
+    assert pruner.step == 2 and int(keras.ops.convert_to_numpy(model.optimizer.iterations)) == 2
+    assert {"distillation_loss", "agreement", "sparsity"} <= set(history.history)
+    assert history.history["sparsity"][-1] == pytest.approx(0.5, abs=1e-3)
+    assert pruner.sparsity() == pytest.approx(0.5, abs=1e-3)
+    for before, v in zip(teacher_before, teacher.weights):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(v), before)
+    distiller = pruner._distiller[2]
+    assert distiller.temperature == 2.0 and distiller.alpha == 0.5 and distiller.optimizer is model.optimizer
+    pruner.fit(
+        x, y, batch_size=8, epochs=1, verbose=0, teacher=teacher, distillation={"temperature": 2.0, "alpha": 0.5}
+    )
+    assert pruner._distiller[2] is distiller and pruner.step == 4
+    with pytest.raises(ValueError, match=r"`distillation` options need a `teacher`"):
+        pruner.fit(x, y, distillation={"alpha": 0.5})
+
+
+# --- Lottery tickets --------------------------------------------------------------
+def test_lottery_ticket_prunes_geometrically_rewinds_and_keeps_pruned_weights_pruned():
+    model = tiny_classifier(seed=4)
+    original = [keras.ops.convert_to_numpy(v).copy() for v in model.weights]
+    x, y = tokenized(16)
+    seen = []  # (weights before training, kernels after training) of each call.
+
+    def train(m):
+        assert type(m) is bertzoo.BertClassifier and m is not model
+        seen.append([keras.ops.convert_to_numpy(v).copy() for v in bertzoo.compression.model_copy.model_weights(m)])
+        m.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=False)
+        m.fit(x, y, batch_size=8, epochs=1, verbose=0)
+        seen[-1] = (seen[-1], numpy_of(encoder_kernels(m)))
+
+    ticket = bertzoo.lottery_ticket(model, train, final_sparsity=0.875, rounds=3)
+    assert ticket.sparsities == pytest.approx([0.5, 0.75, 0.875])
+    assert len(seen) == 4
+    for v, before in zip(model.weights, original):  # `model` (the rewind point) is untouched.
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(v), before)
+
+    paths = sorted(encoder_kernels(model))
+    kernel_index = {p: i for i, v in enumerate(model.weights) for p in paths if v is encoder_kernels(model)[p]}
+    previous_zeros = None
+    for call, (start, trained) in enumerate(seen):
+        target = [0.0, 0.5, 0.75, 0.875][call]
+        zeros = {}
+        for value, rewound in zip(start, original):
+            pruned = value == 0
+            # Survivors (and every weight that is not pruned) are rewound exactly.
+            np.testing.assert_array_equal(value[~pruned], rewound[~pruned])
+        for p in paths:
+            value = start[kernel_index[p]]
+            zeros[p] = value == 0
+            assert zeros[p].sum() == int(round(target * value.size)), (call, p)
+            assert np.all(trained[p][zeros[p]] == 0)  # Masks fixed while training.
+        if previous_zeros is not None:
+            for p in paths:
+                assert np.all(zeros[p][previous_zeros[p]]), (call, p)  # Pruned weights stay pruned.
+                # The new cuts are the smallest surviving trained weights of the round before.
+                survivors = np.where(previous_zeros[p], -1.0, np.abs(seen[call - 1][1][p]))
+                expected = smallest_signed(survivors, int(round(target * survivors.size)))
+                np.testing.assert_array_equal(zeros[p], expected, err_msg=f"{call} {p}")
+        previous_zeros = zeros
+
+    stripped = ticket.model
+    assert type(stripped) is bertzoo.BertClassifier and not hasattr(stripped, "_pruning_state")
+    assert all(v.constraint is None for v in stripped.weights)
+    for p, w in numpy_of(encoder_kernels(stripped)).items():
+        assert np.all(w[previous_zeros[p]] == 0) and np.sum(w == 0) == int(round(0.875 * w.size))
+    assert ticket.sparsity == pytest.approx(0.875, abs=1e-3)
+
+
 # --- Bad input --------------------------------------------------------------
 def test_bad_inputs_give_clear_errors():
     model = tiny_classifier()
@@ -318,6 +512,14 @@ def test_bad_inputs_give_clear_errors():
         bertzoo.Pruner(model, schedule, pattern="3x")
     with pytest.raises(ValueError, match=r"Unknown `scope`"):
         bertzoo.Pruner(model, schedule, scope="model")
+    with pytest.raises(ValueError, match=r"Unknown `scores`='gradient'. Expected 'magnitude' .* or 'movement'"):
+        bertzoo.Pruner(model, schedule, scores="gradient")
+    with pytest.raises(ValueError, match=r"`final_sparsity` must be in \[0, 1\)"):
+        bertzoo.lottery_ticket(model, lambda m: None, final_sparsity=1.0)
+    with pytest.raises(ValueError, match=r"`rounds` must be an integer >= 1"):
+        bertzoo.lottery_ticket(model, lambda m: None, final_sparsity=0.5, rounds=0)
+    with pytest.raises(ValueError, match=r"`rewind_weights` must be a model .* or a list of \d+ arrays"):
+        bertzoo.lottery_ticket(model, lambda m: None, final_sparsity=0.5, rewind_weights=[np.zeros(3)])
     with pytest.raises(ValueError, match=r"pruning schedule"):
         bertzoo.Pruner(model, 0.5)
     with pytest.raises(ValueError, match=r"matched nothing"):
@@ -330,9 +532,13 @@ def test_bad_inputs_give_clear_errors():
     with pytest.raises(ValueError, match=r"input dimension of 'feedforward_0/output' \(30\).*multiple of 4"):
         bertzoo.Pruner(odd, schedule, pattern="2:4")
 
-    bertzoo.Pruner(model, schedule)
+    attached = bertzoo.Pruner(model, schedule)
     with pytest.raises(ValueError, match=r"already has a Pruner attached"):
         bertzoo.Pruner(model, schedule)
+    with pytest.raises(ValueError, match=r"'attention_0/querry' is not a pruned weight"):
+        attached.set_masks({"attention_0/querry": np.ones((16, 16))})
+    with pytest.raises(ValueError, match=r"mask of 'attention_0/query' has shape \(4,\)"):
+        attached.set_masks({"attention_0/query": np.ones(4)})
 
     plain = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4, name="dense")])
     with pytest.raises(ValueError, match=r"layers='encoder' needs a bertzoo backbone"):

@@ -4,6 +4,8 @@ from bertzoo.compression.distiller import Distiller
 from bertzoo.compression.losses import AttentionDistillation
 from bertzoo.compression.losses import HiddenStateDistillation
 from bertzoo.compression.losses import ValueRelationDistillation
+from bertzoo.compression.lottery import LotteryTicket
+from bertzoo.compression.lottery import lottery_ticket
 from bertzoo.compression.pipeline import compress
 from bertzoo.compression.pruner import Pruner
 from bertzoo.compression.pruner import PruningState

@@ -3,6 +3,7 @@
 Patterns: unstructured (each weight by its magnitude), blocks `"RxC"`
 (scored by mean magnitude) and `"N:M"` (N of every M consecutive inputs
 kept). Everything here runs inside the compiled train step (XLA included).
+Scores may be signed (movement pruning ranks by accumulated movement).
 """
 
 import re
@@ -14,6 +15,9 @@ from keras import ops
 from bertzoo.layers.embeddings import PositionEmbedding
 from bertzoo.utils import private_api
 from bertzoo.utils.layers import leaf_layers
+
+# The bits below a float32's sign bit.
+_LOW_BITS = 0x7FFFFFFF
 
 
 def prunable_weights(model):
@@ -53,11 +57,11 @@ def parse_pattern(pattern):
     )
 
 
-def block_scores(magnitudes, rows, cols):
-    """Mean magnitude of each `rows x cols` block (edges padded with zeros)."""
-    height, width = magnitudes.shape
+def block_scores(scores, rows, cols):
+    """Mean score of each `rows x cols` block (edges padded with zeros)."""
+    height, width = scores.shape
     pad_h, pad_w = -height % rows, -width % cols
-    padded = ops.pad(magnitudes, [[0, pad_h], [0, pad_w]])
+    padded = ops.pad(scores, [[0, pad_h], [0, pad_w]])
     blocks = ops.reshape(padded, ((height + pad_h) // rows, rows, (width + pad_w) // cols, cols))
     return ops.mean(blocks, axis=(1, 3))
 
@@ -67,32 +71,36 @@ def expand_blocks(block_mask, shape, rows, cols):
     return expanded[: shape[0], : shape[1]]
 
 
-def magnitude_threshold(scores, sparsity):
-    """The k-th smallest of the (non-negative) `scores`, k = round(sparsity * n):
-    pruning every score <= it prunes k of them. -1 (below every score) when
-    k is 0.
+def score_threshold(scores, sparsity):
+    """The k-th smallest of `scores` (any sign), k = round(sparsity * n):
+    pruning every score <= it prunes k of them. -inf (below every score)
+    when k is 0.
 
-    Found by bisection on the float32 bit patterns (which order non-negative
-    floats like their values): 32 counting passes, exact. Sorting would do,
+    Found by bisection on order-preserving integer keys of the float32 bit
+    patterns (non-negative floats order like their bits; negative ones have
+    their other bits flipped): 33 counting passes, exact. Sorting would do,
     but XLA's CPU sort inside a train step is slow (seconds per kernel).
     """
     flat = ops.reshape(ops.cast(scores, "float32"), (-1,))
     size = flat.shape[0]
     count = ops.cast(ops.round(ops.cast(sparsity, "float32") * size), "int32")
     bits = ops.view(flat, "int32")
-    low = ops.convert_to_tensor(-1, "int32")  # count(bits <= low) = 0 < k
-    high = ops.max(bits)  # count(bits <= high) = n >= k
-    for _ in range(32):
+    keys = ops.cast(ops.where(bits < 0, ops.bitwise_xor(bits, _LOW_BITS), bits), "int64")
+    low = ops.convert_to_tensor(-(2**31) - 1, "int64")  # count(keys <= low) = 0 < k
+    high = ops.max(keys)  # count(keys <= high) = n >= k
+    for _ in range(33):
         middle = low + (high - low) // 2
-        enough = ops.sum(ops.cast(bits <= middle, "int32")) >= count
+        enough = ops.sum(ops.cast(keys <= middle, "int32")) >= count
         high = ops.where(enough, middle, high)
         low = ops.where(enough, low, middle)
-    return ops.where(count > 0, ops.view(high, "float32"), ops.convert_to_tensor(-1.0, "float32"))
+    key = ops.cast(high, "int32")
+    threshold = ops.view(ops.where(key < 0, ops.bitwise_xor(key, _LOW_BITS), key), "float32")
+    return ops.where(count > 0, threshold, ops.convert_to_tensor(-np.inf, "float32"))
 
 
-def n_of_m_mask(magnitudes, n, m, axis):
-    """Keeps the `n` largest of every `m` consecutive entries along `axis`."""
-    moved = ops.moveaxis(magnitudes, axis, -1)
+def n_of_m_mask(scores, n, m, axis):
+    """Keeps the `n` largest of every `m` consecutive `scores` along `axis`."""
+    moved = ops.moveaxis(scores, axis, -1)
     lead, length = tuple(moved.shape[:-1]), moved.shape[-1]
     groups = ops.reshape(moved, lead + (length // m, m))
     # Rank within the group (0 = largest; ties go to the earlier entry), by

@@ -320,7 +320,15 @@ def compress(
             end = _steps(train_data, epochs, batch_size)
             schedule = PolynomialDecay(0.0, sparsity, begin_step=0, end_step=end, frequency=max(1, end // 10))
             pruner = Pruner(student, schedule)
-            _fit_distilling(parent, student, train_data, epochs, batch_size, verbose, validation, distiller_options)
+            pruner.fit(
+                *train_data,
+                teacher=parent,
+                distillation=distiller_options,
+                validation_data=validation,
+                epochs=epochs,
+                batch_size=batch_size,
+                verbose=verbose,
+            )
             model = pruner.strip()
         elif stage == "prune_structured":
             heads, ratio = heads_to_keep, ffn_keep_ratio

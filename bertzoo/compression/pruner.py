@@ -1,4 +1,4 @@
-"""Magnitude pruning for Keras 3 models: unstructured, block and N:M.
+"""Magnitude and movement pruning for Keras 3 models: unstructured, block and N:M.
 
 Design: each pruned weight gets a mask (a non-trainable variable) and a
 Keras variable constraint. Keras optimizers apply variable constraints inside
@@ -14,6 +14,14 @@ The masks and step counters live in a `PruningState` layer attached to the
 model, so `model.save_weights()`, `ModelCheckpoint` and `BackupAndRestore`
 checkpoint them with the weights (and optimizer), and training resumes on
 schedule after `load_weights()` into a model with the same `Pruner`.
+
+Movement scores (Sanh et al., 2020) rank weights by how far training moved
+them away from zero, `S = sum over steps of -grad * W` (up to the learning
+rate). The constraint sees the updated weight `w_new`; Keras has already
+written it into the variable, so the state keeps each pruned weight's
+previous value `w_old` and accumulates `S += w_old * (w_new - w_old)`: the
+`-grad * W` sum times the learning rate for SGD, and the direction the
+weight actually moved for adaptive optimizers such as Adam.
 """
 
 import difflib
@@ -23,12 +31,13 @@ import keras
 import numpy as np
 from keras import ops
 
+from bertzoo.compression.distiller import Distiller
 from bertzoo.compression.masks import block_scores
 from bertzoo.compression.masks import expand_blocks
-from bertzoo.compression.masks import magnitude_threshold
 from bertzoo.compression.masks import n_of_m_mask
 from bertzoo.compression.masks import parse_pattern
 from bertzoo.compression.masks import prunable_weights
+from bertzoo.compression.masks import score_threshold
 from bertzoo.compression.model_copy import PRUNING_STATE_ATTR
 from bertzoo.compression.model_copy import copy_model
 from bertzoo.compression.model_copy import pruning_state
@@ -36,6 +45,7 @@ from bertzoo.compression.schedules import check_schedule
 from bertzoo.utils import quantization_mode
 
 SCOPES = ("layer", "global")
+SCORES = ("magnitude", "movement")
 # Canonical names (`BertBackbone.named_weights()`) of the weights
 # `layers="encoder"` and `include_embeddings=True` select.
 _ENCODER_KERNELS = re.compile(r"(attention_\d+/(query|key|value|output)|feedforward_\d+/(intermediate|output))/kernel")
@@ -62,14 +72,20 @@ class PruningState(keras.layers.Layer):
     `steps[i]` counts the optimizer updates weight `i` received, i.e. the
     schedule's step. Each weight keeps its own counter so that the state never
     depends on the order in which the optimizer visits variables.
+
+    With `scores="movement"` each weight also has `movement[i]` (float32, the
+    accumulated `w_old * (w_new - w_old)`) and `previous[i]` (its value after
+    the latest update, the next update's `w_old`).
     """
 
-    def __init__(self, shapes, names, variable_dtype="float32", **kwargs):
+    def __init__(self, shapes, names, variable_dtype="float32", scores="magnitude", **kwargs):
+        kwargs.pop("trainable", None)  # Always False (get_config records it).
         super().__init__(trainable=False, **kwargs)
         self.shapes = [tuple(int(d) for d in s) for s in shapes]
         self.names = list(names)
         self.variable_dtype = variable_dtype
-        self.masks, self.steps = [], []
+        self.scores = scores
+        self.masks, self.steps, self.movement, self.previous = [], [], [], []
         for shape, name in zip(self.shapes, self.names):
             self.masks.append(
                 self.add_weight(
@@ -83,6 +99,17 @@ class PruningState(keras.layers.Layer):
             self.steps.append(
                 self.add_weight(shape=(), dtype="int64", initializer="zeros", trainable=False, name=f"{name}_step")
             )
+            if scores == "movement":
+                self.movement.append(
+                    self.add_weight(
+                        shape=shape, dtype="float32", initializer="zeros", trainable=False, name=f"{name}_movement"
+                    )
+                )
+                self.previous.append(
+                    self.add_weight(
+                        shape=shape, dtype=variable_dtype, initializer="zeros", trainable=False, name=f"{name}_previous"
+                    )
+                )
         self.global_threshold = self.add_weight(
             shape=(), dtype="float32", initializer="zeros", trainable=False, name="global_threshold"
         )
@@ -101,7 +128,12 @@ class PruningState(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(
-            {"shapes": [list(s) for s in self.shapes], "names": self.names, "variable_dtype": self.variable_dtype}
+            {
+                "shapes": [list(s) for s in self.shapes],
+                "names": self.names,
+                "variable_dtype": self.variable_dtype,
+                "scores": self.scores,
+            }
         )
         return config
 
@@ -118,15 +150,26 @@ class _MaskConstraint(keras.constraints.Constraint):
     def __call__(self, w):
         if self.inner is not None:
             w = self.inner(w)
-        state = self.pruner.state
+        pruner, state = self.pruner, self.pruner.state
         mask = state.masks[self.index]
         step = state.steps[self.index]
         current = ops.convert_to_tensor(mask)
-        should_prune, sparsity = self.pruner.schedule(ops.convert_to_tensor(step))
-        new_mask = self.pruner._new_mask(self.index, w, should_prune, sparsity, current)
-        mask.assign(new_mask)
+        if pruner.scores == "movement":
+            # The variable already holds `w`; `previous` holds the value before this update.
+            old = ops.cast(ops.convert_to_tensor(state.previous[self.index]), "float32")
+            moved = old * (ops.cast(w, "float32") - old)
+            state.movement[self.index].assign(ops.convert_to_tensor(state.movement[self.index]) + moved)
+        if pruner.schedule is None:  # Fixed masks: only `set_masks` changes them.
+            new_mask = current
+        else:
+            should_prune, sparsity = pruner.schedule(ops.convert_to_tensor(step))
+            new_mask = pruner._new_mask(self.index, w, should_prune, sparsity, current)
+            mask.assign(new_mask)
         step.assign(step + 1)
-        return w * ops.cast(new_mask, w.dtype)
+        masked = w * ops.cast(new_mask, w.dtype)
+        if pruner.scores == "movement":
+            state.previous[self.index].assign(masked)
+        return masked
 
     def get_config(self):
         # The masks live in the model's PruningState, not in this object.
@@ -135,17 +178,20 @@ class _MaskConstraint(keras.constraints.Constraint):
 
 # --- Pruner -----------------------------------------------------------------
 class Pruner:
-    """Magnitude pruning during training, on a schedule (tfmot semantics).
+    """Magnitude or movement pruning during training, on a schedule (tfmot semantics).
 
-    Selected weights get masks that are recomputed from weight magnitudes on
-    the schedule's steps and re-applied after every optimizer update, inside
-    the compiled train step. The model's graph is unchanged; `strip()` gives
-    an ordinary copy with the zeros baked in.
+    Selected weights get masks that are recomputed from their scores (weight
+    magnitudes, or accumulated movement) on the schedule's steps and
+    re-applied after every optimizer update, inside the compiled train step.
+    The model's graph is unchanged; `strip()` gives an ordinary copy with the
+    zeros baked in.
 
     Args:
         model: a bertzoo task or backbone (or any built Keras model, with
             `layers` given as paths or a callable).
-        schedule: `bertzoo.PolynomialDecay(...)` or `bertzoo.ConstantSparsity(...)`.
+        schedule: `bertzoo.PolynomialDecay(...)` or `bertzoo.ConstantSparsity(...)`;
+            None keeps the masks fixed (all ones until `set_masks()` sets
+            them), e.g. to train a lottery ticket.
         layers: `"encoder"` (default: every dense kernel of the attention and
             feed-forward blocks), a list of layer paths such as
             `["attention_0/query", "feedforward_1/intermediate"]`, or a
@@ -160,6 +206,20 @@ class Pruner:
             mean magnitude), or `"N:M"` (`"2:4"`: N of every M consecutive
             weights along the input dimension kept; the schedule then decides
             only when, and its final sparsity must be `1 - N/M`).
+        scores: `"magnitude"` (default): keep the largest `|W|`;
+            `"movement"` (Sanh et al., 2020): keep the weights that training
+            moves away from zero, ranked by `S`, the sum over updates of
+            `w_old * (w_new - w_old)` (for SGD the learning rate times the
+            sum of `-grad * W`). Blocks are scored by their mean `S`; N:M
+            keeps the N largest `S` of every M. Costs two float copies of
+            each pruned weight (`S` and the previous value), saved with the
+            masks.
+
+    On a pruning step the masks are recomputed from every weight's score, so
+    a pruned weight may come back if its score is among the kept ones (with
+    movement scores a pruned weight's `S` stays as it was when it was pruned:
+    a zero weight adds nothing to it); between pruning steps pruned weights
+    stay exactly zero.
 
     The schedule's step is the number of optimizer updates since the Pruner
     was attached; masks are computed after the update of that step. Attach
@@ -175,18 +235,34 @@ class Pruner:
     run), pass `callbacks=[bertzoo.ResumableTraining(backup_dir)]` to
     `pruner.fit`. Save whole models (`.keras`, presets) from `strip()`.
 
+    Distillation from the dense model while pruning (the usual recipe for
+    high sparsity): `pruner.fit(..., teacher=dense_copy)` trains the model as
+    the student of a `bertzoo.Distiller`; see `fit`.
+
     Example:
     ```python
-    model = bertzoo.BertClassifier.from_preset("tiny", num_classes=2)
+    model = bertzoo.BertClassifier.from_preset("runs/finetuned")
+    teacher = bertzoo.compression.model_copy.copy_model(model)  # the dense model, before pruning
     pruner = bertzoo.Pruner(model, bertzoo.PolynomialDecay(
-        initial_sparsity=0.0, final_sparsity=0.9, begin_step=0, end_step=2000, frequency=100))
-    pruner.fit(texts, labels, epochs=3)  # A bertzoo task comes compiled with its defaults.
+        initial_sparsity=0.0, final_sparsity=0.9, begin_step=0, end_step=2000, frequency=100),
+        scores="movement")
+    # A bertzoo task comes compiled with its defaults; the distiller trains with its optimizer.
+    pruner.fit(texts, labels, epochs=3, teacher=teacher, distillation={"temperature": 2.0, "alpha": 0.5})
     pruned = pruner.strip()
     print(bertzoo.sparsity_report(pruned))
     ```
     """
 
-    def __init__(self, model, schedule, layers="encoder", include_embeddings=False, scope="layer", pattern=None):
+    def __init__(
+        self,
+        model,
+        schedule,
+        layers="encoder",
+        include_embeddings=False,
+        scope="layer",
+        pattern=None,
+        scores="magnitude",
+    ):
         if not isinstance(model, keras.Model):
             raise ValueError(f"`model` must be a Keras model, got {type(model).__name__}.")
         if not model.built:
@@ -201,13 +277,19 @@ class Pruner:
                 f"{type(model).__name__} '{model.name}' is quantized ({quantization_mode(model)}): "
                 "prune the float model first, then quantize the stripped result."
             )
-        self.schedule = check_schedule(schedule)
+        self.schedule = None if schedule is None else check_schedule(schedule)
         if scope not in SCOPES:
             raise ValueError(f"Unknown `scope`={scope!r}. Expected 'layer' or 'global'.")
+        if not isinstance(scores, str) or scores not in SCORES:
+            raise ValueError(
+                f"Unknown `scores`={scores!r}. Expected 'magnitude' (keep the largest weights) or "
+                "'movement' (keep the weights training moves away from zero)."
+            )
         self.scope = scope
+        self.scores = scores
         self.pattern = pattern
         self._pattern = parse_pattern(pattern)
-        if self._pattern and self._pattern[0] == "n:m":
+        if self._pattern and self._pattern[0] == "n:m" and self.schedule is not None:
             _, n, m = self._pattern
             if scope == "global":
                 raise ValueError(
@@ -230,8 +312,12 @@ class Pruner:
             [t.variable.shape for t in self.targets],
             [re.sub(r"[^0-9A-Za-z_]", "_", t.path) for t in self.targets],
             variable_dtype=variable_dtype,
+            scores=scores,
             name="pruning_state",
         )
+        for target, previous in zip(self.targets, self.state.previous):
+            previous.assign(target.variable)
+        self._distiller = None
         setattr(model, PRUNING_STATE_ATTR, self.state)
         for index, target in enumerate(self.targets):
             target.variable.constraint = _MaskConstraint(self, index, inner=target.variable.constraint)
@@ -310,11 +396,17 @@ class Pruner:
         return list(unique.values())
 
     # --- Masks (run inside the train step) --------------------------------
-    def _scores(self, index, w):
-        magnitudes = ops.abs(ops.cast(w, "float32"))
+    def _scores(self, index, w, movement=None):
+        """Weight `index`'s scores (per block for block patterns), given its
+        new value `w`: `|w|`, or the movement accumulated so far (`movement`
+        if given)."""
+        if self.scores == "movement":
+            scores = ops.convert_to_tensor(self.state.movement[index]) if movement is None else movement
+        else:
+            scores = ops.abs(ops.cast(w, "float32"))
         if self._pattern and self._pattern[0] == "block":
-            return block_scores(magnitudes, self._pattern[1], self._pattern[2])
-        return magnitudes
+            return block_scores(scores, self._pattern[1], self._pattern[2])
+        return scores
 
     def _mask_from_scores(self, index, scores, threshold):
         keep = ops.cast(scores > threshold, self.state.masks[index].dtype)
@@ -322,12 +414,29 @@ class Pruner:
             keep = expand_blocks(keep, self.targets[index].variable.shape, self._pattern[1], self._pattern[2])
         return keep
 
+    def _pending_movement(self, i, step):
+        """Weight `i`'s accumulated movement including this step's update,
+        whether or not its constraint has run yet in this step (the optimizer
+        updates every variable before it runs the constraints)."""
+        state = self.state
+        movement = ops.convert_to_tensor(state.movement[i])
+        old = ops.cast(ops.convert_to_tensor(state.previous[i]), "float32")
+        new = ops.cast(ops.convert_to_tensor(self.targets[i].variable), "float32")
+        pending = ops.equal(ops.convert_to_tensor(state.steps[i]), step)
+        return ops.where(pending, movement + old * (new - old), movement)
+
     def _global_threshold(self, index, w, sparsity):
+        step = ops.convert_to_tensor(self.state.steps[index])
         scores = []
         for i, target in enumerate(self.targets):
-            value = w if i == index else ops.convert_to_tensor(target.variable)
-            scores.append(ops.reshape(self._scores(i, value), (-1,)))
-        return magnitude_threshold(ops.concatenate(scores, axis=0), sparsity)
+            if i == index:
+                score = self._scores(i, w)
+            elif self.scores == "movement":
+                score = self._scores(i, None, movement=self._pending_movement(i, step))
+            else:
+                score = self._scores(i, ops.convert_to_tensor(target.variable))
+            scores.append(ops.reshape(score, (-1,)))
+        return score_threshold(ops.concatenate(scores, axis=0), sparsity)
 
     def _new_mask(self, index, w, should_prune, sparsity, current):
         dtype = current.dtype
@@ -337,14 +446,14 @@ class Pruner:
             active = ops.logical_and(should_prune, sparsity > 0)
             return ops.cond(
                 active,
-                lambda: ops.cast(n_of_m_mask(ops.abs(w), n, m, axis), dtype),
+                lambda: ops.cast(n_of_m_mask(self._scores(index, w), n, m, axis), dtype),
                 lambda: current,
             )
         if self.scope == "layer":
 
             def prune():
                 scores = self._scores(index, w)
-                return self._mask_from_scores(index, scores, magnitude_threshold(scores, sparsity))
+                return self._mask_from_scores(index, scores, score_threshold(scores, sparsity))
 
             return ops.cond(should_prune, prune, lambda: current)
         # Global: the first weight updated in a pruning step computes the
@@ -377,9 +486,36 @@ class Pruner:
         """Compiles the model (a bertzoo task fills in its fine-tuning defaults)."""
         return self._model.compile(*args, **kwargs)
 
-    def fit(self, *args, callbacks=None, **kwargs):
-        """Trains the model with `model.fit` (raw strings, pairs, datasets:
-        whatever the model accepts); the epoch logs gain `sparsity`."""
+    def fit(self, *args, teacher=None, distillation=None, callbacks=None, **kwargs):
+        """Trains the model (raw strings, pairs, datasets: whatever the model
+        accepts; `fit`'s arguments); the epoch logs gain `sparsity`.
+
+        Without a `teacher`: `model.fit(...)`. With one: the model is the
+        student of a `bertzoo.Distiller(teacher, model, **distillation)`
+        (typically the teacher is the dense model, copied before pruning),
+        and `distiller.fit(...)` trains it; the logs then also hold the
+        distiller's metrics (`distillation_loss`, `agreement`, ...). The
+        distiller trains with the model's compiled optimizer, loss and
+        `jit_compile` (`pruner.compile(...)` chooses them; bertzoo tasks come
+        compiled with their fine-tuning defaults) and the student's default
+        metrics. Later calls with the same teacher and options reuse it.
+
+        Args:
+            *args, **kwargs: `fit` arguments (`x`, `y`, `epochs`, ...).
+            teacher: None, or a bertzoo task of the model's class to distill from.
+            distillation: keyword arguments of `bertzoo.Distiller`
+                (`temperature`, `alpha`, `hidden_state_weight`, ...); only
+                with a `teacher`.
+            callbacks: Keras callbacks.
+
+        Example:
+        ```python
+        teacher = bertzoo.compression.model_copy.copy_model(model)  # before attaching the Pruner
+        pruner = bertzoo.Pruner(model, bertzoo.PolynomialDecay(0.0, 0.9, begin_step=0, end_step=3000))
+        history = pruner.fit(texts, labels, epochs=3, teacher=teacher, distillation={"alpha": 0.5})
+        history.history["sparsity"], history.history["agreement"]
+        ```
+        """
         if not self._model.compiled:
             raise ValueError(
                 f"{type(self._model).__name__} '{self._model.name}' is not compiled: call "
@@ -387,7 +523,87 @@ class Pruner:
                 "fine-tuning defaults)."
             )
         callbacks = list(callbacks or []) + [_SparsityLogger(self)]
-        return self._model.fit(*args, callbacks=callbacks, **kwargs)
+        if teacher is None:
+            if distillation is not None:
+                raise ValueError("`distillation` options need a `teacher`: pass teacher=... (e.g. the dense model).")
+            return self._model.fit(*args, callbacks=callbacks, **kwargs)
+        return self._distiller_for(teacher, distillation).fit(*args, callbacks=callbacks, **kwargs)
+
+    def _distiller_for(self, teacher, distillation):
+        """The `Distiller` that trains the model from `teacher`, compiled with
+        the model's compile settings (reused while they stay the same)."""
+        if distillation is not None and not isinstance(distillation, dict):
+            raise ValueError(
+                f"`distillation` must be a dict of bertzoo.Distiller options such as "
+                f"{{'temperature': 2.0, 'alpha': 0.5}}, got {distillation!r}."
+            )
+        options = dict(distillation or {})
+        model = self._model
+        cached = self._distiller
+        if cached is not None and cached[0] is teacher and cached[1] == options:
+            distiller = cached[2]
+        else:
+            distiller = Distiller(teacher, model, **options)
+            self._distiller = (teacher, options, distiller)
+        if distiller.optimizer is not model.optimizer:
+            known = {id(v) for v in model.trainable_variables}
+            extra = [v.path for v in distiller.trainable_variables if id(v) not in known]
+            if extra and model.optimizer.built:
+                raise ValueError(
+                    f"The distiller trains weights the model's optimizer was not built for ({', '.join(extra)}: "
+                    "the teacher's width differs). Give the model a fresh optimizer with "
+                    "pruner.compile(optimizer=...) before pruner.fit(..., teacher=...)."
+                )
+            jit_compile = (model.get_compile_config() or {}).get("jit_compile", "auto")
+            distiller.compile(optimizer=model.optimizer, loss=model.loss, jit_compile=jit_compile)
+        return distiller
+
+    def set_masks(self, masks):
+        """Sets the masks and zeroes the weights they prune.
+
+        With `schedule=None` the masks then stay fixed through training (as a
+        lottery ticket's do); with a schedule, until its next pruning step.
+
+        Args:
+            masks: `{layer path: mask}` for some of the pruned weights, or a
+                list with one mask per weight of `pruner.targets`; each of
+                the weight's shape, 1 = kept, 0 = pruned.
+
+        Example:
+        ```python
+        pruner = bertzoo.Pruner(model, schedule=None)
+        pruner.set_masks({"attention_0/query": np.abs(query_kernel) > 0.1})
+        ```
+        """
+        paths = [t.path for t in self.targets]
+        if isinstance(masks, dict):
+            unknown = [p for p in masks if p not in paths]
+            if unknown:
+                raise ValueError(
+                    f"set_masks: {', '.join(map(repr, unknown))} is not a pruned weight. Pruned: {', '.join(paths)}."
+                )
+            items = [(paths.index(p), m) for p, m in masks.items()]
+        elif isinstance(masks, (list, tuple)) and len(masks) == len(paths):
+            items = list(enumerate(masks))
+        else:
+            raise ValueError(
+                f"set_masks needs a dict {{layer path: mask}} or a list of {len(paths)} masks (one per "
+                f"`pruner.targets`), got {type(masks).__name__}."
+            )
+        for index, mask in items:
+            target = self.targets[index]
+            mask = np.asarray(ops.convert_to_numpy(mask))
+            if mask.shape != tuple(target.variable.shape):
+                raise ValueError(
+                    f"set_masks: the mask of {target.path!r} has shape {mask.shape}, its weight "
+                    f"{tuple(target.variable.shape)}."
+                )
+            mask = (mask != 0).astype(self.state.masks[index].dtype)
+            self.state.masks[index].assign(mask)
+            masked = ops.convert_to_numpy(target.variable) * mask.astype(target.variable.dtype)
+            target.variable.assign(masked)
+            if self.scores == "movement":
+                self.state.previous[index].assign(masked)
 
     def sparsity(self):
         """The current fraction of zeros across the pruned weights."""
@@ -418,17 +634,32 @@ class Pruner:
 
     def get_config(self):
         return {
-            "schedule": keras.saving.serialize_keras_object(self.schedule),
+            "schedule": None if self.schedule is None else keras.saving.serialize_keras_object(self.schedule),
             "layers": [t.path for t in self.targets],
             "include_embeddings": self.include_embeddings,
             "scope": self.scope,
             "pattern": self.pattern,
+            "scores": self.scores,
         }
+
+    @classmethod
+    def from_config(cls, config, model):
+        """A Pruner with the settings of `config` (from `get_config()`) on `model`.
+
+        Example:
+        ```python
+        resumed = bertzoo.Pruner.from_config(pruner.get_config(), fresh_model)
+        ```
+        """
+        config = dict(config)
+        if config.get("schedule") is not None:
+            config["schedule"] = keras.saving.deserialize_keras_object(config["schedule"])
+        return cls(model, **config)
 
     def __repr__(self):
         return (
             f"Pruner({type(self._model).__name__} '{self._model.name}', {self.schedule!r}, "
-            f"{len(self.targets)} weights, scope={self.scope!r}, pattern={self.pattern!r})"
+            f"{len(self.targets)} weights, scope={self.scope!r}, pattern={self.pattern!r}, scores={self.scores!r})"
         )
 
 
