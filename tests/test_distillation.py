@@ -596,7 +596,7 @@ def test_tinybert_recipe_runs_its_two_stages_on_the_transfer_set(distilled):
     keras.utils.set_random_seed(0)
     student = classifier(num_layers=1, hidden_dim=16, num_heads=2)
     histories = bertzoo.distill(
-        teacher, student, texts, labels, transfer=transfer, epochs=(3, 4), learning_rate=5e-3, verbose=0
+        teacher, student, texts, labels, transfer=transfer, epochs=(2, 8), batch_size=16, learning_rate=5e-3, verbose=0
     )
     assert list(histories) == ["intermediate", "predictions"]
     first, second = histories["intermediate"], histories["predictions"]

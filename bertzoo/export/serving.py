@@ -243,16 +243,20 @@ def as_int32(features):
     return {k: tf.cast(features[k], tf.int32) for k in TOKENIZED_KEYS}
 
 
-def trim_padding(features, *others):
+def trim_padding(features, *others, multiple=1):
     """Drops the trailing padding columns no row uses (last axis).
 
     Position embeddings are absolute and padding is masked, so predictions do
     not change; the compute shrinks to the longest text in the batch. The `1`
     keeps `[CLS]` when the batch is empty. `others` (e.g. per-token labels)
-    are cut the same way.
+    are cut the same way. `multiple`: keep a multiple of this many columns
+    (at most all of them), so a compiler (XLA) sees few distinct lengths.
     """
-    lengths = tf.reshape(tf.reduce_sum(features["padding_mask"], axis=-1), [-1])
+    lengths = tf.reshape(tf.reduce_sum(tf.cast(features["padding_mask"], tf.int32), axis=-1), [-1])
     longest = tf.reduce_max(tf.concat([lengths, [1]], axis=0))
+    if multiple > 1:
+        full = tf.shape(features["padding_mask"])[-1]
+        longest = tf.minimum((longest + multiple - 1) // multiple * multiple, full)
     trimmed = {k: v[..., :longest] for k, v in features.items()}
     return (trimmed,) + tuple(o[..., :longest] for o in others) if others else trimmed
 

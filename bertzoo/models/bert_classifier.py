@@ -67,6 +67,8 @@ class BertClassifier(Task):
         self.activation = keras.activations.serialize(keras.activations.get(activation)) if activation else None
         self.class_names = list(class_names) if class_names is not None else None
 
+    trims_padding = True  # One output row per example: padding is never read.
+
     def compute_head_outputs(self, inputs, features, training=None):
         pooled = self.output_dropout(features["pooled_output"], training=training)
         return self.output_dense(pooled)

@@ -96,6 +96,8 @@ class BertMultipleChoice(Task):
         self.num_choices = num_choices
         self.dropout = float(dropout)
 
+    trims_padding = True  # One output row per example: padding is never read.
+
     def _backbone_inputs(self, inputs):
         return {name: self.merge_choices(value) for name, value in inputs.items()}
 

@@ -8,6 +8,7 @@ import numpy as np
 from bertzoo.export import export_model
 from bertzoo.export.serving import TextServing
 from bertzoo.export.serving import named_outputs
+from bertzoo.export.serving import trim_padding
 from bertzoo.models.compile_defaults import DefaultCompileMixin
 from bertzoo.models.optimizers import bert_optimizer
 from bertzoo.models.raw_inputs import DEFAULT_BATCH_SIZE
@@ -23,20 +24,25 @@ from bertzoo.utils.private_api import flatten_layers
 # `predict` tokenizes inputs up to this many examples eagerly, larger ones
 # stream through tf.data (see `Task._preprocess_in_memory`).
 EAGER_PREPROCESS_LIMIT = 4096
+# Trimmed raw-text batches keep a multiple of this many tokens (few shapes to compile).
+TRIM_MULTIPLE = 16
 _TOKENIZED_KEYS = ("token_ids", "segment_ids", "padding_mask")
 _NOT_HEAD_ARGUMENTS = ("name", "trainable", "dtype", "backbone", "preprocessor")
 logger = logging.getLogger("bertzoo")
 
 
-def _int_features(data):
+def _int_features(data, trim=False):
     """Casts bool features (the preprocessor's `padding_mask`) to int32, the
     dtype the models' inputs declare. Under a multi-replica `tf.distribute`
     strategy Keras builds the model from the first batch averaged across
-    replicas, which TensorFlow cannot do for bool tensors."""
+    replicas, which TensorFlow cannot do for bool tensors. With `trim`, the
+    padding columns no row of the batch uses are dropped (`trim_padding`,
+    in steps of `TRIM_MULTIPLE`)."""
     import tensorflow as tf
 
     def cast(features):
-        return tf.nest.map_structure(lambda t: tf.cast(t, tf.int32) if t.dtype == tf.bool else t, features)
+        features = tf.nest.map_structure(lambda t: tf.cast(t, tf.int32) if t.dtype == tf.bool else t, features)
+        return trim_padding(features, multiple=TRIM_MULTIPLE) if trim else features
 
     if isinstance(data, tuple):
         return (cast(data[0]),) + data[1:]
@@ -133,6 +139,10 @@ class Task(DefaultCompileMixin, RawInputsMixin, keras.Model):
     # True for heads with one row of outputs per token (a tagger): padding
     # rows then carry no prediction (see `compute_features`).
     per_token_outputs = False
+    # Raw-text batches drop the padding no example uses (the outputs do not
+    # depend on it): a head whose outputs and labels do not follow the
+    # sequence length sets it.
+    trims_padding = False
 
     def with_backbone(self, backbone):
         """A new task of this class and head config around `backbone`.
@@ -476,7 +486,8 @@ class Task(DefaultCompileMixin, RawInputsMixin, keras.Model):
                     dataset = dataset.shuffle(int(dataset.cardinality()), reshuffle_each_iteration=True)
                 dataset = dataset.batch(batch_size)
         # `lambda *d` keeps pairs whole: element ((a, b), y) -> preprocess((a, b), y).
-        dataset = dataset.map(lambda *d: _int_features(self.preprocess(*d)), num_parallel_calls=tf.data.AUTOTUNE)
+        trim = self.trims_padding
+        dataset = dataset.map(lambda *d: _int_features(self.preprocess(*d), trim), num_parallel_calls=tf.data.AUTOTUNE)
         return dataset.prefetch(tf.data.AUTOTUNE)
 
     def _raw_to_tensors(self, x, y):
@@ -544,4 +555,4 @@ class Task(DefaultCompileMixin, RawInputsMixin, keras.Model):
                 return None
         x, _ = self._raw_to_tensors(x, None)
         features, _, _ = keras.utils.unpack_x_y_sample_weight(self.preprocess(x))
-        return _int_features(features)
+        return _int_features(features, self.trims_padding)
