@@ -243,6 +243,7 @@ def compress(method, teacher, train, transfer, seed, args):
     steps_per_epoch = max(1, math.ceil(len(texts) / 32))
     if method in ("distill", "hard"):
         student = bertzoo.init_student_from_teacher(teacher, {"num_layers": 2})
+        student.trainable = True  # A Distiller froze the teacher (whose layers it copies).
         if method == "distill":
             epochs = tuple(int(e) for e in args.distill_epochs.split(","))
             bertzoo.distill(
@@ -263,6 +264,7 @@ def compress(method, teacher, train, transfer, seed, args):
         return student
     if method == "prune90":
         model = copy_model(teacher)
+        model.trainable = True  # A Distiller froze the teacher (and so its copy).
         steps = steps_per_epoch * args.prune_epochs
         schedule = bertzoo.PolynomialDecay(
             initial_sparsity=0.0,
@@ -281,6 +283,7 @@ def compress(method, teacher, train, transfer, seed, args):
         model = bertzoo.prune_heads_and_neurons(
             copy_model(teacher), heads_to_keep=args.heads, ffn_keep_ratio=args.ffn, data=(texts, labels)
         )
+        model.trainable = True  # A Distiller froze the teacher (and so its copy).
         distiller = bertzoo.Distiller(teacher, model)
         distiller.compile(optimizer=bert_optimizer(1e-4))
         distiller.fit(texts, labels, batch_size=32, epochs=args.structured_epochs, verbose=2)
@@ -455,7 +458,7 @@ def aggregate_table(summary, files):
                 "b32 speedup": _x(e["speedup_b32"]),
                 "params (encoder)": f"{_millions(e['parameters'])} ({_millions(e['encoder_parameters'])})",
                 "goal": e["goal"],
-                "met": {True: "yes", False: "no", None: "?"}[e["met"]],
+                "met": "-" if e["method"] == "hard" else {True: "yes", False: "no", None: "?"}[e["met"]],
             }
         )
         rows.append(row)
