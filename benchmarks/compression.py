@@ -1,41 +1,57 @@
-"""Compression figures (issue 6): unstructured pruning, structured pruning, int8.
+"""Compression figures on three sentiment files, several seeds (issue 16).
 
-    python -m benchmarks.compression                # long (many minutes on a CPU; faster once cached)
-    python -m benchmarks.compression --time-only --runs 15   # re-time the saved variants when it is quieter
-    python -m benchmarks.compression --train-size 96 --test-size 64 --prune-steps 2 --structured-steps 2 \
-        --runs 1 --no-record --cache /tmp/bench   # smoke run
+    python -m benchmarks.compression --readme README.md   # long: hours on a 2-core CPU (resumable)
+    python -m benchmarks.compression --methods int8,structured --files amazon --seeds 0
+    python -m benchmarks.compression --train-size 64 --test-size 64 --transfer-size 64 --files amazon \
+        --seeds 0 --runs 1 --no-record --cache /tmp/bench   # smoke run: a few minutes
 
-On `../shared/data/sentiment/amazon.tsv` (binary: rating > 0, neutral rows
-dropped; `bertzoo.datasets.split` with seed 0, 80/20, then the first
-`--train-size` / `--test-size` examples of each side), a classifier built on
-the converted all-MiniLM-L6-v2 checkpoint is fine-tuned (the "dense"
-reference; cached in `--cache` so re-runs skip it), then compressed:
+For each file of `../shared/data/sentiment` (`--files`, default amazon,
+tweets, nyt; binary labels, rating > 0, neutral rows dropped;
+`bertzoo.datasets.split` with seed 0, 80/20; `--train-size` / `--test-size`
+subsample each side with a fixed seed), all-MiniLM-L6-v2 is converted and
+fine-tuned as the teacher (3 epochs, batch 32, `bert_optimizer(1e-4)`, seed
+0; saved in `--cache/<file>/teacher` and loaded from there when present),
+then compressed by each method (`--methods`), once per seed (`--seeds`,
+default 0,1,2; `keras.utils.set_random_seed(seed)` first):
 
-- unstructured: gradual magnitude pruning with fine-tuning, one `Pruner` run
-  stepping through 50%, 80% and 90% encoder sparsity (`--prune-steps`
-  updates per level: a polynomial ramp over the first half, recovery over
-  the rest); each level is stripped and measured.
-- structured: heads and FFN neurons scored on calibration batches
-  (`head_and_neuron_importance`), removed, and the smaller dense model
-  fine-tuned for `--structured-steps` updates.
-- int8: `bertzoo.quantize(dense, "int8")` (and int8 on top of the chosen
-  structured model), no training.
+- `distill`: a 2-layer student copied from every 3rd teacher layer
+  (`init_student_from_teacher`), distilled with `bertzoo.distill`
+  (`--recipe`, default tinybert; `--distill-epochs` per stage) on the
+  training texts plus the texts of the other files (`--transfer-size`).
+- `hard`: the same student trained on the hard labels alone (the baseline
+  distillation must beat).
+- `prune90`: 90% unstructured encoder sparsity (`Pruner`, polynomial ramp
+  over the first 2/3 of the steps) while distilling from the dense teacher
+  (`--prune-epochs`), then `strip()`.
+- `structured`: `prune_heads_and_neurons` (`--heads` per layer, `--ffn`
+  of the FFN neurons), then distillation from the teacher
+  (`--structured-epochs`).
+- `int8`: `bertzoo.quantize(teacher, "int8")`, no training (seed-independent:
+  measured once per file, recorded for every seed).
 
-Training steps run without XLA (bertzoo's CPU float32 default; the masks
-run inside the compiled step either way). For each variant: test accuracy, weight-file size raw and gzip-compressed,
-and CPU latency (batch 1 and batch `--batch`, sequence `--sequence-length`)
-with and without XLA, as medians of `--runs` rounds that interleave the
-variants (so load changes hit all of them alike). Unstructured sparsity keeps
-dense kernels, so those models run at the dense speed (not re-timed).
+Each (file, method, seed) result (test accuracy, % of teacher, parameters,
+preset MB, seconds) is written to `--cache/<file>/results.json` as soon as
+it is done, so a rerun skips what is done with the same settings (`--fresh`
+ignores the cache). Then, per file, every method's model of the first seed is
+timed against the teacher with `benchmarks.harness.time_interleaved` on
+tokenized test sentences (batch 1 and 32, `--sequence-length`, medians of
+`--runs` interleaved rounds, best of XLA on and off unless `--xla`):
+speedups are same-run ratios to the teacher.
 
-Prints a Markdown table, writes the chart to benchmarks/out/compression.png,
-and appends one JSON line per variant to benchmarks/results.jsonl.
+Prints a per-file table and an aggregate table (mean ± standard deviation
+over seeds, each method's goal and whether the mean meets it), appends one
+JSON line per (file, method, seed) to benchmarks/results.jsonl (unless
+`--no-record`), draws benchmarks/out/compression.png (% of teacher against
+the batch-32 speedup, error bars over seeds) and, with `--readme README.md`,
+rewrites the README's compression table between the
+`<!-- compression-table:start -->` and `<!-- compression-table:end -->` lines.
 """
 
 import argparse
 import json
+import math
 import os
-import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -45,76 +61,120 @@ import numpy as np
 from benchmarks.harness import OUT
 from benchmarks.harness import append_results
 from benchmarks.harness import command_line
+from benchmarks.harness import machine
+from benchmarks.harness import markdown_table
 from benchmarks.harness import median_ms
 from benchmarks.harness import minilm_path
 from benchmarks.harness import print_table
 from benchmarks.harness import sentiment_path
 from benchmarks.harness import time_interleaved
-from benchmarks.harness import token_batch
+from benchmarks.harness import write_between_markers
 
-FIGURES_FILE = "figures.json"
-COLUMNS = [
-    "variant",
-    "encoder sparsity",
-    "overall sparsity",
-    "accuracy",
-    "Δ acc (pts)",
-    "weights MB",
-    "gzip MB",
-    "gzip vs dense",
-    "b1 ms",
-    "b1 speedup",
-    "b32 ms",
-    "b32 speedup",
-    "timed with",
-]
+FILES = ("amazon", "tweets", "nyt")
+METHODS = ("distill", "hard", "prune90", "structured", "int8")
+README_START = "<!-- compression-table:start -->"
+README_END = "<!-- compression-table:end -->"
+RESULTS_NAME = "results.json"
+TEACHER_RECIPE = {"epochs": 3, "batch_size": 32, "learning_rate": 1e-4, "seed": 0}
+CLEAR_MARGIN_POINTS = 2.0  # "distill beats hard by a clear margin": accuracy points.
+GOALS = {
+    "distill": "≥97% of teacher, ≥3x b32, ≥2 pts over hard",
+    "hard": "baseline (no goal)",
+    "prune90": "≥97% of teacher",
+    "structured": "≥2x b32, ≤1 pt loss",
+    "int8": "≥1.8x b1 and b32, ≤0.5 pt loss",
+}
 
 
-def staircase_schedule(levels, steps, frequency):
-    """Sparsity levels reached one after the other, `steps` updates each: a
-    cubic ramp from the previous level over the first half, then fixed."""
-    from keras import ops
-
-    from bertzoo.compression import PruningSchedule
-
-    class Staircase(PruningSchedule):
-        def __init__(self):
-            self.begin_step, self.end_step, self.frequency = 0, -1, frequency
-            self.final_sparsity = levels[-1]
-
-        def sparsity_at(self, step):
-            step = ops.cast(step, "float32")
-            result = ops.zeros((), "float32")
-            previous = 0.0
-            for i, level in enumerate(levels):
-                start = i * steps
-                progress = ops.clip((step - start) / max(1, steps // 2), 0.0, 1.0)
-                value = level + (previous - level) * (1.0 - progress) ** 3
-                result = ops.where(step >= start, value, result)
-                previous = level
-            return result
-
-        def get_config(self):
-            return {"levels": levels, "steps": steps, "frequency": frequency}
-
-    return Staircase()
+# --- Data ---------------------------------------------------------------------
 
 
-def load_data(args):
+def subsample(texts, labels, size, seed=0):
+    """`size` examples drawn with a fixed seed (in their original order), or all."""
+    if not size or size >= len(texts):
+        return list(texts), np.asarray(labels)
+    keep = np.sort(np.random.default_rng(seed).choice(len(texts), size, replace=False))
+    return [texts[i] for i in keep], np.asarray(labels)[keep]
+
+
+def load_data(args, name="amazon"):
+    """`(path, (train texts, labels), (test texts, labels))` of one file:
+    `split` with seed 0, 80/20, then `args.train_size` / `args.test_size`
+    (0: all) drawn with a fixed seed. `args.data` overrides the path."""
     from bertzoo.datasets import load_rated_sentences
     from bertzoo.datasets import split
 
-    path = sentiment_path("amazon", data=args.data)
+    path = sentiment_path(name, data=getattr(args, "data", None))
     texts, labels = load_rated_sentences(path)
     (train_x, train_y), (test_x, test_y) = split(texts, labels, test_fraction=0.2, seed=0)
-    n_train = args.train_size or len(train_x)
-    n_test = args.test_size or len(test_x)
-    return path, (train_x[:n_train], train_y[:n_train]), (test_x[:n_test], test_y[:n_test])
+    return path, subsample(train_x, train_y, args.train_size), subsample(test_x, test_y, args.test_size)
+
+
+def transfer_texts(name, size):
+    """The texts of the other sentiment files (all rows), `size` of them drawn with a fixed seed."""
+    from bertzoo.datasets import load_rated_sentences
+
+    texts = []
+    for other in FILES:
+        if other != name:
+            texts += load_rated_sentences(sentiment_path(other))[0]
+    return subsample(texts, np.zeros(len(texts)), size)[0]
 
 
 def tokenize(preprocessor, texts, batch=256):
     parts = [preprocessor(texts[i : i + batch]) for i in range(0, len(texts), batch)]
     return {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
+
+
+# --- Results cache ------------------------------------------------------------
+
+
+def load_cache(path):
+    """A file's results so far (`{"runs": {}, ...}` when there are none)."""
+    path = Path(path)
+    if not path.is_file():
+        return {"runs": {}}
+    return json.loads(path.read_text())
+
+
+def save_cache(path, store):
+    """Writes `store` atomically: a temporary file, then `os.replace`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(store, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def run_key(method, seed):
+    return f"{method}/{seed}"
+
+
+def done(store, method, seed, settings):
+    """The cached result of (method, seed) when it was made with `settings`, else None."""
+    entry = store.get("runs", {}).get(run_key(method, seed))
+    return entry if entry is not None and entry.get("settings") == settings else None
+
+
+def method_settings(method, args, n_train, n_test):
+    """What a result depends on: a cached one with other settings is redone."""
+    common = {"train": n_train, "test": n_test, "sequence_length": args.sequence_length, "teacher": TEACHER_RECIPE}
+    specific = {
+        "distill": {
+            "recipe": args.recipe,
+            "epochs": args.distill_epochs,
+            "transfer": args.transfer_size,
+            "learning_rate": 2e-4,
+        },
+        "hard": {"epochs": args.hard_epochs, "learning_rate": 2e-4},
+        "prune90": {"epochs": args.prune_epochs, "sparsity": 0.9, "scores": args.prune_scores, "learning_rate": 1e-4},
+        "structured": {"epochs": args.structured_epochs, "heads": args.heads, "ffn": args.ffn, "learning_rate": 1e-4},
+        "int8": {},
+    }[method]
+    return {**common, **specific}
+
+
+# --- Models -------------------------------------------------------------------
 
 
 def accuracy(model, x, y, batch=64):
@@ -124,335 +184,570 @@ def accuracy(model, x, y, batch=64):
     predictions = []
     for i in range(0, len(y), batch):
         predictions.append(np.argmax(fn({k: v[i : i + batch] for k, v in x.items()}).numpy(), -1))
-    return float(np.mean(np.concatenate(predictions) == y))
+    return float(np.mean(np.concatenate(predictions) == np.asarray(y)))
 
 
-def fine_tune(model, x, y, steps, learning_rate, batch_size=32):
-    import keras
+def parameters(model):
+    """(all parameters, encoder parameters, encoder non-zero fraction)."""
+    from keras import ops
 
-    if not getattr(model, "compiled", False):
-        model.compile(optimizer=keras.optimizers.AdamW(learning_rate, weight_decay=0.01), jit_compile=False)
-    model.fit(x, y, batch_size=batch_size, epochs=1, steps_per_epoch=steps, verbose=2)
+    backbone = model.backbone
+    blocks = list(backbone.attention_blocks) + list(backbone.feedforward_blocks)
+    values = [ops.convert_to_numpy(w) for block in blocks for w in block.weights]
+    encoder = sum(v.size for v in values)
+    nonzero = sum(int(np.count_nonzero(v)) for v in values)
+    return int(model.count_params()), int(encoder), nonzero / max(1, encoder)
 
 
-def sizes(model, directory):
-    """Weight-file bytes raw and gzipped, and the saved preset directory's."""
-    import bertzoo
-    from bertzoo.compression import gzip_size
-
-    report = bertzoo.sparsity_report(model)
-    # A compiled model's `save_weights` (hence its preset) also holds the
-    # optimizer's slots: save a plain copy to measure the model itself.
+def save_plain(model, directory):
+    """Saves `model` without optimizer slots (a compiled model's weights
+    hold them); returns the preset's megabytes."""
     plain = model
     if getattr(model, "optimizer", None) is not None:
         plain = type(model).from_config(model.get_config())
         plain.set_weights(model.get_weights())
-        plain.source_preset = model.source_preset
+        plain.source_preset = getattr(model, "source_preset", None)
     plain.save_to_preset(directory)
-    preset_raw = sum(p.stat().st_size for p in Path(directory).iterdir())
-    return report, {"preset_bytes": preset_raw, "preset_gzip_bytes": gzip_size(directory)}
+    return sum(p.stat().st_size for p in Path(directory).rglob("*") if p.is_file()) / 1e6
 
 
-def encoder_sparsity(report):
-    rows = [r for r in report.layers if r["path"].startswith(("attention_", "feedforward_"))]
-    return sum(r["zeros"] for r in rows) / sum(r["parameters"] for r in rows)
+def teacher_model(args, cache, name, train):
+    """The fine-tuned teacher of one file: loaded from `cache/<name>/teacher`,
+    else converted, fine-tuned (`TEACHER_RECIPE`) and saved there."""
+    import keras
+
+    import bertzoo
+    from bertzoo.models.task import bert_optimizer
+
+    directory = cache / name / "teacher"
+    if not (directory / "config.json").is_file():
+        minilm = cache / "minilm"
+        if not (minilm / "config.json").is_file():
+            bertzoo.convert_checkpoint(minilm_path(purpose="the teacher is the fine-tuned MiniLM"), minilm)
+        keras.utils.set_random_seed(TEACHER_RECIPE["seed"])
+        model = bertzoo.BertClassifier.from_preset(minilm, num_classes=2, sequence_length=args.sequence_length)
+        model.compile(optimizer=bert_optimizer(TEACHER_RECIPE["learning_rate"]), jit_compile=False)
+        print(f"[{name}] fine-tuning the teacher ...", flush=True)
+        model.fit(*train, batch_size=TEACHER_RECIPE["batch_size"], epochs=TEACHER_RECIPE["epochs"], verbose=2)
+        save_plain(model, directory)
+    return bertzoo.BertClassifier.from_preset(directory, sequence_length=args.sequence_length)
 
 
-def time_variants(models, length, batch, runs, vocabulary_size):
-    """Median ms per call for every (variant, XLA?, batch size), interleaved."""
+def compress(method, teacher, train, transfer, seed, args):
+    """The compressed model of one method (trained with `seed` already set)."""
+    import bertzoo
+    from bertzoo.compression.model_copy import copy_model
+    from bertzoo.models.task import bert_optimizer
+
+    texts, labels = train
+    steps_per_epoch = max(1, math.ceil(len(texts) / 32))
+    if method in ("distill", "hard"):
+        student = bertzoo.init_student_from_teacher(teacher, {"num_layers": 2})
+        student.trainable = True  # A Distiller froze the teacher (whose layers it copies).
+        if method == "distill":
+            epochs = tuple(int(e) for e in args.distill_epochs.split(","))
+            bertzoo.distill(
+                teacher,
+                student,
+                texts,
+                labels,
+                recipe=args.recipe,
+                transfer=transfer,
+                epochs=epochs if len(epochs) > 1 else epochs[0],
+                learning_rate=2e-4,
+                seed=seed,
+                verbose=2,
+            )
+        else:
+            student.compile(optimizer=bert_optimizer(2e-4), jit_compile=False)
+            student.fit(texts, labels, batch_size=32, epochs=args.hard_epochs, verbose=2)
+        return student
+    if method == "prune90":
+        model = copy_model(teacher)
+        model.trainable = True  # A Distiller froze the teacher (and so its copy).
+        steps = steps_per_epoch * args.prune_epochs
+        schedule = bertzoo.PolynomialDecay(
+            initial_sparsity=0.0,
+            final_sparsity=0.9,
+            begin_step=0,
+            end_step=max(1, 2 * steps // 3),
+            frequency=max(1, steps // 30),
+        )
+        extra = {} if args.prune_scores == "magnitude" else {"scores": args.prune_scores}
+        pruner = bertzoo.Pruner(model, schedule, **extra)
+        distiller = bertzoo.Distiller(teacher, model)
+        distiller.compile(optimizer=bert_optimizer(1e-4))
+        distiller.fit(texts, labels, batch_size=32, epochs=args.prune_epochs, verbose=2)
+        return pruner.strip()
+    if method == "structured":
+        model = bertzoo.prune_heads_and_neurons(
+            copy_model(teacher), heads_to_keep=args.heads, ffn_keep_ratio=args.ffn, data=(texts, labels)
+        )
+        model.trainable = True  # A Distiller froze the teacher (and so its copy).
+        distiller = bertzoo.Distiller(teacher, model)
+        distiller.compile(optimizer=bert_optimizer(1e-4))
+        distiller.fit(texts, labels, batch_size=32, epochs=args.structured_epochs, verbose=2)
+        return model
+    if method == "int8":
+        return bertzoo.quantize(copy_model(teacher), "int8")
+    raise ValueError(f"Unknown method {method!r}.")
+
+
+def measure(model, directory, test_x, test_y):
+    total, encoder, nonzero = parameters(model)
+    return {
+        "accuracy": accuracy(model, test_x, test_y),
+        "parameters": total,
+        "encoder_parameters": encoder,
+        "encoder_nonzero": round(nonzero, 4),
+        "preset_mb": round(save_plain(model, directory), 3),
+    }
+
+
+# --- Latency ------------------------------------------------------------------
+
+
+def time_models(models, inputs, runs, xla_modes):
+    """Median ms per (name, xla, batch) of every model on `inputs` (`{batch:
+    features}`), all interleaved in one `time_interleaved` loop."""
     import tensorflow as tf
 
-    inputs = {n: {k: tf.constant(v) for k, v in token_batch(n, length, vocabulary_size).items()} for n in (1, batch)}
     calls = {}
     for name, model in models.items():
-        for xla in (False, True):
+        for xla in xla_modes:
             fn = tf.function(lambda x, model=model: model(x, training=False), jit_compile=xla)
-            for n in (1, batch):
-                calls[(name, xla, n)] = lambda fn=fn, x=inputs[n]: fn(x).numpy()
+            for n, x in inputs.items():
+                calls[(name, xla, n)] = lambda fn=fn, x=x: fn(x).numpy()
 
     def compiled(key, seconds):
-        name, xla, n = key
-        print(f"  compiled {name} xla={xla} batch={n} in {seconds:.1f}s", flush=True)
+        print(f"  warmed up {key[0]} xla={key[1]} batch={key[2]} in {seconds:.1f}s", flush=True)
 
-    # Two untimed calls each: the first traces and compiles.
     return median_ms(time_interleaved(calls, runs, warmup=2, on_warm=compiled))
 
 
-def chart(rows, path):
+def latencies(models, test_x, runs, xla_modes):
+    """`{name: {"ms_b1", "ms_b32", "mode_b1", "mode_b32", "speedup_b1",
+    "speedup_b32"}}`: each model's best XLA mode, speedups over "teacher"."""
+    import tensorflow as tf
+
+    n_test = len(next(iter(test_x.values())))
+    inputs = {}
+    for n in (1, 32):
+        rows = [i % n_test for i in range(n)]
+        inputs[n] = {k: tf.constant(v[rows]) for k, v in test_x.items()}
+    ms = time_models(models, inputs, runs, xla_modes)
+    result = {}
+    for name in models:
+        result[name] = {}
+        for n in inputs:
+            best = min(xla_modes, key=lambda xla: ms[(name, xla, n)])
+            result[name][f"ms_b{n}"] = round(ms[(name, best, n)], 3)
+            result[name][f"mode_b{n}"] = "XLA" if best else "no XLA"
+    for name in models:
+        for n in inputs:
+            result[name][f"speedup_b{n}"] = round(result["teacher"][f"ms_b{n}"] / result[name][f"ms_b{n}"], 3)
+    return result
+
+
+# --- Aggregation --------------------------------------------------------------
+
+
+def mean_std(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None, None
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def aggregate(rows, files):
+    """Per method (in `METHODS` order): mean ± std over seeds of accuracy and
+    % of teacher per file and over files (per seed, the mean over the files
+    that have it), accuracy loss in points, mean speedups, parameters, and
+    the goal verdict (`met`: True, False, or None when a figure is missing).
+
+    `rows`: dicts with file, method, seed, accuracy, teacher_accuracy and
+    optionally speedup_b1, speedup_b32, parameters, encoder_parameters."""
+    summary = []
+    for method in [m for m in METHODS if any(r["method"] == m for r in rows)]:
+        mine = [r for r in rows if r["method"] == method]
+        entry = {"method": method, "files": {}, "goal": GOALS[method]}
+        for name in files:
+            found = [r for r in mine if r["file"] == name]
+            if found:
+                entry["files"][name] = {
+                    "accuracy": mean_std([r["accuracy"] for r in found]),
+                    "percent": mean_std([100 * r["accuracy"] / r["teacher_accuracy"] for r in found]),
+                    "seeds": len(found),
+                }
+        seeds = sorted({r["seed"] for r in mine})
+
+        def over_files(seed, value, mine=mine):
+            return statistics.fmean([value(r) for r in mine if r["seed"] == seed])
+
+        entry["accuracy"] = mean_std([over_files(s, lambda r: r["accuracy"]) for s in seeds])
+        entry["percent"] = mean_std(
+            [over_files(s, lambda r: 100 * r["accuracy"] / r["teacher_accuracy"]) for s in seeds]
+        )
+        entry["loss_points"] = mean_std(
+            [over_files(s, lambda r: 100 * (r["teacher_accuracy"] - r["accuracy"])) for s in seeds]
+        )
+        for key in ("speedup_b1", "speedup_b32", "parameters", "encoder_parameters"):
+            by_file = {}
+            for r in mine:
+                if r.get(key) is not None:
+                    by_file.setdefault(r["file"], r[key])
+            entry[key] = statistics.fmean(by_file.values()) if by_file else None
+        summary.append(entry)
+    hard = next((e for e in summary if e["method"] == "hard"), None)
+    for entry in summary:
+        entry["met"] = verdict(entry, hard)
+    return summary
+
+
+def verdict(entry, hard=None):
+    """Whether the method's mean meets its goal (None: a figure is missing)."""
+    method, percent, loss = entry["method"], entry["percent"][0], entry["loss_points"][0]
+    b1, b32 = entry.get("speedup_b1"), entry.get("speedup_b32")
+    if method == "hard":
+        return None
+    if method == "prune90":
+        return percent >= 97.0
+    if method == "distill":
+        if b32 is None or hard is None:
+            return None
+        return (
+            percent >= 97.0 and b32 >= 3.0 and entry["accuracy"][0] - hard["accuracy"][0] >= CLEAR_MARGIN_POINTS / 100
+        )
+    if b32 is None or (method == "int8" and b1 is None):
+        return None
+    if method == "structured":
+        return b32 >= 2.0 and loss <= 1.0
+    return b1 >= 1.8 and b32 >= 1.8 and loss <= 0.5  # int8
+
+
+def _pm(pair, scale=1.0, digits=1, suffix=""):
+    mean, std = pair
+    if mean is None:
+        return "-"
+    return f"{scale * mean:.{digits}f} ± {scale * std:.{digits}f}{suffix}"
+
+
+def _x(value):
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _millions(value):
+    return "-" if value is None else f"{value / 1e6:.1f}M"
+
+
+def aggregate_table(summary, files):
+    """(rows, columns) of the aggregate table (one row per method)."""
+    columns = ["method"] + [f"{name} acc (% of teacher)" for name in files]
+    columns += ["mean acc", "% of teacher", "b1 speedup", "b32 speedup", "params (encoder)", "goal", "met"]
+    rows = []
+    for e in summary:
+        row = {"method": e["method"]}
+        for name in files:
+            f = e["files"].get(name)
+            row[f"{name} acc (% of teacher)"] = f"{_pm(f['accuracy'], 100)} ({f['percent'][0]:.1f}%)" if f else "-"
+        row.update(
+            {
+                "mean acc": _pm(e["accuracy"], 100),
+                "% of teacher": _pm(e["percent"], suffix="%"),
+                "b1 speedup": _x(e["speedup_b1"]),
+                "b32 speedup": _x(e["speedup_b32"]),
+                "params (encoder)": f"{_millions(e['parameters'])} ({_millions(e['encoder_parameters'])})",
+                "goal": e["goal"],
+                "met": "-" if e["method"] == "hard" else {True: "yes", False: "no", None: "?"}[e["met"]],
+            }
+        )
+        rows.append(row)
+    return rows, columns
+
+
+FILE_COLUMNS = [
+    "file",
+    "method",
+    "seeds",
+    "accuracy",
+    "% of teacher",
+    "params",
+    "encoder params",
+    "encoder non-zero",
+    "preset MB",
+    "b1 ms",
+    "b32 ms",
+    "b1 speedup",
+    "b32 speedup",
+    "train s",
+]
+
+
+def file_table(rows, teachers):
+    """Rows of the per-file table: the teacher, then each method (mean ± std over seeds)."""
+    table = []
+    for name, teacher in teachers.items():
+        table.append(
+            {
+                "file": name,
+                "method": "teacher",
+                "seeds": 1,
+                "accuracy": f"{100 * teacher['accuracy']:.1f}",
+                "% of teacher": "100%",
+                "params": _millions(teacher["parameters"]),
+                "encoder params": _millions(teacher["encoder_parameters"]),
+                "encoder non-zero": f"{teacher['encoder_nonzero']:.0%}",
+                "preset MB": f"{teacher['preset_mb']:.1f}",
+                "b1 ms": _ms(teacher.get("ms_b1")),
+                "b32 ms": _ms(teacher.get("ms_b32")),
+            }
+        )
+        for method in METHODS:
+            found = [r for r in rows if r["file"] == name and r["method"] == method]
+            if not found:
+                continue
+            first = min(found, key=lambda r: r["seed"])
+            table.append(
+                {
+                    "file": name,
+                    "method": method,
+                    "seeds": len(found),
+                    "accuracy": _pm(mean_std([r["accuracy"] for r in found]), 100),
+                    "% of teacher": _pm(
+                        mean_std([100 * r["accuracy"] / r["teacher_accuracy"] for r in found]), suffix="%"
+                    ),
+                    "params": _millions(first["parameters"]),
+                    "encoder params": _millions(first["encoder_parameters"]),
+                    "encoder non-zero": f"{first['encoder_nonzero']:.0%}",
+                    "preset MB": f"{first['preset_mb']:.1f}",
+                    "b1 ms": _ms(first.get("ms_b1")),
+                    "b32 ms": _ms(first.get("ms_b32")),
+                    "b1 speedup": _x(first.get("speedup_b1")),
+                    "b32 speedup": _x(first.get("speedup_b32")),
+                    "train s": f"{statistics.fmean(r['seconds'] for r in found):.0f}",
+                }
+            )
+    return table
+
+
+def _ms(value):
+    return "-" if value is None else f"{value:.1f}"
+
+
+def readme_section(summary, files, header):
+    """The README's compression section: a header line, the aggregate table
+    and the goals' fine print."""
+    rows, columns = aggregate_table(summary, files)
+    lines = [header, ""] + markdown_table(rows, columns)
+    lines += [
+        "",
+        "Accuracy in % (mean ± standard deviation over seeds; per file, the share of that file's teacher in "
+        "brackets). Speedups: the first seed's model against the teacher in the same interleaved timing run, "
+        "mean over files. `met`: whether the mean over files meets the goal (`?`: a figure is missing); "
+        f"distillation must also beat `hard` by {CLEAR_MARGIN_POINTS:g} accuracy points.",
+    ]
+    return "\n".join(lines)
+
+
+# --- Chart --------------------------------------------------------------------
+
+
+def chart(summary, path, title):
+    """% of teacher (error bars over seeds) against the batch-32 speedup, one marker per method."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [r["variant"] for r in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
-    panels = [
-        ("gzip MB", "Weights on disk, gzip (MB)", None),
-        ("b32 speedup", "CPU speedup vs dense (batch 32, best of XLA / no XLA)", 1.0),
-        ("accuracy", "Test accuracy", None),
-    ]
-    for ax, (key, title, line) in zip(axes, panels):
-        values = [r.get(key) if r.get(key) not in ("", None) else 0 for r in rows]
-        colors = [
-            "#777777"
-            if n == "dense"
-            else "#3b7dd8"
-            if n.startswith("unstructured")
-            else "#d8843b"
-            if n.startswith("structured") and "int8" not in n
-            else "#3bb273"
-            for n in names
-        ]
-        bars = ax.barh(names, values, color=colors)
-        ax.invert_yaxis()
-        ax.set_title(title, fontsize=10)
-        for bar, v in zip(bars, values):
-            if v:
-                ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {v:.3g}", va="center", fontsize=8)
-        if line is not None:
-            ax.axvline(line, color="black", linewidth=0.8)
-        if key != "accuracy":
-            ax.set_xlim(0, max(values) * 1.15)
-        if key == "accuracy":
-            low = min(v for v in values if v) - 0.05
-            ax.set_xlim(max(0.0, low), 1.0)
-    for ax in axes[1:]:
-        ax.set_yticklabels([])
-    fig.suptitle("bertzoo compression of a fine-tuned MiniLM-L6 sentiment classifier (CPU)", fontsize=11)
+    markers = {"distill": "o", "hard": "v", "prune90": "s", "structured": "D", "int8": "^"}
+    fig, ax = plt.subplots(figsize=(7, 4.8))
+    for e in summary:
+        x = e["speedup_b32"] if e["speedup_b32"] is not None else float("nan")
+        ax.errorbar(x, e["percent"][0], yerr=e["percent"][1], fmt=markers[e["method"]], capsize=4, label=e["method"])
+        ax.annotate(f" {e['method']}", (x, e["percent"][0]), fontsize=8)
+    ax.scatter([1.0], [100.0], marker="*", s=120, color="black", label="teacher")
+    ax.axhline(97, color="grey", linewidth=0.8, linestyle="--")
+    ax.set_xlabel("CPU speedup over the teacher, batch 32 (same run)")
+    ax.set_ylabel("test accuracy, % of teacher (mean over files)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
+    plt.close(fig)
     print(f"chart: {path}")
 
 
-def main(argv=None):
+# --- Main ---------------------------------------------------------------------
+
+
+def _csv(value, allowed, flag):
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [v for v in items if v not in allowed]
+    if unknown or not items:
+        raise SystemExit(f"{flag}: unknown {unknown or value!r}; choose from {', '.join(allowed)}.")
+    return items
+
+
+def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", default=None, help="rated-sentences TSV (default: shared amazon.tsv)")
-    parser.add_argument("--train-size", type=int, default=0, help="0: the whole train split (2888)")
-    parser.add_argument("--test-size", type=int, default=0, help="0: the whole test split (722)")
-    parser.add_argument("--sequence-length", type=int, default=48)
-    parser.add_argument("--epochs", type=int, default=2, help="dense fine-tuning epochs")
-    parser.add_argument("--learning-rate", type=float, default=1e-4, help="dense fine-tuning peak rate")
-    parser.add_argument(
-        "--prune-learning-rate", type=float, default=1e-4, help="constant AdamW rate while pruning / after head removal"
-    )
-    parser.add_argument("--prune-steps", type=int, default=100, help="updates per unstructured level")
-    parser.add_argument("--structured-steps", type=int, default=60, help="fine-tuning updates after head removal")
-    parser.add_argument("--calibration-batches", type=int, default=10)
-    parser.add_argument("--batch", type=int, default=32, help="batch size of the throughput timing")
+    parser.add_argument("--files", default=",".join(FILES), help="comma list of amazon, tweets, nyt")
+    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
+    parser.add_argument("--seeds", default="0,1,2", help="comma list of seeds")
+    parser.add_argument("--train-size", type=int, default=0, help="0: the whole train split")
+    parser.add_argument("--test-size", type=int, default=0, help="0: the whole test split")
+    parser.add_argument("--transfer-size", type=int, default=0, help="texts of the other files for distill; 0: all")
+    parser.add_argument("--sequence-length", type=int, default=64)
+    parser.add_argument("--recipe", default="tinybert", help="bertzoo.distill recipe")
+    parser.add_argument("--distill-epochs", default="1,2", help="epochs per recipe stage")
+    parser.add_argument("--hard-epochs", type=int, default=3)
+    parser.add_argument("--prune-epochs", type=int, default=3)
+    parser.add_argument("--prune-scores", default="magnitude", help="Pruner scores (magnitude or movement)")
+    parser.add_argument("--structured-epochs", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=6, help="heads kept per layer (of 12)")
+    parser.add_argument("--ffn", type=float, default=0.5, help="fraction of FFN neurons kept")
     parser.add_argument("--runs", type=int, default=7, help="timing rounds (medians)")
+    parser.add_argument("--xla", choices=("both", "on", "off"), default="both", help="timed XLA modes (best kept)")
     parser.add_argument("--cache", default=str(OUT / "compression_cache"))
-    parser.add_argument("--chart", default=str(OUT / "compression.png"))
+    parser.add_argument("--fresh", action="store_true", help="ignore cached results (teachers are kept)")
+    parser.add_argument("--chart", default=str(OUT / "compression.png"), help="PNG to draw ('' for none)")
+    parser.add_argument("--readme", type=Path, default=None, help="rewrite the compression table in this file")
     parser.add_argument("--no-record", action="store_true", help="do not append to results.jsonl")
-    parser.add_argument(
-        "--time-only",
-        action="store_true",
-        help="re-time the variants the last full run saved in --cache (keeps its accuracies)",
-    )
     args = parser.parse_args(argv)
-    command = command_line("benchmarks.compression", argv if argv is not None else sys.argv[1:])
-    started = time.time()
-    if args.time_only:
-        import tensorflow as tf
+    args.files = _csv(args.files, FILES, "--files")
+    args.methods = _csv(args.methods, METHODS, "--methods")
+    args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    if not args.seeds or args.runs < 1:
+        raise SystemExit("--seeds must name a seed and --runs be positive.")
+    return args
 
-        tf.get_logger().setLevel("ERROR")
-        return retime(args, command, started)
 
+def run_file(name, args, cache):
+    """Trains, measures and times every (method, seed) of one file (skipping
+    cached results); returns (result rows, teacher figures)."""
     import keras
+
+    import bertzoo
+
+    path, train, (test_texts, test_y) = load_data(args, name)
+    print(f"[{name}] {path}: {len(train[0])} train / {len(test_y)} test sentences", flush=True)
+    results = cache / name / RESULTS_NAME
+    store = {"runs": {}} if args.fresh else load_cache(results)
+    teacher = teacher_model(args, cache, name, train)
+    test_x = tokenize(teacher.preprocessor, test_texts)
+    teacher_settings = {"test": len(test_y), "sequence_length": args.sequence_length}
+    if store.get("teacher", {}).get("settings") != teacher_settings:
+        store["teacher"] = {**measure(teacher, cache / name / "teacher", test_x, test_y), "settings": teacher_settings}
+        save_cache(results, store)
+    print(f"[{name}] teacher accuracy {store['teacher']['accuracy']:.4f}", flush=True)
+
+    transfer = None
+    models = {"teacher": teacher}
+    for method in args.methods:
+        settings = method_settings(method, args, len(train[0]), len(test_y))
+        for seed in args.seeds:
+            if done(store, method, seed, settings):
+                print(f"[{name}] {method} seed {seed}: cached", flush=True)
+                continue
+            started = time.time()
+            measured = [done(store, method, s, settings) for s in args.seeds]
+            measured = [e for e in measured if e is not None]
+            if method == "int8" and measured:  # Seed-independent: measured once.
+                entry = dict(measured[0])
+            else:
+                if method == "distill" and transfer is None:
+                    transfer = transfer_texts(name, args.transfer_size)
+                keras.utils.set_random_seed(seed)
+                print(f"[{name}] {method} seed {seed} ...", flush=True)
+                model = compress(method, teacher, train, transfer, seed, args)
+                entry = measure(model, cache / name / f"{method}-s{seed}", test_x, test_y)
+                entry.update(seconds=round(time.time() - started, 1), preset=f"{method}-s{seed}")
+                if seed == args.seeds[0]:
+                    models[method] = model
+            entry.update(seed=seed, settings=settings, seed_independent=method == "int8")
+            store["runs"][run_key(method, seed)] = entry
+            save_cache(results, store)
+            print(f"[{name}] {method} seed {seed}: accuracy {entry['accuracy']:.4f}", flush=True)
+
+    timed = list(args.methods)  # Each one's model of the first seed.
+    latency_settings = {"runs": args.runs, "xla": args.xla, "sequence_length": args.sequence_length}
+    cached = store.get("latency", {})
+    stale = [m for m in timed if m in models or m not in cached.get("models", {})]
+    if stale or cached.get("settings") != latency_settings:
+        for method in timed:
+            if method not in models:
+                preset = store["runs"][run_key(method, args.seeds[0])]["preset"]
+                models[method] = bertzoo.BertClassifier.from_preset(cache / name / preset)
+        print(f"[{name}] timing {', '.join(models)} ...", flush=True)
+        xla_modes = {"both": (False, True), "on": (True,), "off": (False,)}[args.xla]
+        store["latency"] = {
+            "settings": latency_settings,
+            "seed": args.seeds[0],
+            "models": latencies({m: models[m] for m in ["teacher", *timed]}, test_x, args.runs, xla_modes),
+        }
+        save_cache(results, store)
+    timing = store["latency"]["models"]
+    teacher_figures = {**store["teacher"], **timing["teacher"]}
+    rows = []
+    for method in args.methods:
+        for seed in args.seeds:
+            entry = store["runs"][run_key(method, seed)]
+            rows.append(
+                {
+                    "file": name,
+                    "method": method,
+                    "seed": seed,
+                    "teacher_accuracy": store["teacher"]["accuracy"],
+                    **{k: v for k, v in entry.items() if k not in ("seed", "settings")},
+                    **{f"teacher_{k}": v for k, v in timing["teacher"].items()},
+                    **timing.get(method, {}),
+                    "latency_seed": store["latency"]["seed"],
+                    "settings": entry["settings"],
+                }
+            )
+    return rows, teacher_figures
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    command = command_line("benchmarks.compression", argv)
+    started = time.time()
+
     import tensorflow as tf
 
-    import bertzoo
-    from bertzoo.compression import head_and_neuron_importance
-    from bertzoo.models.task import bert_optimizer
-
-    tf.get_logger().setLevel("ERROR")  # Retracing notes from the per-variant timing functions.
-    keras.utils.set_random_seed(0)
-    data_path, (train_texts, train_y), (test_texts, test_y) = load_data(args)
+    tf.get_logger().setLevel("ERROR")  # Retracing notes from the timing functions.
     cache = Path(args.cache)
-    cache.mkdir(parents=True, exist_ok=True)
-    print(
-        f"data: {data_path}: {len(train_y)} train / {len(test_y)} test (seed 0 split), "
-        f"sequence length {args.sequence_length}",
-        flush=True,
-    )
+    rows, teachers = [], {}
+    for name in args.files:
+        found, teachers[name] = run_file(name, args, cache)
+        rows += found
 
-    # --- Dense reference ------------------------------------------------------
-    key = f"dense-n{len(train_y)}-e{args.epochs}-L{args.sequence_length}-lr{args.learning_rate:g}"
-    dense_dir = cache / key
-    if not (dense_dir / "config.json").is_file():
-        minilm = minilm_path(purpose="the benchmark fine-tunes the converted MiniLM")
-        if not (cache / "minilm" / "config.json").is_file():
-            bertzoo.convert_checkpoint(minilm, cache / "minilm")
-        model = bertzoo.BertClassifier.from_preset(
-            cache / "minilm", num_classes=2, sequence_length=args.sequence_length
-        )
-        model.compile(optimizer=bert_optimizer(args.learning_rate), jit_compile=False)
-        print("fine-tuning the dense model ...", flush=True)
-        model.fit(train_texts, train_y, batch_size=32, epochs=args.epochs, verbose=2)
-        model.save_to_preset(dense_dir)
-    dense = bertzoo.BertClassifier.from_preset(dense_dir)
-    train_x = tokenize(dense.preprocessor, train_texts)
-    test_x = tokenize(dense.preprocessor, test_texts)
-    vocabulary_size = dense.backbone.vocabulary_size
-
-    variants = {}  # name -> dict of figures (and "model" for timing)
-    work = cache / "variants"
-    shutil.rmtree(work, ignore_errors=True)
-
-    def measure(name, model, timed=True, **extra):
-        directory = name.replace(" ", "_").replace("/", "-").replace(",", "")
-        report, preset = sizes(model, work / directory)
-        figures = {
-            "variant": name,
-            "preset": directory,
-            "timed": timed,
-            "encoder sparsity": round(encoder_sparsity(report), 4),
-            "overall sparsity": round(report.overall_sparsity, 4),
-            "accuracy": accuracy(model, test_x, test_y),
-            "weights_bytes": report.dense_bytes,
-            "weights_gzip_bytes": report.compressed_bytes,
-            "parameters": report.parameters,
-            **preset,
-            **extra,
-        }
-        variants[name] = {"figures": figures, "model": model if timed else None}
-        print(f"{name}: accuracy {figures['accuracy']:.4f}, gzip {report.compressed_bytes / 1e6:.2f} MB", flush=True)
-        return figures
-
-    measure("dense", dense)
-
-    # --- Unstructured ---------------------------------------------------------
-    levels = [0.5, 0.8, 0.9]
-    model = bertzoo.BertClassifier.from_preset(dense_dir, preprocessor=None)
-    schedule = staircase_schedule(levels, args.prune_steps, frequency=max(1, args.prune_steps // 10))
-    pruner = bertzoo.Pruner(model, schedule)
-    model.compile(optimizer=keras.optimizers.AdamW(args.prune_learning_rate, weight_decay=0.01), jit_compile=False)
-    for level in levels:
-        print(f"pruning to {level:.0%} ...", flush=True)
-        pruner.fit(train_x, train_y, batch_size=32, epochs=1, steps_per_epoch=args.prune_steps, verbose=2)
-        measure(f"unstructured {level:.0%}", pruner.strip(), timed=False, pruning_steps=pruner.step)
-
-    # --- Structured -----------------------------------------------------------
-    calibration = args.calibration_batches * 32
-    importance = head_and_neuron_importance(
-        dense, ({k: v[:calibration] for k, v in train_x.items()}, train_y[:calibration])
-    )
-    structured = []
-    for heads, ratio in ((12, 0.5), (8, 0.5), (6, 0.25)):
-        name = f"structured {heads}/12 heads, FFN x{ratio:g}"
-        print(f"{name} ...", flush=True)
-        small = bertzoo.prune_heads_and_neurons(dense, heads_to_keep=heads, ffn_keep_ratio=ratio, importance=importance)
-        before = accuracy(small, test_x, test_y)
-        fine_tune(small, train_x, train_y, args.structured_steps, args.prune_learning_rate)
-        measure(name, small, accuracy_before_fine_tuning=before, fine_tuning_steps=args.structured_steps)
-        structured.append(name)
-
-    # --- int8 -----------------------------------------------------------------
-    measure("int8", bertzoo.quantize(dense, "int8"))
-    dense_accuracy = variants["dense"]["figures"]["accuracy"]
-    within = [n for n in structured if variants[n]["figures"]["accuracy"] >= dense_accuracy - 0.01]
-    best_structured = within[-1] if within else structured[0]
-    measure(f"{best_structured} + int8", bertzoo.quantize(variants[best_structured]["model"], "int8"))
-
-    setup = {
-        "data": str(data_path.name),
-        "train_size": len(train_y),
-        "test_size": len(test_y),
-        "sequence_length": args.sequence_length,
-        "dense_epochs": args.epochs,
-        "prune_steps_per_level": args.prune_steps,
-        "structured_steps": args.structured_steps,
-        "vocabulary_size": vocabulary_size,
-    }
-    figures = [v["figures"] for v in variants.values()]
-    (cache / FIGURES_FILE).write_text(json.dumps({"setup": setup, "variants": figures}, indent=1))
-    timed = {n: v["model"] for n, v in variants.items() if v["model"] is not None}
-    finish(figures, timed, setup, args, command, started)
-
-
-def retime(args, command, started):
-    """Times the variants saved by the last full run again (e.g. at a
-    quieter moment), keeping its accuracy and size figures."""
-    import bertzoo
-
-    saved = Path(args.cache) / FIGURES_FILE
-    if not saved.is_file():
-        raise SystemExit(f"{saved} is missing: run the full benchmark first.")
-    record = json.loads(saved.read_text())
-    timed = {}
-    for f in record["variants"]:
-        if f.get("timed"):
-            timed[f["variant"]] = bertzoo.BertClassifier.from_preset(Path(args.cache) / "variants" / f["preset"])
-    finish(record["variants"], timed, {**record["setup"], "timing_only": True}, args, command, started)
-
-
-def finish(figures, timed, setup, args, command, started):
-    """Times the `timed` models, prints the table, draws the chart, records."""
-    print("timing ...", flush=True)
-    ms = time_variants(timed, setup["sequence_length"], args.batch, args.runs, setup["vocabulary_size"])
-    dense = next(f for f in figures if f["variant"] == "dense")
-    rows = []
-    for f in figures:
-        f = dict(f)
-        name = f["variant"]
-        f["accuracy_change_points"] = round(100 * (f["accuracy"] - dense["accuracy"]), 2)
-        f["gzip_vs_dense"] = round(f["weights_gzip_bytes"] / dense["weights_gzip_bytes"], 4)
-        if name in timed:
-            for n in (1, args.batch):
-                for xla in (False, True):
-                    f[f"ms_batch{n}_{'xla' if xla else 'graph'}"] = round(ms[(name, xla, n)], 2)
-                best = min(ms[(name, False, n)], ms[(name, True, n)])
-                dense_best = min(ms[("dense", False, n)], ms[("dense", True, n)])
-                f[f"ms_batch{n}_best"] = round(best, 2)
-                f[f"speedup_batch{n}"] = round(dense_best / best, 3)
-        rows.append(f)
-
-    table = []
-    for f in rows:
-        timedrow = "ms_batch1_best" in f
-        table.append(
-            {
-                "variant": f["variant"],
-                "encoder sparsity": f"{f['encoder sparsity']:.0%}",
-                "overall sparsity": f"{f['overall sparsity']:.0%}",
-                "accuracy": f"{f['accuracy']:.4f}",
-                "Δ acc (pts)": f"{f['accuracy_change_points']:+.2f}",
-                "weights MB": f"{f['weights_bytes'] / 1e6:.1f}",
-                "gzip MB": f"{f['weights_gzip_bytes'] / 1e6:.1f}",
-                "gzip vs dense": f"{f['gzip_vs_dense']:.2f}",
-                "b1 ms": f"{f['ms_batch1_best']:.1f}" if timedrow else "= dense",
-                "b1 speedup": f"{f['speedup_batch1']:.2f}x" if timedrow else "1x (dense kernels)",
-                "b32 ms": f"{f[f'ms_batch{args.batch}_best']:.0f}" if timedrow else "= dense",
-                "b32 speedup": f"{f[f'speedup_batch{args.batch}']:.2f}x" if timedrow else "1x (dense kernels)",
-                "timed with": _modes(f, args.batch) if timedrow else "",
-            }
-        )
+    summary = aggregate(rows, args.files)
     print()
-    print_table(table, COLUMNS)
-    print(f"\nload average {os.getloadavg()}, total {time.time() - started:.0f}s")
-
-    chart_rows = [
-        {
-            "variant": f["variant"],
-            "gzip MB": f["weights_gzip_bytes"] / 1e6,
-            "accuracy": f["accuracy"],
-            "b32 speedup": f.get(f"speedup_batch{args.batch}", 1.0),
-        }
-        for f in rows
-    ]
-    chart(chart_rows, Path(args.chart))
+    print_table(file_table(rows, teachers), FILE_COLUMNS)
+    print()
+    table, columns = aggregate_table(summary, args.files)
+    print_table(table, columns)
+    load = os.getloadavg()
+    print(f"\nload average {load[0]:.2f}, total {time.time() - started:.0f}s")
+    date = time.strftime("%Y-%m-%d", time.gmtime())
+    if args.chart:
+        title = f"bertzoo compression of fine-tuned MiniLM-L6 ({', '.join(args.files)}; seeds {args.seeds}), {date}"
+        chart(summary, Path(args.chart), title)
     if not args.no_record:
-        setup = {**setup, "timing_runs": args.runs, "timing_batch": args.batch, "seconds": round(time.time() - started)}
-        append_results("compression", [{"setup": setup, **f} for f in rows], command)
-        print("appended to benchmarks/results.jsonl")
-
-
-def _modes(f, batch):
-    def mode(n):
-        return "XLA" if f[f"ms_batch{n}_xla"] <= f[f"ms_batch{n}_graph"] else "no XLA"
-
-    return f"b1: {mode(1)}, b{batch}: {mode(batch)}"
+        append_results("compression", rows, command)
+        print(f"appended {len(rows)} lines to benchmarks/results.jsonl")
+    if args.readme:
+        header = (
+            f"Measured {date} on {machine()}: all-MiniLM-L6-v2 fine-tuned per file "
+            f"({', '.join(args.files)}), seeds {', '.join(map(str, args.seeds))}, sequence length "
+            f"{args.sequence_length}, timing medians of {args.runs} interleaved rounds. Command: `{command}`."
+        )
+        write_between_markers(args.readme, readme_section(summary, args.files, header), README_START, README_END)
+        print(f"rewrote the compression table in {args.readme}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -18,7 +18,9 @@ the results log and the printed table.
   `benchmarks/results.jsonl` (append-only), stamped with the date, the
   machine (CPU model and flags, cores, GPUs), library versions, load
   average and the command.
-- `print_table(rows, columns)`: a Markdown table.
+- `print_table(rows, columns)` / `markdown_table`: a Markdown table.
+- `write_between_markers(path, section, start, end)`: rewrites a README
+  section between two marker lines (`benchmarks.run`, `benchmarks.compression`).
 
 The examples (`examples/`) are imported as ordinary modules
 (`from examples import distill_to_small`): the repository root is on
@@ -282,15 +284,38 @@ def read_results(path=RESULTS_FILE, benchmark=None):
 # --- Tables -------------------------------------------------------------------
 
 
-def print_table(rows, columns):
-    """Prints `rows` (dicts) as a Markdown table of `columns`."""
+def markdown_table(rows, columns):
+    """`rows` (dicts) as the lines of a Markdown table of `columns`."""
 
     def fmt(v):
         if isinstance(v, float):
             return f"{v:.4g}"
         return str(v)
 
-    print("| " + " | ".join(columns) + " |")
-    print("|" + "---|" * len(columns))
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
-        print("| " + " | ".join(fmt(row.get(c, "")) for c in columns) + " |")
+        lines.append("| " + " | ".join(fmt(row.get(c, "")) for c in columns) + " |")
+    return lines
+
+
+def print_table(rows, columns):
+    """Prints `rows` (dicts) as a Markdown table of `columns`."""
+    print("\n".join(markdown_table(rows, columns)))
+
+
+# --- README sections ----------------------------------------------------------
+
+
+def write_between_markers(path, section, start, end):
+    """Replaces the text between the `start` and `end` marker lines of `path`
+    with `section` (written to a temporary file, then renamed over `path`);
+    a file without exactly one of each marker is a `SystemExit`, unchanged."""
+    path = Path(path)
+    text = path.read_text()
+    if text.count(start) != 1 or text.count(end) != 1:
+        raise SystemExit(f"{path} needs exactly one {start} and one {end} line around the table.")
+    before, rest = text.split(start)
+    _, after = rest.split(end)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(f"{before}{start}\n{section}\n{end}{after}")
+    os.replace(tmp, path)

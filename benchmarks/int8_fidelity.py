@@ -29,7 +29,7 @@ from benchmarks.harness import append_results
 from benchmarks.harness import command_line
 from benchmarks.harness import print_table
 
-DEFAULT_DENSE = OUT / "compression_cache" / "dense-n2888-e2-L48-lr0.0001"  # benchmarks.compression's defaults
+DEFAULT_DENSE = OUT / "compression_cache" / "amazon" / "teacher"  # benchmarks.compression's amazon teacher
 COLUMNS = ["path", "batch", "accuracy", "Δ acc (pts)", "agreement", "logits rel. error"]
 
 

@@ -49,6 +49,7 @@ from benchmarks.harness import cpu_features
 from benchmarks.harness import machine
 from benchmarks.harness import print_table
 from benchmarks.harness import wait_for_load
+from benchmarks.harness import write_between_markers
 from benchmarks.peers import DTYPES
 from benchmarks.peers import LIBRARIES
 from benchmarks.peers import MODES
@@ -213,17 +214,8 @@ def readme_section(rows, summary, header):
 
 
 def write_readme(path, section):
-    """Replaces the text between the README markers with `section`
-    (written to a temporary file, then renamed over the README)."""
-    path = Path(path)
-    text = path.read_text()
-    if text.count(README_START) != 1 or text.count(README_END) != 1:
-        raise SystemExit(f"{path} needs exactly one {README_START} and one {README_END} line around the table.")
-    before, rest = text.split(README_START)
-    _, after = rest.split(README_END)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(f"{before}{README_START}\n{section}\n{README_END}{after}")
-    os.replace(tmp, path)
+    """Replaces the text between the README markers with `section`."""
+    write_between_markers(path, section, README_START, README_END)
 
 
 def table_rows(rows):

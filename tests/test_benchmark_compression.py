@@ -1,0 +1,124 @@
+"""benchmarks.compression's pure parts: aggregation, goal verdicts, the README
+section, the resumable results cache (no model is trained here)."""
+
+import argparse
+
+import pytest
+
+from benchmarks import compression
+from benchmarks.compression import README_END
+from benchmarks.compression import README_START
+from benchmarks.harness import write_between_markers
+
+
+def row(file, method, seed, accuracy, teacher=0.9, b1=None, b32=None):
+    return {
+        "file": file,
+        "method": method,
+        "seed": seed,
+        "accuracy": accuracy,
+        "teacher_accuracy": teacher,
+        "speedup_b1": b1,
+        "speedup_b32": b32,
+        "parameters": 1_000_000,
+        "encoder_parameters": 500_000,
+    }
+
+
+def by_method(summary):
+    return {e["method"]: e for e in summary}
+
+
+def test_mean_and_standard_deviation_over_seeds_per_file_and_over_files():
+    rows = [
+        row("amazon", "prune90", 0, 0.88),
+        row("amazon", "prune90", 1, 0.86),
+        row("tweets", "prune90", 0, 0.80, teacher=0.8),
+        row("tweets", "prune90", 1, 0.78, teacher=0.8),
+    ]
+    entry = by_method(compression.aggregate(rows, ["amazon", "tweets"]))["prune90"]
+    mean, std = entry["files"]["amazon"]["accuracy"]
+    assert mean == pytest.approx(0.87) and std == pytest.approx(0.0141421, rel=1e-4)
+    assert entry["files"]["tweets"]["percent"][0] == pytest.approx(98.75)
+    # Over files: per seed the mean over files (0.84, 0.82), then over seeds.
+    assert entry["accuracy"][0] == pytest.approx(0.83)
+    assert entry["accuracy"][1] == pytest.approx(0.0141421, rel=1e-4)
+    assert entry["loss_points"][0] == pytest.approx(100 * (0.85 - 0.83))
+    # % of teacher: seed 0 (97.78 + 100) / 2, seed 1 (95.56 + 97.5) / 2.
+    assert entry["percent"][0] == pytest.approx(((88 / 0.9 + 100) / 2 + (86 / 0.9 + 97.5) / 2) / 2)
+    assert entry["met"] is True  # 97.7% >= 97%.
+
+
+def test_goal_verdicts():
+    rows = [
+        # distill: 97.8% of the teacher, 3.1x, 8 points over hard.
+        row("amazon", "distill", 0, 0.88, b1=2.5, b32=3.1),
+        row("amazon", "hard", 0, 0.80, b1=2.5, b32=3.1),
+        # structured: 2.1x but 1.5 points lost.
+        row("amazon", "structured", 0, 0.885, b1=1.5, b32=2.1),
+        # int8: 0.3 points lost but only 1.5x at batch 1.
+        row("amazon", "int8", 0, 0.897, b1=1.5, b32=2.0),
+        row("amazon", "prune90", 0, 0.85),
+    ]
+    summary = by_method(compression.aggregate(rows, ["amazon"]))
+    assert summary["distill"]["met"] is True
+    assert summary["hard"]["met"] is None
+    assert summary["structured"]["met"] is False
+    assert summary["int8"]["met"] is False
+    assert summary["prune90"]["met"] is False  # 94.4%.
+    assert [e["method"] for e in compression.aggregate(rows, ["amazon"])] == list(compression.METHODS)
+
+    close_to_hard = [row("amazon", "distill", 0, 0.88, b32=3.1), row("amazon", "hard", 0, 0.87, b32=3.1)]
+    assert by_method(compression.aggregate(close_to_hard, ["amazon"]))["distill"]["met"] is False
+    no_timing = [row("amazon", "distill", 0, 0.88), row("amazon", "hard", 0, 0.80)]
+    assert by_method(compression.aggregate(no_timing, ["amazon"]))["distill"]["met"] is None
+
+
+def test_readme_section_replaces_only_the_compression_table(tmp_path):
+    rows = [row("amazon", "int8", s, 0.898, b1=2.0, b32=1.9) for s in (0, 1)]
+    section = compression.readme_section(compression.aggregate(rows, ["amazon"]), ["amazon"], "Measured here.")
+    lines = section.splitlines()
+    assert lines[0] == "Measured here."
+    int8 = next(line for line in lines if line.startswith("| int8 |"))
+    assert "89.8 ± 0.0 (99.8%)" in int8 and "2.00x" in int8 and "1.90x" in int8 and int8.endswith("| yes |")
+
+    readme = tmp_path / "README.md"
+    other = "<!-- benchmarks.run:start -->\nrun table\n<!-- benchmarks.run:end -->\n"
+    readme.write_text(f"# T\n{other}prose\n{README_START}\nold\n{README_END}\nafter\n")
+    write_between_markers(readme, section, README_START, README_END)
+    assert readme.read_text() == f"# T\n{other}prose\n{README_START}\n{section}\n{README_END}\nafter\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["README.md"]
+
+
+def test_the_repository_readme_has_the_compression_markers():
+    text = (compression.Path(compression.__file__).parents[1] / "README.md").read_text()
+    assert text.count(README_START) == 1 and text.count(README_END) == 1
+
+
+def test_a_cached_result_with_the_same_settings_is_skipped(tmp_path):
+    args = argparse.Namespace(
+        sequence_length=64,
+        recipe="tinybert",
+        distill_epochs="1,2",
+        transfer_size=0,
+        hard_epochs=3,
+        prune_epochs=3,
+        prune_scores="magnitude",
+        structured_epochs=2,
+        heads=6,
+        ffn=0.5,
+    )
+    path = tmp_path / "amazon" / "results.json"
+    store = compression.load_cache(path)
+    assert store == {"runs": {}}
+    settings = compression.method_settings("prune90", args, 100, 20)
+    store["runs"][compression.run_key("prune90", 0)] = {"accuracy": 0.9, "settings": settings}
+    compression.save_cache(path, store)
+    assert [p.name for p in path.parent.iterdir()] == ["results.json"]  # No temporary file left.
+
+    again = compression.load_cache(path)
+    assert compression.done(again, "prune90", 0, settings)["accuracy"] == 0.9
+    assert compression.done(again, "prune90", 1, settings) is None  # Another seed: not done.
+    args.prune_epochs = 5
+    changed = compression.method_settings("prune90", args, 100, 20)
+    assert compression.done(again, "prune90", 0, changed) is None  # Other settings: redone.
