@@ -21,7 +21,7 @@ default 0,1,2; `keras.utils.set_random_seed(seed)` first):
 - `hard`: the same student trained on the hard labels alone (the baseline
   distillation must beat).
 - `prune90`: 90% unstructured encoder sparsity (`Pruner`, polynomial ramp
-  over the first 2/3 of the steps) while distilling from the dense teacher
+  over the first 2/3 of the steps) while distilling the dense teacher's outputs
   (`--prune-epochs`), then `strip()`.
 - `structured`: `prune_heads_and_neurons` (`--heads` per layer, `--ffn`
   of the FFN neurons), then distillation from the teacher
@@ -233,6 +233,12 @@ def teacher_model(args, cache, name, train):
     return bertzoo.BertClassifier.from_preset(directory, sequence_length=args.sequence_length)
 
 
+# Pruned models keep the teacher's layers, so they distill on its outputs
+# alone (Hinton; as movement pruning and oBERT do), without the slower
+# attention-map path.
+OUTPUTS_ONLY = {"hidden_state_weight": 0.0, "attention_weight": 0.0, "embedding_weight": 0.0}
+
+
 def compress(method, teacher, train, transfer, seed, args):
     """The compressed model of one method (trained with `seed` already set)."""
     import bertzoo
@@ -243,7 +249,6 @@ def compress(method, teacher, train, transfer, seed, args):
     steps_per_epoch = max(1, math.ceil(len(texts) / 32))
     if method in ("distill", "hard"):
         student = bertzoo.init_student_from_teacher(teacher, {"num_layers": 2})
-        student.trainable = True  # A Distiller froze the teacher (whose layers it copies).
         if method == "distill":
             epochs = tuple(int(e) for e in args.distill_epochs.split(","))
             bertzoo.distill(
@@ -264,7 +269,6 @@ def compress(method, teacher, train, transfer, seed, args):
         return student
     if method == "prune90":
         model = copy_model(teacher)
-        model.trainable = True  # A Distiller froze the teacher (and so its copy).
         steps = steps_per_epoch * args.prune_epochs
         schedule = bertzoo.PolynomialDecay(
             initial_sparsity=0.0,
@@ -273,18 +277,23 @@ def compress(method, teacher, train, transfer, seed, args):
             end_step=max(1, 2 * steps // 3),
             frequency=max(1, steps // 30),
         )
-        extra = {} if args.prune_scores == "magnitude" else {"scores": args.prune_scores}
-        pruner = bertzoo.Pruner(model, schedule, **extra)
-        distiller = bertzoo.Distiller(teacher, model)
-        distiller.compile(optimizer=bert_optimizer(1e-4))
-        distiller.fit(texts, labels, batch_size=32, epochs=args.prune_epochs, verbose=2)
+        pruner = bertzoo.Pruner(model, schedule, scores=args.prune_scores)
+        model.compile(optimizer=bert_optimizer(1e-4))
+        pruner.fit(
+            texts,
+            labels,
+            batch_size=32,
+            epochs=args.prune_epochs,
+            verbose=2,
+            teacher=teacher,
+            distillation=OUTPUTS_ONLY,
+        )
         return pruner.strip()
     if method == "structured":
         model = bertzoo.prune_heads_and_neurons(
             copy_model(teacher), heads_to_keep=args.heads, ffn_keep_ratio=args.ffn, data=(texts, labels)
         )
-        model.trainable = True  # A Distiller froze the teacher (and so its copy).
-        distiller = bertzoo.Distiller(teacher, model)
+        distiller = bertzoo.Distiller(teacher, model, **OUTPUTS_ONLY)
         distiller.compile(optimizer=bert_optimizer(1e-4))
         distiller.fit(texts, labels, batch_size=32, epochs=args.structured_epochs, verbose=2)
         return model

@@ -193,6 +193,18 @@ def _sparsity(args):
             "--sparsity", type=float, default=0.9, help="final sparsity of the prune stage (default: %(default)s)"
         ),
         argument("--sequence-length", type=int, default=None, help="tokens per text (default: the teacher's)"),
+        argument(
+            "--recipe",
+            default="tinybert",
+            help="distill stage: tinybert, minilm, hinton, or none for one Distiller (default: %(default)s)",
+        ),
+        argument("--transfer", default=None, help="file of unlabelled texts for the distill stage (text column)"),
+        argument(
+            "--label-threshold",
+            type=float,
+            default=None,
+            help="numeric labels become 1 above / 0 below this value; rows at it are dropped",
+        ),
         argument("--overwrite", action="store_true", help="replace a previous run's outputs in DIR"),
     ),
 )
@@ -211,6 +223,9 @@ def _compress(args):
         batch_size=args.batch_size,
         sparsity=args.sparsity,
         sequence_length=args.sequence_length,
+        recipe=None if args.recipe == "none" else args.recipe,
+        transfer=args.transfer,
+        label_threshold=args.label_threshold,
         overwrite=args.overwrite,
         verbose=1,
     )

@@ -13,6 +13,7 @@ from bertzoo.compression.pipeline import REPORT_KEYS
 from bertzoo.compression.pipeline import student_layers
 from bertzoo.datasets.files import label_ids
 from bertzoo.datasets.files import load_labelled_texts
+from bertzoo.datasets.files import threshold_labels
 from bertzoo.text import BertPreprocessor
 from bertzoo.text import BertTokenizer
 
@@ -150,6 +151,26 @@ def test_cli_with_csv_and_string_labels(workspace, capsys):
     assert cli.main(argv + ["--overwrite"]) == 0
 
 
+def test_cli_with_ratings_a_label_threshold_and_a_transfer_file(workspace, capsys):
+    texts, labels = sentiment(24, seed=5)
+    ratings = [f"{(1.5 if y else -2.0) + 0.25 * i:.2f}" for i, y in enumerate(labels)]
+    ratings[0] = "0.0"  # Exactly at the threshold: dropped.
+    train = write_tsv(workspace / "rated.tsv", texts, ratings, label_column="rating")
+    transfer = write_jsonl(workspace / "transfer.jsonl", *sentiment(16, seed=6))
+    out = workspace / "rated_out"
+    argv = ["compress", str(workspace / "teacher"), "--train", str(train), "--eval", str(train), "--out", str(out)]
+    argv += ["--stages", "distill", "--label-column", "rating", "--label-threshold", "0", "--recipe", "hinton"]
+    assert cli.main(argv + ["--transfer", str(transfer), "--batch-size", "8"]) == 0
+    capsys.readouterr()
+    report = json.loads((out / "report.json").read_text())
+    assert report["classes"] == [0, 1]
+    assert report["train_size"] == 23 and report["eval_size"] == 23
+    assert report["recipe"] == "hinton" and report["transfer_size"] == 16
+    assert threshold_labels(["a", "b", "c"], ["-1", "0", "2.5"], 0.0) == (["a", "c"], [0, 1])
+    with pytest.raises(ValueError, match=r"rated\.tsv: label 'pos' is not a number: a label threshold needs"):
+        threshold_labels(["a"], ["pos"], 0.0, source=train)
+
+
 def test_bad_inputs_give_clear_errors(workspace, tmp_path):
     teacher, train = workspace / "teacher", workspace / "train.tsv"
     texts, labels = sentiment(8, seed=4)
@@ -169,6 +190,12 @@ def test_bad_inputs_give_clear_errors(workspace, tmp_path):
         load_labelled_texts(tmp_path / "empty.jsonl")
     with pytest.raises(ValueError, match=r"Unknown stage 'quantise'.*'int8'"):
         bertzoo.compress(teacher, train, train, tmp_path / "a", stages="distill,quantise", verbose=0)
+    with pytest.raises(
+        ValueError, match=r"Unknown recipe 'distilbert'. Choose one of \['hinton', 'minilm', 'tinybert'\]"
+    ):
+        bertzoo.compress(teacher, train, train, tmp_path / "a", recipe="distilbert", verbose=0)
+    with pytest.raises(ValueError, match=r"no text column 'text'"):
+        bertzoo.compress(teacher, train, train, tmp_path / "a", transfer=wrong, verbose=0)
     with pytest.raises(ValueError, match=r"'int8' must be the last stage"):
         bertzoo.compress(teacher, train, train, tmp_path / "a", stages=("int8", "prune"), verbose=0)
     (tmp_path / "taken").mkdir()

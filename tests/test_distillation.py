@@ -339,6 +339,23 @@ def test_value_states_are_the_attention_values(pair):
     np.testing.assert_allclose(np.array(features["value_states"][1]), expected, rtol=1e-4, atol=1e-5)
 
 
+def test_teacher_is_frozen_only_while_the_distiller_trains(pair):
+    teacher, student = pair
+    d = Distiller(teacher, student)
+    assert teacher.trainable  # Left as it was, so a copy of it made later trains as usual.
+    teacher_ids = {id(v) for v in teacher.weights}
+    seen = []
+
+    class Watch(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            seen.append((teacher.trainable, bool(teacher_ids & {id(v) for v in d.trainable_variables})))
+
+    d.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=False)
+    d.fit(["the film was good", "bad"], np.array([1, 0]), epochs=1, verbose=0, callbacks=[Watch()])
+    assert seen == [(False, False)]
+    assert teacher.trainable
+
+
 def test_projections_only_when_widths_differ(pair):
     teacher, student = pair
     d = Distiller(teacher, student)
@@ -360,9 +377,6 @@ def test_switched_off_losses_are_not_computed(pair):
 def test_teacher_gets_no_gradient_and_no_update(pair):
     teacher, student = pair
     d = Distiller(teacher, student)
-    assert not teacher.trainable
-    teacher_ids = {id(v) for v in teacher.weights}
-    assert not teacher_ids & {id(v) for v in d.trainable_variables}
     x = teacher.preprocessor(["the film was good", "bad"])
     with tf.GradientTape() as tape:
         tape.watch([v.value for v in teacher.weights])

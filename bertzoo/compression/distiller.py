@@ -195,9 +195,10 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
     published two-stage schedules (intermediate layers first, then the
     predictions, on a transfer set) with these losses.
 
-    The teacher is frozen (`teacher.trainable` is set to False), runs in
-    inference mode (no dropout) and its outputs pass through
-    `stop_gradient`. Teacher and student must read the same token ids: with
+    The teacher is frozen while the distiller trains (`teacher.trainable`
+    is False during `fit` and restored afterwards, so a copy of the teacher
+    made later trains as usual), runs in inference mode (no dropout) and its
+    outputs pass through `stop_gradient`. Teacher and student must read the same token ids: with
     raw-text inputs the student's preprocessor (else the teacher's) tokenizes
     once for both, and differing vocabularies are an error. `fit`,
     `evaluate` and `predict` accept what task models accept: raw strings,
@@ -282,6 +283,9 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         soft_target_weight = _check_weight("soft_target_weight", soft_target_weight)
         layer_pairs = layer_map_pairs(layer_map, student.backbone.num_layers, teacher.backbone.num_layers)
 
+        # Keras freezes the teacher for good; here it is frozen while this
+        # distiller trains and left as it was otherwise (see `fit`).
+        teacher_trainable = teacher.trainable
         s_width, t_width = student.backbone.hidden_dim, teacher.backbone.hidden_dim
 
         def projection(name):
@@ -320,6 +324,8 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
             **kwargs,
         )
         self._terms = terms
+        self._teacher_trainable = teacher_trainable
+        teacher.trainable = teacher_trainable
         self.hidden_projection = hidden_projection
         self.embedding_projection = embedding_projection
         self.temperature = float(temperature)
@@ -541,9 +547,14 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         return self._text_model()._as_dataset(x, y, sample_weight, batch_size, shuffle=shuffle)
 
     def fit(self, *args, **kwargs):
-        # Tagger and span students leave the pooler without gradients.
-        with unused_pooler_ok():
-            return super().fit(*args, **kwargs)
+        """Keras's `fit` (raw text too), with the teacher frozen meanwhile."""
+        self.teacher.trainable = False
+        try:
+            # Tagger and span students leave the pooler without gradients.
+            with unused_pooler_ok():
+                return super().fit(*args, **kwargs)
+        finally:
+            self.teacher.trainable = self._teacher_trainable
 
     def predict(self, x, batch_size=None, **kwargs):
         """The student's logits (the teacher does not run)."""

@@ -38,6 +38,8 @@ from bertzoo.compression.distiller import Distiller
 from bertzoo.compression.model_copy import copy_model
 from bertzoo.compression.pruner import Pruner
 from bertzoo.compression.quantization import quantize
+from bertzoo.compression.recipes import RECIPES
+from bertzoo.compression.recipes import distill
 from bertzoo.compression.report import gzip_size
 from bertzoo.compression.report import sparsity_report
 from bertzoo.compression.schedules import PolynomialDecay
@@ -45,6 +47,8 @@ from bertzoo.compression.structured import prune_heads_and_neurons
 from bertzoo.compression.student_init import init_student_from_teacher
 from bertzoo.datasets.files import label_ids
 from bertzoo.datasets.files import load_labelled_texts
+from bertzoo.datasets.files import load_texts
+from bertzoo.datasets.files import threshold_labels
 from bertzoo.models.bert_classifier import BertClassifier
 from bertzoo.saving.atomic import atomic_directory
 from bertzoo.saving.preset import Preset
@@ -231,6 +235,9 @@ def compress(
     ffn_keep_ratio=None,
     sequence_length=None,
     distiller_options=None,
+    recipe="tinybert",
+    transfer=None,
+    label_threshold=None,
     latency_repeats=10,
     overwrite=False,
     verbose=1,
@@ -261,7 +268,16 @@ def compress(
         sparsity: final encoder sparsity of `"prune"`.
         heads_to_keep, ffn_keep_ratio: `"prune_structured"` settings (see
             `prune_heads_and_neurons`).
-        distiller_options: keyword arguments for every `Distiller`.
+        distiller_options: keyword arguments for the `Distiller`s of the
+            prune stages (and of the distill stage when `recipe` is None).
+        recipe: how the distill stage trains: a `bertzoo.distill` recipe
+            (`"tinybert"`: intermediate layers, then predictions; `"minilm"`;
+            `"hinton"`), `epochs` epochs per stage; None: one `Distiller`
+            with `distiller_options`.
+        transfer: unlabelled texts the teacher labels for the distill stage
+            (a list, or a TSV/CSV/JSONL file with `text_column`), or None.
+        label_threshold: numeric labels (ratings) become binary: 1 above the
+            threshold, 0 below, rows at it dropped; None keeps the labels.
         verbose: Keras progress bars (0 silent, 1 bars, 2 one line per epoch).
 
     Returns the report: a dict with `rows` (the teacher, then one per stage,
@@ -280,8 +296,15 @@ def compress(
     for name, value in (("epochs", epochs), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+    if recipe is not None and recipe not in RECIPES:
+        raise ValueError(f"Unknown recipe {recipe!r}. Choose one of {sorted(RECIPES)}, or None.")
     train_texts, train_raw = load_labelled_texts(train, text_column, label_column)
     eval_texts, eval_raw = load_labelled_texts(eval, text_column, label_column)
+    if label_threshold is not None:
+        train_texts, train_raw = threshold_labels(train_texts, train_raw, label_threshold, source=train)
+        eval_texts, eval_raw = threshold_labels(eval_texts, eval_raw, label_threshold, source=eval)
+    if isinstance(transfer, (str, os.PathLike)):
+        transfer = load_texts(transfer, text_column)
     train_labels, classes = label_ids(train_raw)
     eval_labels, _ = label_ids(eval_raw, classes, source=eval)
     train_data = (train_texts, np.asarray(train_labels, dtype="int32"))
@@ -314,7 +337,20 @@ def compress(
         if stage == "distill":
             layers = student_layers(parent.backbone.num_layers, target_speedup)
             model = init_student_from_teacher(parent, {"num_layers": len(layers)}, layers=layers)
-            _fit_distilling(parent, model, train_data, epochs, batch_size, verbose, validation, distiller_options)
+            if recipe is None:
+                _fit_distilling(parent, model, train_data, epochs, batch_size, verbose, validation, distiller_options)
+            else:
+                distill(
+                    parent,
+                    model,
+                    *train_data,
+                    recipe=recipe,
+                    transfer=transfer,
+                    epochs=epochs,
+                    batch_size=batch_size,
+                    validation_data=validation,
+                    verbose=verbose,
+                )
         elif stage == "prune":
             student = copy_model(parent)
             end = _steps(train_data, epochs, batch_size)
@@ -363,6 +399,9 @@ def compress(
         "label_column": label_column,
         "epochs": epochs,
         "target_speedup": target_speedup,
+        "recipe": recipe if "distill" in stages else None,
+        "transfer_size": len(transfer) if transfer is not None and "distill" in stages else 0,
+        "label_threshold": label_threshold,
         "train_size": len(train_texts),
         "eval_size": len(eval_texts),
         "backend": keras.backend.backend(),

@@ -75,14 +75,34 @@ def load_labelled_texts(path, text_column="text", label_column="label"):
     texts, labels = load_labelled_texts("train.tsv", text_column="sentence", label_column="label")
     ```
     """
+    path, texts, labels = _read_columns(path, text_column, label_column)
+    return texts, _as_ints_if_possible(labels, path)
+
+
+def load_texts(path, text_column="text"):
+    """Returns the texts of a TSV, CSV or JSONL file (other columns are
+    ignored): unlabelled text, e.g. a distillation transfer set. Errors as
+    `load_labelled_texts`.
+
+    Example:
+    ```python
+    transfer = load_texts("unlabelled.jsonl")
+    ```
+    """
+    return _read_columns(path, text_column, None)[1]
+
+
+def _read_columns(path, text_column, label_column):
+    """`(path, texts, labels)`; no labels (an empty list) when `label_column` is None."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist (expected a .tsv, .csv or .jsonl file).")
     kind = _format_of(path)
     texts, labels = [], []
     columns = None
+    wanted = (("text", text_column),) + ((("label", label_column),) if label_column is not None else ())
     for line_number, columns, row in _rows(path, kind):
-        for role, name in (("text", text_column), ("label", label_column)):
+        for role, name in wanted:
             if name not in columns:
                 raise ValueError(
                     f"{path}: no {role} column {name!r}; columns found: {columns}. "
@@ -90,18 +110,20 @@ def load_labelled_texts(path, text_column="text", label_column="label"):
                 )
         if row is None:
             break
-        text, label = row.get(text_column), row.get(label_column)
-        if label is None or (isinstance(label, str) and not label.strip()):
-            raise ValueError(f"{path}:{line_number}: no value in the label column {label_column!r}.")
+        text = row.get(text_column)
+        if label_column is not None:
+            label = row.get(label_column)
+            if label is None or (isinstance(label, str) and not label.strip()):
+                raise ValueError(f"{path}:{line_number}: no value in the label column {label_column!r}.")
+            labels.append(label.strip() if isinstance(label, str) else label)
         if text is None:
             raise ValueError(f"{path}:{line_number}: no value in the text column {text_column!r}.")
         if not isinstance(text, str):
             raise ValueError(f"{path}:{line_number}: the text column {text_column!r} holds {text!r}, not a string.")
         texts.append(text)
-        labels.append(label.strip() if isinstance(label, str) else label)
     if not texts:
         raise ValueError(f"{path} is empty: " + ("a header but no rows." if columns else "no header and no rows."))
-    return texts, _as_ints_if_possible(labels, path)
+    return path, texts, labels
 
 
 def _as_ints_if_possible(labels, path):
@@ -134,3 +156,28 @@ def label_ids(labels, classes=None, source=None):
         where = f"{source}: " if source else ""
         raise ValueError(f"{where}labels {unknown[:10]} are not among the training classes {list(classes)}.")
     return [index[label] for label in labels], list(classes)
+
+
+def threshold_labels(texts, labels, threshold, source=None):
+    """Binary labels from numeric ratings: 1 above `threshold`, 0 below; rows
+    rated exactly `threshold` are dropped (SST-2 style). Returns `(texts,
+    labels)`; a label that is not a number is a `ValueError` naming `source`.
+
+    Example:
+    ```python
+    texts, labels = threshold_labels(*load_labelled_texts("rated.tsv", label_column="rating"), 0.0)
+    ```
+    """
+    kept_texts, kept_labels = [], []
+    for text, label in zip(texts, labels):
+        try:
+            value = float(label)
+        except (TypeError, ValueError):
+            where = f"{source}: " if source else ""
+            raise ValueError(
+                f"{where}label {label!r} is not a number: a label threshold needs numeric ratings."
+            ) from None
+        if value != threshold:
+            kept_texts.append(text)
+            kept_labels.append(int(value > threshold))
+    return kept_texts, kept_labels
