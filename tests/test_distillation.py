@@ -652,3 +652,18 @@ def test_recipe_argument_errors(pair, kwargs, match):
     arguments = {"x": ["good", "bad"], "y": [1, 0], **kwargs}
     with pytest.raises(ValueError, match=match):
         bertzoo.distill(teacher, student, **arguments)
+
+
+def test_augmented_copies_are_seeded_perturbations_from_the_texts_words():
+    texts = ["a fine and moving film with a great cast", "dull plot and bad acting all the way through"]
+    copies = bertzoo.compression.augment_texts(texts, copies=3, seed=7)
+    assert len(copies) == 6 and copies == bertzoo.compression.augment_texts(texts, copies=3, seed=7)
+    assert copies != bertzoo.compression.augment_texts(texts, copies=3, seed=8)
+    vocabulary = {w for t in texts for w in t.split()}
+    assert all(c and set(c.split()) <= vocabulary for c in copies)
+    assert sum(c not in texts for c in copies) >= 4  # Most copies differ from every original.
+    assert bertzoo.compression.augment_texts(texts, copies=2, rate=0.0) == texts * 2
+    with pytest.raises(ValueError, match="`copies` must be an int >= 0"):
+        bertzoo.compression.augment_texts(texts, copies=-1)
+    with pytest.raises(ValueError, match="`rate` must be in \\[0, 1\\)"):
+        bertzoo.compression.augment_texts(texts, rate=1.0)

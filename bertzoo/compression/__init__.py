@@ -11,6 +11,7 @@ from bertzoo.compression.pruner import Pruner
 from bertzoo.compression.pruner import PruningState
 from bertzoo.compression.quantization import quantize
 from bertzoo.compression.recipes import RECIPES
+from bertzoo.compression.recipes import augment_texts
 from bertzoo.compression.recipes import distill
 from bertzoo.compression.report import SparsityReport
 from bertzoo.compression.report import gzip_size

@@ -11,7 +11,8 @@ loss settings and its own data:
 - `"hinton"` (Hinton et al. 2015): soft targets only, one stage.
 
 The transfer set is the training texts plus any unlabelled `transfer`
-texts: the teacher labels all of them, which is what lets a small student
+texts and `augment` perturbed copies of the training texts
+(`augment_texts`): the teacher labels all of them, which is what lets a small student
 learn from far more examples than were labelled (TinyBERT's augmented data,
 MiniLM's and DistilBERT's unlabelled corpora). With no transfer texts the
 prediction stage also uses the labels (`alpha=0.5`).
@@ -48,6 +49,42 @@ RECIPES = {
 }
 
 
+def augment_texts(texts, copies=1, seed=0, rate=0.1):
+    """Perturbed copies of `texts` for a transfer set (EDA-style, Wei and
+    Zou 2019; TinyBERT augments with word replacements too).
+
+    Each copy of a text changes about `rate` of its words each way: deleted,
+    replaced by a word drawn from all the texts' words, and swapped with the
+    next word. The teacher labels the copies, so they need not keep the
+    original's label. Returns `copies * len(texts)` strings, copy by copy;
+    the same `seed` gives the same copies.
+
+    Example:
+    ```python
+    augment_texts(["a fine and moving film"], copies=2, seed=0)
+    # e.g. ['a fine moving film', 'a fine and moving and']
+    ```
+    """
+    if isinstance(copies, bool) or not isinstance(copies, int) or copies < 0:
+        raise ValueError(f"`copies` must be an int >= 0, got {copies!r}.")
+    if not 0.0 <= rate < 1.0:
+        raise ValueError(f"`rate` must be in [0, 1), got {rate!r}.")
+    texts = _as_texts(texts, "texts")
+    split = [t.split() for t in texts]
+    pool = [w for words in split for w in words]
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(copies):
+        for words in split:
+            words = [w for w in words if rng.random() >= rate] or words[:1]
+            words = [pool[rng.integers(len(pool))] if rng.random() < rate else w for w in words]
+            for i in range(len(words) - 1):
+                if rng.random() < rate:
+                    words[i], words[i + 1] = words[i + 1], words[i]
+            out.append(" ".join(words))
+    return out
+
+
 def _as_texts(x, what):
     if isinstance(x, str) or not hasattr(x, "__len__"):
         raise ValueError(
@@ -77,6 +114,7 @@ def distill(
     y=None,
     recipe="tinybert",
     transfer=None,
+    augment=0,
     epochs=2,
     batch_size=32,
     learning_rate=2e-4,
@@ -100,12 +138,14 @@ def distill(
         y: their labels, or None (the teacher labels everything).
         recipe: `"tinybert"`, `"minilm"` or `"hinton"` (see the module).
         transfer: extra unlabelled texts for the transfer set, or None.
+        augment: perturbed copies of each training text added to the
+            transfer set (`augment_texts`, seeded by `seed`).
         epochs: epochs per stage: an int for every stage, or one per stage.
         batch_size: examples per step.
         learning_rate: each stage's peak learning rate.
         temperature: soft-target temperature.
         validation_data: `(texts, labels)` evaluated after every epoch.
-        seed: the seed of the transfer set's order.
+        seed: the seed of the transfer set's order and augmentation.
         verbose: Keras's `fit` verbosity (progress bars by default).
 
     Example:
@@ -122,6 +162,7 @@ def distill(
     epochs = _stage_epochs(epochs, stages)
     texts = _as_texts(x, "x")
     extra = [] if transfer is None else _as_texts(transfer, "transfer")
+    extra += augment_texts(texts, augment, seed=seed) if texts else []
     if y is not None and len(y) != len(texts):
         raise ValueError(f"`x` has {len(texts)} texts but `y` {len(y)} labels.")
     if not texts and not extra:
