@@ -280,3 +280,22 @@ def test_an_empty_batch_predicts_empty_outputs():
     model = tiny_classifier()
     assert model.predict([], verbose=0).shape == (0, 2)
     assert model.predict(([], []), verbose=0).shape == (0, 2)
+
+
+def test_raw_text_batches_drop_unused_padding_without_changing_outputs(trained, monkeypatch):
+    model = trained
+    texts = ["warm day", "the day was very quite and a calm morning felt kind"]
+    batches = list(model._as_dataset(texts, np.array([1, 1]), batch_size=1))
+    # Each batch keeps its longest text, rounded up to a multiple of 16 tokens (at most all 40).
+    full = model.preprocessor(texts)
+    lengths = np.sum(np.asarray(full["padding_mask"]), -1)
+    assert lengths[0] < 16 < lengths[1]
+    expected = [min(-(-n // 16) * 16, 40) for n in lengths]
+    assert [b[0]["token_ids"].shape[-1] for b in batches] == expected
+    for (x, _), row in zip(batches, range(2)):
+        np.testing.assert_array_equal(x["token_ids"][0], np.asarray(full["token_ids"])[row, : expected[row]])
+    dataset = tf.data.Dataset.from_tensor_slices(texts).batch(1)
+    trimmed = model.predict(dataset, verbose=0)
+    monkeypatch.setattr(type(model), "trims_padding", False)
+    assert [b["token_ids"].shape[-1] for b in model._as_dataset(texts, batch_size=1)] == [40, 40]
+    np.testing.assert_allclose(model.predict(dataset, verbose=0), trimmed, atol=1e-5)
