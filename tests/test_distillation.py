@@ -629,9 +629,17 @@ def test_minilm_recipe_distills_relations_across_widths(distilled):
     teacher = distilled["teacher"]  # Width 32, 4 heads; the student: width 16, 2 heads.
     texts, labels = sentiment(32, seed=4)
     student = classifier(num_layers=1, hidden_dim=16, num_heads=2)
-    histories = bertzoo.distill(teacher, student, texts, labels, recipe="minilm", epochs=(2, 1), verbose=0)
+    probe = Distiller(teacher, student, attention_weight=1.0, value_relation_weight=1.0, layer_map="last")
+    before = probe.loss_terms(texts)
+    histories = bertzoo.distill(
+        teacher, student, texts, labels, recipe="minilm", epochs=(4, 1), batch_size=8, learning_rate=5e-3, verbose=0
+    )
     assert list(histories) == ["relations", "predictions"]
-    assert histories["relations"]["distillation_loss"][-1] < histories["relations"]["distillation_loss"][0]
+    after = probe.loss_terms(texts)
+    assert after["attention"] < 0.5 * before["attention"]
+    assert after["value_relation"] < before["value_relation"]
+    relations = histories["relations"]["distillation_loss"]
+    assert relations[-1] < 0.85 * relations[0]
     # Without transfer texts the prediction stage also uses the labels.
     assert "student_loss" in histories["predictions"]
 
