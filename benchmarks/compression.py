@@ -458,7 +458,8 @@ def aggregate_table(summary, files):
         row = {"method": e["method"]}
         for name in files:
             f = e["files"].get(name)
-            row[f"{name} acc (% of teacher)"] = f"{_pm(f['accuracy'], 100)} ({f['percent'][0]:.1f}%)" if f else "-"
+            cell = f"{_pm(f['accuracy'], 100)} ({f['percent'][0]:.1f}%, n={f['seeds']})" if f else "-"
+            row[f"{name} acc (% of teacher)"] = cell
         row.update(
             {
                 "mean acc": _pm(e["accuracy"], 100),
@@ -550,8 +551,8 @@ def readme_section(summary, files, header):
     lines = [header, ""] + markdown_table(rows, columns)
     lines += [
         "",
-        "Accuracy in % (mean ± standard deviation over seeds; per file, the share of that file's teacher in "
-        "brackets). Speedups: the first seed's model against the teacher in the same interleaved timing run, "
+        "Accuracy in % (mean ± standard deviation over seeds; per file, the share of that file's teacher and "
+        "the number of seeds n in brackets). Speedups: the first seed's model against the teacher in the same interleaved timing run, "
         "mean over files. `met`: whether the mean over files meets the goal (`?`: a figure is missing); "
         f"distillation must also beat `hard` by {CLEAR_MARGIN_POINTS:g} accuracy points.",
     ]
@@ -622,6 +623,9 @@ def parse_args(argv):
     parser.add_argument("--chart", default=str(OUT / "compression.png"), help="PNG to draw ('' for none)")
     parser.add_argument("--readme", type=Path, default=None, help="rewrite the compression table in this file")
     parser.add_argument("--no-record", action="store_true", help="do not append to results.jsonl")
+    parser.add_argument(
+        "--cached-only", action="store_true", help="train and time nothing: report the cached results there are"
+    )
     args = parser.parse_args(argv)
     args.files = _csv(args.files, FILES, "--files")
     args.methods = _csv(args.methods, METHODS, "--methods")
@@ -658,6 +662,9 @@ def run_file(name, args, cache):
             if done(store, method, seed, settings):
                 print(f"[{name}] {method} seed {seed}: cached", flush=True)
                 continue
+            if args.cached_only:
+                print(f"[{name}] {method} seed {seed}: not measured yet (--cached-only)", flush=True)
+                continue
             started = time.time()
             measured = [done(store, method, s, settings) for s in args.seeds]
             measured = [e for e in measured if e is not None]
@@ -682,7 +689,8 @@ def run_file(name, args, cache):
     latency_settings = {"runs": args.runs, "xla": args.xla, "sequence_length": args.sequence_length}
     cached = store.get("latency", {})
     stale = [m for m in timed if m in models or m not in cached.get("models", {})]
-    if stale or cached.get("settings") != latency_settings:
+    # --cached-only keeps whatever timing there is.
+    if not args.cached_only and (stale or cached.get("settings") != latency_settings):
         for method in timed:
             if method not in models:
                 preset = store["runs"][run_key(method, args.seeds[0])]["preset"]
@@ -695,12 +703,14 @@ def run_file(name, args, cache):
             "models": latencies({m: models[m] for m in ["teacher", *timed]}, test_x, args.runs, xla_modes),
         }
         save_cache(results, store)
-    timing = store["latency"]["models"]
+    timing = store.get("latency", {}).get("models", {"teacher": {}})
     teacher_figures = {**store["teacher"], **timing["teacher"]}
     rows = []
     for method in args.methods:
         for seed in args.seeds:
-            entry = store["runs"][run_key(method, seed)]
+            entry = store["runs"].get(run_key(method, seed))
+            if entry is None:  # --cached-only: not measured yet.
+                continue
             rows.append(
                 {
                     "file": name,
@@ -710,7 +720,7 @@ def run_file(name, args, cache):
                     **{k: v for k, v in entry.items() if k not in ("seed", "settings")},
                     **{f"teacher_{k}": v for k, v in timing["teacher"].items()},
                     **timing.get(method, {}),
-                    "latency_seed": store["latency"]["seed"],
+                    "latency_seed": store.get("latency", {}).get("seed"),
                     "settings": entry["settings"],
                 }
             )
@@ -750,7 +760,8 @@ def main(argv=None):
     if args.readme:
         header = (
             f"Measured {date} on {machine()}: all-MiniLM-L6-v2 fine-tuned per file "
-            f"({', '.join(args.files)}), seeds {', '.join(map(str, args.seeds))}, sequence length "
+            f"({', '.join(args.files)}), seeds {', '.join(map(str, args.seeds))}"
+            f"{' (those measured so far)' if args.cached_only else ''}, sequence length "
             f"{args.sequence_length}, timing medians of {args.runs} interleaved rounds. Command: `{command}`."
         )
         write_between_markers(args.readme, readme_section(summary, args.files, header), README_START, README_END)

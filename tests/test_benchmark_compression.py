@@ -80,7 +80,7 @@ def test_readme_section_replaces_only_the_compression_table(tmp_path):
     lines = section.splitlines()
     assert lines[0] == "Measured here."
     int8 = next(line for line in lines if line.startswith("| int8 |"))
-    assert "89.8 ± 0.0 (99.8%)" in int8 and "2.00x" in int8 and "1.90x" in int8 and int8.endswith("| yes |")
+    assert "89.8 ± 0.0 (99.8%, n=2)" in int8 and "2.00x" in int8 and "1.90x" in int8 and int8.endswith("| yes |")
 
     readme = tmp_path / "README.md"
     other = "<!-- benchmarks.run:start -->\nrun table\n<!-- benchmarks.run:end -->\n"
