@@ -656,6 +656,8 @@ def run_file(name, args, cache):
 
     transfer = None
     models = {"teacher": teacher}
+    # Timing uses one seed's models: the cached timing's, else this run's first.
+    latency_seed = store.get("latency", {}).get("seed", args.seeds[0])
     for method in args.methods:
         settings = method_settings(method, args, len(train[0]), len(test_y))
         for seed in args.seeds:
@@ -678,7 +680,7 @@ def run_file(name, args, cache):
                 model = compress(method, teacher, train, transfer, seed, args)
                 entry = measure(model, cache / name / f"{method}-s{seed}", test_x, test_y)
                 entry.update(seconds=round(time.time() - started, 1), preset=f"{method}-s{seed}")
-                if seed == args.seeds[0]:
+                if seed == latency_seed:
                     models[method] = model
             entry.update(seed=seed, settings=settings, seed_independent=method == "int8")
             store["runs"][run_key(method, seed)] = entry
@@ -693,13 +695,17 @@ def run_file(name, args, cache):
     if not args.cached_only and (stale or cached.get("settings") != latency_settings):
         for method in timed:
             if method not in models:
-                preset = store["runs"][run_key(method, args.seeds[0])]["preset"]
+                # The timing seed's model, else (a method new to this file) this run's first.
+                entry = (
+                    store["runs"].get(run_key(method, latency_seed)) or store["runs"][run_key(method, args.seeds[0])]
+                )
+                preset = entry["preset"]
                 models[method] = bertzoo.BertClassifier.from_preset(cache / name / preset)
         print(f"[{name}] timing {', '.join(models)} ...", flush=True)
         xla_modes = {"both": (False, True), "on": (True,), "off": (False,)}[args.xla]
         store["latency"] = {
             "settings": latency_settings,
-            "seed": args.seeds[0],
+            "seed": latency_seed,
             "models": latencies({m: models[m] for m in ["teacher", *timed]}, test_x, args.runs, xla_modes),
         }
         save_cache(results, store)
