@@ -615,7 +615,7 @@ def parse_args(argv):
     parser.add_argument("--prune-scores", default="magnitude", help="Pruner scores (magnitude or movement)")
     parser.add_argument("--structured-epochs", type=int, default=2)
     parser.add_argument("--heads", type=int, default=6, help="heads kept per layer (of 12)")
-    parser.add_argument("--ffn", type=float, default=0.5, help="fraction of FFN neurons kept")
+    parser.add_argument("--ffn", type=float, default=0.3, help="fraction of FFN neurons kept")
     parser.add_argument("--runs", type=int, default=7, help="timing rounds (medians)")
     parser.add_argument("--xla", choices=("both", "on", "off"), default="both", help="timed XLA modes (best kept)")
     parser.add_argument("--cache", default=str(OUT / "compression_cache"))
