@@ -28,12 +28,16 @@ default 0,1,2; `keras.utils.set_random_seed(seed)` first):
   (`--structured-epochs`).
 - `int8`: `bertzoo.quantize(teacher, "int8")`, no training (seed-independent:
   measured once per file, recorded for every seed).
+- `int8qat`: `bertzoo.quantization_aware_training(teacher, ...)`: int8
+  rounding simulated while distilling from the teacher on the training
+  texts (`--qat-epochs`, `bert_optimizer(2e-5)`), then quantized.
 
 Each (file, method, seed) result (test accuracy, % of teacher, parameters,
 preset MB, seconds) is written to `--cache/<file>/results.json` as soon as
 it is done, so a rerun skips what is done with the same settings (`--fresh`
-ignores the cache). Then, per file, every method's model of the first seed is
-timed against the teacher with `benchmarks.harness.time_interleaved` on
+ignores the cache). Then, per file, each method's model of the first seed not
+timed yet (all of them when the timing settings change) is timed against the
+teacher with `benchmarks.harness.time_interleaved` on
 tokenized test sentences (batch 1 and 32, `--sequence-length`, medians of
 `--runs` interleaved rounds, best of XLA on and off unless `--xla`):
 speedups are same-run ratios to the teacher.
@@ -71,7 +75,7 @@ from benchmarks.harness import time_interleaved
 from benchmarks.harness import write_between_markers
 
 FILES = ("amazon", "tweets", "nyt")
-METHODS = ("distill", "hard", "prune90", "structured", "int8")
+METHODS = ("distill", "hard", "prune90", "structured", "int8", "int8qat")
 README_START = "<!-- compression-table:start -->"
 README_END = "<!-- compression-table:end -->"
 RESULTS_NAME = "results.json"
@@ -83,7 +87,9 @@ GOALS = {
     "prune90": "≥97% of teacher",
     "structured": "≥2x b32, ≤1 pt loss",
     "int8": "≥1.8x b1 and b32, ≤0.5 pt loss",
+    "int8qat": "≥1.8x b1 and b32, ≤0.5 pt loss",
 }
+QAT_LEARNING_RATE = 2e-5
 
 
 # --- Data ---------------------------------------------------------------------
@@ -170,6 +176,7 @@ def method_settings(method, args, n_train, n_test):
         "prune90": {"epochs": args.prune_epochs, "sparsity": 0.9, "scores": args.prune_scores, "learning_rate": 1e-4},
         "structured": {"epochs": args.structured_epochs, "heads": args.heads, "ffn": args.ffn, "learning_rate": 1e-4},
         "int8": {},
+        "int8qat": {"epochs": args.qat_epochs, "learning_rate": QAT_LEARNING_RATE, "distill": True},
     }[method]
     return {**common, **specific}
 
@@ -299,6 +306,10 @@ def compress(method, teacher, train, transfer, seed, args):
         return model
     if method == "int8":
         return bertzoo.quantize(copy_model(teacher), "int8")
+    if method == "int8qat":
+        return bertzoo.quantization_aware_training(
+            teacher, texts, labels, epochs=args.qat_epochs, batch_size=32, learning_rate=QAT_LEARNING_RATE, verbose=2
+        )
     raise ValueError(f"Unknown method {method!r}.")
 
 
@@ -427,11 +438,11 @@ def verdict(entry, hard=None):
         return (
             percent >= 97.0 and b32 >= 3.0 and entry["accuracy"][0] - hard["accuracy"][0] >= CLEAR_MARGIN_POINTS / 100
         )
-    if b32 is None or (method == "int8" and b1 is None):
+    if b32 is None or (method.startswith("int8") and b1 is None):
         return None
     if method == "structured":
         return b32 >= 2.0 and loss <= 1.0
-    return b1 >= 1.8 and b32 >= 1.8 and loss <= 0.5  # int8
+    return b1 >= 1.8 and b32 >= 1.8 and loss <= 0.5  # int8, int8qat
 
 
 def _pm(pair, scale=1.0, digits=1, suffix=""):
@@ -569,7 +580,7 @@ def chart(summary, path, title):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    markers = {"distill": "o", "hard": "v", "prune90": "s", "structured": "D", "int8": "^"}
+    markers = {"distill": "o", "hard": "v", "prune90": "s", "structured": "D", "int8": "^", "int8qat": "<"}
     fig, ax = plt.subplots(figsize=(7, 4.8))
     for e in summary:
         x = e["speedup_b32"] if e["speedup_b32"] is not None else float("nan")
@@ -616,6 +627,7 @@ def parse_args(argv):
     parser.add_argument("--structured-epochs", type=int, default=2)
     parser.add_argument("--heads", type=int, default=6, help="heads kept per layer (of 12)")
     parser.add_argument("--ffn", type=float, default=0.3, help="fraction of FFN neurons kept")
+    parser.add_argument("--qat-epochs", type=int, default=1, help="int8qat: quantization-aware training epochs")
     parser.add_argument("--runs", type=int, default=7, help="timing rounds (medians)")
     parser.add_argument("--xla", choices=("both", "on", "off"), default="both", help="timed XLA modes (best kept)")
     parser.add_argument("--cache", default=str(OUT / "compression_cache"))
@@ -690,10 +702,14 @@ def run_file(name, args, cache):
     timed = list(args.methods)  # Each one's model of the first seed.
     latency_settings = {"runs": args.runs, "xla": args.xla, "sequence_length": args.sequence_length}
     cached = store.get("latency", {})
-    stale = [m for m in timed if m in models or m not in cached.get("models", {})]
+    # Timed again: models trained in this run for the timing seed, methods
+    # never timed, or everything when the timing settings changed. Each
+    # speedup is against the teacher of its own timing run.
+    same_settings = cached.get("settings") == latency_settings
+    stale = [m for m in timed if m in models or m not in cached.get("models", {})] if same_settings else timed
     # --cached-only keeps whatever timing there is.
-    if not args.cached_only and (stale or cached.get("settings") != latency_settings):
-        for method in timed:
+    if not args.cached_only and stale:
+        for method in stale:
             if method not in models:
                 # The timing seed's model, else (a method new to this file) this run's first.
                 entry = (
@@ -706,7 +722,10 @@ def run_file(name, args, cache):
         store["latency"] = {
             "settings": latency_settings,
             "seed": latency_seed,
-            "models": latencies({m: models[m] for m in ["teacher", *timed]}, test_x, args.runs, xla_modes),
+            "models": {
+                **(cached.get("models", {}) if same_settings else {}),
+                **latencies({m: models[m] for m in ["teacher", *stale]}, test_x, args.runs, xla_modes),
+            },
         }
         save_cache(results, store)
     timing = store.get("latency", {}).get("models", {"teacher": {}})

@@ -12,6 +12,7 @@ from bertzoo.compression import distill
 from bertzoo.compression import init_student_from_teacher
 from bertzoo.compression import lottery_ticket
 from bertzoo.compression import prune_heads_and_neurons
+from bertzoo.compression import quantization_aware_training
 from bertzoo.compression import quantize
 from bertzoo.compression import sparsity_report
 from bertzoo.convert import convert_checkpoint

@@ -205,6 +205,12 @@ def _sparsity(args):
             default=None,
             help="numeric labels become 1 above / 0 below this value; rows at it are dropped",
         ),
+        argument(
+            "--qat-epochs",
+            type=int,
+            default=0,
+            help="int8 stage: epochs of quantization-aware training first (default: %(default)s, post-training)",
+        ),
         argument("--overwrite", action="store_true", help="replace a previous run's outputs in DIR"),
     ),
 )
@@ -226,6 +232,7 @@ def _compress(args):
         recipe=None if args.recipe == "none" else args.recipe,
         transfer=args.transfer,
         label_threshold=args.label_threshold,
+        qat_epochs=args.qat_epochs,
         overwrite=args.overwrite,
         verbose=1,
     )

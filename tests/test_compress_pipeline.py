@@ -148,7 +148,12 @@ def test_cli_with_csv_and_string_labels(workspace, capsys):
     # An existing DIR is refused (a message, exit status 1), replaced with --overwrite.
     assert cli.main(argv) == 1
     assert "--overwrite" in capsys.readouterr().err
-    assert cli.main(argv + ["--overwrite"]) == 0
+    assert report["qat_epochs"] == 0
+    # The rerun trains the int8 stage quantization-aware first.
+    assert cli.main(argv + ["--overwrite", "--qat-epochs", "1"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["qat_epochs"] == 1 and [row["stage"] for row in report["rows"]] == ["teacher", "int8"]
+    assert bertzoo.BertClassifier.from_preset(out / "1_int8" / "preset").backbone.pooler.quantization_mode == "int8"
 
 
 def test_cli_with_ratings_a_label_threshold_and_a_transfer_file(workspace, capsys):
@@ -196,6 +201,8 @@ def test_bad_inputs_give_clear_errors(workspace, tmp_path):
         bertzoo.compress(teacher, train, train, tmp_path / "a", recipe="distilbert", verbose=0)
     with pytest.raises(ValueError, match=r"no text column 'text'"):
         bertzoo.compress(teacher, train, train, tmp_path / "a", transfer=wrong, verbose=0)
+    with pytest.raises(ValueError, match=r"`qat_epochs` must be an integer >= 0 \(0: post-training int8\), got -1"):
+        bertzoo.compress(teacher, train, train, tmp_path / "a", qat_epochs=-1, verbose=0)
     with pytest.raises(ValueError, match=r"'int8' must be the last stage"):
         bertzoo.compress(teacher, train, train, tmp_path / "a", stages=("int8", "prune"), verbose=0)
     (tmp_path / "taken").mkdir()

@@ -9,6 +9,7 @@ from bertzoo.compression.lottery import lottery_ticket
 from bertzoo.compression.pipeline import compress
 from bertzoo.compression.pruner import Pruner
 from bertzoo.compression.pruner import PruningState
+from bertzoo.compression.quantization import quantization_aware_training
 from bertzoo.compression.quantization import quantize
 from bertzoo.compression.recipes import RECIPES
 from bertzoo.compression.recipes import augment_texts

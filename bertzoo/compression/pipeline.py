@@ -11,7 +11,9 @@ model, with the library's own building blocks:
 - `"prune_structured"`: attention heads and feed-forward neurons removed
   (`prune_heads_and_neurons`), then a short distillation from the stage's
   input to recover;
-- `"int8"`: post-training quantization (`quantize(model, "int8")`).
+- `"int8"`: post-training quantization (`quantize(model, "int8")`), or
+  with `qat_epochs` quantization-aware training from the stage's input
+  (`quantization_aware_training`).
 
 Each stage writes `OUT/<index>_<stage>/preset` (a preset) and
 `OUT/<index>_<stage>/saved_model` (a SavedModel for serving); a stage's
@@ -37,6 +39,7 @@ import numpy as np
 from bertzoo.compression.distiller import Distiller
 from bertzoo.compression.model_copy import copy_model
 from bertzoo.compression.pruner import Pruner
+from bertzoo.compression.quantization import quantization_aware_training
 from bertzoo.compression.quantization import quantize
 from bertzoo.compression.recipes import RECIPES
 from bertzoo.compression.recipes import distill
@@ -238,6 +241,7 @@ def compress(
     recipe="tinybert",
     transfer=None,
     label_threshold=None,
+    qat_epochs=0,
     latency_repeats=10,
     overwrite=False,
     verbose=1,
@@ -278,6 +282,9 @@ def compress(
             (a list, or a TSV/CSV/JSONL file with `text_column`), or None.
         label_threshold: numeric labels (ratings) become binary: 1 above the
             threshold, 0 below, rows at it dropped; None keeps the labels.
+        qat_epochs: 0, post-training int8; N > 0, the int8 stage first
+            trains N epochs with int8 rounding simulated, distilling from
+            its input (`quantization_aware_training`).
         verbose: Keras progress bars (0 silent, 1 bars, 2 one line per epoch).
 
     Returns the report: a dict with `rows` (the teacher, then one per stage,
@@ -296,6 +303,8 @@ def compress(
     for name, value in (("epochs", epochs), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+    if isinstance(qat_epochs, bool) or not isinstance(qat_epochs, int) or qat_epochs < 0:
+        raise ValueError(f"`qat_epochs` must be an integer >= 0 (0: post-training int8), got {qat_epochs!r}.")
     if recipe is not None and recipe not in RECIPES:
         raise ValueError(f"Unknown recipe {recipe!r}. Choose one of {sorted(RECIPES)}, or None.")
     train_texts, train_raw = load_labelled_texts(train, text_column, label_column)
@@ -374,6 +383,15 @@ def compress(
                 ratio = fraction
             model = prune_heads_and_neurons(parent, heads_to_keep=heads, ffn_keep_ratio=ratio, data=train_data)
             _fit_distilling(parent, model, train_data, epochs, batch_size, verbose, validation, distiller_options)
+        elif qat_epochs:  # "int8", trained
+            model = quantization_aware_training(
+                parent,
+                *train_data,
+                epochs=qat_epochs,
+                batch_size=batch_size,
+                validation_data=validation,
+                verbose=verbose,
+            )
         else:  # "int8"
             model = quantize(parent, "int8")
         stage_dir = out / f"{index}_{stage}"
@@ -400,6 +418,7 @@ def compress(
         "epochs": epochs,
         "target_speedup": target_speedup,
         "recipe": recipe if "distill" in stages else None,
+        "qat_epochs": qat_epochs if "int8" in stages else None,
         "transfer_size": len(transfer) if transfer is not None and "distill" in stages else 0,
         "label_threshold": label_threshold,
         "train_size": len(train_texts),

@@ -1,5 +1,6 @@
-"""Post-training weight quantization of bertzoo models, via Keras's own
-`Model.quantize`.
+"""Weight quantization of bertzoo models, via Keras's own `Model.quantize`:
+post-training (`quantize`) or after quantization-aware training
+(`quantization_aware_training`).
 
 A quantized model's layers hold int8 (or packed int4) kernels plus scales, so
 its weights only load into a model quantized the same way. Its config says
@@ -13,8 +14,11 @@ import warnings
 
 import keras
 
+from bertzoo.compression.distiller import Distiller
 from bertzoo.compression.model_copy import copy_model
 from bertzoo.compression.model_copy import pruning_state
+from bertzoo.layers.dense import Dense
+from bertzoo.models.task import bert_optimizer
 from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
 
@@ -52,13 +56,21 @@ def quantize(model, mode="int8", include_embeddings=True):
     again = bertzoo.BertClassifier.from_preset("runs/sentiment-int8")
     ```
     """
-    if mode not in MODES:
+    _check_quantizable(model, mode, MODES)
+    clone = copy_model(model)
+    _quantize_in_place(clone, mode, _weight_layers(clone, include_embeddings))
+    return clone
+
+
+def _check_quantizable(model, mode, modes):
+    if mode not in modes:
         raise ValueError(
             f"Unknown quantization mode {mode!r}. bertzoo.quantize supports {list(MODES)} "
-            "(post-training, no calibration data needed)."
+            "(post-training, no calibration data needed); quantization_aware_training supports "
+            f"{list(QAT_MODES)}."
         )
     if not isinstance(model, keras.Model) or not model.built:
-        raise ValueError(f"`quantize` needs a built Keras model, got {model!r}.")
+        raise ValueError(f"Quantizing needs a built Keras model, got {model!r}.")
     if quantization_mode(model):
         raise ValueError(
             f"{type(model).__name__} '{model.name}' is already quantized "
@@ -68,21 +80,90 @@ def quantize(model, mode="int8", include_embeddings=True):
         raise ValueError(
             f"{type(model).__name__} '{model.name}' has a Pruner attached: quantize `pruner.strip()` instead."
         )
-    clone = copy_model(model)
+
+
+def _weight_layers(model, include_embeddings):
+    """A `Model.quantize` filter: the network's built Dense and (with
+    `include_embeddings`) Embedding layers. A task's preprocessor holds
+    (unbuilt) text layers that `Model.quantize` would otherwise visit."""
+    preprocessor = getattr(model, "preprocessor", None)
+    preprocessor_paths = set()
+    if preprocessor is not None:
+        preprocessor_paths = {layer.path for layer in private_api.flatten_layers(preprocessor, include_self=True)}
 
     def select(layer):
-        # Only the network's weight layers: a task's preprocessor holds
-        # (unbuilt) text layers that `Model.quantize` would otherwise visit.
         if not layer.built or layer.path in preprocessor_paths:
             return False
         if isinstance(layer, keras.layers.Embedding):
             return include_embeddings
         return isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense))
 
-    preprocessor = getattr(clone, "preprocessor", None)
-    preprocessor_paths = set()
-    if preprocessor is not None:
-        preprocessor_paths = {layer.path for layer in private_api.flatten_layers(preprocessor, include_self=True)}
+    return select
 
-    _quantize_in_place(clone, mode, select)
-    return clone
+
+QAT_MODES = ("int8",)
+
+
+def quantization_aware_training(
+    model,
+    x,
+    y=None,
+    *,
+    mode="int8",
+    epochs=1,
+    batch_size=32,
+    learning_rate=1e-5,
+    distill=True,
+    include_embeddings=True,
+    validation_data=None,
+    verbose="auto",
+):
+    """Fine-tunes a copy of `model` with int8 rounding simulated, then
+    quantizes it: a `quantize(model, "int8")` that first learns to live with
+    the rounding, for when post-training int8 loses too much accuracy.
+
+    While it trains, every Dense layer rounds its inputs and kernel to the
+    int8 grids inference will use (`bertzoo.layers.dense`: one input scale
+    per tensor, one kernel scale per output channel), passing gradients
+    straight through the rounding. With `distill` (the default) the copy
+    learns from `model`'s own predictions (soft targets at temperature 2,
+    mixed half and half with the labels when `y` is given; `Distiller`) so
+    it stays close to the float model rather than drifting with extra
+    epochs on the labels; `distill=False` fine-tunes on the labels alone
+    with the task's loss. `x`/`y`/`validation_data` are what the task's
+    `fit` takes (raw texts and labels, tokenized features, or a dataset).
+    The optimizer is `bert_optimizer(learning_rate)` over `epochs`.
+
+    Returns the quantized copy; `model` is left unchanged. Embedding tables
+    (`include_embeddings`) are quantized at the end but not simulated while
+    training: they are rounded per row, weights only, which costs little.
+
+    Example:
+    ```python
+    q = bertzoo.quantization_aware_training(model, train_texts, train_labels, epochs=1)
+    q.evaluate(test_texts, test_labels)
+    ```
+    """
+    _check_quantizable(model, mode, QAT_MODES)
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"`epochs` must be an int >= 1, got {epochs!r}.")
+    student = copy_model(model)
+    simulated = [
+        layer
+        for layer in private_api.flatten_layers(student)
+        if isinstance(layer, Dense) and _weight_layers(student, False)(layer)
+    ]
+    for layer in simulated:
+        layer.simulate_int8 = True
+    try:
+        trainer = student
+        if distill:
+            no_features = {"hidden_state_weight": 0.0, "attention_weight": 0.0, "embedding_weight": 0.0}
+            trainer = Distiller(model, student, alpha=0.5 if y is not None else 0.0, **no_features)
+        trainer.compile(optimizer=bert_optimizer(learning_rate))
+        trainer.fit(x, y, batch_size=batch_size, epochs=epochs, validation_data=validation_data, verbose=verbose)
+    finally:
+        for layer in simulated:
+            layer.simulate_int8 = False
+    _quantize_in_place(student, mode, _weight_layers(student, include_embeddings))
+    return student

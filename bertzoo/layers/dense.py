@@ -34,12 +34,21 @@ Keras's own path is used wherever the fused kernel does not apply:
   `QuantizationConfig` (other input quantizers);
 - inside `portable_kernels()`, which bertzoo's exporters enter, so that
   SavedModels, ONNX and LiteRT files hold only standard ops.
+
+For quantization-aware training a float `Dense` can also *simulate* int8
+(`simulate_int8 = True`, set by
+`bertzoo.compression.quantization_aware_training`): inputs and kernel are
+rounded to the int8 grid the fused kernel uses (one input scale per tensor,
+one kernel scale per output channel) and the rounding passes gradients
+straight through (Bengio et al.'s straight-through estimator), so training
+learns weights that survive the rounding.
 """
 
 import contextlib
 import threading
 
 import keras
+from keras import ops
 
 from bertzoo.layers.activations import _gelu_exact
 from bertzoo.layers.activations import _gelu_tanh
@@ -162,6 +171,32 @@ def _fused_int8_dense(layer, inputs):
     return tf.reshape(y, tf.concat([tf.shape(inputs)[:-1], [units]], axis=0))
 
 
+def _round_straight_through(x):
+    """`round(x)` forward, identity backward."""
+    return x + ops.stop_gradient(ops.round(x) - x)
+
+
+def simulated_int8_kernel(kernel):
+    """`kernel` rounded as `Model.quantize("int8")` stores it: symmetric,
+    one scale per output channel (`127 / max|column|`)."""
+    scale = ops.stop_gradient(127.0 / (ops.max(ops.abs(kernel), axis=0, keepdims=True) + keras.config.epsilon()))
+    return ops.clip(_round_straight_through(kernel * scale), -127.0, 127.0) / scale
+
+
+def simulated_int8_inputs(x, asymmetric=False):
+    """`x` rounded as the fused int8 kernel quantizes it: one scale for the
+    whole tensor, symmetric int8 over `[-max|x|, max|x|]`, or with
+    `asymmetric` uint8 over `[min(x, 0), max(x)]`. (Keras's own int8 path
+    uses a scale per token, which is finer: training at this coarser grid
+    covers both.)"""
+    if asymmetric:
+        low = ops.stop_gradient(ops.minimum(ops.min(x), 0.0))
+        scale = ops.stop_gradient(255.0 / (ops.max(x) - low + keras.config.epsilon()))
+        return ops.clip(_round_straight_through((x - low) * scale), 0.0, 255.0) / scale + low
+    scale = ops.stop_gradient(127.0 / (ops.max(ops.abs(x)) + keras.config.epsilon()))
+    return ops.clip(_round_straight_through(x * scale), -127.0, 127.0) / scale
+
+
 @keras.saving.register_keras_serializable(package="bertzoo")
 class Dense(keras.layers.Dense):
     """`keras.layers.Dense`, with int8 inference as one fused oneDNN kernel
@@ -187,6 +222,17 @@ class Dense(keras.layers.Dense):
     def __init__(self, units, asymmetric_int8_inputs=False, **kwargs):
         super().__init__(units, **kwargs)
         self.asymmetric_int8_inputs = bool(asymmetric_int8_inputs)
+        # Quantization-aware training (see this module's docstring); a
+        # training-time switch, not part of the config.
+        self.simulate_int8 = False
+
+    def call(self, inputs, training=None):
+        if not self.simulate_int8:
+            return super().call(inputs, training=training)
+        x = ops.matmul(simulated_int8_inputs(inputs, self.asymmetric_int8_inputs), simulated_int8_kernel(self.kernel))
+        if self.bias is not None:
+            x = ops.add(x, self.bias)
+        return self.activation(x) if self.activation is not None else x
 
     def _int8_call(self, inputs, training=None):
         if _fused_kernel_applies(self, inputs, training):

@@ -1,0 +1,172 @@
+"""Quantization-aware training: Dense layers that simulate int8 while they
+train, and `bertzoo.quantization_aware_training`.
+
+The simulated rounding is checked against the arithmetic of the int8 layer
+it stands for (the NumPy reference of the fused kernel in
+`test_dense_int8.py`, and the fused kernel itself where TensorFlow has it),
+the straight-through gradient by hand, and the training function by what
+it returns."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from test_dense_int8 import needs_onednn
+from test_dense_int8 import numpy_reference
+
+import bertzoo
+from bertzoo.layers import get_activation
+from bertzoo.layers.dense import Dense
+from bertzoo.layers.dense import simulated_int8_inputs
+from bertzoo.layers.dense import simulated_int8_kernel
+from bertzoo.text.preprocessor import BertPreprocessor
+from bertzoo.text.tokenizer import BertTokenizer
+from bertzoo.text.vocabulary import builtin_vocabulary
+from bertzoo.utils import private_api
+
+TEXTS = ["a gripping, funny film", "dull and far too long", "fine", "what a lovely day out"] * 4
+LABELS = [1, 0, 1, 1] * 4
+
+
+def float_dense(activation=None, asymmetric=False, units=24, inputs=40, seed=0):
+    keras.utils.set_random_seed(seed)
+    layer = Dense(
+        units,
+        activation=get_activation(activation) if activation else None,
+        asymmetric_int8_inputs=asymmetric,
+        bias_initializer="random_normal",
+    )
+    layer.build((None, inputs))
+    return layer
+
+
+@pytest.mark.parametrize(("activation", "asymmetric"), [(None, False), ("gelu_tanh", False), (None, True)])
+def test_simulated_dense_computes_what_the_int8_layer_will(activation, asymmetric):
+    layer = float_dense(activation, asymmetric)
+    x = np.random.default_rng(1).normal(0.0, 1.5, (3, 5, 40)).astype("float32")
+    if asymmetric:
+        x = np.maximum(x, -0.17)  # One-sided, as GELU outputs are.
+    plain = keras.ops.convert_to_numpy(layer(x))
+    layer.simulate_int8 = True
+    simulated = keras.ops.convert_to_numpy(layer(x))
+    assert np.abs(simulated - plain).max() > 1e-4  # The rounding shows.
+
+    layer.simulate_int8 = False
+    layer.quantize("int8")
+    expected = numpy_reference(layer, x, activation).reshape(simulated.shape)
+    np.testing.assert_allclose(simulated, expected, rtol=1e-4, atol=1e-4)
+
+
+@needs_onednn
+def test_simulated_dense_matches_the_fused_int8_kernel():
+    layer = float_dense("gelu_tanh", asymmetric=True)
+    x = np.abs(np.random.default_rng(2).normal(0.0, 1.0, (4, 40))).astype("float32") - 0.1
+    layer.simulate_int8 = True
+    simulated = keras.ops.convert_to_numpy(layer(x))
+    layer.simulate_int8 = False
+    layer.quantize("int8")
+    fused = keras.ops.convert_to_numpy(layer(x, training=False))
+    np.testing.assert_allclose(simulated, fused, rtol=1e-4, atol=1e-4)
+
+
+def test_simulated_kernel_is_keras_int8_kernel_dequantized():
+    layer = float_dense()
+    simulated = keras.ops.convert_to_numpy(simulated_int8_kernel(layer.kernel))
+    layer.quantize("int8")
+    int8 = keras.ops.convert_to_numpy(private_api.dense_kernel_variable(layer)).astype("float32")
+    np.testing.assert_allclose(simulated, int8 / keras.ops.convert_to_numpy(layer.kernel_scale), rtol=1e-6)
+
+
+def test_simulated_inputs_match_tensorflow_quantize_dequantize():
+    x = tf.constant(np.random.default_rng(3).normal(0.0, 2.0, (6, 7)).astype("float32"))
+    largest = tf.reduce_max(tf.abs(x))
+    q = tf.quantization.quantize(x, -largest, largest, tf.qint8, mode="SCALED", narrow_range=True)
+    expected = tf.quantization.dequantize(q.output, q.output_min, q.output_max, mode="SCALED", narrow_range=True)
+    np.testing.assert_allclose(simulated_int8_inputs(x).numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+    y = tf.nn.relu(x) - 0.3
+    low = tf.minimum(tf.reduce_min(y), 0.0)
+    q = tf.quantization.quantize(y - low, 0.0, tf.reduce_max(y - low), tf.quint8, mode="SCALED")
+    expected = tf.quantization.dequantize(q.output, q.output_min, q.output_max, mode="SCALED") + low
+    np.testing.assert_allclose(simulated_int8_inputs(y, asymmetric=True).numpy(), expected.numpy(), atol=1e-5)
+
+
+def test_rounding_passes_gradients_straight_through():
+    x = tf.Variable(np.linspace(-2.0, 3.0, 11, dtype="float32"))
+    weights = tf.constant(np.arange(11, dtype="float32"))
+    for asymmetric in (False, True):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(simulated_int8_inputs(x, asymmetric) * weights)
+        np.testing.assert_allclose(tape.gradient(loss, x).numpy(), weights.numpy())
+    kernel = tf.Variable(np.random.default_rng(4).normal(size=(5, 3)).astype("float32"))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(simulated_int8_kernel(kernel))
+    np.testing.assert_allclose(tape.gradient(loss, kernel).numpy(), np.ones((5, 3)))
+
+
+@pytest.fixture(scope="module")
+def classifier():
+    keras.utils.set_random_seed(0)
+    preprocessor = BertPreprocessor(BertTokenizer(builtin_vocabulary(1200)), sequence_length=16)
+    backbone = bertzoo.BertBackbone(
+        vocabulary_size=1200, num_layers=2, hidden_dim=32, num_heads=2, intermediate_dim=64, max_sequence_length=16
+    )
+    return bertzoo.BertClassifier(backbone, num_classes=2, preprocessor=preprocessor)
+
+
+def dense_layers(model):
+    return [layer for layer in private_api.flatten_layers(model) if isinstance(layer, Dense)]
+
+
+def int8_kernels(model):
+    return [keras.ops.convert_to_numpy(private_api.dense_kernel_variable(layer)) for layer in dense_layers(model)]
+
+
+def test_without_training_steps_it_is_post_training_quantization(classifier):
+    q = bertzoo.quantization_aware_training(classifier, TEXTS, LABELS, learning_rate=0.0, verbose=0)
+    expected = bertzoo.quantize(classifier, "int8")
+    assert type(q) is bertzoo.BertClassifier and bertzoo.utils.quantization_mode(q) == "int8"
+    for got, want in zip(int8_kernels(q), int8_kernels(expected), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("distill", [True, False])
+def test_training_moves_the_weights_and_leaves_the_model_alone(classifier, distill):
+    before = [keras.ops.convert_to_numpy(v).copy() for v in classifier.weights]
+    seen = []
+
+    class Spy(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            student = getattr(self.model, "student", self.model)  # The distiller's, when distilling.
+            seen.append(all(layer.simulate_int8 for layer in dense_layers(student)))
+
+    original_fit = bertzoo.Distiller.fit if distill else bertzoo.BertClassifier.fit
+
+    def fit_with_spy(self, *args, **kwargs):
+        return original_fit(self, *args, callbacks=[Spy()], **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bertzoo.Distiller if distill else bertzoo.BertClassifier, "fit", fit_with_spy)
+        q = bertzoo.quantization_aware_training(
+            classifier, TEXTS, LABELS, learning_rate=1e-3, batch_size=8, distill=distill, verbose=0
+        )
+    # Every Dense layer of the model in training simulated int8; none does now.
+    assert seen and all(seen)
+    assert not any(layer.simulate_int8 for layer in dense_layers(q))
+    ptq = bertzoo.quantize(classifier, "int8")
+    assert any(np.any(a != b) for a, b in zip(int8_kernels(q), int8_kernels(ptq), strict=True))
+    # The float model is neither trained, nor quantized, nor left simulating.
+    for v, old in zip(classifier.weights, before, strict=True):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(v), old)
+    assert bertzoo.utils.quantization_mode(classifier) is None
+    assert not any(layer.simulate_int8 for layer in dense_layers(classifier))
+    assert q.predict(TEXTS[:4], verbose=0).shape == (4, 2)
+
+
+def test_bad_quantization_aware_training_requests(classifier):
+    with pytest.raises(ValueError, match=r"Unknown quantization mode 'int4'.*quantization_aware_training supports"):
+        bertzoo.quantization_aware_training(classifier, TEXTS, LABELS, mode="int4")
+    with pytest.raises(ValueError, match=r"`epochs` must be an int >= 1, got 0"):
+        bertzoo.quantization_aware_training(classifier, TEXTS, LABELS, epochs=0)
+    with pytest.raises(ValueError, match=r"already quantized \(int8\)"):
+        bertzoo.quantization_aware_training(bertzoo.quantize(classifier), TEXTS, LABELS)
