@@ -638,6 +638,9 @@ def parse_args(argv):
     parser.add_argument(
         "--cached-only", action="store_true", help="train and time nothing: report the cached results there are"
     )
+    parser.add_argument(
+        "--skip-timing", action="store_true", help="train and measure accuracy only (time later, on a quiet machine)"
+    )
     args = parser.parse_args(argv)
     args.files = _csv(args.files, FILES, "--files")
     args.methods = _csv(args.methods, METHODS, "--methods")
@@ -707,8 +710,8 @@ def run_file(name, args, cache):
     # speedup is against the teacher of its own timing run.
     same_settings = cached.get("settings") == latency_settings
     stale = [m for m in timed if m in models or m not in cached.get("models", {})] if same_settings else timed
-    # --cached-only keeps whatever timing there is.
-    if not args.cached_only and stale:
+    # --cached-only and --skip-timing keep whatever timing there is.
+    if not (args.cached_only or args.skip_timing) and stale:
         for method in stale:
             if method not in models:
                 # The timing seed's model, else (a method new to this file) this run's first.
