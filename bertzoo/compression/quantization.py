@@ -112,7 +112,7 @@ def quantization_aware_training(
     mode="int8",
     epochs=1,
     batch_size=32,
-    learning_rate=1e-5,
+    learning_rate=2e-5,
     distill=True,
     include_embeddings=True,
     validation_data=None,
@@ -148,10 +148,9 @@ def quantization_aware_training(
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"`epochs` must be an int >= 1, got {epochs!r}.")
     student = copy_model(model)
+    network_layer = _weight_layers(student, include_embeddings=False)
     simulated = [
-        layer
-        for layer in private_api.flatten_layers(student)
-        if isinstance(layer, Dense) and _weight_layers(student, False)(layer)
+        layer for layer in private_api.flatten_layers(student) if isinstance(layer, Dense) and network_layer(layer)
     ]
     for layer in simulated:
         layer.simulate_int8 = True
