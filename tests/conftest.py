@@ -35,3 +35,15 @@ def make_bert_inputs(rng):
         return {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
 
     return make
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _fresh_keras_state():
+    """Each test module starts from a clean Keras state: the models, graphs
+    and names earlier modules left behind are dropped, so the garbage every
+    full `gc.collect()` (Keras runs one per layer it deletes) has to walk
+    does not grow with the suite."""
+    yield
+    import keras
+
+    keras.backend.clear_session()
