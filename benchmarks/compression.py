@@ -176,7 +176,7 @@ def method_settings(method, args, n_train, n_test):
         "prune90": {"epochs": args.prune_epochs, "sparsity": 0.9, "scores": args.prune_scores, "learning_rate": 1e-4},
         "structured": {"epochs": args.structured_epochs, "heads": args.heads, "ffn": args.ffn, "learning_rate": 1e-4},
         "int8": {},
-        "int8qat": {"epochs": args.qat_epochs, "learning_rate": QAT_LEARNING_RATE, "distill": True},
+        "int8qat": {"epochs": args.qat_epochs, "learning_rate": QAT_LEARNING_RATE, "distill": True, "alpha": 0.0},
     }[method]
     return {**common, **specific}
 

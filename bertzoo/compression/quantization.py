@@ -114,6 +114,7 @@ def quantization_aware_training(
     batch_size=32,
     learning_rate=2e-5,
     distill=True,
+    alpha=0.0,
     include_embeddings=True,
     validation_data=None,
     verbose="auto",
@@ -126,11 +127,11 @@ def quantization_aware_training(
     int8 grids inference will use (`bertzoo.layers.dense`: one input scale
     per tensor, one kernel scale per output channel), passing gradients
     straight through the rounding. With `distill` (the default) the copy
-    learns from `model`'s own predictions (soft targets at temperature 2,
-    mixed half and half with the labels when `y` is given; `Distiller`) so
-    it stays close to the float model rather than drifting with extra
-    epochs on the labels; `distill=False` fine-tunes on the labels alone
-    with the task's loss. `x`/`y`/`validation_data` are what the task's
+    learns to reproduce `model`'s own predictions (soft targets at
+    temperature 2, `Distiller`; `alpha` > 0 mixes in the labels' loss with
+    that weight), so it stays close to the float model rather than drifting
+    with extra epochs on the labels; `distill=False` fine-tunes on the labels
+    alone with the task's loss. `x`/`y`/`validation_data` are what the task's
     `fit` takes (raw texts and labels, tokenized features, or a dataset).
     The optimizer is `bert_optimizer(learning_rate)` over `epochs`.
 
@@ -158,7 +159,7 @@ def quantization_aware_training(
         trainer = student
         if distill:
             no_features = {"hidden_state_weight": 0.0, "attention_weight": 0.0, "embedding_weight": 0.0}
-            trainer = Distiller(model, student, alpha=0.5 if y is not None else 0.0, **no_features)
+            trainer = Distiller(model, student, alpha=alpha if y is not None else 0.0, **no_features)
         trainer.compile(optimizer=bert_optimizer(learning_rate))
         trainer.fit(x, y, batch_size=batch_size, epochs=epochs, validation_data=validation_data, verbose=verbose)
     finally:
