@@ -15,6 +15,9 @@ calls. It prints one `BENCH {json}` line per variant.
 Libraries:
 - `bertzoo`: `bertzoo.BertBackbone` / `bertzoo.BertClassifier` (Task.compile
   defaults: AdamW with warm-up, gradient clipping).
+- `bertzoo_jax`: the same bertzoo model code on Keras's JAX backend (the
+  worker runs with `KERAS_BACKEND=jax`; JAX always compiles with XLA, so
+  there is one variant).
 - `keras_hub`: `keras_hub.models.BertBackbone` / `BertTextClassifier`,
   trained with Keras's `AdamW` (weight decay 0.01, clipping at global norm
   1), so that all three libraries run the same training recipe.
@@ -72,6 +75,7 @@ def missing(library):
 
     needs = {
         "bertzoo": ["bertzoo", "tensorflow"],
+        "bertzoo_jax": ["bertzoo", "jax"],
         "keras_hub": ["keras_hub", "tensorflow"],
         "transformers": ["transformers", "torch"],
     }[library]
@@ -165,6 +169,20 @@ class Bertzoo(KerasLibrary):
 
     def compile_for_training(self, model, xla):
         model.compile(jit_compile=xla)  # bertzoo's defaults otherwise.
+
+
+class BertzooJax(Bertzoo):
+    name = "bertzoo_jax"
+    backend = "jax"
+
+    def versions(self):
+        return library_versions(("keras", "jax", "jaxlib", "bertzoo"))
+
+    def variants(self, mode, dtype):
+        return [{"xla": True}]  # Keras on JAX runs every step as one jitted XLA function.
+
+    def default_xla(self, model):
+        return True
 
 
 class KerasHub(KerasLibrary):
@@ -311,7 +329,9 @@ class Transformers:
         return step
 
 
-LIBRARIES = {cls.name: cls for cls in (Bertzoo, KerasHub, Transformers)}
+LIBRARIES = {cls.name: cls for cls in (Bertzoo, BertzooJax, KerasHub, Transformers)}
+# bertzoo's own configurations (every Keras backend); the others are peers.
+OURS = ("bertzoo", "bertzoo_jax")
 
 
 # --- Matmul peak ----------------------------------------------------------
@@ -422,6 +442,9 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=2)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    backend = getattr(LIBRARIES.get(args.library), "backend", None)
+    if backend:  # Before anything imports Keras, which reads it once.
+        os.environ["KERAS_BACKEND"] = backend
     if args.library == "matmul":
         print("BENCH " + json.dumps({"library": "matmul", "peaks": matmul_peak()}), flush=True)
         return

@@ -53,11 +53,17 @@ from benchmarks.harness import write_between_markers
 from benchmarks.peers import DTYPES
 from benchmarks.peers import LIBRARIES
 from benchmarks.peers import MODES
+from benchmarks.peers import OURS
 from benchmarks.peers import backbone_config
 from benchmarks.peers import missing
 
 DEFAULT_CHART = OUT / "peers.png"
-LABELS = {"bertzoo": "bertzoo", "keras_hub": "keras-hub", "transformers": "HF transformers (PyTorch)"}
+LABELS = {
+    "bertzoo": "bertzoo",
+    "bertzoo_jax": "bertzoo (JAX backend)",
+    "keras_hub": "keras-hub",
+    "transformers": "HF transformers (PyTorch)",
+}
 COLUMNS = [
     "mode",
     "dtype",
@@ -126,19 +132,17 @@ def add_figures(rows, config, args, peaks):
         peers = [
             r["seq_per_s"]
             for r in rows
-            if r["library"] != row["library"]
-            and r["library"] != "bertzoo"
-            and (r["mode"], r["dtype"]) == (row["mode"], row["dtype"])
+            if r["library"] not in OURS and (r["mode"], r["dtype"]) == (row["mode"], row["dtype"])
         ]
-        row["vs_best_peer"] = row["seq_per_s"] / max(peers) if peers and row["library"] == "bertzoo" else None
+        row["vs_best_peer"] = row["seq_per_s"] / max(peers) if peers and row["library"] in OURS else None
 
 
 def summarize(rows):
     """Per mode: bertzoo's best configuration against the best peer's."""
     summary = []
     for mode in MODES:
-        ours = [r for r in rows if r["mode"] == mode and r["library"] == "bertzoo"]
-        theirs = [r for r in rows if r["mode"] == mode and r["library"] != "bertzoo"]
+        ours = [r for r in rows if r["mode"] == mode and r["library"] in OURS]
+        theirs = [r for r in rows if r["mode"] == mode and r["library"] not in OURS]
         if not ours or not theirs:
             continue
         best = max(ours, key=lambda r: r["seq_per_s"])
@@ -200,7 +204,7 @@ def readme_section(rows, summary, header):
                 mine = [r for r in found if r["library"] == name]
                 best = max(mine, key=lambda r: r["seq_per_s"]) if mine else None
                 cells.append(f"{best['seq_per_s']:.2f} ({_setting_name(best)})" if best else "-")
-            ours = [r["vs_best_peer"] for r in found if r["library"] == "bertzoo" and r["vs_best_peer"]]
+            ours = [r["vs_best_peer"] for r in found if r["library"] in OURS and r["vs_best_peer"]]
             ratio = f"{max(ours):.2f}x" if ours else "-"
             lines.append(f"| {mode} | {dtype} | " + " | ".join(cells) + f" | {ratio} |")
     lines.append("")
@@ -257,7 +261,7 @@ def draw_chart(rows, path, title):
     modes = [m for m in MODES if any(r["mode"] == m for r in rows)]
     fig, axes = plt.subplots(1, len(modes), figsize=(6 * len(modes), 4.5), squeeze=False)
     libraries = [name for name in LIBRARIES if any(r["library"] == name for r in rows)]
-    colors = {"bertzoo": "#1f77b4", "keras_hub": "#ff7f0e", "transformers": "#2ca02c"}
+    colors = {"bertzoo": "#1f77b4", "bertzoo_jax": "#9467bd", "keras_hub": "#ff7f0e", "transformers": "#2ca02c"}
     for ax, mode in zip(axes[0], modes):
         dtypes = [d for d in DTYPES if any(r["mode"] == mode and r["dtype"] == d for r in rows)]
         width = 0.8 / max(len(libraries), 1)
