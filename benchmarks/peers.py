@@ -111,7 +111,7 @@ class KerasLibrary:
     def variants(self, mode, dtype):
         return [{"xla": False}, {"xla": True}]
 
-    def default_xla(self, model):
+    def default_xla(self, model, mode):
         raise NotImplementedError
 
     def _policy(self, mode, dtype):
@@ -162,10 +162,15 @@ class Bertzoo(KerasLibrary):
             return backbone
         return bertzoo.BertClassifier(backbone, NUM_CLASSES)
 
-    def default_xla(self, model):
+    def default_xla(self, model, mode):
+        # What `predict` / `fit` run with `jit_compile="auto"`: the measured
+        # choice per mode (an int8 model may infer best without XLA and
+        # train best with it).
+        from bertzoo.utils import fast_path
         from bertzoo.utils.device import default_jit_compile
 
-        return default_jit_compile(model)
+        chosen = default_jit_compile(model)
+        return fast_path.jit_compile_for(model, "predict" if mode == "inference" else "train", default=chosen)
 
     def compile_for_training(self, model, xla):
         model.compile(jit_compile=xla)  # bertzoo's defaults otherwise.
@@ -181,7 +186,7 @@ class BertzooJax(Bertzoo):
     def variants(self, mode, dtype):
         return [{"xla": True}]  # Keras on JAX runs every step as one jitted XLA function.
 
-    def default_xla(self, model):
+    def default_xla(self, model, mode):
         return True
 
 
@@ -200,7 +205,7 @@ class KerasHub(KerasLibrary):
             return backbone
         return keras_hub.models.BertTextClassifier(backbone, NUM_CLASSES, preprocessor=None)
 
-    def default_xla(self, model):
+    def default_xla(self, model, mode):
         return bool(model.jit_compile)  # Keras's "auto", resolved by the public property.
 
     def compile_for_training(self, model, xla):
@@ -239,7 +244,7 @@ class Transformers:
         one = [{"xla": False, "threads": 1}] if self._default_threads > 1 else []
         return [{"xla": False, "threads": self._default_threads}] + one
 
-    def default_xla(self, model):
+    def default_xla(self, model, mode):
         return False
 
     def _set_threads(self, variant):
@@ -402,7 +407,7 @@ def run_worker(library, mode, dtype, preset, batch, length, runs, warmup):
         check = _compare(lib.output(model, inputs), lib.output(reference, inputs))
     del reference
     gc.collect()
-    default = lib.default_xla(model)
+    default = lib.default_xla(model, mode)
     variants = lib.variants(mode, dtype)
     for variant in variants:
         load_before = os.getloadavg()[0]
