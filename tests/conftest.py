@@ -36,14 +36,3 @@ def make_bert_inputs(rng):
 
     return make
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _fresh_keras_state():
-    """Each test module starts from a clean Keras state: the models, graphs
-    and names earlier modules left behind are dropped, so the garbage every
-    full `gc.collect()` (Keras runs one per layer it deletes) has to walk
-    does not grow with the suite."""
-    yield
-    import keras
-
-    keras.backend.clear_session()
