@@ -35,4 +35,3 @@ def make_bert_inputs(rng):
         return {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
 
     return make
-
