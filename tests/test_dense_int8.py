@@ -37,7 +37,7 @@ NUMPY_ACTIVATIONS = {
 }
 
 
-def quantized_dense(activation=None, units=24, inputs=40, seed=0, asymmetric=False):
+def float_dense(activation=None, units=24, inputs=40, seed=0, asymmetric=False):
     keras.utils.set_random_seed(seed)
     layer = Dense(
         units,
@@ -46,6 +46,11 @@ def quantized_dense(activation=None, units=24, inputs=40, seed=0, asymmetric=Fal
         bias_initializer="random_normal",
     )
     layer.build((None, inputs))
+    return layer
+
+
+def quantized_dense(activation=None, units=24, inputs=40, seed=0, asymmetric=False):
+    layer = float_dense(activation, units, inputs, seed, asymmetric)
     layer.quantize("int8")
     return layer
 

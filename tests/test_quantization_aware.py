@@ -11,11 +11,11 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_dense_int8 import float_dense
 from test_dense_int8 import needs_onednn
 from test_dense_int8 import numpy_reference
 
 import bertzoo
-from bertzoo.layers import get_activation
 from bertzoo.layers.dense import Dense
 from bertzoo.layers.dense import simulated_int8_inputs
 from bertzoo.layers.dense import simulated_int8_kernel
@@ -28,21 +28,9 @@ TEXTS = ["a gripping, funny film", "dull and far too long", "fine", "what a love
 LABELS = [1, 0, 1, 1] * 4
 
 
-def float_dense(activation=None, asymmetric=False, units=24, inputs=40, seed=0):
-    keras.utils.set_random_seed(seed)
-    layer = Dense(
-        units,
-        activation=get_activation(activation) if activation else None,
-        asymmetric_int8_inputs=asymmetric,
-        bias_initializer="random_normal",
-    )
-    layer.build((None, inputs))
-    return layer
-
-
 @pytest.mark.parametrize(("activation", "asymmetric"), [(None, False), ("gelu_tanh", False), (None, True)])
 def test_simulated_dense_computes_what_the_int8_layer_will(activation, asymmetric):
-    layer = float_dense(activation, asymmetric)
+    layer = float_dense(activation, asymmetric=asymmetric)
     x = np.random.default_rng(1).normal(0.0, 1.5, (3, 5, 40)).astype("float32")
     if asymmetric:
         x = np.maximum(x, -0.17)  # One-sided, as GELU outputs are.
