@@ -18,6 +18,9 @@ Libraries:
 - `bertzoo_jax`: the same bertzoo model code on Keras's JAX backend (the
   worker runs with `KERAS_BACKEND=jax`; JAX always compiles with XLA, so
   there is one variant).
+- `bertzoo_torch`: the same on Keras's torch backend (`KERAS_BACKEND=torch`),
+  eager (bertzoo's default there) and with `jit_compile=True`, which Keras
+  turns into `torch.compile`.
 - `keras_hub`: `keras_hub.models.BertBackbone` / `BertTextClassifier`,
   trained with Keras's `AdamW` (weight decay 0.01, clipping at global norm
   1), so that all three libraries run the same training recipe.
@@ -76,6 +79,7 @@ def missing(library):
     needs = {
         "bertzoo": ["bertzoo", "tensorflow"],
         "bertzoo_jax": ["bertzoo", "jax"],
+        "bertzoo_torch": ["bertzoo", "torch"],
         "keras_hub": ["keras_hub", "tensorflow"],
         "transformers": ["transformers", "torch"],
     }[library]
@@ -188,6 +192,19 @@ class BertzooJax(Bertzoo):
 
     def default_xla(self, model, mode):
         return True
+
+
+class BertzooTorch(Bertzoo):
+    name = "bertzoo_torch"
+    backend = "torch"
+
+    def versions(self):
+        import torch
+
+        return {**library_versions(("keras", "torch", "bertzoo")), "torch_threads": torch.get_num_threads()}
+
+    def default_xla(self, model, mode):
+        return False  # bertzoo's "auto" on torch: eager (torch.compile is opt-in).
 
 
 class KerasHub(KerasLibrary):
@@ -334,9 +351,9 @@ class Transformers:
         return step
 
 
-LIBRARIES = {cls.name: cls for cls in (Bertzoo, BertzooJax, KerasHub, Transformers)}
+LIBRARIES = {cls.name: cls for cls in (Bertzoo, BertzooJax, BertzooTorch, KerasHub, Transformers)}
 # bertzoo's own configurations (every Keras backend); the others are peers.
-OURS = ("bertzoo", "bertzoo_jax")
+OURS = ("bertzoo", "bertzoo_jax", "bertzoo_torch")
 
 
 # --- Matmul peak ----------------------------------------------------------

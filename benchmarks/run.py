@@ -61,6 +61,7 @@ DEFAULT_CHART = OUT / "peers.png"
 LABELS = {
     "bertzoo": "bertzoo",
     "bertzoo_jax": "bertzoo (JAX backend)",
+    "bertzoo_torch": "bertzoo (torch backend)",
     "keras_hub": "keras-hub",
     "transformers": "HF transformers (PyTorch)",
 }
@@ -164,15 +165,20 @@ def _setting(row):
     """The configuration column: XLA for Keras, threads for PyTorch."""
     if "threads" in row:
         text = f"- ({_setting_name(row)})"
+    elif row["library"] == "bertzoo_torch":
+        text = _setting_name(row)
     else:
         text = "yes" if row["xla"] else "no"
     return text + (" (default)" if row["default"] else "")
 
 
 def _setting_name(row):
-    """ "XLA" / "no XLA" for the Keras libraries, "2 threads" for PyTorch."""
+    """ "XLA" / "no XLA" for the Keras libraries ("torch.compile" / "eager"
+    on Keras's torch backend), "2 threads" for PyTorch."""
     if "threads" in row:
         return f"{row['threads']} thread{'s' if row['threads'] > 1 else ''}"
+    if row["library"] == "bertzoo_torch":
+        return "torch.compile" if row["xla"] else "eager"
     return "XLA" if row["xla"] else "no XLA"
 
 
@@ -261,7 +267,13 @@ def draw_chart(rows, path, title):
     modes = [m for m in MODES if any(r["mode"] == m for r in rows)]
     fig, axes = plt.subplots(1, len(modes), figsize=(6 * len(modes), 4.5), squeeze=False)
     libraries = [name for name in LIBRARIES if any(r["library"] == name for r in rows)]
-    colors = {"bertzoo": "#1f77b4", "bertzoo_jax": "#9467bd", "keras_hub": "#ff7f0e", "transformers": "#2ca02c"}
+    colors = {
+        "bertzoo": "#1f77b4",
+        "bertzoo_jax": "#9467bd",
+        "bertzoo_torch": "#8c564b",
+        "keras_hub": "#ff7f0e",
+        "transformers": "#2ca02c",
+    }
     for ax, mode in zip(axes[0], modes):
         dtypes = [d for d in DTYPES if any(r["mode"] == mode and r["dtype"] == d for r in rows)]
         width = 0.8 / max(len(libraries), 1)

@@ -72,7 +72,9 @@ class DefaultCompileMixin:
         reference = getattr(self, self._AUTO_JIT_ATTRIBUTE, None)
         model = reference() if reference is not None else None
         if model is not None:
-            chosen = resolve_jit_compile("auto", model, getattr(self, "distribute_strategy", None))
+            # Only this mode is measured: a model that only predicts never
+            # pays for timing training steps.
+            chosen = resolve_jit_compile("auto", model, getattr(self, "distribute_strategy", None), mode=mode)
             self.jit_compile = fast_path.jit_compile_for(model, mode, default=chosen)
 
     def get_compile_config(self):

@@ -110,7 +110,7 @@ def _log_multi_replica_once():
     )
 
 
-def default_jit_compile(model_or_policy=None, strategy=None):
+def default_jit_compile(model_or_policy=None, strategy=None, mode=None):
     """Whether bertzoo compiles train/predict steps with XLA by default: the
     measured choice for a model, or the rule where nothing can be measured.
 
@@ -121,6 +121,10 @@ def default_jit_compile(model_or_policy=None, strategy=None):
             `quantize()` leaves the model's own policy unchanged.
         strategy: the `tf.distribute` strategy the model trains under; None
             looks at the strategy in scope.
+        mode: "train", "test" or "predict" to measure (and return the choice
+            for) that mode only, as `fit`/`evaluate`/`predict` do when they
+            first build their step; None measures both and returns the
+            training step's choice.
 
     On the JAX backend always (its only compiled path); on the torch
     backend never (Keras's own default): `fast_path.backend_jit_compile`.
@@ -141,7 +145,7 @@ def default_jit_compile(model_or_policy=None, strategy=None):
     default_jit_compile(model)  # Measured (or cached) for this model here.
     ```
     """
-    mode = quantization_mode(model_or_policy)
+    quantized = quantization_mode(model_or_policy)
     backend = keras.backend.backend()
     if backend != "tensorflow":
         rule = fast_path.backend_jit_compile(backend)
@@ -151,17 +155,19 @@ def default_jit_compile(model_or_policy=None, strategy=None):
         return fast_path.rule_choice(model_or_policy, False, "a multi-replica tf.distribute strategy")
     # The rule: on CPU only quantized models without bertzoo's fused oneDNN
     # int8 kernel gain from XLA (see the module docstring).
-    fused = mode in (None, "int8") and onednn_int8_available()
-    rule = accelerator() != "cpu" or bool(mode and not fused)
-    return fast_path.auto_jit_compile(model_or_policy, rule).jit_compile
+    fused = quantized in (None, "int8") and onednn_int8_available()
+    rule = accelerator() != "cpu" or bool(quantized and not fused)
+    report = fast_path.auto_jit_compile(model_or_policy, rule, mode=mode)
+    return report.jit_compile if mode is None else report.choice(mode)
 
 
-def resolve_jit_compile(jit_compile, model, strategy=None):
+def resolve_jit_compile(jit_compile, model, strategy=None, mode=None):
     """The `jit_compile` value to hand to `keras.Model.compile`.
 
-    `"auto"` becomes `default_jit_compile(model, strategy)` (measured for a
-    model; the training step's choice, the per-mode one is
-    `fast_path.jit_compile_for(model, mode)`); `True` under a multi-replica
+    `"auto"` becomes `default_jit_compile(model, strategy, mode)` (measured
+    for a model: for `mode` only when given, else the training step's
+    choice; the per-mode one is `fast_path.jit_compile_for(model, mode)`);
+    `True` under a multi-replica
     strategy raises a `ValueError` naming the fix, instead of the
     device-placement error `fit()` would raise later. An explicit True/False
     pins both modes.
@@ -172,7 +178,7 @@ def resolve_jit_compile(jit_compile, model, strategy=None):
     ```
     """
     if jit_compile == "auto":
-        return default_jit_compile(model, strategy)
+        return default_jit_compile(model, strategy, mode)
     if jit_compile is True and not jit_compile_supported(strategy):
         raise ValueError(
             "jit_compile=True cannot be used under a tf.distribute strategy with several "

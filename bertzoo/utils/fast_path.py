@@ -14,9 +14,13 @@ for this model's input shapes on this machine:
 
 Each candidate is called once to trace and compile (timed and reported as
 its compile time, not counted), then the candidates run interleaved, a few
-rounds, and the median of each decides, per mode ("predict", "train"). The
-model's non-trainable variables (dropout seed states) are restored
-afterwards, so measuring leaves no trace in later training.
+rounds, and the median of each decides, per mode ("predict", "train"); a
+mode whose candidates are far apart (every run of one at least
+`CLEAR_GAIN` faster than every run of the other) is decided after the first
+round. `fit`, `evaluate` and `predict` each measure only their own mode, the
+first time they build their step. The model's non-trainable variables
+(dropout seed states) are restored afterwards, so measuring leaves no trace
+in later training.
 
 The choice is cached on disk (`$BERTZOO_CACHE_DIR/fast_path.json`, default
 `~/.cache/bertzoo/fast_path.json`), keyed by a hash of the device (CPU model
@@ -99,6 +103,10 @@ DEFAULT_BUDGET_SECONDS = 10.0
 # XLA must be faster by this fraction to be chosen: below it the difference
 # is noise, and the path without XLA has no compile cost.
 MIN_GAIN = 0.02
+# A mode is decided after fewer than `runs` rounds when every run of one
+# candidate beat every run of the other by this fraction: more rounds could
+# not change the choice, only the cost.
+CLEAR_GAIN = 0.2
 
 _lock = threading.RLock()
 _memory = {}  # Cache key -> entry (the JSON form), this process.
@@ -597,10 +605,21 @@ def _candidate_functions(model, x, modes):
     return {(mode, jit): make(mode, jit) for mode in modes for jit in (False, True)}
 
 
+def _clearly_decided(candidates, mode, clear_gain=CLEAR_GAIN):
+    """True when `mode` has two timed candidates and every run of one beat
+    every run of the other by `clear_gain`."""
+    timed = [c.runs_s for c in candidates if c.mode == mode and c.runs_s]
+    if len(timed) != 2:
+        return False
+    fast, slow = sorted(timed, key=min)
+    return max(fast) < min(slow) * (1 - clear_gain)
+
+
 def _measure(model, shapes, modes, runs, budget_s, timer):
     """`[Candidate]` for `modes`, timed interleaved: one warm-up call each
     (the compile time), then up to `runs` rounds, alternating the order,
-    until `budget_s` of timed runs once every candidate has a run."""
+    until `budget_s` of timed runs once every candidate has a run, or until
+    each mode is clearly decided (`_clearly_decided`)."""
     x = example_inputs(shapes)
     functions = _candidate_functions(model, x, modes)
     candidates = {key: Candidate(mode=key[0], jit_compile=key[1]) for key in functions}
@@ -617,6 +636,8 @@ def _measure(model, shapes, modes, runs, budget_s, timer):
         for round_index in range(runs):
             if round_index and spent >= budget_s:
                 break
+            listed = list(candidates.values())
+            working = [key for key in working if not _clearly_decided(listed, key[0])]
             for key in working if round_index % 2 == 0 else reversed(working):
                 seconds = float(timer(candidates[key].name, functions[key]))
                 candidates[key].runs_s.append(seconds)
@@ -657,8 +678,8 @@ def _to_entry(report, modes):
     }
 
 
-def _from_entry(entry, model_name, key, path, modes):
-    candidates = [Candidate(**c) for mode in modes for c in entry["modes"][mode]["candidates"]]
+def _from_entry(entry, model_name, key, path):
+    candidates = [Candidate(**c) for mode in MODES for c in entry["modes"].get(mode, {}).get("candidates", [])]
     report = FastPathReport(
         model=model_name,
         source="cache",
@@ -752,7 +773,7 @@ def choose_jit_compile(
             entry = _read_cache(path).get(key)
         if entry is not None and all(mode in entry["modes"] for mode in modes):
             _memory[key] = entry
-            return _record(model, _from_entry(entry, name, key, path, modes))
+            return _record(model, _from_entry(entry, name, key, path))
         earlier = entry
         start = time.perf_counter()
         candidates = _measure(
@@ -773,27 +794,35 @@ def choose_jit_compile(
         report.predict = _decide(candidates, "predict") if "predict" in modes else None
         report.train = _decide(candidates, "train") if "train" in modes else None
         entry = _to_entry(report, modes)
-        if earlier is not None:  # Keep the modes measured before.
-            entry["modes"] = {**earlier["modes"], **entry["modes"]}
+        if earlier is not None:  # Keep the modes measured before, and report them.
+            kept = {mode: value for mode, value in earlier["modes"].items() if mode not in modes}
+            entry["modes"] = {**kept, **entry["modes"]}
+            report.candidates = [Candidate(**c) for value in kept.values() for c in value["candidates"]] + candidates
+            report.predict = entry["modes"].get("predict", {}).get("chosen")
+            report.train = entry["modes"].get("train", {}).get("chosen")
+            report.cost_s += earlier.get("cost_s") or 0.0
+            entry["cost_s"] = report.cost_s
         _memory[key] = entry
         if cache:
             _write_cache(path, key, entry)
     return _record(model, report)
 
 
-def auto_jit_compile(model_or_policy, rule, rule_reason="the rule: nothing measured"):
+def auto_jit_compile(model_or_policy, rule, rule_reason="the rule: nothing measured", mode=None):
     """The choice `jit_compile="auto"` makes on the TensorFlow backend
     without a multi-replica strategy (`bertzoo.utils.device` checks the
     backend and strategy first): `$BERTZOO_JIT_COMPILE` pins, else the
     measured (or cached) choice for a model, else `rule` (policies, models
     without symbolic inputs, `BERTZOO_JIT_COMPILE=rule`, a mode no candidate
     of which could run, or a measurement that failed: `compile()` never
-    fails for want of one). Returns a `FastPathReport`."""
+    fails for want of one). `mode` ("train", "test" or "predict") measures
+    that mode only; a mode not measured yet reads `rule` meanwhile. Returns a
+    `FastPathReport`."""
     pinned = pinned_jit_compile()
     report = None
     if pinned != "rule" and measurable(model_or_policy):
         try:
-            report = choose_jit_compile(model_or_policy)
+            report = choose_jit_compile(model_or_policy, modes=MODES if mode is None else (mode,))
         except Exception as e:  # Measuring is an optimization: fall back to the rule.
             logger.warning(
                 "Could not measure the fast path of %s (%s: %s); using the rule.",
@@ -803,14 +832,17 @@ def auto_jit_compile(model_or_policy, rule, rule_reason="the rule: nothing measu
             )
             rule_reason = f"{rule_reason} (measuring failed: {type(e).__name__})"
     if report is not None:
-        if report.predict is not None and report.train is not None:
+        wanted = MODES if mode is None else ("predict" if mode == "test" else mode,)
+        undecided = [name for name in wanted if report.choice(name) is None]
+        if not undecided:
             return report
-        undecided = [mode for mode in MODES if report.choice(mode) is None]
-        report.predict = rule if report.predict is None else report.predict
-        report.train = rule if report.train is None else report.train
-        report.reason = f"{rule_reason} for {', '.join(undecided)}"
-        logger.info("%s", report.summary())
-        return report
+        # The recorded report keeps None there (`jit_compile_for` falls back
+        # to its default); the caller gets the rule filled in.
+        filled = dataclasses.replace(
+            report, **{name: rule for name in undecided}, reason=f"{rule_reason} for {', '.join(undecided)}"
+        )
+        logger.info("%s", filled.summary())
+        return filled
     if pinned in (True, False):
         return _rule_report(model_or_policy, pinned, f"{PIN_ENV}={os.environ.get(PIN_ENV)}", source="pinned")
     reason = f"{PIN_ENV}=rule: {rule_reason}" if pinned == "rule" else rule_reason

@@ -1,0 +1,164 @@
+"""bertzoo on Keras's JAX and torch backends: same outputs as TensorFlow on
+the same weights, raw-text fit/predict (tokenized in tf.data), the same loss
+trajectory, int8 quantization, and on JAX `keras.distribution.DataParallel`
+on two CPU devices.
+
+The Keras backend is fixed at import, so each backend runs in a subprocess
+with `KERAS_BACKEND` set (and, for JAX,
+`XLA_FLAGS=--xla_force_host_platform_device_count=2`). It loads a preset this
+(TensorFlow) process saved. A backend whose package is not installed is
+skipped (see the README's optional backend job).
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+import bertzoo
+
+BACKENDS = {"jax": "pip install jax jaxlib", "torch": "pip install torch"}
+REPO = Path(__file__).resolve().parents[1]
+TEXTS = [f"film {i} was {'great fun' if i % 2 else 'dull and long'}" for i in range(16)]
+LABELS = np.arange(16) % 2
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import keras
+    import numpy as np
+    import bertzoo
+
+    preset, out = sys.argv[1], sys.argv[2]
+    texts, labels = json.loads(sys.argv[3]), np.array(json.loads(sys.argv[4]))
+    report = {"backend": keras.backend.backend()}
+
+    model = bertzoo.BertClassifier.from_preset(preset)
+    features = {k: np.asarray(v) for k, v in model.preprocessor(texts).items()}
+    outputs = model.backbone.predict_on_batch(features)
+    report["sequence_output"] = np.asarray(outputs["sequence_output"]).tolist()
+    report["pooled_output"] = np.asarray(outputs["pooled_output"]).tolist()
+    report["logits"] = model.predict(texts, batch_size=8, verbose=0).tolist()
+    report["int8_logits"] = bertzoo.quantize(model, "int8").predict(texts, batch_size=8, verbose=0).tolist()
+
+    def train():
+        model = bertzoo.BertClassifier.from_preset(preset)
+        model.compile(optimizer=keras.optimizers.SGD(0.5))
+        history = model.fit(texts, labels, batch_size=8, epochs=3, shuffle=False, verbose=0)
+        weight = model.backbone.embeddings.token_embedding.embeddings.value
+        devices = len(weight.sharding.device_set) if keras.backend.backend() == "jax" else 1
+        return history.history["loss"], bool(model.jit_compile), devices
+
+    report["one_device"] = train()
+    if keras.backend.backend() == "jax":
+        import jax
+
+        report["devices"] = [str(d) for d in jax.devices()]
+        keras.distribution.set_distribution(keras.distribution.DataParallel(devices=jax.devices()[:2]))
+        report["data_parallel"] = train()
+    with open(out, "w") as f:
+        json.dump(report, f)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def tensorflow_run(tmp_path_factory):
+    """The preset every backend loads, and TensorFlow's figures on it."""
+    tmp = tmp_path_factory.mktemp("backends")
+    keras.utils.set_random_seed(7)
+    backbone = bertzoo.BertBackbone.from_preset("tiny", load_weights=False, dropout=0.0)
+    preprocessor = bertzoo.Preset.resolve("tiny").build_preprocessor(sequence_length=40)
+    model = bertzoo.BertClassifier(backbone, 2, preprocessor=preprocessor, dropout=0.0)
+    model.save_to_preset(tmp / "preset")
+
+    features = {k: np.asarray(v) for k, v in preprocessor(TEXTS).items()}
+    tf_outputs = backbone.predict_on_batch(features)
+    tf_logits = model.predict(TEXTS, batch_size=8, verbose=0)
+    tf_int8_logits = bertzoo.quantize(model, "int8").predict(TEXTS, batch_size=8, verbose=0)
+    trained = bertzoo.BertClassifier.from_preset(tmp / "preset")
+    trained.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=False)
+    tf_losses = trained.fit(TEXTS, LABELS, batch_size=8, epochs=3, shuffle=False, verbose=0).history["loss"]
+    return {
+        "preset": tmp / "preset",
+        "outputs": tf_outputs,
+        "logits": tf_logits,
+        "int8_logits": tf_int8_logits,
+        "losses": tf_losses,
+    }
+
+
+@pytest.fixture(scope="module", params=sorted(BACKENDS))
+def backend_run(request, tensorflow_run, tmp_path_factory):
+    backend = request.param
+    if importlib.util.find_spec(backend) is None:
+        pytest.skip(f"{backend} is not installed (optional backend job: {BACKENDS[backend]})")
+    tmp = tmp_path_factory.mktemp(backend)
+    script = tmp / "run_backend.py"
+    script.write_text(SCRIPT)
+    out = tmp / "report.json"
+    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    if backend == "jax":
+        env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    preset = tensorflow_run["preset"]
+    done = subprocess.run(
+        [sys.executable, str(script), str(preset), str(out), json.dumps(TEXTS), json.dumps(LABELS.tolist())],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    report["tf"] = tensorflow_run
+    report["expected_backend"] = backend
+    return report
+
+
+def test_runs_on_the_requested_backend(backend_run):
+    assert backend_run["backend"] == backend_run["expected_backend"]
+
+
+def test_backbone_matches_tensorflow_on_the_same_weights(backend_run):
+    tf_outputs = backend_run["tf"]["outputs"]
+    for key in ("sequence_output", "pooled_output"):
+        np.testing.assert_allclose(np.asarray(backend_run[key]), tf_outputs[key], atol=2e-5, rtol=1e-4)
+
+
+def test_classifier_predicts_raw_text_like_tensorflow(backend_run):
+    np.testing.assert_allclose(np.asarray(backend_run["logits"]), backend_run["tf"]["logits"], atol=2e-5, rtol=1e-4)
+
+
+def test_int8_model_matches_tensorflow_int8(backend_run):
+    # Keras's int8 ops on every backend (TensorFlow may run its fused oneDNN
+    # kernel, which rounds the same way): the same logits up to float error.
+    int8, tf_int8 = np.asarray(backend_run["int8_logits"]), backend_run["tf"]["int8_logits"]
+    assert not np.allclose(int8, backend_run["tf"]["logits"], atol=1e-6)  # Really quantized.
+    np.testing.assert_allclose(int8, tf_int8, atol=2e-3, rtol=1e-2)
+
+
+def test_fit_follows_the_tensorflow_loss_trajectory(backend_run):
+    losses, jit, _ = backend_run["one_device"]
+    # bertzoo's "auto": JAX always compiles (eager would be op by op), torch
+    # never (torch.compile is Keras's own opt-in there).
+    assert jit == (backend_run["backend"] == "jax")
+    assert np.ptp(losses) > 1e-3  # Training moved.
+    np.testing.assert_allclose(losses, backend_run["tf"]["losses"], rtol=1e-4)
+
+
+def test_jax_data_parallel_on_two_devices_matches_one_device(backend_run):
+    if backend_run["backend"] != "jax":
+        pytest.skip("keras.distribution runs on the JAX backend only")
+    assert len(backend_run["devices"]) == 2
+    one, _, one_devices = backend_run["one_device"]
+    two, _, two_devices = backend_run["data_parallel"]
+    assert (one_devices, two_devices) == (1, 2)  # Weights replicated on both devices.
+    np.testing.assert_allclose(two, one, rtol=1e-5)
