@@ -18,6 +18,9 @@ default 0,1,2; `keras.utils.set_random_seed(seed)` first):
   (`init_student_from_teacher`), distilled with `bertzoo.distill`
   (`--recipe`, default tinybert; `--distill-epochs` per stage) on the
   training texts plus the texts of the other files (`--transfer-size`).
+  `--student-ffn R` (default 1) first keeps only the fraction R of the
+  student's FFN neurons (`prune_heads_and_neurons`, scored on the labelled
+  training data): a narrower student, as TinyBERT's are.
 - `hard`: the same student trained on the hard labels alone (the baseline
   distillation must beat).
 - `prune90`: 90% unstructured encoder sparsity (`Pruner`, polynomial ramp
@@ -90,6 +93,8 @@ GOALS = {
     "int8qat": "≥1.8x b1 and b32, ≤0.5 pt loss",
 }
 QAT_LEARNING_RATE = 2e-5
+# Labelled batches scoring the FFN neurons of a narrower student (`--student-ffn`).
+STUDENT_CALIBRATION_STEPS = 32
 
 
 # --- Data ---------------------------------------------------------------------
@@ -178,6 +183,9 @@ def method_settings(method, args, n_train, n_test):
         "int8": {},
         "int8qat": {"epochs": args.qat_epochs, "learning_rate": QAT_LEARNING_RATE, "distill": True, "alpha": 0.0},
     }[method]
+    if method in ("distill", "hard") and args.student_ffn < 1.0:
+        # Only when set, so that results cached before the option stay valid.
+        specific = {**specific, "student_ffn": args.student_ffn}
     return {**common, **specific}
 
 
@@ -256,6 +264,10 @@ def compress(method, teacher, train, transfer, seed, args):
     steps_per_epoch = max(1, math.ceil(len(texts) / 32))
     if method in ("distill", "hard"):
         student = bertzoo.init_student_from_teacher(teacher, {"num_layers": 2})
+        if args.student_ffn < 1.0:  # A narrower student too (TinyBERT's are): fewer FFN neurons.
+            student = bertzoo.prune_heads_and_neurons(
+                student, ffn_keep_ratio=args.student_ffn, data=(texts, labels), steps=STUDENT_CALIBRATION_STEPS
+            )
         if method == "distill":
             epochs = tuple(int(e) for e in args.distill_epochs.split(","))
             bertzoo.distill(
@@ -643,6 +655,12 @@ def parse_args(argv):
     parser.add_argument("--recipe", default="tinybert", help="bertzoo.distill recipe")
     parser.add_argument("--distill-epochs", default="1,2", help="epochs per recipe stage")
     parser.add_argument("--hard-epochs", type=int, default=3)
+    parser.add_argument(
+        "--student-ffn",
+        type=float,
+        default=1.0,
+        help="distill/hard: fraction of the 2-layer student's FFN neurons kept (pruned before training)",
+    )
     parser.add_argument("--prune-epochs", type=int, default=3)
     parser.add_argument("--prune-scores", default="magnitude", help="Pruner scores (magnitude or movement)")
     parser.add_argument("--structured-epochs", type=int, default=2)

@@ -1,8 +1,9 @@
 """bertzoo against its peers: BERT inference and training-step throughput.
 
 Times BERT-base (the `base` preset's shape, seeded random weights) on a
-full-length batch (default 8 x 128) for bertzoo, keras-hub's `BertBackbone`
-and, when installed, Hugging Face transformers' PyTorch `BertModel`, in
+full-length batch (default 8 x 128) for bertzoo (also on Keras's JAX and
+torch backends, when installed), keras-hub's `BertBackbone` and, when
+installed, Hugging Face transformers' PyTorch `BertModel`, in
 float32, bfloat16 and int8 (inference only), with and without XLA for the
 Keras libraries. Every configuration runs in its own worker process
 (`benchmarks.peers`); its figure is the median of `--runs` timed calls after
@@ -456,7 +457,7 @@ def main(argv=None):
             f"{', '.join(f'{k} {v}' for k, v in _library_versions(rows).items())}; "
             f"load average {start_load[0]:.2f} at start, {end_load[0]:.2f} at end; BERT {args.preset}, "
             f"batch {args.batch_size} x length {args.sequence_length}, median of {args.runs} runs, best "
-            f"setting per library in brackets (XLA on/off, PyTorch threads). Command: {command_text}."
+            f"setting per library in brackets (XLA on/off; torch.compile or eager on the torch backend; PyTorch threads). Command: {command_text}."
         )
         write_readme(args.readme, readme_section(rows, summary, header))
         print(f"rewrote the results table in {args.readme}")

@@ -118,3 +118,16 @@ def test_a_cached_result_with_the_same_settings_is_skipped(tmp_path):
     args.prune_epochs = 5
     changed = compression.method_settings("prune90", args, 100, 20)
     assert compression.done(again, "prune90", 0, changed) is None  # Other settings: redone.
+
+
+def test_a_narrower_student_is_a_setting_of_distill_and_hard_only():
+    args = compression.parse_args(["--student-ffn", "0.67"])
+    assert compression.method_settings("distill", args, 100, 20)["student_ffn"] == 0.67
+    assert compression.method_settings("hard", args, 100, 20)["student_ffn"] == 0.67
+    assert "student_ffn" not in compression.method_settings("structured", args, 100, 20)
+    # The full-width default leaves the settings (and so the cached results) as they were.
+    default = compression.parse_args([])
+    assert "student_ffn" not in compression.method_settings("distill", default, 100, 20)
+    assert compression.method_settings("distill", args, 100, 20) != compression.method_settings(
+        "distill", default, 100, 20
+    )

@@ -47,14 +47,20 @@ def test_missing_markers_are_an_error_and_leave_the_file_alone(tmp_path):
     assert readme.read_text() == "# Title\nno markers here\n"
 
 
-def test_the_jax_backend_rows_are_bertzoos_own_not_a_peer():
+def test_the_other_backends_rows_are_bertzoos_own_not_a_peer():
     rows = [
         row("bertzoo", "inference", "float32", 10.0, vs_best_peer=10.0 / 12.0),
         row("bertzoo_jax", "inference", "float32", 13.0, xla=True, vs_best_peer=13.0 / 12.0),
+        row("bertzoo_torch", "inference", "float32", 11.0, xla=True, vs_best_peer=11.0 / 12.0),
+        row("bertzoo_torch", "inference", "float32", 9.0, vs_best_peer=9.0 / 12.0),
         row("keras_hub", "inference", "float32", 12.0),
     ]
     (summary,) = summarize(rows)
     assert summary["bertzoo_best"] == "bertzoo (JAX backend) float32, XLA" and summary["ratio"] == pytest.approx(1.08)
     assert summary["peer_best"] == "keras-hub float32, no XLA"
     lines = readme_section(rows, [summary], "Measured.").splitlines()
-    assert "| inference | float32 | 10.00 (no XLA) | 13.00 (XLA) | 12.00 (no XLA) | 1.08x |" in lines
+    # On the torch backend `jit_compile=True` is Keras's torch.compile.
+    assert (
+        "| inference | float32 | 10.00 (no XLA) | 13.00 (XLA) | 11.00 (torch.compile) | 12.00 (no XLA) | 1.08x |"
+        in lines
+    )
