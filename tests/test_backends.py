@@ -46,7 +46,22 @@ SCRIPT = textwrap.dedent(
     report["sequence_output"] = np.asarray(outputs["sequence_output"]).tolist()
     report["pooled_output"] = np.asarray(outputs["pooled_output"]).tolist()
     report["logits"] = model.predict(texts, batch_size=8, verbose=0).tolist()
-    report["int8_logits"] = bertzoo.quantize(model, "int8").predict(texts, batch_size=8, verbose=0).tolist()
+    int8_model = bertzoo.quantize(model, "int8")
+    report["int8_logits"] = int8_model.predict(texts, batch_size=8, verbose=0).tolist()
+    if keras.backend.backend() == "torch":
+        # Inference runs PyTorch's int8 matmul; with gradients on, Keras's path.
+        import torch
+        from bertzoo.layers import dense
+
+        used = []
+        fast_dense = dense._torch_int8_dense
+        dense._torch_int8_dense = lambda layer, inputs: used.append(layer.name) or fast_dense(layer, inputs)
+        tensors = {k: torch.from_numpy(v) for k, v in features.items()}
+        with torch.no_grad():
+            fast = int8_model.backbone(tensors)["sequence_output"].numpy()
+        keras_path = int8_model.backbone(tensors)["sequence_output"].detach().numpy()
+        report["torch_int8_matmul_layers"] = len(used)
+        report["torch_int8_max_diff"] = float(np.abs(fast - keras_path).max())
 
     def train():
         model = bertzoo.BertClassifier.from_preset(preset)
@@ -143,6 +158,13 @@ def test_int8_model_matches_tensorflow_int8(backend_run):
     int8, tf_int8 = np.asarray(backend_run["int8_logits"]), backend_run["tf"]["int8_logits"]
     assert not np.allclose(int8, backend_run["tf"]["logits"], atol=1e-6)  # Really quantized.
     np.testing.assert_allclose(int8, tf_int8, atol=2e-3, rtol=1e-2)
+
+
+def test_torch_int8_inference_runs_pytorchs_int8_matmul_with_kerass_arithmetic(backend_run):
+    if backend_run["backend"] != "torch":
+        pytest.skip("the torch backend's int8 path")
+    assert backend_run["torch_int8_matmul_layers"] == 2 * 6 + 1  # Every Dense of 2 layers, and the pooler.
+    assert backend_run["torch_int8_max_diff"] == 0.0  # The same integers, the same float ops.
 
 
 def test_fit_follows_the_tensorflow_loss_trajectory(backend_run):

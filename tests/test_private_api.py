@@ -213,3 +213,15 @@ def test_one_garbage_collection_is_safe_nested_and_across_threads():
     for t in threads:
         t.join()
     assert gc.collect is original
+
+
+def test_torch_int8_matmul_multiplies_int8_exactly():
+    torch = pytest.importorskip("torch", reason="PyTorch is optional (the torch backend's job)")
+    matmul = private_api.torch_int8_matmul()
+    assert matmul is not None
+    rng = np.random.default_rng(0)
+    a = rng.integers(-127, 128, (5, 37), dtype=np.int8)
+    b = rng.integers(-127, 128, (37, 3), dtype=np.int8)
+    out = matmul(torch.from_numpy(a), torch.from_numpy(b))
+    assert out.dtype == torch.int32
+    np.testing.assert_array_equal(out.numpy(), a.astype(np.int32) @ b.astype(np.int32))

@@ -23,6 +23,11 @@ scale per tensor an example's output also moves slightly with the other
 examples in its batch. Compile with `jit_compile=True` for Keras's
 per-token rounding.
 
+On Keras's torch backend on the CPU, inference (no gradient recorded)
+keeps Keras's arithmetic (per-token input scales) but runs the int8 matmul
+as PyTorch's int8 kernel (`torch._int_mm`, VNNI/AMX) instead of the int32
+matmul Keras falls back to there: the same integers, so the same outputs.
+
 Keras's own path is used wherever the fused kernel does not apply:
 - other backends, GPUs and TPUs, and TensorFlow builds without oneDNN;
 - a TensorFlow without the op, or whose op has another signature than the
@@ -95,6 +100,33 @@ def _fused_kernel_applies(layer, inputs, training):
     if private_api.gradient_tape_active():
         return False
     return not private_api.in_xla_context()
+
+
+def _torch_int8_matmul_applies(layer, inputs, training):
+    if keras.backend.backend() != "torch" or training or layer.lora_enabled:
+        return False
+    if type(layer.inputs_quantizer) is not keras.quantizers.AbsMaxQuantizer:
+        return False
+    import torch
+
+    return inputs.device.type == "cpu" and not torch.is_grad_enabled() and private_api.torch_int8_matmul() is not None
+
+
+def _torch_int8_dense(layer, inputs):
+    """Keras's int8 Dense arithmetic with PyTorch's int8 matmul; None when
+    PyTorch refuses the tensors (the caller then takes Keras's path)."""
+    quantized, inputs_scale = layer.inputs_quantizer(inputs, axis=-1)
+    kernel = ops.convert_to_tensor(private_api.dense_kernel_variable(layer))
+    flat = ops.reshape(quantized, (-1, quantized.shape[-1]))
+    try:
+        x = private_api.torch_int8_matmul()(flat.contiguous(), kernel)
+    except RuntimeError:
+        return None
+    x = ops.reshape(ops.cast(x, layer.compute_dtype), tuple(inputs.shape[:-1]) + (layer.units,))
+    x = ops.divide(x, ops.multiply(layer.kernel_scale, inputs_scale))
+    if layer.bias is not None:
+        x = ops.add(x, layer.bias)
+    return layer.activation(x) if layer.activation is not None else x
 
 
 def _fused_int8_dense(layer, inputs):
@@ -237,6 +269,10 @@ class Dense(keras.layers.Dense):
     def _int8_call(self, inputs, training=None):
         if _fused_kernel_applies(self, inputs, training):
             return _fused_int8_dense(self, inputs)
+        if _torch_int8_matmul_applies(self, inputs, training):
+            outputs = _torch_int8_dense(self, inputs)
+            if outputs is not None:
+                return outputs
         return super()._int8_call(inputs, training=training)
 
     def quantize(self, mode=None, type_check=True, config=None):

@@ -376,3 +376,22 @@ def run_unexposed_op(op_type, inputs, output_dtype, attrs):
         attrs={name: proto(value) for name, value in attrs.items()},
     )
     return op.outputs[0]
+
+
+# --- PyTorch (Keras's torch backend) ----------------------------------------
+
+
+def torch_int8_matmul():
+    """PyTorch's int8 x int8 -> int32 matmul for 2-D tensors on the CPU
+    (oneDNN's VNNI/AMX kernels), or None where it is unavailable.
+
+    Keras's torch backend uses it on CUDA only; on the CPU it multiplies
+    int8 tensors as int32 with a generic kernel (about 15x slower here).
+    Private: `torch._int_mm`. No fallback: None means "use Keras's path";
+    a tensor it refuses raises `RuntimeError`, which callers also take as
+    "use Keras's path".
+    """
+    import torch
+
+    function = getattr(torch, "_int_mm", None)
+    return function if callable(function) else None
