@@ -636,8 +636,7 @@ def _measure(model, shapes, modes, runs, budget_s, timer):
         for round_index in range(runs):
             if round_index and spent >= budget_s:
                 break
-            listed = list(candidates.values())
-            working = [key for key in working if not _clearly_decided(listed, key[0])]
+            working = [key for key in working if not _clearly_decided(candidates.values(), key[0])]
             for key in working if round_index % 2 == 0 else reversed(working):
                 seconds = float(timer(candidates[key].name, functions[key]))
                 candidates[key].runs_s.append(seconds)
@@ -678,11 +677,21 @@ def _to_entry(report, modes):
     }
 
 
+def _modes_of_entry(entry):
+    """`(candidates, predict choice, train choice)` of a cache entry (a mode
+    not in it: no candidates, choice None)."""
+    modes = entry["modes"]
+    candidates = [Candidate(**c) for mode in MODES for c in modes.get(mode, {}).get("candidates", [])]
+    return candidates, modes.get("predict", {}).get("chosen"), modes.get("train", {}).get("chosen")
+
+
 def _from_entry(entry, model_name, key, path):
-    candidates = [Candidate(**c) for mode in MODES for c in entry["modes"].get(mode, {}).get("candidates", [])]
-    report = FastPathReport(
+    candidates, predict, train = _modes_of_entry(entry)
+    return FastPathReport(
         model=model_name,
         source="cache",
+        predict=predict,
+        train=train,
         candidates=candidates,
         cost_s=entry.get("cost_s"),
         measured_at=entry.get("measured_at"),
@@ -692,9 +701,6 @@ def _from_entry(entry, model_name, key, path):
         versions=entry.get("versions"),
         inputs=entry.get("inputs"),
     )
-    report.predict = entry["modes"].get("predict", {}).get("chosen")
-    report.train = entry["modes"].get("train", {}).get("chosen")
-    return report
 
 
 def choose_jit_compile(
@@ -795,11 +801,8 @@ def choose_jit_compile(
         report.train = _decide(candidates, "train") if "train" in modes else None
         entry = _to_entry(report, modes)
         if earlier is not None:  # Keep the modes measured before, and report them.
-            kept = {mode: value for mode, value in earlier["modes"].items() if mode not in modes}
-            entry["modes"] = {**kept, **entry["modes"]}
-            report.candidates = [Candidate(**c) for value in kept.values() for c in value["candidates"]] + candidates
-            report.predict = entry["modes"].get("predict", {}).get("chosen")
-            report.train = entry["modes"].get("train", {}).get("chosen")
+            entry["modes"] = {**earlier["modes"], **entry["modes"]}
+            report.candidates, report.predict, report.train = _modes_of_entry(entry)
             report.cost_s += earlier.get("cost_s") or 0.0
             entry["cost_s"] = report.cost_s
         _memory[key] = entry
