@@ -686,6 +686,8 @@ def parse_args(argv):
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     if not args.seeds or args.runs < 1:
         raise SystemExit("--seeds must name a seed and --runs be positive.")
+    if not 0.0 < args.student_ffn <= 1.0:
+        raise SystemExit(f"--student-ffn must be in (0, 1] (the fraction of FFN neurons kept), got {args.student_ffn}.")
     return args
 
 

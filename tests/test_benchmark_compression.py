@@ -131,3 +131,6 @@ def test_a_narrower_student_is_a_setting_of_distill_and_hard_only():
     assert compression.method_settings("distill", args, 100, 20) != compression.method_settings(
         "distill", default, 100, 20
     )
+    for bad in ("0", "1.5"):
+        with pytest.raises(SystemExit, match="--student-ffn must be in"):
+            compression.parse_args(["--student-ffn", bad])
