@@ -15,20 +15,23 @@ then compressed by each method (`--methods`), once per seed (`--seeds`,
 default 0,1,2; `keras.utils.set_random_seed(seed)` first):
 
 - `distill`: a 2-layer student copied from every 3rd teacher layer
-  (`init_student_from_teacher`), distilled with `bertzoo.distill`
-  (`--recipe`, default tinybert; `--distill-epochs` per stage) on the
-  training texts plus the texts of the other files (`--transfer-size`).
-  `--student-ffn R` (default 1) first keeps only the fraction R of the
-  student's FFN neurons (`prune_heads_and_neurons`, scored on the labelled
-  training data): a narrower student, as TinyBERT's are.
+  (`init_student_from_teacher`; `--student-layers`), distilled with
+  `bertzoo.distill` (`--recipe`, default tinybert; `--distill-epochs` per
+  stage) on the training texts plus the texts of the other files
+  (`--transfer-size`). `--student-heads N` and `--student-ffn R` first keep
+  only N attention heads per layer and the fraction R of the FFN neurons
+  (`prune_heads_and_neurons`, scored on the labelled training data): a
+  narrower student, as TinyBERT's are.
 - `hard`: the same student trained on the hard labels alone (the baseline
   distillation must beat).
 - `prune90`: 90% unstructured encoder sparsity (`Pruner`, polynomial ramp
   over the first 2/3 of the steps) while distilling the dense teacher's outputs
   (`--prune-epochs`), then `strip()`.
 - `structured`: `prune_heads_and_neurons` (`--heads` per layer, `--ffn`
-  of the FFN neurons), then distillation from the teacher
-  (`--structured-epochs`).
+  of the FFN neurons), then distillation of the teacher's predictions
+  (`bertzoo.distill`, recipe hinton, `--structured-epochs`) on the same
+  transfer set as `distill` (`--no-structured-transfer`: on the labelled
+  training texts, mixed with the labels).
 - `int8`: `bertzoo.quantize(teacher, "int8")`, no training (seed-independent:
   measured once per file, recorded for every seed).
 - `int8qat`: `bertzoo.quantization_aware_training(teacher, ...)`: int8
@@ -85,7 +88,7 @@ RESULTS_NAME = "results.json"
 TEACHER_RECIPE = {"epochs": 3, "batch_size": 32, "learning_rate": 1e-4, "seed": 0}
 CLEAR_MARGIN_POINTS = 2.0  # "distill beats hard by a clear margin": accuracy points.
 GOALS = {
-    "distill": "≥97% of teacher, ≥3x b32, ≥2 pts over hard",
+    "distill": "≤1/3 encoder params, ≥97% of teacher, ≥3x b32, ≥2 pts over hard",
     "hard": "baseline (no goal)",
     "prune90": "≥97% of teacher",
     "structured": "≥2x b32, ≤1 pt loss",
@@ -183,9 +186,14 @@ def method_settings(method, args, n_train, n_test):
         "int8": {},
         "int8qat": {"epochs": args.qat_epochs, "learning_rate": QAT_LEARNING_RATE, "distill": True, "alpha": 0.0},
     }[method]
-    if method in ("distill", "hard") and args.student_ffn < 1.0:
-        # Only when set, so that results cached before the option stay valid.
-        specific = {**specific, "student_ffn": args.student_ffn}
+    if method in ("distill", "hard"):
+        # Only when set, so that results cached before the options stay valid.
+        student = {"student_layers": args.student_layers, "student_heads": args.student_heads}
+        student["student_ffn"] = args.student_ffn
+        defaults = {"student_layers": 2, "student_heads": None, "student_ffn": 1.0}
+        specific = {**specific, **{k: v for k, v in student.items() if v != defaults[k]}}
+    if method == "structured" and args.structured_transfer:
+        specific = {**specific, "transfer": args.transfer_size}
     return {**common, **specific}
 
 
@@ -263,10 +271,14 @@ def compress(method, teacher, train, transfer, seed, args):
     texts, labels = train
     steps_per_epoch = max(1, math.ceil(len(texts) / 32))
     if method in ("distill", "hard"):
-        student = bertzoo.init_student_from_teacher(teacher, {"num_layers": 2})
-        if args.student_ffn < 1.0:  # A narrower student too (TinyBERT's are): fewer FFN neurons.
+        student = bertzoo.init_student_from_teacher(teacher, {"num_layers": args.student_layers})
+        if args.student_heads or args.student_ffn < 1.0:  # A narrower student too (TinyBERT's are).
             student = bertzoo.prune_heads_and_neurons(
-                student, ffn_keep_ratio=args.student_ffn, data=(texts, labels), steps=STUDENT_CALIBRATION_STEPS
+                student,
+                heads_to_keep=args.student_heads,
+                ffn_keep_ratio=args.student_ffn if args.student_ffn < 1.0 else None,
+                data=(texts, labels),
+                steps=STUDENT_CALIBRATION_STEPS,
             )
         if method == "distill":
             epochs = tuple(int(e) for e in args.distill_epochs.split(","))
@@ -312,9 +324,20 @@ def compress(method, teacher, train, transfer, seed, args):
         model = bertzoo.prune_heads_and_neurons(
             copy_model(teacher), heads_to_keep=args.heads, ffn_keep_ratio=args.ffn, data=(texts, labels)
         )
-        distiller = bertzoo.Distiller(teacher, model, **OUTPUTS_ONLY)
-        distiller.compile(optimizer=bert_optimizer(1e-4))
-        distiller.fit(texts, labels, batch_size=32, epochs=args.structured_epochs, verbose=2)
+        # Soft targets (Hinton): on the labelled texts mixed with the labels,
+        # or on the transfer set (`--structured-transfer`) alone.
+        bertzoo.distill(
+            teacher,
+            model,
+            texts,
+            labels,
+            recipe="hinton",
+            transfer=transfer if args.structured_transfer else None,
+            epochs=args.structured_epochs,
+            learning_rate=1e-4,
+            seed=seed,
+            verbose=2,
+        )
         return model
     if method == "int8":
         return bertzoo.quantize(copy_model(teacher), "int8")
@@ -417,6 +440,7 @@ def aggregate(rows, files):
                     "loss_points": mean_std([100 * (r["teacher_accuracy"] - r["accuracy"]) for r in found]),
                     "speedup_b1": timed[0].get("speedup_b1") if timed else None,
                     "speedup_b32": timed[0]["speedup_b32"] if timed else None,
+                    "encoder_share": _encoder_share(found[0]),
                     "seeds": len(found),
                 }
         seeds = sorted({r["seed"] for r in mine})
@@ -449,6 +473,12 @@ def aggregate(rows, files):
     return summary
 
 
+def _encoder_share(row):
+    """The model's encoder parameters as a fraction of its teacher's (None if unknown)."""
+    mine, teachers = row.get("encoder_parameters"), row.get("teacher_encoder_parameters")
+    return mine / teachers if mine is not None and teachers else None
+
+
 def verdict(entry, hard=None):
     """Whether one file's figures (or any entry with the same keys) meet the
     method's goal (None: a figure is missing)."""
@@ -459,10 +489,14 @@ def verdict(entry, hard=None):
     if method == "prune90":
         return percent >= 97.0
     if method == "distill":
-        if b32 is None or hard is None:
+        share = entry.get("encoder_share")
+        if b32 is None or hard is None or share is None:
             return None
         return (
-            percent >= 97.0 and b32 >= 3.0 and entry["accuracy"][0] - hard["accuracy"][0] >= CLEAR_MARGIN_POINTS / 100
+            share <= 1 / 3 + 1e-9
+            and percent >= 97.0
+            and b32 >= 3.0
+            and entry["accuracy"][0] - hard["accuracy"][0] >= CLEAR_MARGIN_POINTS / 100
         )
     if b32 is None or (method.startswith("int8") and b1 is None):
         return None
@@ -655,15 +689,26 @@ def parse_args(argv):
     parser.add_argument("--recipe", default="tinybert", help="bertzoo.distill recipe")
     parser.add_argument("--distill-epochs", default="1,2", help="epochs per recipe stage")
     parser.add_argument("--hard-epochs", type=int, default=3)
+    parser.add_argument("--student-layers", type=int, default=2, help="distill/hard: the student's layers")
+    parser.add_argument(
+        "--student-heads", type=int, default=None, help="distill/hard: attention heads kept per student layer"
+    )
     parser.add_argument(
         "--student-ffn",
         type=float,
         default=1.0,
-        help="distill/hard: fraction of the 2-layer student's FFN neurons kept (pruned before training)",
+        help="distill/hard: fraction of the student's FFN neurons kept (pruned before training)",
     )
     parser.add_argument("--prune-epochs", type=int, default=3)
     parser.add_argument("--prune-scores", default="magnitude", help="Pruner scores (magnitude or movement)")
-    parser.add_argument("--structured-epochs", type=int, default=2)
+    parser.add_argument("--structured-epochs", type=int, default=1)
+    parser.add_argument(
+        "--structured-transfer",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="structured: distill on the transfer set (as distill does); --no-structured-transfer: on the "
+        "labelled texts, mixed with the labels",
+    )
     parser.add_argument("--heads", type=int, default=6, help="heads kept per layer (of 12)")
     parser.add_argument("--ffn", type=float, default=0.3, help="fraction of FFN neurons kept")
     parser.add_argument("--qat-epochs", type=int, default=1, help="int8qat: quantization-aware training epochs")
@@ -688,6 +733,8 @@ def parse_args(argv):
         raise SystemExit("--seeds must name a seed and --runs be positive.")
     if not 0.0 < args.student_ffn <= 1.0:
         raise SystemExit(f"--student-ffn must be in (0, 1] (the fraction of FFN neurons kept), got {args.student_ffn}.")
+    if args.student_layers < 1 or (args.student_heads is not None and args.student_heads < 1):
+        raise SystemExit("--student-layers and --student-heads must be positive.")
     return args
 
 
@@ -729,7 +776,7 @@ def run_file(name, args, cache):
             if method == "int8" and measured:  # Seed-independent: measured once.
                 entry = dict(measured[0])
             else:
-                if method == "distill" and transfer is None:
+                if (method == "distill" or method == "structured" and args.structured_transfer) and transfer is None:
                     transfer = transfer_texts(name, args.transfer_size)
                 keras.utils.set_random_seed(seed)
                 print(f"[{name}] {method} seed {seed} ...", flush=True)
@@ -786,6 +833,7 @@ def run_file(name, args, cache):
                     "method": method,
                     "seed": seed,
                     "teacher_accuracy": store["teacher"]["accuracy"],
+                    "teacher_encoder_parameters": store["teacher"].get("encoder_parameters"),
                     **{k: v for k, v in entry.items() if k not in ("seed", "settings")},
                     **{f"teacher_{k}": v for k, v in timing["teacher"].items()},
                     **timing.get(method, {}),

@@ -253,8 +253,24 @@ def machine_info():
 
 
 def command_line(module, argv):
-    """The command that reproduces a run, e.g. `python -m benchmarks.run --runs 3`."""
-    return " ".join(["python -m " + module, *argv]).strip()
+    """The command that reproduces a run, e.g. `python -m benchmarks.run --runs 3`.
+
+    Paths inside the checkout are written relative to it (`benchmarks/out/x.png`,
+    not `/home/me/bertzoo/benchmarks/out/x.png`): the command runs from the
+    repository root on any machine.
+    """
+    return " ".join(["python -m " + module, *(_relative_to_root(a) for a in argv)]).strip()
+
+
+def _relative_to_root(argument):
+    prefix, sep, value = argument.rpartition("=") if argument.startswith("--") else ("", "", argument)
+    path = Path(value)
+    if path.is_absolute():
+        try:
+            value = str(path.resolve().relative_to(ROOT))
+        except ValueError:
+            pass  # Outside the checkout (a cache in /tmp): kept as given.
+    return prefix + sep + value
 
 
 def append_results(benchmark, rows, command, path=RESULTS_FILE):

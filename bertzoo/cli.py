@@ -198,7 +198,11 @@ def _sparsity(args):
             default="tinybert",
             help="distill stage: tinybert, minilm, hinton, or none for one Distiller (default: %(default)s)",
         ),
-        argument("--transfer", default=None, help="file of unlabelled texts for the distill stage (text column)"),
+        argument(
+            "--transfer",
+            default=None,
+            help="file of unlabelled texts for the distill and prune_structured stages (text column)",
+        ),
         argument(
             "--label-threshold",
             type=float,

@@ -9,7 +9,7 @@ from benchmarks.compression import README_START
 from benchmarks.harness import write_between_markers
 
 
-def row(file, method, seed, accuracy, teacher=0.9, b1=None, b32=None):
+def row(file, method, seed, accuracy, teacher=0.9, b1=None, b32=None, encoder=500_000):
     return {
         "file": file,
         "method": method,
@@ -19,7 +19,8 @@ def row(file, method, seed, accuracy, teacher=0.9, b1=None, b32=None):
         "speedup_b1": b1,
         "speedup_b32": b32,
         "parameters": 1_000_000,
-        "encoder_parameters": 500_000,
+        "encoder_parameters": encoder,
+        "teacher_encoder_parameters": 1_500_000,
     }
 
 
@@ -77,6 +78,9 @@ def test_goal_verdicts():
 
     close_to_hard = [row("amazon", "distill", 0, 0.88, b32=3.1), row("amazon", "hard", 0, 0.87, b32=3.1)]
     assert by_method(compression.aggregate(close_to_hard, ["amazon"]))["distill"]["met"] is False
+    # A student over 1/3 of the teacher's encoder parameters misses, however accurate and fast.
+    too_big = [row("amazon", "distill", 0, 0.88, b32=3.1, encoder=500_001), row("amazon", "hard", 0, 0.80, b32=3.1)]
+    assert by_method(compression.aggregate(too_big, ["amazon"]))["distill"]["met"] is False
     no_timing = [row("amazon", "distill", 0, 0.88), row("amazon", "hard", 0, 0.80)]
     assert by_method(compression.aggregate(no_timing, ["amazon"]))["distill"]["met"] is None
 
@@ -134,3 +138,9 @@ def test_a_narrower_student_is_a_setting_of_distill_and_hard_only():
     for bad in ("0", "1.5"):
         with pytest.raises(SystemExit, match="--student-ffn must be in"):
             compression.parse_args(["--student-ffn", bad])
+    pruned = compression.parse_args(["--student-layers", "6", "--student-heads", "4", "--student-ffn", "0.25"])
+    settings = compression.method_settings("hard", pruned, 100, 20)
+    assert (settings["student_layers"], settings["student_heads"], settings["student_ffn"]) == (6, 4, 0.25)
+    assert "student_layers" not in compression.method_settings("distill", args, 100, 20)
+    with pytest.raises(SystemExit, match="--student-layers and --student-heads must be positive"):
+        compression.parse_args(["--student-heads", "0"])

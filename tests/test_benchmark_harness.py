@@ -65,6 +65,17 @@ def test_results_writer_appends_rows_with_machine_info(tmp_path):
     assert {"bertzoo", "keras"} <= set(info["versions"])
 
 
+def test_recorded_commands_name_checkout_paths_relative_to_it(tmp_path):
+    inside = harness.ROOT / "benchmarks" / "out" / "peers.png"
+    command = harness.command_line(
+        "benchmarks.run", ["--chart", str(inside), f"--results={harness.RESULTS_FILE}", "--cache", str(tmp_path)]
+    )
+    assert command == (
+        "python -m benchmarks.run --chart benchmarks/out/peers.png "
+        f"--results=benchmarks/results.jsonl --cache {tmp_path}"
+    )
+
+
 def test_the_checked_in_results_stay_readable():
     rows = harness.read_results()
     assert rows and all("benchmark" in r for r in rows)

@@ -176,6 +176,40 @@ def test_cli_with_ratings_a_label_threshold_and_a_transfer_file(workspace, capsy
         threshold_labels(["a"], ["pos"], 0.0, source=train)
 
 
+def test_structured_pruning_recovers_on_the_transfer_set_when_given(workspace, monkeypatch):
+    from bertzoo.compression import pipeline
+
+    calls = []
+
+    def recording_distill(teacher, student, *args, **kwargs):
+        calls.append((teacher.backbone.num_heads, student.backbone.num_heads, kwargs))
+        return real_distill(teacher, student, *args, **kwargs)
+
+    real_distill = pipeline.distill
+    monkeypatch.setattr(pipeline, "distill", recording_distill)
+    transfer = sentiment(16, seed=7)[0]
+    out = workspace / "structured_transfer_out"
+    report = bertzoo.compress(
+        workspace / "teacher",
+        workspace / "train.tsv",
+        workspace / "test.jsonl",
+        out,
+        stages="prune_structured",
+        heads_to_keep=1,
+        ffn_keep_ratio=0.5,
+        transfer=transfer,
+        batch_size=16,
+        latency_repeats=1,
+        verbose=0,
+    )
+    ((teacher_heads, student_heads, options),) = calls
+    assert (teacher_heads, student_heads) == (2, 1)
+    assert options["recipe"] == "hinton" and options["transfer"] == transfer
+    assert [row["stage"] for row in report["rows"]] == ["teacher", "prune_structured"]
+    pruned = bertzoo.BertClassifier.from_preset(out / "1_prune_structured" / "preset")
+    assert pruned.backbone.intermediate_dim == 16
+
+
 def test_bad_inputs_give_clear_errors(workspace, tmp_path):
     teacher, train = workspace / "teacher", workspace / "train.tsv"
     texts, labels = sentiment(8, seed=4)

@@ -10,7 +10,7 @@ model, with the library's own building blocks:
   then `strip()`;
 - `"prune_structured"`: attention heads and feed-forward neurons removed
   (`prune_heads_and_neurons`), then a short distillation from the stage's
-  input to recover;
+  input to recover (on the transfer set when there is one);
 - `"int8"`: post-training quantization (`quantize(model, "int8")`), or
   with `qat_epochs` quantization-aware training from the stage's input
   (`quantization_aware_training`).
@@ -280,6 +280,8 @@ def compress(
             with `distiller_options`.
         transfer: unlabelled texts the teacher labels for the distill stage
             (a list, or a TSV/CSV/JSONL file with `text_column`), or None.
+            `"prune_structured"` recovers on them too (soft targets of its
+            input model, the `"hinton"` recipe) instead of on `train`.
         label_threshold: numeric labels (ratings) become binary: 1 above the
             threshold, 0 below, rows at it dropped; None keeps the labels.
         qat_epochs: 0, post-training int8; N > 0, the int8 stage first
@@ -382,7 +384,20 @@ def compress(
                 heads = [max(1, int(round(h * fraction))) for h in _per_layer(parent.backbone, "num_heads")]
                 ratio = fraction
             model = prune_heads_and_neurons(parent, heads_to_keep=heads, ffn_keep_ratio=ratio, data=train_data)
-            _fit_distilling(parent, model, train_data, epochs, batch_size, verbose, validation, distiller_options)
+            if transfer is None:
+                _fit_distilling(parent, model, train_data, epochs, batch_size, verbose, validation, distiller_options)
+            else:  # The input's predictions on the transfer set recover far more than the labelled texts alone.
+                distill(
+                    parent,
+                    model,
+                    *train_data,
+                    recipe="hinton",
+                    transfer=transfer,
+                    epochs=epochs,
+                    batch_size=batch_size,
+                    validation_data=validation,
+                    verbose=verbose,
+                )
         elif qat_epochs:  # "int8", trained
             model = quantization_aware_training(
                 parent,
