@@ -235,33 +235,61 @@ def test_attention_probabilities_are_normalized_and_ignore_padding(rng):
     assert np.all(probs[0] > 0.0)
 
 
-def test_fused_and_explicit_paths_agree_with_padding(rng, monkeypatch):
+@pytest.fixture
+def fused_attention(monkeypatch):
+    """Forces the `ops.dot_product_attention` path (JAX's and torch's) and
+    counts its calls."""
+    from bertzoo.layers import attention
+
+    calls = []
+    fused_op = ops.dot_product_attention
+    monkeypatch.setattr(attention, "_fused_attention_available", lambda: True)
+    monkeypatch.setattr(ops, "dot_product_attention", lambda *a, **k: calls.append(1) or fused_op(*a, **k))
+    return calls
+
+
+def test_fused_and_explicit_paths_agree_with_padding(rng, fused_attention):
     block = SelfAttentionBlock(2, 8)
     x, mask = padded_batch(rng, lengths=(6, 2))
     block(x, padding_mask=mask)
     randomize(block, rng)
-    calls = []
-    fused_op = ops.dot_product_attention
-    monkeypatch.setattr(ops, "dot_product_attention", lambda *a, **k: calls.append(1) or fused_op(*a, **k))
+    fused_attention.clear()
 
     fused = n(block(x, padding_mask=mask))
-    assert len(calls) == 1  # Inference without probabilities takes the fused op...
+    assert len(fused_attention) == 1  # Inference without probabilities takes the fused op...
     explicit, _ = block(x, padding_mask=mask, return_attention_scores=True)
-    assert len(calls) == 1  # ... and asking for probabilities does not.
+    assert len(fused_attention) == 1  # ... and asking for probabilities does not.
     np.testing.assert_allclose(fused, n(explicit), rtol=1e-5, atol=1e-5)
     # Also without any mask.
     np.testing.assert_allclose(n(block(x)), n(block(x, return_attention_scores=True)[0]), rtol=1e-5, atol=1e-5)
 
 
-def test_attention_dropout_in_training_uses_the_explicit_path(rng, monkeypatch):
-    x, mask = padded_batch(rng)
+def test_tensorflow_runs_head_major_matmuls_equal_to_keras_attention(rng, monkeypatch):
+    from bertzoo.layers.attention import _head_major_attention
+
     calls = []
     fused_op = ops.dot_product_attention
     monkeypatch.setattr(ops, "dot_product_attention", lambda *a, **k: calls.append(1) or fused_op(*a, **k))
+    block = SelfAttentionBlock(2, 8)
+    x, mask = padded_batch(rng, lengths=(6, 2))
+    block(x, padding_mask=mask)
+    assert calls == []  # TensorFlow's op has no fused kernel: the matmul form runs.
+
+    q, k, v = (rng.normal(size=(2, 6, 2, 8)).astype("float32") for _ in range(3))
+    keep = np.asarray(mask)[:, None, None, :].astype(bool)
+    context, probs = _head_major_attention(q, k, v, keep, 8**-0.5)
+    reference = fused_op(q, k, v, mask=keep)
+    np.testing.assert_allclose(n(context), n(reference), rtol=1e-6, atol=1e-6)
+    assert n(probs).shape == (2, 2, 6, 6)
+    np.testing.assert_allclose(n(probs).sum(-1), 1.0, rtol=1e-6)
+
+
+def test_attention_dropout_in_training_uses_the_explicit_path(rng, fused_attention):
+    x, mask = padded_batch(rng)
 
     noisy = SelfAttentionBlock(2, 8, dropout=0.0, attention_dropout=0.5)
     assert not np.allclose(n(noisy(x, padding_mask=mask, training=True)), n(noisy(x, padding_mask=mask)))
-    assert len(calls) == 1  # Only the inference call was fused.
+    assert len(fused_attention) == 1  # Only the inference call was fused.
 
     # Without attention dropout, training mode may fuse and computes the same.
     quiet = SelfAttentionBlock(2, 8, dropout=0.0, attention_dropout=0.0)
