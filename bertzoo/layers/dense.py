@@ -151,7 +151,7 @@ def _fused_int8_dense(layer, inputs):
             mode="SCALED",
             round_mode="HALF_TO_EVEN",
         )
-        column_sums = tf.linalg.matmul(tf.ones([1, x.shape[-1]], tf.int8), kernel, output_type=tf.int32)[0]
+        column_sums = tf.reduce_sum(tf.cast(kernel, tf.int32), axis=0)
         bias = bias + low * tf.cast(column_sums, tf.float32) / scale
     else:
         # int8 over [-max|x|, max|x|].
