@@ -19,10 +19,11 @@ def _head_major_attention(query, key, value, mask, scale, probs_hook=None):
 
     The same arithmetic as `keras.ops.dot_product_attention` (logits cast to
     float32 and scaled, -1e9 at masked keys, softmax in float32,
-    probabilities cast back), but written as matmuls on head-major transposes instead of
-    einsums: TensorFlow without XLA runs an einsum like these through extra
-    layout copies inside the op (22% of an int8 MiniLM forward pass, batch
-    32, in TF's profiler), while a batched matmul goes straight to oneDNN.
+    probabilities cast back), written as matmuls on head-major transposes
+    instead of einsums: TensorFlow without XLA runs einsums like these
+    through extra layout copies inside the op (22% of an int8 MiniLM forward
+    pass at batch 32 in TF's profiler), while a batched matmul goes straight
+    to oneDNN.
     Under XLA both forms compile alike. `probs_hook(probs)` (attention
     dropout) is applied to the probabilities before they weight the values.
 
