@@ -9,6 +9,7 @@ from keras import ops
 
 from bertzoo.layers import SUPPORTED_ACTIVATIONS
 from bertzoo.layers import BertEmbeddings
+from bertzoo.layers import Dropout
 from bertzoo.layers import FeedForwardBlock
 from bertzoo.layers import PositionEmbedding
 from bertzoo.layers import SelfAttentionBlock
@@ -296,6 +297,43 @@ def test_attention_dropout_in_training_uses_the_explicit_path(rng, fused_attenti
     np.testing.assert_allclose(
         n(quiet(x, padding_mask=mask, training=True)), n(quiet(x, padding_mask=mask)), rtol=1e-6, atol=1e-6
     )
+
+
+# --- Dropout -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_dropout_keeps_the_rate_and_the_expected_value(dtype):
+    rate = 0.1
+    x = ops.ones((64, 1023), dtype=dtype)  # An odd size: the 16-bit numbers come in pairs.
+    y = n(ops.cast(Dropout(rate, seed=3, dtype=dtype)(x, training=True), "float32"))
+    kept = y != 0
+    assert abs(kept.mean() - (1 - rate)) < 0.005  # 65k draws: the standard error is 0.0012.
+    threshold = round(rate * 65536)
+    scale = np.float32(65536 / (65536 - threshold))
+    np.testing.assert_allclose(y[kept], float(ops.cast(ops.cast(scale, dtype), "float32")))
+    # Inference, rate 0 and rate 1 behave as Keras's layer.
+    np.testing.assert_array_equal(n(ops.cast(Dropout(rate)(x), "float32")), 1.0)
+    np.testing.assert_array_equal(n(ops.cast(Dropout(0.0)(x, training=True), "float32")), 1.0)
+    np.testing.assert_array_equal(n(ops.cast(Dropout(1.0)(x, training=True), "float32")), 0.0)
+
+
+def test_dropout_masks_change_per_call_and_repeat_with_the_seed():
+    x = ops.ones((32, 100))
+    layer = Dropout(0.5, seed=11)
+    first, second = n(layer(x, training=True)), n(layer(x, training=True))
+    assert not np.array_equal(first == 0, second == 0)
+    again = Dropout(0.5, seed=11)
+    np.testing.assert_array_equal(n(again(x, training=True)), first)
+    restored = Dropout.from_config(layer.get_config())
+    assert (restored.rate, restored.seed) == (0.5, 11)
+
+
+def test_dropout_with_a_noise_shape_is_keras_dropout():
+    x = ops.ones((4, 6, 8))
+    y = n(Dropout(0.5, noise_shape=(4, 1, 8), seed=2)(x, training=True))
+    np.testing.assert_array_equal(y[:, :1, :].repeat(6, axis=1), y)  # One mask per (row, feature).
+    assert set(np.unique(y)) <= {0.0, 2.0}
 
 
 # --- Feed-forward ------------------------------------------------------------

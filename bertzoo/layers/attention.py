@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from bertzoo.layers.dense import Dense
+from bertzoo.layers.dropout import Dropout
 
 
 def _fused_attention_available():
@@ -100,8 +101,8 @@ class SelfAttentionBlock(keras.layers.Layer):
         self.key_dense = Dense(width, kernel_initializer=self._initializer(), dtype=self.dtype_policy, name="key")
         self.value_dense = Dense(width, kernel_initializer=self._initializer(), dtype=self.dtype_policy, name="value")
         self.output_dense = None  # Needs the hidden size: created in build().
-        self.probs_dropout = keras.layers.Dropout(self.attention_dropout, dtype=self.dtype_policy, name="probs_dropout")
-        self.output_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="output_dropout")
+        self.probs_dropout = Dropout(self.attention_dropout, dtype=self.dtype_policy, name="probs_dropout")
+        self.output_dropout = Dropout(self.dropout, dtype=self.dtype_policy, name="output_dropout")
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )

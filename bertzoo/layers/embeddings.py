@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from bertzoo.layers.dense import Dense
+from bertzoo.layers.dropout import Dropout
 from bertzoo.utils.checks import concrete_value
 
 
@@ -131,7 +132,7 @@ class BertEmbeddings(keras.layers.Layer):
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
-        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
+        self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
         self.projection = None
         if self.embedding_dim is not None and self.embedding_dim != self.hidden_dim:
             self.projection = Dense(

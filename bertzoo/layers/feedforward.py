@@ -6,6 +6,7 @@ from keras import ops
 from bertzoo.layers.activations import get_activation
 from bertzoo.layers.attention import _flatten
 from bertzoo.layers.dense import Dense
+from bertzoo.layers.dropout import Dropout
 
 
 @keras.saving.register_keras_serializable(package="bertzoo")
@@ -47,7 +48,7 @@ class FeedForwardBlock(keras.layers.Layer):
             name="intermediate",
         )
         self.output_dense = None  # Needs the hidden size: created in build().
-        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
+        self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )

@@ -4,6 +4,7 @@ import keras
 
 from bertzoo.export.serving import classification_outputs
 from bertzoo.layers.dense import Dense
+from bertzoo.layers.dropout import Dropout
 from bertzoo.models.head_utils import check_activation
 from bertzoo.models.head_utils import check_classes
 from bertzoo.models.task import Task
@@ -49,7 +50,7 @@ class BertClassifier(Task):
             num_classes = len(class_names) if class_names is not None else 2
         self.check_head_arguments(num_classes, dropout=dropout, activation=activation, class_names=class_names)
         policy = backbone.dtype_policy
-        self.output_dropout = keras.layers.Dropout(dropout, dtype=policy, name="output_dropout")
+        self.output_dropout = Dropout(dropout, dtype=policy, name="output_dropout")
         # Mixed-precision models emit float32 logits for a stable loss.
         head_dtype = "float32" if policy.compute_dtype != "float32" else policy
         self.output_dense = Dense(

@@ -10,6 +10,7 @@ from bertzoo.export.serving import classification_outputs
 from bertzoo.export.serving import same_size
 from bertzoo.export.serving import string_function
 from bertzoo.layers.dense import Dense
+from bertzoo.layers.dropout import Dropout
 from bertzoo.models.head_utils import check_classes
 from bertzoo.models.task import Task
 from bertzoo.utils.checks import check_rate
@@ -78,7 +79,7 @@ class BertMultipleChoice(Task):
         self.check_head_arguments(num_choices, dropout=dropout)
         policy = backbone.dtype_policy
         head_dtype = "float32" if policy.compute_dtype != "float32" else policy
-        self.output_dropout = keras.layers.Dropout(dropout, dtype=policy, name="output_dropout")
+        self.output_dropout = Dropout(dropout, dtype=policy, name="output_dropout")
         self.output_dense = Dense(
             1,
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=backbone.initializer_range),

@@ -10,6 +10,7 @@ from bertzoo.export.serving import classification_outputs
 from bertzoo.export.serving import string_function
 from bertzoo.export.serving import trim_padding
 from bertzoo.layers.dense import Dense
+from bertzoo.layers.dropout import Dropout
 from bertzoo.models.head_utils import IGNORE_LABEL
 from bertzoo.models.head_utils import MaskedAccuracy
 from bertzoo.models.head_utils import check_classes
@@ -174,7 +175,7 @@ class BertTokenClassifier(Task):
         self.check_head_arguments(num_classes, dropout=dropout, class_names=class_names)
         policy = backbone.dtype_policy
         head_dtype = "float32" if policy.compute_dtype != "float32" else policy
-        self.output_dropout = keras.layers.Dropout(dropout, dtype=policy, name="output_dropout")
+        self.output_dropout = Dropout(dropout, dtype=policy, name="output_dropout")
         self.output_dense = Dense(
             num_classes,
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=backbone.initializer_range),
