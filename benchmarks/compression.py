@@ -188,10 +188,12 @@ def method_settings(method, args, n_train, n_test):
     }[method]
     if method in ("distill", "hard"):
         # Only when set, so that results cached before the options stay valid.
-        student = {"student_layers": args.student_layers, "student_heads": args.student_heads}
-        student["student_ffn"] = args.student_ffn
-        defaults = {"student_layers": 2, "student_heads": None, "student_ffn": 1.0}
-        specific = {**specific, **{k: v for k, v in student.items() if v != defaults[k]}}
+        student = {
+            "student_layers": (args.student_layers, 2),
+            "student_heads": (args.student_heads, None),
+            "student_ffn": (args.student_ffn, 1.0),
+        }
+        specific = {**specific, **{k: value for k, (value, default) in student.items() if value != default}}
     if method == "structured" and args.structured_transfer:
         specific = {**specific, "transfer": args.transfer_size}
     return {**common, **specific}
