@@ -170,6 +170,11 @@ def done(store, method, seed, settings):
     return entry if entry is not None and entry.get("settings") == settings else None
 
 
+def uses_transfer(method, args):
+    """Whether `method` trains on the transfer set (the other files' texts)."""
+    return method == "distill" or (method == "structured" and args.structured_transfer)
+
+
 def method_settings(method, args, n_train, n_test):
     """What a result depends on: a cached one with other settings is redone."""
     common = {"train": n_train, "test": n_test, "sequence_length": args.sequence_length, "teacher": TEACHER_RECIPE}
@@ -194,7 +199,7 @@ def method_settings(method, args, n_train, n_test):
             "student_ffn": (args.student_ffn, 1.0),
         }
         specific = {**specific, **{k: value for k, (value, default) in student.items() if value != default}}
-    if method == "structured" and args.structured_transfer:
+    if method == "structured" and uses_transfer(method, args):
         specific = {**specific, "transfer": args.transfer_size}
     return {**common, **specific}
 
@@ -778,7 +783,7 @@ def run_file(name, args, cache):
             if method == "int8" and measured:  # Seed-independent: measured once.
                 entry = dict(measured[0])
             else:
-                if (method == "distill" or method == "structured" and args.structured_transfer) and transfer is None:
+                if uses_transfer(method, args) and transfer is None:
                     transfer = transfer_texts(name, args.transfer_size)
                 keras.utils.set_random_seed(seed)
                 print(f"[{name}] {method} seed {seed} ...", flush=True)

@@ -342,26 +342,31 @@ def compress(
     rows = [_measure("teacher", model, teacher_dir, eval_data, batches, batch_size, latency_repeats)]
     validation = eval_data if verbose else None
 
+    def train_student(teacher, student, stage_recipe):
+        """A `distill` recipe on the training plus transfer texts, or (None)
+        one `Distiller` with `distiller_options` on the training texts."""
+        if stage_recipe is None:
+            _fit_distilling(teacher, student, train_data, epochs, batch_size, verbose, validation, distiller_options)
+        else:
+            distill(
+                teacher,
+                student,
+                *train_data,
+                recipe=stage_recipe,
+                transfer=transfer,
+                epochs=epochs,
+                batch_size=batch_size,
+                validation_data=validation,
+                verbose=verbose,
+            )
+
     for index, stage in enumerate(stages, start=1):
         say(f"Stage {index}/{len(stages)}: {stage}")
         parent = model
         if stage == "distill":
             layers = student_layers(parent.backbone.num_layers, target_speedup)
             model = init_student_from_teacher(parent, {"num_layers": len(layers)}, layers=layers)
-            if recipe is None:
-                _fit_distilling(parent, model, train_data, epochs, batch_size, verbose, validation, distiller_options)
-            else:
-                distill(
-                    parent,
-                    model,
-                    *train_data,
-                    recipe=recipe,
-                    transfer=transfer,
-                    epochs=epochs,
-                    batch_size=batch_size,
-                    validation_data=validation,
-                    verbose=verbose,
-                )
+            train_student(parent, model, recipe)
         elif stage == "prune":
             student = copy_model(parent)
             end = _steps(train_data, epochs, batch_size)
@@ -384,20 +389,8 @@ def compress(
                 heads = [max(1, int(round(h * fraction))) for h in _per_layer(parent.backbone, "num_heads")]
                 ratio = fraction
             model = prune_heads_and_neurons(parent, heads_to_keep=heads, ffn_keep_ratio=ratio, data=train_data)
-            if transfer is None:
-                _fit_distilling(parent, model, train_data, epochs, batch_size, verbose, validation, distiller_options)
-            else:  # The input's predictions on the transfer set recover far more than the labelled texts alone.
-                distill(
-                    parent,
-                    model,
-                    *train_data,
-                    recipe="hinton",
-                    transfer=transfer,
-                    epochs=epochs,
-                    batch_size=batch_size,
-                    validation_data=validation,
-                    verbose=verbose,
-                )
+            # The input's predictions on the transfer set recover far more than the labelled texts alone.
+            train_student(parent, model, None if transfer is None else "hinton")
         elif qat_epochs:  # "int8", trained
             model = quantization_aware_training(
                 parent,

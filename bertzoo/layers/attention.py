@@ -151,7 +151,7 @@ class SelfAttentionBlock(keras.layers.Layer):
                 value,
                 mask,
                 1.0 / (self.head_dim**0.5),
-                probs_hook=lambda p: self.probs_dropout(p, training=training) if use_dropout else p,
+                probs_hook=(lambda p: self.probs_dropout(p, training=training)) if use_dropout else None,
             )
         else:
             probs = None
