@@ -26,7 +26,9 @@ default 0,1,2; `keras.utils.set_random_seed(seed)` first):
   distillation must beat).
 - `prune90`: 90% unstructured encoder sparsity (`Pruner`, polynomial ramp
   over the first 2/3 of the steps) while distilling the dense teacher's outputs
-  (`--prune-epochs`), then `strip()`.
+  (`--prune-epochs`) on the same transfer set as `distill`
+  (`--no-prune-transfer`: on the labelled training texts, mixed with the
+  labels), then `strip()`.
 - `structured`: `prune_heads_and_neurons` (`--heads` per layer, `--ffn`
   of the FFN neurons), then distillation of the teacher's predictions
   (`bertzoo.distill`, recipe hinton, `--structured-epochs`) on the same
@@ -172,7 +174,11 @@ def done(store, method, seed, settings):
 
 def uses_transfer(method, args):
     """Whether `method` trains on the transfer set (the other files' texts)."""
-    return method == "distill" or (method == "structured" and args.structured_transfer)
+    return (
+        method == "distill"
+        or (method == "structured" and args.structured_transfer)
+        or (method == "prune90" and args.prune_transfer)
+    )
 
 
 def method_settings(method, args, n_train, n_test):
@@ -199,7 +205,7 @@ def method_settings(method, args, n_train, n_test):
             "student_ffn": (args.student_ffn, 1.0),
         }
         specific = {**specific, **{k: value for k, (value, default) in student.items() if value != default}}
-    if method == "structured" and uses_transfer(method, args):
+    if method in ("structured", "prune90") and uses_transfer(method, args):
         specific = {**specific, "transfer": args.transfer_size}
     return {**common, **specific}
 
@@ -273,10 +279,10 @@ def compress(method, teacher, train, transfer, seed, args):
     """The compressed model of one method (trained with `seed` already set)."""
     import bertzoo
     from bertzoo.compression.model_copy import copy_model
+    from bertzoo.compression.recipes import transfer_pool
     from bertzoo.models.task import bert_optimizer
 
     texts, labels = train
-    steps_per_epoch = max(1, math.ceil(len(texts) / 32))
     if method in ("distill", "hard"):
         student = bertzoo.init_student_from_teacher(teacher, {"num_layers": args.student_layers})
         if args.student_heads or args.student_ffn < 1.0:  # A narrower student too (TinyBERT's are).
@@ -307,7 +313,10 @@ def compress(method, teacher, train, transfer, seed, args):
         return student
     if method == "prune90":
         model = copy_model(teacher)
-        steps = steps_per_epoch * args.prune_epochs
+        # Soft targets on the transfer set (`--prune-transfer`), or on the
+        # labelled texts mixed with the labels.
+        data = (transfer_pool(texts, transfer, seed=seed),) if uses_transfer(method, args) else (texts, labels)
+        steps = max(1, math.ceil(len(data[0]) / 32)) * args.prune_epochs
         schedule = bertzoo.PolynomialDecay(
             initial_sparsity=0.0,
             final_sparsity=0.9,
@@ -318,8 +327,7 @@ def compress(method, teacher, train, transfer, seed, args):
         pruner = bertzoo.Pruner(model, schedule, scores=args.prune_scores)
         model.compile(optimizer=bert_optimizer(1e-4))
         pruner.fit(
-            texts,
-            labels,
+            *data,
             batch_size=32,
             epochs=args.prune_epochs,
             verbose=2,
@@ -691,7 +699,12 @@ def parse_args(argv):
     parser.add_argument("--seeds", default="0,1,2", help="comma list of seeds")
     parser.add_argument("--train-size", type=int, default=0, help="0: the whole train split")
     parser.add_argument("--test-size", type=int, default=0, help="0: the whole test split")
-    parser.add_argument("--transfer-size", type=int, default=0, help="texts of the other files for distill; 0: all")
+    parser.add_argument(
+        "--transfer-size",
+        type=int,
+        default=0,
+        help="texts of the other files for the transfer set (distill, structured, prune90); 0: all",
+    )
     parser.add_argument("--sequence-length", type=int, default=64)
     parser.add_argument("--recipe", default="tinybert", help="bertzoo.distill recipe")
     parser.add_argument("--distill-epochs", default="1,2", help="epochs per recipe stage")
@@ -708,6 +721,13 @@ def parse_args(argv):
     )
     parser.add_argument("--prune-epochs", type=int, default=3)
     parser.add_argument("--prune-scores", default="magnitude", help="Pruner scores (magnitude or movement)")
+    parser.add_argument(
+        "--prune-transfer",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="prune90: distill on the transfer set (as distill does); --no-prune-transfer: on the labelled "
+        "texts, mixed with the labels",
+    )
     parser.add_argument("--structured-epochs", type=int, default=1)
     parser.add_argument(
         "--structured-transfer",

@@ -201,7 +201,7 @@ def _sparsity(args):
         argument(
             "--transfer",
             default=None,
-            help="file of unlabelled texts for the distill and prune_structured stages (text column)",
+            help="file of unlabelled texts for the distill and prune stages (text column)",
         ),
         argument(
             "--label-threshold",

@@ -144,3 +144,16 @@ def test_a_narrower_student_is_a_setting_of_distill_and_hard_only():
     assert "student_layers" not in compression.method_settings("distill", args, 100, 20)
     with pytest.raises(SystemExit, match="--student-layers and --student-heads must be positive"):
         compression.parse_args(["--student-heads", "0"])
+
+
+def test_the_transfer_set_is_a_setting_of_the_methods_that_train_on_it():
+    def on_transfer(argv):
+        args = compression.parse_args(argv)
+        used = [m for m in compression.METHODS if compression.uses_transfer(m, args)]
+        recorded = [m for m in compression.METHODS if "transfer" in compression.method_settings(m, args, 100, 20)]
+        assert used == recorded
+        return used
+
+    assert on_transfer([]) == ["distill", "prune90", "structured"]
+    assert on_transfer(["--no-prune-transfer"]) == ["distill", "structured"]
+    assert on_transfer(["--no-prune-transfer", "--no-structured-transfer"]) == ["distill"]

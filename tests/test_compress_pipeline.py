@@ -176,37 +176,52 @@ def test_cli_with_ratings_a_label_threshold_and_a_transfer_file(workspace, capsy
         threshold_labels(["a"], ["pos"], 0.0, source=train)
 
 
-def test_structured_pruning_recovers_on_the_transfer_set_when_given(workspace, monkeypatch):
+def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatch):
     from bertzoo.compression import pipeline
 
-    calls = []
+    distill_calls, prune_fits = [], []
 
     def recording_distill(teacher, student, *args, **kwargs):
-        calls.append((teacher.backbone.num_heads, student.backbone.num_heads, kwargs))
+        distill_calls.append((teacher.backbone.num_heads, student.backbone.num_heads, kwargs))
         return real_distill(teacher, student, *args, **kwargs)
+
+    class RecordingPruner(pipeline.Pruner):
+        def fit(self, *args, **kwargs):
+            prune_fits.append((args, self.schedule.end_step))
+            return super().fit(*args, **kwargs)
 
     real_distill = pipeline.distill
     monkeypatch.setattr(pipeline, "distill", recording_distill)
+    monkeypatch.setattr(pipeline, "Pruner", RecordingPruner)
+    train_texts = load_labelled_texts(workspace / "train.tsv")[0]
     transfer = sentiment(16, seed=7)[0]
-    out = workspace / "structured_transfer_out"
+    out = workspace / "prune_transfer_out"
     report = bertzoo.compress(
         workspace / "teacher",
         workspace / "train.tsv",
         workspace / "test.jsonl",
         out,
-        stages="prune_structured",
+        stages="prune,prune_structured",
         heads_to_keep=1,
         ffn_keep_ratio=0.5,
         transfer=transfer,
+        epochs=2,
         batch_size=16,
         latency_repeats=1,
         verbose=0,
     )
-    ((teacher_heads, student_heads, options),) = calls
+    # "prune": the training and transfer texts, unlabelled (soft targets),
+    # the schedule spanning their steps.
+    ((args, end_step),) = prune_fits
+    assert len(args) == 1 and sorted(args[0]) == sorted(train_texts + transfer)
+    assert end_step == 2 * -(-(len(train_texts) + len(transfer)) // 16)
+    # "prune_structured": the hinton recipe on the transfer set.
+    ((teacher_heads, student_heads, options),) = distill_calls
     assert (teacher_heads, student_heads) == (2, 1)
     assert options["recipe"] == "hinton" and options["transfer"] == transfer
-    assert [row["stage"] for row in report["rows"]] == ["teacher", "prune_structured"]
-    pruned = bertzoo.BertClassifier.from_preset(out / "1_prune_structured" / "preset")
+    assert [row["stage"] for row in report["rows"]] == ["teacher", "prune", "prune_structured"]
+    assert report["transfer_size"] == len(transfer)
+    pruned = bertzoo.BertClassifier.from_preset(out / "2_prune_structured" / "preset")
     assert pruned.backbone.intermediate_dim == 16
 
 

@@ -675,3 +675,18 @@ def test_augmented_copies_are_seeded_perturbations_from_the_texts_words():
         bertzoo.compression.augment_texts(texts, copies=-1)
     with pytest.raises(ValueError, match="`rate` must be in \\[0, 1\\)"):
         bertzoo.compression.augment_texts(texts, rate=1.0)
+
+
+def test_the_transfer_pool_is_every_text_once_in_a_seeded_order():
+    from bertzoo.compression import transfer_pool
+
+    texts, extra = [f"train {i}" for i in range(6)], [f"other {i}" for i in range(5)]
+    pool = transfer_pool(texts, extra, seed=3)
+    assert sorted(pool) == sorted(texts + extra)
+    assert pool == transfer_pool(texts, extra, seed=3) and pool != transfer_pool(texts, extra, seed=4)
+    augmented = transfer_pool(texts, extra, augment=2, seed=3)
+    copies = bertzoo.compression.augment_texts(texts, copies=2, seed=3)
+    assert sorted(augmented) == sorted(texts + extra + copies)
+    assert sorted(transfer_pool(texts)) == sorted(texts)
+    with pytest.raises(ValueError, match="`transfer` must be a list of strings"):
+        transfer_pool(texts, "one string")

@@ -14,6 +14,7 @@ from bertzoo.compression.quantization import quantize
 from bertzoo.compression.recipes import RECIPES
 from bertzoo.compression.recipes import augment_texts
 from bertzoo.compression.recipes import distill
+from bertzoo.compression.recipes import transfer_pool
 from bertzoo.compression.report import SparsityReport
 from bertzoo.compression.report import gzip_size
 from bertzoo.compression.report import sparsity_report

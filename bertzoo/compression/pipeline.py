@@ -6,8 +6,8 @@ model, with the library's own building blocks:
 - `"distill"`: a shallower student initialised from evenly spaced teacher
   layers (`init_student_from_teacher`), trained by a `Distiller`;
 - `"prune"`: gradual unstructured magnitude pruning (`Pruner` on a
-  `PolynomialDecay` schedule) while distilling from the stage's dense input,
-  then `strip()`;
+  `PolynomialDecay` schedule) while distilling from the stage's dense input
+  (on the transfer set when there is one), then `strip()`;
 - `"prune_structured"`: attention heads and feed-forward neurons removed
   (`prune_heads_and_neurons`), then a short distillation from the stage's
   input to recover (on the transfer set when there is one);
@@ -43,6 +43,7 @@ from bertzoo.compression.quantization import quantization_aware_training
 from bertzoo.compression.quantization import quantize
 from bertzoo.compression.recipes import RECIPES
 from bertzoo.compression.recipes import distill
+from bertzoo.compression.recipes import transfer_pool
 from bertzoo.compression.report import gzip_size
 from bertzoo.compression.report import sparsity_report
 from bertzoo.compression.schedules import PolynomialDecay
@@ -280,8 +281,10 @@ def compress(
             with `distiller_options`.
         transfer: unlabelled texts the teacher labels for the distill stage
             (a list, or a TSV/CSV/JSONL file with `text_column`), or None.
-            `"prune_structured"` recovers on them too (soft targets of its
-            input model, the `"hinton"` recipe) instead of on `train`.
+            The prune stages train on them too, with the training texts
+            (soft targets of their input model): `"prune"` while its
+            sparsity ramps up, `"prune_structured"` to recover (the
+            `"hinton"` recipe).
         label_threshold: numeric labels (ratings) become binary: 1 above the
             threshold, 0 below, rows at it dropped; None keeps the labels.
         qat_epochs: 0, post-training int8; N > 0, the int8 stage first
@@ -369,11 +372,13 @@ def compress(
             train_student(parent, model, recipe)
         elif stage == "prune":
             student = copy_model(parent)
-            end = _steps(train_data, epochs, batch_size)
+            # Soft targets of the dense input on the transfer set, when there is one.
+            data = train_data if transfer is None else (transfer_pool(train_data[0], transfer),)
+            end = _steps(data, epochs, batch_size)
             schedule = PolynomialDecay(0.0, sparsity, begin_step=0, end_step=end, frequency=max(1, end // 10))
             pruner = Pruner(student, schedule)
             pruner.fit(
-                *train_data,
+                *data,
                 teacher=parent,
                 distillation=distiller_options,
                 validation_data=validation,
@@ -427,7 +432,7 @@ def compress(
         "target_speedup": target_speedup,
         "recipe": recipe if "distill" in stages else None,
         "qat_epochs": qat_epochs if "int8" in stages else None,
-        "transfer_size": len(transfer) if transfer is not None and "distill" in stages else 0,
+        "transfer_size": len(transfer) if transfer is not None and set(stages) - {"int8"} else 0,
         "label_threshold": label_threshold,
         "train_size": len(train_texts),
         "eval_size": len(eval_texts),

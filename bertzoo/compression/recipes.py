@@ -107,6 +107,24 @@ def _stage_epochs(epochs, stages):
     return epochs
 
 
+def transfer_pool(texts, transfer=None, augment=0, seed=0):
+    """The transfer set, shuffled: `texts`, the unlabelled `transfer` texts
+    and `augment` perturbed copies of `texts` (`augment_texts`), in one
+    order drawn from `seed`. A teacher labels all of them (soft targets).
+
+    Example:
+    ```python
+    pool = transfer_pool(train_texts, unlabelled_texts, seed=0)
+    distiller.fit(pool, epochs=2)  # no labels: soft targets only
+    ```
+    """
+    texts = _as_texts(texts, "x")
+    extra = [] if transfer is None else _as_texts(transfer, "transfer")
+    extra += augment_texts(texts, augment, seed=seed) if texts else []
+    pool = texts + extra
+    return [pool[i] for i in np.random.default_rng(seed).permutation(len(pool))]
+
+
 def distill(
     teacher,
     student,
@@ -161,17 +179,13 @@ def distill(
     stages = RECIPES[recipe]
     epochs = _stage_epochs(epochs, stages)
     texts = _as_texts(x, "x")
-    extra = [] if transfer is None else _as_texts(transfer, "transfer")
-    extra += augment_texts(texts, augment, seed=seed) if texts else []
     if y is not None and len(y) != len(texts):
         raise ValueError(f"`x` has {len(texts)} texts but `y` {len(y)} labels.")
-    if not texts and not extra:
+    unlabelled = transfer_pool(texts, transfer, augment, seed)
+    if not unlabelled:
         raise ValueError("No texts to distill on: `x` and `transfer` are empty.")
     # Soft targets everywhere when there are unlabelled texts (or no labels).
-    pool = texts + extra
-    order = np.random.default_rng(seed).permutation(len(pool))
-    unlabelled = [pool[i] for i in order]
-    labelled = (texts, np.asarray(y)) if y is not None and not extra else None
+    labelled = (texts, np.asarray(y)) if y is not None and len(unlabelled) == len(texts) else None
 
     histories = {}
     for (name, options), stage_epochs in zip(stages, epochs):
