@@ -157,3 +157,37 @@ def test_the_transfer_set_is_a_setting_of_the_methods_that_train_on_it():
     assert on_transfer([]) == ["distill", "prune90", "structured"]
     assert on_transfer(["--no-prune-transfer"]) == ["distill", "structured"]
     assert on_transfer(["--no-prune-transfer", "--no-structured-transfer"]) == ["distill"]
+
+
+def test_prune90_trains_on_the_transfer_pool_or_on_the_labels(monkeypatch):
+    import bertzoo
+    from bertzoo.compression import model_copy
+
+    fits = []
+
+    class Model:
+        def compile(self, **kwargs):
+            pass
+
+    class RecordingPruner:
+        def __init__(self, model, schedule, scores):
+            self.schedule = schedule
+
+        def fit(self, *data, teacher, epochs, **kwargs):
+            fits.append((data, self.schedule.end_step, teacher, epochs))
+
+        def strip(self):
+            return "stripped"
+
+    monkeypatch.setattr(model_copy, "copy_model", lambda model: Model())
+    monkeypatch.setattr(bertzoo, "Pruner", RecordingPruner)
+    texts, labels = [f"train {i}" for i in range(40)], [i % 2 for i in range(40)]
+    transfer = [f"other {i}" for i in range(56)]
+    teacher = object()
+    for argv in ([], ["--no-prune-transfer"]):
+        assert compression.compress("prune90", teacher, (texts, labels), transfer, 0, compression.parse_args(argv))
+    (pooled, pooled_end, pooled_teacher, epochs), (labelled, labelled_end, _, _) = fits
+    # 96 pooled texts: 3 steps x 3 epochs, the ramp over the first 6; 40 labelled: 2 x 3, ramp 4.
+    assert len(pooled) == 1 and sorted(pooled[0]) == sorted(texts + transfer) and pooled_end == 6
+    assert pooled_teacher is teacher and epochs == 3
+    assert labelled == (texts, labels) and labelled_end == 4

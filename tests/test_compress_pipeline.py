@@ -178,6 +178,7 @@ def test_cli_with_ratings_a_label_threshold_and_a_transfer_file(workspace, capsy
 
 def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatch):
     from bertzoo.compression import pipeline
+    from bertzoo.compression.pipeline import _ramp_schedule
 
     distill_calls, prune_fits = [], []
 
@@ -187,7 +188,7 @@ def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatc
 
     class RecordingPruner(pipeline.Pruner):
         def fit(self, *args, **kwargs):
-            prune_fits.append((args, self.schedule.end_step))
+            prune_fits.append((args, self.schedule))
             return super().fit(*args, **kwargs)
 
     real_distill = pipeline.distill
@@ -212,9 +213,9 @@ def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatc
     )
     # "prune": the training and transfer texts, unlabelled (soft targets),
     # the schedule spanning their steps.
-    ((args, end_step),) = prune_fits
+    ((args, schedule),) = prune_fits
     assert len(args) == 1 and sorted(args[0]) == sorted(train_texts + transfer)
-    assert end_step == 2 * -(-(len(train_texts) + len(transfer)) // 16)
+    assert schedule == _ramp_schedule(2 * -(-(len(train_texts) + len(transfer)) // 16), 0.9)
     # "prune_structured": the hinton recipe on the transfer set.
     ((teacher_heads, student_heads, options),) = distill_calls
     assert (teacher_heads, student_heads) == (2, 1)
@@ -223,6 +224,18 @@ def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatc
     assert report["transfer_size"] == len(transfer)
     pruned = bertzoo.BertClassifier.from_preset(out / "2_prune_structured" / "preset")
     assert pruned.backbone.intermediate_dim == 16
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3, 10, 37, 1128])
+def test_the_prune_stage_schedule_reaches_its_sparsity_within_the_steps(steps):
+    from bertzoo.compression.pipeline import _ramp_schedule
+
+    schedule = _ramp_schedule(steps, 0.9)
+    turns = [(step, float(sparsity)) for step in range(steps) for prune, sparsity in [schedule(step)] if prune]
+    assert turns and turns[-1][1] == pytest.approx(0.9)
+    reached = next(step for step, sparsity in turns if sparsity == pytest.approx(0.9))
+    assert reached <= max(0, 2 * steps // 3)  # The last third trains at the target.
+    assert all(b >= a for (_, a), (_, b) in zip(turns, turns[1:]))  # Rising, never falling.
 
 
 def test_bad_inputs_give_clear_errors(workspace, tmp_path):

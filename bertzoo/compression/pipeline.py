@@ -5,9 +5,10 @@ model, with the library's own building blocks:
 
 - `"distill"`: a shallower student initialised from evenly spaced teacher
   layers (`init_student_from_teacher`), trained by a `Distiller`;
-- `"prune"`: gradual unstructured magnitude pruning (`Pruner` on a
-  `PolynomialDecay` schedule) while distilling from the stage's dense input
-  (on the transfer set when there is one), then `strip()`;
+- `"prune"`: gradual unstructured magnitude pruning (`Pruner`, a cubic
+  `PolynomialDecay` ramp over the first 2/3 of the steps) while distilling
+  from the stage's dense input (on the training plus transfer texts when
+  there are transfer texts), then `strip()`;
 - `"prune_structured"`: attention heads and feed-forward neurons removed
   (`prune_heads_and_neurons`), then a short distillation from the stage's
   input to recover (on the transfer set when there is one);
@@ -42,10 +43,12 @@ from bertzoo.compression.pruner import Pruner
 from bertzoo.compression.quantization import quantization_aware_training
 from bertzoo.compression.quantization import quantize
 from bertzoo.compression.recipes import RECIPES
+from bertzoo.compression.recipes import as_texts
 from bertzoo.compression.recipes import distill
 from bertzoo.compression.recipes import transfer_pool
 from bertzoo.compression.report import gzip_size
 from bertzoo.compression.report import sparsity_report
+from bertzoo.compression.schedules import ConstantSparsity
 from bertzoo.compression.schedules import PolynomialDecay
 from bertzoo.compression.structured import prune_heads_and_neurons
 from bertzoo.compression.student_init import init_student_from_teacher
@@ -222,6 +225,17 @@ def _steps(train, epochs, batch_size):
     return max(1, math.ceil(len(train[0]) / batch_size)) * epochs
 
 
+def _ramp_schedule(steps, sparsity):
+    """Sparsity rising to `sparsity` over the first 2/3 of `steps` (Zhu and
+    Gupta's cubic ramp), then training on at it. The ramp ends on a pruning
+    step, so the target is reached; a single step prunes once."""
+    ramp = (2 * steps) // 3
+    if ramp < 1:
+        return ConstantSparsity(sparsity, begin_step=0)
+    frequency = max(1, ramp // 10)
+    return PolynomialDecay(0.0, sparsity, begin_step=0, end_step=frequency * (ramp // frequency), frequency=frequency)
+
+
 def compress(
     teacher,
     train,
@@ -273,8 +287,11 @@ def compress(
         sparsity: final encoder sparsity of `"prune"`.
         heads_to_keep, ffn_keep_ratio: `"prune_structured"` settings (see
             `prune_heads_and_neurons`).
-        distiller_options: keyword arguments for the `Distiller`s of the
-            prune stages (and of the distill stage when `recipe` is None).
+        distiller_options: keyword arguments for the `Distiller` of the
+            `"prune"` stage (and of the distill stage when `recipe` is None;
+            `"prune_structured"` recovers with the `"hinton"` recipe when
+            there are transfer texts). On transfer texts there are no
+            labels, so `alpha` has no effect there.
         recipe: how the distill stage trains: a `bertzoo.distill` recipe
             (`"tinybert"`: intermediate layers, then predictions; `"minilm"`;
             `"hinton"`), `epochs` epochs per stage; None: one `Distiller`
@@ -319,6 +336,8 @@ def compress(
         eval_texts, eval_raw = threshold_labels(eval_texts, eval_raw, label_threshold, source=eval)
     if isinstance(transfer, (str, os.PathLike)):
         transfer = load_texts(transfer, text_column)
+    elif transfer is not None:
+        transfer = as_texts(transfer, "transfer")  # Checked before any work.
     train_labels, classes = label_ids(train_raw)
     eval_labels, _ = label_ids(eval_raw, classes, source=eval)
     train_data = (train_texts, np.asarray(train_labels, dtype="int32"))
@@ -373,10 +392,8 @@ def compress(
         elif stage == "prune":
             student = copy_model(parent)
             # Soft targets of the dense input on the transfer set, when there is one.
-            data = train_data if transfer is None else (transfer_pool(train_data[0], transfer),)
-            end = _steps(data, epochs, batch_size)
-            schedule = PolynomialDecay(0.0, sparsity, begin_step=0, end_step=end, frequency=max(1, end // 10))
-            pruner = Pruner(student, schedule)
+            data = (transfer_pool(train_data[0], transfer),) if transfer else train_data
+            pruner = Pruner(student, _ramp_schedule(_steps(data, epochs, batch_size), sparsity))
             pruner.fit(
                 *data,
                 teacher=parent,

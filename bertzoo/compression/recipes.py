@@ -69,7 +69,7 @@ def augment_texts(texts, copies=1, seed=0, rate=0.1):
         raise ValueError(f"`copies` must be an int >= 0, got {copies!r}.")
     if not 0.0 <= rate < 1.0:
         raise ValueError(f"`rate` must be in [0, 1), got {rate!r}.")
-    texts = _as_texts(texts, "texts")
+    texts = as_texts(texts, "texts")
     split = [t.split() for t in texts]
     pool = [w for words in split for w in words]
     rng = np.random.default_rng(seed)
@@ -85,7 +85,8 @@ def augment_texts(texts, copies=1, seed=0, rate=0.1):
     return out
 
 
-def _as_texts(x, what):
+def as_texts(x, what):
+    """`x` as a list of strings, or a ValueError naming the argument `what`."""
     if isinstance(x, str) or not hasattr(x, "__len__"):
         raise ValueError(
             f"`{what}` must be a list of strings (raw text; the recipes tokenize it with the student's "
@@ -108,9 +109,15 @@ def _stage_epochs(epochs, stages):
 
 
 def transfer_pool(texts, transfer=None, augment=0, seed=0):
-    """The transfer set, shuffled: `texts`, the unlabelled `transfer` texts
-    and `augment` perturbed copies of `texts` (`augment_texts`), in one
-    order drawn from `seed`. A teacher labels all of them (soft targets).
+    """The transfer set, shuffled: every text once, in one order drawn from
+    `seed`. A teacher labels all of them (soft targets).
+
+    Args:
+        texts: the training texts (raw strings).
+        transfer: unlabelled texts, or None.
+        augment: perturbed copies of each training text to add
+            (`augment_texts`, seeded by `seed`).
+        seed: the seed of the order and of the augmentation.
 
     Example:
     ```python
@@ -118,8 +125,10 @@ def transfer_pool(texts, transfer=None, augment=0, seed=0):
     distiller.fit(pool, epochs=2)  # no labels: soft targets only
     ```
     """
-    texts = _as_texts(texts, "x")
-    extra = [] if transfer is None else _as_texts(transfer, "transfer")
+    if isinstance(augment, bool) or not isinstance(augment, int) or augment < 0:
+        raise ValueError(f"`augment` must be an int >= 0 (copies of each text), got {augment!r}.")
+    texts = as_texts(texts, "texts")
+    extra = [] if transfer is None else as_texts(transfer, "transfer")
     extra += augment_texts(texts, augment, seed=seed) if texts else []
     pool = texts + extra
     return [pool[i] for i in np.random.default_rng(seed).permutation(len(pool))]
@@ -178,7 +187,7 @@ def distill(
         raise ValueError(f"Unknown recipe {recipe!r}. Choose one of {sorted(RECIPES)}.")
     stages = RECIPES[recipe]
     epochs = _stage_epochs(epochs, stages)
-    texts = _as_texts(x, "x")
+    texts = as_texts(x, "x")
     if y is not None and len(y) != len(texts):
         raise ValueError(f"`x` has {len(texts)} texts but `y` {len(y)} labels.")
     unlabelled = transfer_pool(texts, transfer, augment, seed)
