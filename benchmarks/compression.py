@@ -747,7 +747,9 @@ def parse_args(argv):
     parser.add_argument("--readme", type=Path, default=None, help="rewrite the compression table in this file")
     parser.add_argument("--no-record", action="store_true", help="do not append to results.jsonl")
     parser.add_argument(
-        "--cached-only", action="store_true", help="train and time nothing: report the cached results there are"
+        "--cached-only",
+        action="store_true",
+        help="train and time nothing: report the cached results made with these settings",
     )
     parser.add_argument(
         "--skip-timing", action="store_true", help="train and measure accuracy only (time later, on a quiet machine)"
@@ -795,7 +797,8 @@ def run_file(name, args, cache):
                 print(f"[{name}] {method} seed {seed}: cached", flush=True)
                 continue
             if args.cached_only:
-                print(f"[{name}] {method} seed {seed}: not measured yet (--cached-only)", flush=True)
+                why = "cached with other settings" if run_key(method, seed) in store["runs"] else "not measured yet"
+                print(f"[{name}] {method} seed {seed}: {why} (--cached-only: not reported)", flush=True)
                 continue
             started = time.time()
             measured = [done(store, method, s, settings) for s in args.seeds]
@@ -846,13 +849,22 @@ def run_file(name, args, cache):
             },
         }
         save_cache(results, store)
+    settings = {method: method_settings(method, args, len(train[0]), len(test_y)) for method in args.methods}
+    return result_rows(name, store, args.methods, args.seeds, settings)
+
+
+def result_rows(name, store, methods, seeds, settings):
+    """`(rows, teacher figures)` of one file's cache: a row per (method,
+    seed) measured with `settings[method]`, with the teacher's figures and
+    the method's timing. Results of other settings are left out (a rerun
+    replaces them), so a report never mixes recipes."""
     timing = store.get("latency", {}).get("models", {"teacher": {}})
     teacher_figures = {**store["teacher"], **timing["teacher"]}
     rows = []
-    for method in args.methods:
-        for seed in args.seeds:
-            entry = store["runs"].get(run_key(method, seed))
-            if entry is None:  # --cached-only: not measured yet.
+    for method in methods:
+        for seed in seeds:
+            entry = done(store, method, seed, settings[method])
+            if entry is None:  # --cached-only: not measured yet, or with other settings.
                 continue
             rows.append(
                 {

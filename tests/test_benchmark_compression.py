@@ -191,3 +191,24 @@ def test_prune90_trains_on_the_transfer_pool_or_on_the_labels(monkeypatch):
     assert len(pooled) == 1 and sorted(pooled[0]) == sorted(texts + transfer) and pooled_end == 6
     assert pooled_teacher is teacher and epochs == 3
     assert labelled == (texts, labels) and labelled_end == 4
+
+
+def test_the_report_leaves_out_results_of_other_settings():
+    now, before = {"epochs": 3, "transfer": 0}, {"epochs": 3}
+    store = {
+        "teacher": {"accuracy": 0.9, "encoder_parameters": 1_500_000},
+        "runs": {
+            "prune90/0": {"accuracy": 0.88, "settings": now, "seed": 0},
+            "prune90/1": {"accuracy": 0.80, "settings": before, "seed": 1},  # An older recipe.
+            "int8/0": {"accuracy": 0.89, "settings": {}, "seed": 0},
+        },
+        "latency": {"seed": 0, "models": {"teacher": {"b32_ms": 10.0}, "prune90": {"speedup_b32": 1.0}}},
+    }
+    rows, teacher = compression.result_rows("amazon", store, ["prune90", "int8"], [0, 1], {"prune90": now, "int8": {}})
+    assert [(r["method"], r["seed"], r["accuracy"]) for r in rows] == [("prune90", 0, 0.88), ("int8", 0, 0.89)]
+    assert rows[0]["speedup_b32"] == 1.0 and rows[0]["teacher_b32_ms"] == 10.0 and rows[0]["teacher_accuracy"] == 0.9
+    assert "speedup_b32" not in rows[1] and teacher == {
+        "accuracy": 0.9,
+        "encoder_parameters": 1_500_000,
+        "b32_ms": 10.0,
+    }
