@@ -25,7 +25,8 @@ default 0,1,2; `keras.utils.set_random_seed(seed)` first):
 - `hard`: the same student trained on the hard labels alone (the baseline
   distillation must beat).
 - `prune90`: 90% unstructured encoder sparsity (`Pruner`, polynomial ramp
-  over the first 2/3 of the steps) while distilling the dense teacher's outputs
+  over the first 2/3 of the steps, 90% of every weight; `--prune-scope
+  global`: one threshold across the encoder's weights) while distilling the dense teacher's outputs
   (`--prune-epochs`) on the same transfer set as `distill`
   (`--no-prune-transfer`: on the labelled training texts, mixed with the
   labels), then `strip()`.
@@ -40,12 +41,13 @@ default 0,1,2; `keras.utils.set_random_seed(seed)` first):
   rounding simulated while distilling from the teacher on the training
   texts (`--qat-epochs`, `bert_optimizer(2e-5)`), then quantized.
 
-Each (file, method, seed) result (test accuracy, % of teacher, parameters,
-preset MB, seconds) is written to `--cache/<file>/results.json` as soon as
-it is done, so a rerun skips what is done with the same settings (`--fresh`
-ignores the cache). Then, per file, each method's model of the first seed not
-timed yet (all of them when the timing settings change) is timed against the
-teacher with `benchmarks.harness.time_interleaved` on
+Each (file, method, seed) result (test accuracy, parameters, encoder
+sparsity, preset MB, seconds; % of teacher is computed when reporting) is
+written to `--cache/<file>/results.json` as soon as it is done, so a rerun
+skips what is done with the same settings (`--fresh` ignores the cache).
+Then, per file, each method's model of the first seed not timed yet (a
+retrained one included, also after `--skip-timing`; all of them when the
+timing settings change) is timed against the teacher with `benchmarks.harness.time_interleaved` on
 tokenized test sentences (batch 1 and 32, `--sequence-length`, medians of
 `--runs` interleaved rounds, best of XLA on and off unless `--xla`):
 speedups are same-run ratios to the teacher.
@@ -192,19 +194,26 @@ def method_settings(method, args, n_train, n_test):
             "learning_rate": 2e-4,
         },
         "hard": {"epochs": args.hard_epochs, "learning_rate": 2e-4},
-        "prune90": {"epochs": args.prune_epochs, "sparsity": 0.9, "scores": args.prune_scores, "learning_rate": 1e-4},
+        "prune90": {
+            "epochs": args.prune_epochs,
+            "sparsity": 0.9,
+            "scores": args.prune_scores,
+            "learning_rate": 1e-4,
+        },
         "structured": {"epochs": args.structured_epochs, "heads": args.heads, "ffn": args.ffn, "learning_rate": 1e-4},
         "int8": {},
         "int8qat": {"epochs": args.qat_epochs, "learning_rate": QAT_LEARNING_RATE, "distill": True, "alpha": 0.0},
     }[method]
-    if method in ("distill", "hard"):
-        # Only when set, so that results cached before the options stay valid.
-        student = {
-            "student_layers": (args.student_layers, 2),
-            "student_heads": (args.student_heads, None),
-            "student_ffn": (args.student_ffn, 1.0),
-        }
-        specific = {**specific, **{k: value for k, (value, default) in student.items() if value != default}}
+    # Options added after results were cached count only when set, so those
+    # results stay valid: `{setting: (value, the value they were made with)}`.
+    student = {
+        "student_layers": (args.student_layers, 2),
+        "student_heads": (args.student_heads, None),
+        "student_ffn": (args.student_ffn, 1.0),
+    }
+    later_options = {"distill": student, "hard": student, "prune90": {"scope": (args.prune_scope, "layer")}}
+    options = later_options.get(method, {})
+    specific = {**specific, **{k: value for k, (value, default) in options.items() if value != default}}
     if method in ("structured", "prune90") and uses_transfer(method, args):
         specific = {**specific, "transfer": args.transfer_size}
     return {**common, **specific}
@@ -317,14 +326,8 @@ def compress(method, teacher, train, transfer, seed, args):
         # labelled texts mixed with the labels.
         data = (transfer_pool(texts, transfer, seed=seed),) if uses_transfer(method, args) else (texts, labels)
         steps = max(1, math.ceil(len(data[0]) / 32)) * args.prune_epochs
-        schedule = bertzoo.PolynomialDecay(
-            initial_sparsity=0.0,
-            final_sparsity=0.9,
-            begin_step=0,
-            end_step=max(1, 2 * steps // 3),
-            frequency=max(1, steps // 30),
-        )
-        pruner = bertzoo.Pruner(model, schedule, scores=args.prune_scores)
+        schedule = bertzoo.compression.ramp_schedule(steps, 0.9, prunings=20)
+        pruner = bertzoo.Pruner(model, schedule, scores=args.prune_scores, scope=args.prune_scope)
         model.compile(optimizer=bert_optimizer(1e-4))
         pruner.fit(
             *data,
@@ -397,7 +400,8 @@ def time_models(models, inputs, runs, xla_modes):
 
 def latencies(models, test_x, runs, xla_modes):
     """`{name: {"ms_b1", "ms_b32", "mode_b1", "mode_b32", "speedup_b1",
-    "speedup_b32"}}`: each model's best XLA mode, speedups over "teacher"."""
+    "speedup_b32"}}`: each model's best XLA mode, speedups over "teacher",
+    whose times of this run the others keep ("teacher_ms_b1", "teacher_ms_b32")."""
     import tensorflow as tf
 
     n_test = len(next(iter(test_x.values())))
@@ -416,6 +420,8 @@ def latencies(models, test_x, runs, xla_modes):
     for name in models:
         for n in inputs:
             result[name][f"speedup_b{n}"] = round(result["teacher"][f"ms_b{n}"] / result[name][f"ms_b{n}"], 3)
+            if name != "teacher":  # The teacher time of this run, which the speedup is against.
+                result[name][f"teacher_ms_b{n}"] = result["teacher"][f"ms_b{n}"]
     return result
 
 
@@ -722,6 +728,12 @@ def parse_args(argv):
     parser.add_argument("--prune-epochs", type=int, default=3)
     parser.add_argument("--prune-scores", default="magnitude", help="Pruner scores (magnitude or movement)")
     parser.add_argument(
+        "--prune-scope",
+        choices=("layer", "global"),
+        default="layer",
+        help="prune90: 90%% of every weight (layer) or one magnitude threshold across the encoder (global)",
+    )
+    parser.add_argument(
         "--prune-transfer",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -815,6 +827,9 @@ def run_file(name, args, cache):
                 entry.update(seconds=round(time.time() - started, 1), preset=f"{method}-s{seed}")
                 if seed == latency_seed:
                     models[method] = model
+                    # Its cached timing was of the model this one replaces:
+                    # timed again by the next run that times (not --skip-timing).
+                    store.get("latency", {}).get("models", {}).pop(method, None)
             entry.update(seed=seed, settings=settings, seed_independent=method == "int8")
             store["runs"][run_key(method, seed)] = entry
             save_cache(results, store)

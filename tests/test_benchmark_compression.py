@@ -159,6 +159,16 @@ def test_the_transfer_set_is_a_setting_of_the_methods_that_train_on_it():
     assert on_transfer(["--no-prune-transfer", "--no-structured-transfer"]) == ["distill"]
 
 
+def test_the_prune_scope_is_a_setting_of_prune90_when_set():
+    def settings(argv):
+        return compression.method_settings("prune90", compression.parse_args(argv), 100, 20)
+
+    # A global-scope result is redone, not reported, under the default; results
+    # cached before the option (made with scope "layer") stay valid.
+    assert settings(["--prune-scope", "global"]) == {**settings([]), "scope": "global"}
+    assert "scope" not in settings([])
+
+
 def test_prune90_trains_on_the_transfer_pool_or_on_the_labels(monkeypatch):
     import bertzoo
     from bertzoo.compression import model_copy
@@ -170,11 +180,11 @@ def test_prune90_trains_on_the_transfer_pool_or_on_the_labels(monkeypatch):
             pass
 
     class RecordingPruner:
-        def __init__(self, model, schedule, scores):
-            self.schedule = schedule
+        def __init__(self, model, schedule, scores, scope):
+            self.schedule, self.scope = schedule, scope
 
         def fit(self, *data, teacher, epochs, **kwargs):
-            fits.append((data, self.schedule.end_step, teacher, epochs))
+            fits.append((data, self.schedule.end_step, teacher, epochs, self.scope))
 
         def strip(self):
             return "stripped"
@@ -184,13 +194,14 @@ def test_prune90_trains_on_the_transfer_pool_or_on_the_labels(monkeypatch):
     texts, labels = [f"train {i}" for i in range(40)], [i % 2 for i in range(40)]
     transfer = [f"other {i}" for i in range(56)]
     teacher = object()
-    for argv in ([], ["--no-prune-transfer"]):
+    for argv in ([], ["--no-prune-transfer", "--prune-scope", "global"]):
         assert compression.compress("prune90", teacher, (texts, labels), transfer, 0, compression.parse_args(argv))
-    (pooled, pooled_end, pooled_teacher, epochs), (labelled, labelled_end, _, _) = fits
+    (pooled, pooled_end, pooled_teacher, epochs, scope), (labelled, labelled_end, _, _, labelled_scope) = fits
     # 96 pooled texts: 3 steps x 3 epochs, the ramp over the first 6; 40 labelled: 2 x 3, ramp 4.
     assert len(pooled) == 1 and sorted(pooled[0]) == sorted(texts + transfer) and pooled_end == 6
     assert pooled_teacher is teacher and epochs == 3
     assert labelled == (texts, labels) and labelled_end == 4
+    assert (scope, labelled_scope) == ("layer", "global")  # Each weight 90% sparse unless asked.
 
 
 def test_the_report_leaves_out_results_of_other_settings():
@@ -212,3 +223,64 @@ def test_the_report_leaves_out_results_of_other_settings():
         "encoder_parameters": 1_500_000,
         "b32_ms": 10.0,
     }
+
+
+def test_each_speedup_keeps_the_teacher_time_of_its_own_timing_run(monkeypatch):
+    import numpy as np
+
+    ms = {("teacher", False, 1): 8.0, ("teacher", False, 32): 100.0, ("int8", False, 1): 4.0, ("int8", False, 32): 50.0}
+    monkeypatch.setattr(compression, "time_models", lambda models, inputs, runs, xla_modes: ms)
+    timing = compression.latencies(
+        {"teacher": None, "int8": None}, {"token_ids": np.zeros((3, 4), "int32")}, 1, (False,)
+    )
+    assert timing["int8"] == {
+        **{"ms_b1": 4.0, "ms_b32": 50.0, "mode_b1": "no XLA", "mode_b32": "no XLA"},
+        **{"speedup_b1": 2.0, "speedup_b32": 2.0, "teacher_ms_b1": 8.0, "teacher_ms_b32": 100.0},
+    }
+    # A later timing run (another method's) times the teacher anew: int8's row
+    # keeps the teacher time its speedup was measured against.
+    later = {"ms_b1": 9.0, "ms_b32": 120.0, "speedup_b1": 1.0, "speedup_b32": 1.0}
+    store = {
+        "teacher": {"accuracy": 0.9},
+        "runs": {"int8/0": {"accuracy": 0.89, "settings": {}, "seed": 0}},
+        "latency": {"seed": 0, "models": {"teacher": later, "int8": timing["int8"]}},
+    }
+    (row,), teacher = compression.result_rows("amazon", store, ["int8"], [0], {"int8": {}})
+    assert (row["teacher_ms_b32"], row["ms_b32"], row["speedup_b32"]) == (100.0, 50.0, 2.0)
+
+
+def test_a_model_retrained_under_skip_timing_is_timed_by_the_next_run(tmp_path, monkeypatch):
+    import types
+
+    import numpy as np
+
+    import bertzoo
+
+    teacher = types.SimpleNamespace(preprocessor=None)
+    monkeypatch.setattr(compression, "load_data", lambda args, name: ("f.tsv", (["a", "b"], [0, 1]), (["c"], [1])))
+    monkeypatch.setattr(compression, "teacher_model", lambda args, cache, name, train: teacher)
+    monkeypatch.setattr(compression, "tokenize", lambda preprocessor, texts: {"x": np.zeros((len(texts), 2))})
+    monkeypatch.setattr(compression, "transfer_texts", lambda name, size: ["d"])
+    monkeypatch.setattr(compression, "measure", lambda model, directory, x, y: {"accuracy": 0.5})
+    monkeypatch.setattr(compression, "compress", lambda method, *args: f"{method} model")
+    monkeypatch.setattr(bertzoo.BertClassifier, "from_preset", staticmethod(lambda path: f"loaded {path.name}"))
+    timed = []
+
+    def latencies(models, test_x, runs, xla_modes):
+        timed.append(dict(models))
+        return {name: {"ms_b1": 1.0} for name in models}
+
+    monkeypatch.setattr(compression, "latencies", latencies)
+
+    def run(*argv):
+        args = compression.parse_args(["--methods", "prune90", "--seeds", "0", "--cache", str(tmp_path), *argv])
+        compression.run_file("amazon", args, tmp_path)
+
+    run("--prune-epochs", "1")
+    run("--prune-epochs", "2", "--skip-timing")  # Retrained, not timed.
+    run("--prune-epochs", "2")  # Nothing to train: times the model it kept.
+    run("--prune-epochs", "2")  # Nothing new: no timing.
+    assert timed == [
+        {"teacher": teacher, "prune90": "prune90 model"},
+        {"teacher": teacher, "prune90": "loaded prune90-s0"},
+    ]

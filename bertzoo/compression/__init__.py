@@ -21,6 +21,7 @@ from bertzoo.compression.report import sparsity_report
 from bertzoo.compression.schedules import ConstantSparsity
 from bertzoo.compression.schedules import PolynomialDecay
 from bertzoo.compression.schedules import PruningSchedule
+from bertzoo.compression.schedules import ramp_schedule
 from bertzoo.compression.structured import head_and_neuron_importance
 from bertzoo.compression.structured import prune_heads_and_neurons
 from bertzoo.compression.student_init import init_student_from_teacher

@@ -48,8 +48,7 @@ from bertzoo.compression.recipes import distill
 from bertzoo.compression.recipes import transfer_pool
 from bertzoo.compression.report import gzip_size
 from bertzoo.compression.report import sparsity_report
-from bertzoo.compression.schedules import ConstantSparsity
-from bertzoo.compression.schedules import PolynomialDecay
+from bertzoo.compression.schedules import ramp_schedule
 from bertzoo.compression.structured import prune_heads_and_neurons
 from bertzoo.compression.student_init import init_student_from_teacher
 from bertzoo.datasets.files import label_ids
@@ -225,17 +224,6 @@ def _steps(train, epochs, batch_size):
     return max(1, math.ceil(len(train[0]) / batch_size)) * epochs
 
 
-def _ramp_schedule(steps, sparsity):
-    """Sparsity rising to `sparsity` over the first 2/3 of `steps` (Zhu and
-    Gupta's cubic ramp), then training on at it. The ramp ends on a pruning
-    step, so the target is reached; a single step prunes once."""
-    ramp = (2 * steps) // 3
-    if ramp < 1:
-        return ConstantSparsity(sparsity, begin_step=0)
-    frequency = max(1, ramp // 10)
-    return PolynomialDecay(0.0, sparsity, begin_step=0, end_step=frequency * (ramp // frequency), frequency=frequency)
-
-
 def compress(
     teacher,
     train,
@@ -393,7 +381,7 @@ def compress(
             student = copy_model(parent)
             # Soft targets of the dense input on the transfer set, when there is one.
             data = (transfer_pool(train_data[0], transfer),) if transfer else train_data
-            pruner = Pruner(student, _ramp_schedule(_steps(data, epochs, batch_size), sparsity))
+            pruner = Pruner(student, ramp_schedule(_steps(data, epochs, batch_size), sparsity))
             pruner.fit(
                 *data,
                 teacher=parent,

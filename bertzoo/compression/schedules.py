@@ -154,6 +154,32 @@ class ConstantSparsity(PruningSchedule):
         }
 
 
+def ramp_schedule(steps, final_sparsity, prunings=10):
+    """A schedule for a training run of `steps` steps: sparsity rising along
+    Zhu and Gupta's cubic curve over the first 2/3 of the steps, in about
+    `prunings` pruning steps, then training on at `final_sparsity` (the
+    recovery third). The ramp ends on a pruning step, so the target is
+    reached; with fewer than 2 steps it prunes once, at step 0.
+
+    Example:
+    ```python
+    schedule = bertzoo.compression.ramp_schedule(steps=1128, final_sparsity=0.9)
+    schedule.end_step, schedule.frequency   # (750, 75): 90% from step 750 on
+    ```
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"`steps` must be the number of training steps (an int >= 1), got {steps!r}.")
+    if isinstance(prunings, bool) or not isinstance(prunings, int) or prunings < 1:
+        raise ValueError(f"`prunings` must be an int >= 1 (pruning steps in the ramp), got {prunings!r}.")
+    ramp = (2 * steps) // 3
+    if ramp < 1:
+        return ConstantSparsity(final_sparsity, begin_step=0)
+    frequency = max(1, ramp // prunings)
+    return PolynomialDecay(
+        0.0, final_sparsity, begin_step=0, end_step=frequency * (ramp // frequency), frequency=frequency
+    )
+
+
 def check_schedule(schedule):
     """Returns `schedule` if it is a `PruningSchedule`, else raises a ValueError."""
     if isinstance(schedule, PruningSchedule):
