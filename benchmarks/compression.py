@@ -24,9 +24,10 @@ default 0,1,2; `keras.utils.set_random_seed(seed)` first):
   narrower student, as TinyBERT's are.
 - `hard`: the same student trained on the hard labels alone (the baseline
   distillation must beat).
-- `prune90`: 90% unstructured encoder sparsity (`Pruner`, polynomial ramp
-  over the first 2/3 of the steps, 90% of every weight; `--prune-scope
-  global`: one threshold across the encoder's weights) while distilling the dense teacher's outputs
+- `prune90`: 90% unstructured encoder sparsity (`Pruner`, `ramp_schedule`:
+  a cubic ramp over the first 2/3 of the steps in about 20 pruning steps;
+  90% of every weight, or with `--prune-scope global` one threshold across
+  the encoder's weights) while distilling the dense teacher's outputs
   (`--prune-epochs`) on the same transfer set as `distill`
   (`--no-prune-transfer`: on the labelled training texts, mixed with the
   labels), then `strip()`.
@@ -45,10 +46,11 @@ Each (file, method, seed) result (test accuracy, parameters, encoder
 sparsity, preset MB, seconds; % of teacher is computed when reporting) is
 written to `--cache/<file>/results.json` as soon as it is done, so a rerun
 skips what is done with the same settings (`--fresh` ignores the cache).
-Then, per file, each method's model of the first seed not timed yet (a
-retrained one included, also after `--skip-timing`; all of them when the
-timing settings change) is timed against the teacher with `benchmarks.harness.time_interleaved` on
-tokenized test sentences (batch 1 and 32, `--sequence-length`, medians of
+Then, per file, each method's model of the timing seed (the seed of the
+cached timing, else the run's first) is timed against the teacher when it
+has no timing for its settings (never timed, retrained since, also under
+`--skip-timing`; all of them when the timing settings change), with
+`benchmarks.harness.time_interleaved` on tokenized test sentences (batch 1 and 32, `--sequence-length`, medians of
 `--runs` interleaved rounds, best of XLA on and off unless `--xla`):
 speedups are same-run ratios to the teacher.
 
@@ -731,7 +733,8 @@ def parse_args(argv):
         "--prune-scope",
         choices=("layer", "global"),
         default="layer",
-        help="prune90: 90%% of every weight (layer) or one magnitude threshold across the encoder (global)",
+        help="prune90: 90%% of every weight (layer) or one score threshold across the encoder (global); "
+        "a global result replaces the layer one in the cache: give it its own --cache to keep both",
     )
     parser.add_argument(
         "--prune-transfer",
@@ -827,52 +830,72 @@ def run_file(name, args, cache):
                 entry.update(seconds=round(time.time() - started, 1), preset=f"{method}-s{seed}")
                 if seed == latency_seed:
                     models[method] = model
-                    # Its cached timing was of the model this one replaces:
-                    # timed again by the next run that times (not --skip-timing).
-                    store.get("latency", {}).get("models", {}).pop(method, None)
+                cached_timing = store.get("latency", {}).get("models", {})
+                if cached_timing.get(method, {}).get("seed", latency_seed) == seed:
+                    # It timed the model this one replaces: the next run that
+                    # times (not --skip-timing) times this one.
+                    cached_timing.pop(method, None)
             entry.update(seed=seed, settings=settings, seed_independent=method == "int8")
             store["runs"][run_key(method, seed)] = entry
             save_cache(results, store)
             print(f"[{name}] {method} seed {seed}: accuracy {entry['accuracy']:.4f}", flush=True)
 
-    timed = list(args.methods)  # Each one's model of the first seed.
+    settings = {method: method_settings(method, args, len(train[0]), len(test_y)) for method in args.methods}
     latency_settings = {"runs": args.runs, "xla": args.xla, "sequence_length": args.sequence_length}
     cached = store.get("latency", {})
     # Timed again: models trained in this run for the timing seed, methods
-    # never timed, or everything when the timing settings changed. Each
-    # speedup is against the teacher of its own timing run.
+    # never timed or timed with other settings, or everything when the
+    # timing settings changed. Each speedup is against the teacher of its
+    # own timing run.
     same_settings = cached.get("settings") == latency_settings
-    stale = [m for m in timed if m in models or m not in cached.get("models", {})] if same_settings else timed
+    cached_models = cached.get("models", {}) if same_settings else {}
+    stale = [m for m in args.methods if m in models or method_timing(cached_models.get(m), settings[m]) is None]
     # --cached-only and --skip-timing keep whatever timing there is.
     if not (args.cached_only or args.skip_timing) and stale:
+        timed_seed = {}
         for method in stale:
+            timed_seed[method] = latency_seed
             if method not in models:
-                # The timing seed's model, else (a method new to this file) this run's first.
-                entry = (
-                    store["runs"].get(run_key(method, latency_seed)) or store["runs"][run_key(method, args.seeds[0])]
-                )
-                preset = entry["preset"]
+                # The timing seed's model if it has these settings, else this run's first.
+                seeds = [latency_seed, *args.seeds]
+                timed_seed[method] = next(s for s in seeds if done(store, method, s, settings[method]))
+                preset = store["runs"][run_key(method, timed_seed[method])]["preset"]
                 models[method] = bertzoo.BertClassifier.from_preset(cache / name / preset)
         print(f"[{name}] timing {', '.join(models)} ...", flush=True)
         xla_modes = {"both": (False, True), "on": (True,), "off": (False,)}[args.xla]
+        timings = latencies({m: models[m] for m in ["teacher", *stale]}, test_x, args.runs, xla_modes)
+        for method in stale:
+            timings[method].update(seed=timed_seed[method], settings=settings[method])
         store["latency"] = {
             "settings": latency_settings,
             "seed": latency_seed,
-            "models": {
-                **(cached.get("models", {}) if same_settings else {}),
-                **latencies({m: models[m] for m in ["teacher", *stale]}, test_x, args.runs, xla_modes),
-            },
+            "models": {**cached_models, **timings},
         }
         save_cache(results, store)
-    settings = {method: method_settings(method, args, len(train[0]), len(test_y)) for method in args.methods}
     return result_rows(name, store, args.methods, args.seeds, settings)
+
+
+def method_timing(timing, settings):
+    """The figures of a method's cached `timing` entry if it timed a model
+    made with `settings`, else None. Entries cached before timings recorded
+    their settings and the teacher time of their own run are taken as they
+    are, their teacher time recovered from the speedup."""
+    if timing is None or timing.get("settings", settings) != settings:
+        return None
+    figures = {k: v for k, v in timing.items() if k not in ("seed", "settings")}
+    for n in (1, 32):
+        ms, speedup = figures.get(f"ms_b{n}"), figures.get(f"speedup_b{n}")
+        if f"teacher_ms_b{n}" not in figures and ms is not None and speedup is not None:
+            figures[f"teacher_ms_b{n}"] = round(ms * speedup, 3)
+    return figures
 
 
 def result_rows(name, store, methods, seeds, settings):
     """`(rows, teacher figures)` of one file's cache: a row per (method,
     seed) measured with `settings[method]`, with the teacher's figures and
-    the method's timing. Results of other settings are left out (a rerun
-    replaces them), so a report never mixes recipes."""
+    the method's timing (when it timed a model of those settings). Results
+    of other settings are left out (a rerun replaces them), so a report
+    never mixes recipes."""
     timing = store.get("latency", {}).get("models", {"teacher": {}})
     teacher_figures = {**store["teacher"], **timing["teacher"]}
     rows = []
@@ -890,7 +913,7 @@ def result_rows(name, store, methods, seeds, settings):
                     "teacher_encoder_parameters": store["teacher"].get("encoder_parameters"),
                     **{k: v for k, v in entry.items() if k not in ("seed", "settings")},
                     **{f"teacher_{k}": v for k, v in timing["teacher"].items()},
-                    **timing.get(method, {}),
+                    **(method_timing(timing.get(method), settings[method]) or {}),
                     "latency_seed": store.get("latency", {}).get("seed"),
                     "settings": entry["settings"],
                 }

@@ -184,7 +184,7 @@ def test_prune90_trains_on_the_transfer_pool_or_on_the_labels(monkeypatch):
             self.schedule, self.scope = schedule, scope
 
         def fit(self, *data, teacher, epochs, **kwargs):
-            fits.append((data, self.schedule.end_step, teacher, epochs, self.scope))
+            fits.append((data, self.schedule, teacher, epochs, self.scope))
 
         def strip(self):
             return "stripped"
@@ -196,11 +196,13 @@ def test_prune90_trains_on_the_transfer_pool_or_on_the_labels(monkeypatch):
     teacher = object()
     for argv in ([], ["--no-prune-transfer", "--prune-scope", "global"]):
         assert compression.compress("prune90", teacher, (texts, labels), transfer, 0, compression.parse_args(argv))
-    (pooled, pooled_end, pooled_teacher, epochs, scope), (labelled, labelled_end, _, _, labelled_scope) = fits
+    (pooled, pooled_schedule, pooled_teacher, epochs, scope), (labelled, labelled_schedule, _, _, labelled_scope) = fits
     # 96 pooled texts: 3 steps x 3 epochs, the ramp over the first 6; 40 labelled: 2 x 3, ramp 4.
-    assert len(pooled) == 1 and sorted(pooled[0]) == sorted(texts + transfer) and pooled_end == 6
+    ramp = bertzoo.compression.ramp_schedule
+    assert len(pooled) == 1 and sorted(pooled[0]) == sorted(texts + transfer)
+    assert pooled_schedule == ramp(9, 0.9, prunings=20) and pooled_schedule.end_step == 6
     assert pooled_teacher is teacher and epochs == 3
-    assert labelled == (texts, labels) and labelled_end == 4
+    assert labelled == (texts, labels) and labelled_schedule == ramp(6, 0.9, prunings=20)
     assert (scope, labelled_scope) == ("layer", "global")  # Each weight 90% sparse unless asked.
 
 
@@ -249,7 +251,11 @@ def test_each_speedup_keeps_the_teacher_time_of_its_own_timing_run(monkeypatch):
     assert (row["teacher_ms_b32"], row["ms_b32"], row["speedup_b32"]) == (100.0, 50.0, 2.0)
 
 
-def test_a_model_retrained_under_skip_timing_is_timed_by_the_next_run(tmp_path, monkeypatch):
+@pytest.fixture
+def fake_run_file(tmp_path, monkeypatch):
+    """`(run(*argv) -> rows, timed)`: `run_file` on amazon with prune90, every
+    model, measurement and timing faked; `timed` lists the models of each
+    timing run."""
     import types
 
     import numpy as np
@@ -262,25 +268,50 @@ def test_a_model_retrained_under_skip_timing_is_timed_by_the_next_run(tmp_path, 
     monkeypatch.setattr(compression, "tokenize", lambda preprocessor, texts: {"x": np.zeros((len(texts), 2))})
     monkeypatch.setattr(compression, "transfer_texts", lambda name, size: ["d"])
     monkeypatch.setattr(compression, "measure", lambda model, directory, x, y: {"accuracy": 0.5})
-    monkeypatch.setattr(compression, "compress", lambda method, *args: f"{method} model")
+    monkeypatch.setattr(compression, "compress", lambda method, teacher, train, transfer, seed, args: f"model s{seed}")
     monkeypatch.setattr(bertzoo.BertClassifier, "from_preset", staticmethod(lambda path: f"loaded {path.name}"))
     timed = []
 
     def latencies(models, test_x, runs, xla_modes):
-        timed.append(dict(models))
-        return {name: {"ms_b1": 1.0} for name in models}
+        timed.append({name: model for name, model in models.items() if name != "teacher"})
+        return {name: {"ms_b32": 1.0, "speedup_b32": 2.0} for name in models}
 
     monkeypatch.setattr(compression, "latencies", latencies)
 
     def run(*argv):
-        args = compression.parse_args(["--methods", "prune90", "--seeds", "0", "--cache", str(tmp_path), *argv])
-        compression.run_file("amazon", args, tmp_path)
+        args = compression.parse_args(["--methods", "prune90", "--cache", str(tmp_path), *argv])
+        rows, _ = compression.run_file("amazon", args, tmp_path)
+        return rows
 
-    run("--prune-epochs", "1")
-    run("--prune-epochs", "2", "--skip-timing")  # Retrained, not timed.
-    run("--prune-epochs", "2")  # Nothing to train: times the model it kept.
-    run("--prune-epochs", "2")  # Nothing new: no timing.
-    assert timed == [
-        {"teacher": teacher, "prune90": "prune90 model"},
-        {"teacher": teacher, "prune90": "loaded prune90-s0"},
-    ]
+    return run, timed
+
+
+def test_a_model_retrained_under_skip_timing_is_timed_by_the_next_run(fake_run_file):
+    run, timed = fake_run_file
+    run("--seeds", "0", "--prune-epochs", "1")
+    run("--seeds", "0", "--prune-epochs", "2", "--skip-timing")  # Retrained, not timed.
+    run("--seeds", "0", "--prune-epochs", "2")  # Nothing to train: times the model it kept.
+    run("--seeds", "0", "--prune-epochs", "2")  # Nothing new: no timing.
+    assert timed == [{"prune90": "model s0"}, {"prune90": "loaded prune90-s0"}]
+
+
+def test_a_timing_of_other_settings_is_not_reported_and_is_redone(fake_run_file):
+    run, timed = fake_run_file
+    (row,) = run("--seeds", "0", "--prune-epochs", "1")
+    assert row["speedup_b32"] == 2.0
+    # Seed 1 with other settings: seed 0's timing is of the old recipe.
+    (row,) = run("--seeds", "1", "--prune-epochs", "2", "--skip-timing")
+    assert "speedup_b32" not in row
+    (row,) = run("--seeds", "1", "--prune-epochs", "2")  # Times seed 1's model, the one with these settings.
+    assert row["speedup_b32"] == 2.0
+    assert timed == [{"prune90": "model s0"}, {"prune90": "loaded prune90-s1"}]
+
+
+def test_timings_cached_before_they_kept_their_settings_are_reported_as_they_are():
+    legacy = {"ms_b1": 4.0, "ms_b32": 50.0, "speedup_b1": 2.0, "speedup_b32": 2.5}
+    settings = {"epochs": 3}
+    assert compression.method_timing(legacy, settings) == {**legacy, "teacher_ms_b1": 8.0, "teacher_ms_b32": 125.0}
+    current = {**legacy, "teacher_ms_b1": 8.1, "teacher_ms_b32": 124.0, "seed": 0, "settings": settings}
+    assert compression.method_timing(current, settings) == {**legacy, "teacher_ms_b1": 8.1, "teacher_ms_b32": 124.0}
+    assert compression.method_timing(current, {"epochs": 6}) is None
+    assert compression.method_timing(None, settings) is None

@@ -225,28 +225,6 @@ def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatc
     assert pruned.backbone.intermediate_dim == 16
 
 
-@pytest.mark.parametrize("steps", [1, 2, 3, 10, 37, 1128])
-def test_the_ramp_schedule_reaches_its_sparsity_within_the_steps(steps):
-    schedule = bertzoo.compression.ramp_schedule(steps, 0.9)
-    turns = [(step, float(sparsity)) for step in range(steps) for prune, sparsity in [schedule(step)] if prune]
-    assert turns and turns[-1][1] == pytest.approx(0.9)
-    reached = next(step for step, sparsity in turns if sparsity == pytest.approx(0.9))
-    assert reached <= max(0, 2 * steps // 3)  # The last third trains at the target.
-    assert all(b >= a for (_, a), (_, b) in zip(turns, turns[1:]))  # Rising, never falling.
-
-
-def test_the_ramp_schedule_prunes_about_as_often_as_asked_and_checks_its_arguments():
-    ramp = bertzoo.compression.ramp_schedule
-    # 752 ramp steps (2/3 of 1128) in 20 prunings: every 37 steps, the last at 740.
-    assert (ramp(1128, 0.9, prunings=20).frequency, ramp(1128, 0.9, prunings=20).end_step) == (37, 740)
-    with pytest.raises(ValueError, match=r"`steps` must be the number of training steps \(an int >= 1\), got 0"):
-        ramp(0, 0.9)
-    with pytest.raises(ValueError, match=r"`prunings` must be an int >= 1"):
-        ramp(10, 0.9, prunings=0)
-    with pytest.raises(ValueError, match="final_sparsity"):
-        ramp(10, 1.5)
-
-
 def test_bad_inputs_give_clear_errors(workspace, tmp_path):
     teacher, train = workspace / "teacher", workspace / "train.tsv"
     texts, labels = sentiment(8, seed=4)

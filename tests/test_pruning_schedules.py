@@ -72,3 +72,37 @@ def test_schedules_run_on_tensors_and_round_trip_config():
 def test_bad_schedules_are_refused(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3, 10, 37, 1128])
+def test_the_ramp_schedule_reaches_its_sparsity_within_the_steps(steps):
+    schedule = bertzoo.compression.ramp_schedule(steps, 0.9)
+    turns = [(step, sparsity) for step in range(steps) for prune, sparsity in [_call(schedule, step)] if prune]
+    assert turns and turns[-1][1] == pytest.approx(0.9)
+    reached = next(step for step, sparsity in turns if sparsity == pytest.approx(0.9))
+    assert reached <= max(0, 2 * steps // 3)  # The last third trains at the target.
+    assert all(b >= a for (_, a), (_, b) in zip(turns, turns[1:]))  # Rising, never falling.
+
+
+def test_the_ramp_schedule_prunes_at_least_as_often_as_asked():
+    ramp = bertzoo.compression.ramp_schedule
+    # 752 ramp steps (2/3 of 1128) in 20 prunings: every 37 steps, the last at 740.
+    schedule = ramp(np.int64(1128), 0.9, prunings=20)
+    assert (schedule.frequency, schedule.end_step) == (37, 740)
+    # A ramp shorter than 2 x prunings (19 steps) prunes on each: steps 0 to 19.
+    assert [step for step in range(29) if _call(ramp(29, 0.9, prunings=10), step)[0]] == list(range(20))
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        ((0, 0.9), r"`steps` must be the number of training steps \(an int >= 1\), got 0\."),
+        ((2.5, 0.9), r"`steps` must be .* got 2\.5\."),
+        ((True, 0.9), r"`steps` must be .* got True\."),
+        ((10, 0.9, 0), r"`prunings` must be the number of pruning steps in the ramp \(an int >= 1\), got 0\."),
+        ((1, 1.5), r"`final_sparsity` must be a sparsity in \[0, 1\)"),  # Named even with one step.
+    ],
+)
+def test_the_ramp_schedule_refuses_bad_arguments(args, match):
+    with pytest.raises(ValueError, match=match):
+        bertzoo.compression.ramp_schedule(*args)

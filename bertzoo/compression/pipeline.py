@@ -5,8 +5,8 @@ model, with the library's own building blocks:
 
 - `"distill"`: a shallower student initialised from evenly spaced teacher
   layers (`init_student_from_teacher`), trained by a `Distiller`;
-- `"prune"`: gradual unstructured magnitude pruning (`Pruner`, a cubic
-  `PolynomialDecay` ramp over the first 2/3 of the steps) while distilling
+- `"prune"`: gradual unstructured magnitude pruning (`Pruner`,
+  `ramp_schedule`: a cubic ramp over the first 2/3 of the steps) while distilling
   from the stage's dense input (on the training plus transfer texts when
   there are transfer texts), then `strip()`;
 - `"prune_structured"`: attention heads and feed-forward neurons removed

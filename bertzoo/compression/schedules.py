@@ -156,10 +156,11 @@ class ConstantSparsity(PruningSchedule):
 
 def ramp_schedule(steps, final_sparsity, prunings=10):
     """A schedule for a training run of `steps` steps: sparsity rising along
-    Zhu and Gupta's cubic curve over the first 2/3 of the steps, in about
-    `prunings` pruning steps, then training on at `final_sparsity` (the
-    recovery third). The ramp ends on a pruning step, so the target is
-    reached; with fewer than 2 steps it prunes once, at step 0.
+    Zhu and Gupta's cubic curve over the first 2/3 of the steps, pruning
+    every `ramp // prunings` of them (so at least `prunings` times), then
+    training on at `final_sparsity` (the recovery third). The ramp ends on a
+    pruning step, so the target is reached; with fewer than 2 steps it
+    prunes once, at step 0.
 
     Example:
     ```python
@@ -167,10 +168,9 @@ def ramp_schedule(steps, final_sparsity, prunings=10):
     schedule.end_step, schedule.frequency   # (750, 75): 90% from step 750 on
     ```
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"`steps` must be the number of training steps (an int >= 1), got {steps!r}.")
-    if isinstance(prunings, bool) or not isinstance(prunings, int) or prunings < 1:
-        raise ValueError(f"`prunings` must be an int >= 1 (pruning steps in the ramp), got {prunings!r}.")
+    final_sparsity = _check_sparsity("final_sparsity", final_sparsity)
+    steps = _check_count("steps", steps, "the number of training steps")
+    prunings = _check_count("prunings", prunings, "the number of pruning steps in the ramp")
     ramp = (2 * steps) // 3
     if ramp < 1:
         return ConstantSparsity(final_sparsity, begin_step=0)
@@ -178,6 +178,13 @@ def ramp_schedule(steps, final_sparsity, prunings=10):
     return PolynomialDecay(
         0.0, final_sparsity, begin_step=0, end_step=frequency * (ramp // frequency), frequency=frequency
     )
+
+
+def _check_count(name, value, what):
+    count = None if isinstance(value, bool) else getattr(value, "__index__", lambda: None)()
+    if count is None or count < 1:
+        raise ValueError(f"`{name}` must be {what} (an int >= 1), got {value!r}.")
+    return count
 
 
 def check_schedule(schedule):
