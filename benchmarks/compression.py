@@ -50,9 +50,10 @@ Then, per file, each method's model of the timing seed (the seed of the
 cached timing, else the run's first) is timed against the teacher when it
 has no timing for its settings (never timed, retrained since, also under
 `--skip-timing`; all of them when the timing settings change), with
-`benchmarks.harness.time_interleaved` on tokenized test sentences (batch 1 and 32, `--sequence-length`, medians of
-`--runs` interleaved rounds, best of XLA on and off unless `--xla`):
-speedups are same-run ratios to the teacher.
+`benchmarks.harness.time_interleaved` on tokenized test sentences (batch 1
+and 32, `--sequence-length`, medians of `--runs` interleaved rounds, best
+of XLA on and off unless `--xla`): speedups are same-run ratios to the
+teacher, and each timing records its seed, settings and teacher time.
 
 Prints a per-file table and an aggregate table (mean ± standard deviation
 over seeds, each method's goal and whether the mean meets it), appends one
