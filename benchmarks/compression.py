@@ -197,12 +197,7 @@ def method_settings(method, args, n_train, n_test):
             "learning_rate": 2e-4,
         },
         "hard": {"epochs": args.hard_epochs, "learning_rate": 2e-4},
-        "prune90": {
-            "epochs": args.prune_epochs,
-            "sparsity": 0.9,
-            "scores": args.prune_scores,
-            "learning_rate": 1e-4,
-        },
+        "prune90": {"epochs": args.prune_epochs, "sparsity": 0.9, "scores": args.prune_scores, "learning_rate": 1e-4},
         "structured": {"epochs": args.structured_epochs, "heads": args.heads, "ffn": args.ffn, "learning_rate": 1e-4},
         "int8": {},
         "int8qat": {"epochs": args.qat_epochs, "learning_rate": QAT_LEARNING_RATE, "distill": True, "alpha": 0.0},
@@ -855,8 +850,9 @@ def run_file(name, args, cache):
     if not (args.cached_only or args.skip_timing) and stale:
         timed_seed = {}
         for method in stale:
-            timed_seed[method] = latency_seed
-            if method not in models:
+            if method in models:  # Trained in this run, for the timing seed.
+                timed_seed[method] = latency_seed
+            else:
                 # The timing seed's model if it has these settings, else this run's first.
                 seeds = [latency_seed, *args.seeds]
                 timed_seed[method] = next(s for s in seeds if done(store, method, s, settings[method]))

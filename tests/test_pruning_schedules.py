@@ -96,10 +96,10 @@ def test_the_ramp_schedule_prunes_at_least_as_often_as_asked():
 @pytest.mark.parametrize(
     "args, match",
     [
-        ((0, 0.9), r"`steps` must be the number of training steps \(an int >= 1\), got 0\."),
-        ((2.5, 0.9), r"`steps` must be .* got 2\.5\."),
-        ((True, 0.9), r"`steps` must be .* got True\."),
-        ((10, 0.9, 0), r"`prunings` must be the number of pruning steps in the ramp \(an int >= 1\), got 0\."),
+        ((0, 0.9), r"`steps` must be a positive integer, got 0\."),
+        ((2.5, 0.9), r"`steps` must be a positive integer, got 2\.5\."),
+        ((True, 0.9), r"`steps` must be a positive integer, got True\."),
+        ((10, 0.9, 0), r"`prunings` must be a positive integer, got 0\."),
         ((1, 1.5), r"`final_sparsity` must be a sparsity in \[0, 1\)"),  # Named even with one step.
     ],
 )

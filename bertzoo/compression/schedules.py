@@ -11,6 +11,8 @@ the masks stay as they are.
 import keras
 from keras import ops
 
+from bertzoo.utils.checks import check_positive_int
+
 
 def _check_sparsity(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
@@ -169,8 +171,8 @@ def ramp_schedule(steps, final_sparsity, prunings=10):
     ```
     """
     final_sparsity = _check_sparsity("final_sparsity", final_sparsity)
-    steps = _check_count("steps", steps, "the number of training steps")
-    prunings = _check_count("prunings", prunings, "the number of pruning steps in the ramp")
+    steps = check_positive_int("steps", steps)
+    prunings = check_positive_int("prunings", prunings)
     ramp = (2 * steps) // 3
     if ramp < 1:
         return ConstantSparsity(final_sparsity, begin_step=0)
@@ -178,13 +180,6 @@ def ramp_schedule(steps, final_sparsity, prunings=10):
     return PolynomialDecay(
         0.0, final_sparsity, begin_step=0, end_step=frequency * (ramp // frequency), frequency=frequency
     )
-
-
-def _check_count(name, value, what):
-    count = None if isinstance(value, bool) else getattr(value, "__index__", lambda: None)()
-    if count is None or count < 1:
-        raise ValueError(f"`{name}` must be {what} (an int >= 1), got {value!r}.")
-    return count
 
 
 def check_schedule(schedule):
