@@ -102,6 +102,37 @@ def test_adam_moments_are_the_slot_variables_of_a_variable():
     assert private_api.adam_moments(keras.optimizers.SGD(0.1), variable) is None
 
 
+def test_route_gradient_application_runs_the_step_or_hands_it_back():
+    steps = []
+
+    def step(optimizer, grads, variables):
+        steps.append(len(variables))
+        return optimizer.fused
+
+    @private_api.route_gradient_application(step)
+    class Routed(keras.optimizers.SGD):
+        fused = True
+
+    variable = keras.Variable(np.ones(3, "float32"))
+    optimizer = Routed(0.5)
+    optimizer.apply_gradients([(np.ones(3, "float32"), variable)])
+    np.testing.assert_allclose(variable.numpy(), 1.0)  # The routed step did nothing.
+    Routed.fused = False
+    optimizer.apply_gradients([(np.ones(3, "float32"), variable)])
+    np.testing.assert_allclose(variable.numpy(), 0.5)  # Keras's own SGD step.
+    assert steps == [1, 1]
+    assert int(optimizer.iterations.numpy()) == 2
+
+
+def test_weight_decay_applies_follows_the_exclusions():
+    kernel, bias = keras.Variable(np.ones((2, 2), "float32"), name="kernel"), keras.Variable(np.ones(2), name="bias")
+    optimizer = keras.optimizers.AdamW(1e-3, weight_decay=0.01)
+    optimizer.exclude_from_weight_decay(var_names=["bias"])
+    optimizer.build([kernel, bias])
+    assert private_api.weight_decay_applies(optimizer, kernel) is True
+    assert private_api.weight_decay_applies(optimizer, bias) is False
+
+
 def test_compiled_metrics_container_exists_after_compile():
     model = small_model()
     assert private_api.compiled_metrics_container(model) is None
@@ -122,6 +153,18 @@ def test_gradient_tape_active_only_under_a_tape():
     assert private_api.gradient_tape_active() is False
     with tf.GradientTape():
         assert private_api.gradient_tape_active() is True
+
+
+def test_gradient_recording_paused_hides_the_block_from_tapes():
+    x = tf.constant(2.0)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        with private_api.gradient_recording_paused():
+            assert private_api.gradient_tape_active() is False
+            unrecorded = x * x
+        recorded = x * x
+    assert tape.gradient(unrecorded, x) is None
+    assert float(tape.gradient(recorded, x)) == 4.0
 
 
 def test_in_xla_context_only_under_jit_compile():

@@ -423,7 +423,10 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         )
 
     def _teacher_features(self, x):
-        features = self._features(self.teacher, x, training=False)
+        # Not recorded: no gradient reaches the teacher, and unrecorded it
+        # runs the inference kernels (e.g. matmul and GELU fused by oneDNN).
+        with private_api.gradient_recording_paused():
+            features = self._features(self.teacher, x, training=False)
         return keras.tree.map_structure(ops.stop_gradient, features)
 
     def _loss_terms(self, x, y, student, teacher, sample_weight=None):

@@ -1,5 +1,7 @@
-"""BERT's fine-tuning optimizer: AdamW with one fused update kernel per
-variable on TensorFlow, and `bert_optimizer`, the recipe tasks compile with."""
+"""BERT's fine-tuning optimizer: AdamW whose whole step per variable is one
+fused kernel on TensorFlow, and `bert_optimizer`, the recipe tasks compile with."""
+
+import weakref
 
 import keras
 
@@ -7,25 +9,106 @@ from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.utils import private_api
 
 
+def _apply_fused_step(optimizer, grads, variables):
+    """AdamW's step as one XLA kernel per variable: the global-norm clipping
+    scale, the decoupled weight decay and the Adam update, in Keras's
+    arithmetic. Returns False (Keras's own step runs) where it does not apply."""
+    if not optimizer._fused_step_applies(variables):
+        return False
+    import tensorflow as tf
+
+    scale = tf.constant(1.0)
+    if optimizer.global_clipnorm:
+        # Keras's clip_by_global_norm: min(1, clipnorm / norm), NaN for a
+        # non-finite norm. Keras squares an embedding's sparse gradient
+        # (IndexedSlices) slice by slice, before repeated rows are summed; so does this.
+        clip = float(optimizer.global_clipnorm)
+        parts = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads]
+        norm = tf.sqrt(2.0 * tf.add_n([tf.nn.l2_loss(tf.cast(p, tf.float32)) for p in parts]))
+        scale = clip * tf.minimum(1.0 / norm, 1.0 / clip) + (norm - norm)
+    grads = [tf.convert_to_tensor(g) for g in grads]
+    learning_rate = tf.cast(optimizer.learning_rate, tf.float32)
+    step = tf.cast(optimizer.iterations + 1, tf.float32)
+    beta_1, beta_2 = float(optimizer.beta_1), float(optimizer.beta_2)
+    scalars = {
+        "scale": scale,
+        "learning_rate": learning_rate,
+        "beta_1": tf.constant(beta_1),
+        "beta_2": tf.constant(beta_2),
+        "epsilon": tf.constant(float(optimizer.epsilon)),
+        "beta_1_power": tf.pow(beta_1, step),
+        "beta_2_power": tf.pow(beta_2, step),
+    }
+    decay = learning_rate * tf.cast(optimizer.weight_decay or 0.0, tf.float32)
+    no_decay = tf.constant(0.0)
+    kernel = _adamw_kernel(optimizer)
+    for gradient, variable in zip(grads, variables):
+        m, v = private_api.adam_moments(optimizer, variable)
+        decays = optimizer.weight_decay and private_api.weight_decay_applies(optimizer, variable)
+        kernel(
+            _tf_variable(variable), _tf_variable(m), _tf_variable(v), gradient, decay if decays else no_decay, **scalars
+        )
+    return True
+
+
+def _tf_variable(variable):
+    return variable.value if isinstance(variable, keras.Variable) else variable
+
+
+# One kernel (a traced function) per optimizer: a trace keeps references to
+# the variables it was traced with, so it must not outlive them.
+_KERNELS = weakref.WeakKeyDictionary()
+
+
+def _adamw_kernel(optimizer):
+    """The XLA-compiled AdamW step of one variable, built once per optimizer."""
+    if optimizer in _KERNELS:
+        return _KERNELS[optimizer]
+    import tensorflow as tf
+
+    @tf.function(jit_compile=True, autograph=False)
+    def adamw_step(
+        variable, m, v, gradient, decay, scale, learning_rate, beta_1, beta_2, epsilon, beta_1_power, beta_2_power
+    ):
+        # The same expressions, in the same order, as Keras's clip_by_global_norm,
+        # AdamW weight decay (before the update) and Adam.update_step.
+        g = tf.cast(gradient, tf.float32) * scale
+        m_new = m + (g - m) * (1.0 - beta_1)
+        v_new = v + (tf.square(g) - v) * (1.0 - beta_2)
+        alpha = learning_rate * tf.sqrt(1.0 - beta_2_power) / (1.0 - beta_1_power)
+        decayed = variable - variable * decay
+        m.assign(m_new)
+        v.assign(v_new)
+        variable.assign(decayed - (m_new * alpha) / (tf.sqrt(v_new) + epsilon))
+
+    _KERNELS[optimizer] = adamw_step
+    return adamw_step
+
+
+@private_api.route_gradient_application(apply_step=_apply_fused_step)
 @keras.saving.register_keras_serializable(package="bertzoo")
 class AdamW(keras.optimizers.AdamW):
     """`keras.optimizers.AdamW`, same arguments and the same arithmetic, whose
-    Adam update runs as TensorFlow's fused `ResourceApplyAdam` kernel.
+    step runs as one fused kernel per variable on TensorFlow.
 
-    Keras's own update step is about ten element-wise ops per variable
-    (moments, square root, division, assignment), each a full pass over the
-    variable's memory when not compiled with XLA. For BERT-base's 110M float32
-    parameters that is gigabytes of memory traffic per step on CPUs, where
-    XLA is often off for speed (see `bertzoo.utils.device`). The fused kernel
-    reads and writes each variable and its two moments once (the gain is in
-    the README's performance notes).
+    Keras's step is a chain of element-wise ops per variable: the clipping
+    multiply, the weight decay (multiply, subtract, assign), then Adam's
+    moments, square root, division and assignment, each a full pass over the
+    variable's memory when the step is not compiled with XLA (on CPUs XLA is
+    often off for speed, see `bertzoo.utils.device`). For BERT-base's 110M
+    float32 parameters that is gigabytes of memory traffic per step. Here the
+    global gradient norm is computed first (one pass per gradient), then
+    each variable's whole step, clip scale, decay and Adam update, is one
+    XLA kernel that reads the variable, its two moments and its gradient
+    once and writes them back (the gain is in the README's performance
+    notes).
 
-    The fused path is taken on the TensorFlow backend, outside `tf.distribute`
-    strategies, for float32 variables without `amsgrad`, when this Keras
-    release exposes Adam's moment slots (`private_api.adam_moments`);
-    everything else (JAX, torch, replicas, other dtypes) runs Keras's update
-    unchanged.
-    Weight decay and gradient clipping are Keras's, before the update.
+    The fused step is taken on the TensorFlow backend outside `tf.distribute`
+    strategies, for float32 variables, without `amsgrad`, per-variable
+    `clipnorm` or `clipvalue`, gradient accumulation or EMA, when this Keras
+    release exposes what it needs (`private_api.route_gradient_application`,
+    `adam_moments`, `weight_decay_applies`); everything else (JAX, torch,
+    replicas, other dtypes and options) runs Keras's step unchanged.
 
     Example:
     ```python
@@ -34,39 +117,24 @@ class AdamW(keras.optimizers.AdamW):
     ```
     """
 
-    def _fused_update(self, variable):
-        if keras.backend.backend() != "tensorflow" or self.amsgrad:
+    def _fused_step_applies(self, variables):
+        if keras.backend.backend() != "tensorflow" or self.amsgrad or self.clipnorm or self.clipvalue:
+            return False
+        if self.gradient_accumulation_steps or self.use_ema:
             return False
         import tensorflow as tf
 
-        if tf.distribute.has_strategy() or not isinstance(variable, tf.Variable):
+        if tf.distribute.has_strategy():
             return False
-        return variable.dtype == tf.float32
-
-    def update_step(self, gradient, variable, learning_rate):
-        moments = private_api.adam_moments(self, variable) if self._fused_update(variable) else None
-        if moments is None:
-            return super().update_step(gradient, variable, learning_rate)
-        import tensorflow as tf
-
-        dtype = variable.dtype
-        local_step = tf.cast(self.iterations + 1, dtype)
-        m, v = moments
-        # lr * sqrt(1 - b2^t) / (1 - b1^t) and eps added to sqrt(v), as in
-        # Keras's Adam; the kernel does the same arithmetic in one pass.
-        tf.raw_ops.ResourceApplyAdam(
-            var=variable.handle,
-            m=m.handle,
-            v=v.handle,
-            beta1_power=tf.pow(tf.cast(self.beta_1, dtype), local_step),
-            beta2_power=tf.pow(tf.cast(self.beta_2, dtype), local_step),
-            lr=tf.cast(learning_rate, dtype),
-            beta1=tf.cast(self.beta_1, dtype),
-            beta2=tf.cast(self.beta_2, dtype),
-            epsilon=tf.cast(self.epsilon, dtype),
-            grad=tf.convert_to_tensor(tf.cast(gradient, dtype)),
-            use_locking=False,
-        )
+        for variable in variables:
+            stored = _tf_variable(variable)
+            if not isinstance(stored, tf.Variable) or stored.dtype != tf.float32:
+                return False
+            if private_api.adam_moments(self, variable) is None:
+                return False
+            if self.weight_decay and private_api.weight_decay_applies(self, variable) is None:
+                return False
+        return True
 
 
 def bert_optimizer(learning_rate=5e-5):

@@ -245,6 +245,51 @@ def adam_moments(optimizer, variable):
         return None
 
 
+def route_gradient_application(apply_step):
+    """A class decorator for Keras optimizers: each step's clipping, weight
+    decay and update go through `apply_step(optimizer, grads, variables)`,
+    which returns False to hand the step back to Keras's own code.
+
+    Private: `BaseOptimizer._backend_apply_gradients`, the per-step hook
+    Keras's `apply` calls after unscaling the gradients and before counting
+    the iteration. Fallback: with a Keras that has no such hook the class is
+    left unchanged (Keras's own clipping, decay and update), logged once.
+
+    Example:
+    ```python
+    @route_gradient_application(my_step)
+    class MyAdamW(keras.optimizers.AdamW): ...
+    ```
+    """
+    hook = "_backend_apply_gradients"
+
+    def decorate(optimizer_class):
+        if not callable(getattr(keras.optimizers.Optimizer, hook, None)):
+            logger.info("Keras has no Optimizer.%s: %s keeps Keras's own step.", hook, optimizer_class.__name__)
+            return optimizer_class
+
+        def apply_gradients(self, grads, trainable_variables):
+            if not apply_step(self, grads, trainable_variables):
+                return getattr(super(optimizer_class, self), hook)(grads, trainable_variables)
+
+        setattr(optimizer_class, hook, apply_gradients)
+        return optimizer_class
+
+    return decorate
+
+
+def weight_decay_applies(optimizer, variable):
+    """Whether `optimizer` decays `variable` (its `exclude_from_weight_decay`
+    settings), or None when this Keras release cannot say.
+
+    Private: `BaseOptimizer._use_weight_decay`.
+    """
+    try:
+        return bool(optimizer._use_weight_decay(variable))
+    except AttributeError:
+        return None
+
+
 def compiled_metrics_container(model):
     """The metrics container `compile(metrics=...)` built, or None.
 
@@ -296,6 +341,27 @@ def gradient_tape_active():
         return bool(record.could_possibly_record())
     except (ImportError, AttributeError):
         return True
+
+
+@contextlib.contextmanager
+def gradient_recording_paused():
+    """Within this context no `tf.GradientTape` records (TensorFlow; other
+    backends run the block as it is), e.g. for a frozen teacher's forward
+    pass inside a training step: it then takes the inference kernels.
+
+    Private: `tensorflow.python.eager.record.stop_recording`. Fallback:
+    tapes keep recording (the block is correct either way, only slower).
+    """
+    stop_recording = None
+    if keras.backend.backend() == "tensorflow":
+        try:
+            from tensorflow.python.eager import record
+
+            stop_recording = record.stop_recording
+        except (ImportError, AttributeError):
+            pass
+    with stop_recording() if stop_recording is not None else contextlib.nullcontext():
+        yield
 
 
 def in_xla_context():
