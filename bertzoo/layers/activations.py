@@ -9,11 +9,11 @@ When gradients are taken on TensorFlow outside XLA (`fit` with the default
 `jit_compile="auto"` on CPU), both GELUs run as two small XLA-compiled
 kernels, one for the values and one for the gradient (written out by hand,
 computed in float32), instead of TensorFlow's chain of element-wise ops and
-their automatic gradient, which read and write the feed-forward block's
-largest tensor about fifteen times. Same function, same gradient (tested
-against Keras's GELU); the BERT-base training step is faster (README,
-"Fast paths"). Inference keeps Keras's ops, which oneDNN fuses into the
-preceding matmul.
+their automatic gradient, each a pass over the feed-forward block's largest
+tensor. Same function, same gradient (tested against Keras's GELU); the
+BERT-base training step is faster (README, "Fast paths";
+`python -m benchmarks.training_kernels`). Inference keeps Keras's ops, which
+oneDNN fuses into the preceding matmul.
 """
 
 import math
