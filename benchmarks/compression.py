@@ -18,7 +18,8 @@ default 0,1,2; `keras.utils.set_random_seed(seed)` first):
   (`init_student_from_teacher`; `--student-layers`), distilled with
   `bertzoo.distill` (`--recipe`, default tinybert; `--distill-epochs` per
   stage) on the training texts plus the texts of the other files
-  (`--transfer-size`). `--student-heads N` and `--student-ffn R` first keep
+  (`--transfer-size`) and, with `--augment N`, N perturbed copies of each
+  training text (`augment_texts`). `--student-heads N` and `--student-ffn R` first keep
   only N attention heads per layer and the fraction R of the FFN neurons
   (`prune_heads_and_neurons`, scored on the labelled training data): a
   narrower student, as TinyBERT's are.
@@ -209,7 +210,11 @@ def method_settings(method, args, n_train, n_test):
         "student_heads": (args.student_heads, None),
         "student_ffn": (args.student_ffn, 1.0),
     }
-    later_options = {"distill": student, "hard": student, "prune90": {"scope": (args.prune_scope, "layer")}}
+    later_options = {
+        "distill": {**student, "augment": (args.augment, 0)},
+        "hard": student,
+        "prune90": {"scope": (args.prune_scope, "layer")},
+    }
     options = later_options.get(method, {})
     specific = {**specific, **{k: value for k, (value, default) in options.items() if value != default}}
     if method in ("structured", "prune90") and uses_transfer(method, args):
@@ -309,6 +314,7 @@ def compress(method, teacher, train, transfer, seed, args):
                 labels,
                 recipe=args.recipe,
                 transfer=transfer,
+                augment=args.augment,
                 epochs=epochs if len(epochs) > 1 else epochs[0],
                 learning_rate=2e-4,
                 seed=seed,
@@ -712,6 +718,12 @@ def parse_args(argv):
     parser.add_argument("--sequence-length", type=int, default=64)
     parser.add_argument("--recipe", default="tinybert", help="bertzoo.distill recipe")
     parser.add_argument("--distill-epochs", default="1,2", help="epochs per recipe stage")
+    parser.add_argument(
+        "--augment",
+        type=int,
+        default=0,
+        help="distill: perturbed copies of each training text added to the transfer set (bertzoo.compression.augment_texts)",
+    )
     parser.add_argument("--hard-epochs", type=int, default=3)
     parser.add_argument("--student-layers", type=int, default=2, help="distill/hard: the student's layers")
     parser.add_argument(

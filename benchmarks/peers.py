@@ -232,8 +232,10 @@ class KerasHub(KerasLibrary):
         # Adam, no clipping) would do less work per step.
         import keras
 
+        from bertzoo.models.optimizers import NO_WEIGHT_DECAY
+
         optimizer = keras.optimizers.AdamW(5e-5, weight_decay=0.01, epsilon=1e-6, global_clipnorm=1.0)
-        optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+        optimizer.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY))
         model.compile(
             optimizer=optimizer,
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),

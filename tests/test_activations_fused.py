@@ -2,6 +2,8 @@
 gradient (`bertzoo.layers.activations`), checked against Keras's GELU and its
 automatic gradient."""
 
+import math
+
 import keras
 import numpy as np
 import pytest
@@ -72,6 +74,17 @@ def test_training_gelu_in_bfloat16_keeps_the_dtype_and_is_at_least_as_close_to_f
     assert error(grad, reference_grad) <= error(keras_grad, reference_grad) + 1e-6
 
 
+def test_float64_is_computed_in_float64():
+    x = np.linspace(-3.0, 3.0, 7)
+    weights = (np.arange(7) % 7 - 3).astype("float64")  # The loss weights of bertzoo_values_and_gradient.
+    cdf = np.array([0.5 * (1.0 + math.erf(v / math.sqrt(2.0))) for v in x])
+    density = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    y, grad = bertzoo_values_and_gradient("gelu_exact", x, "float64")
+    assert y.dtype == tf.float64
+    np.testing.assert_allclose(y.numpy(), x * cdf, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(grad.numpy(), weights * (cdf + x * density), rtol=1e-12, atol=1e-15)
+
+
 def test_the_xla_kernels_run_only_when_gradients_may_be_taken():
     x = tf.TensorSpec((2, 8), tf.float32)
     gelu = get_activation("gelu_tanh")
@@ -91,7 +104,7 @@ def test_the_xla_kernels_run_only_when_gradients_may_be_taken():
     assert len(xla_calls(training, x)) == 2
 
 
-def test_inside_xla_and_on_eager_tensors_gelu_is_keras_own():
+def test_inside_xla_gelu_is_keras_own_and_outside_the_kernels_apply():
     seen = []
 
     def spy(x):

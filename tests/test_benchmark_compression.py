@@ -169,6 +169,15 @@ def test_the_prune_scope_is_a_setting_of_prune90_when_set():
     assert "scope" not in settings([])
 
 
+def test_augmentation_is_a_setting_of_distill_when_set():
+    def settings(method, argv):
+        return compression.method_settings(method, compression.parse_args(argv), 100, 20)
+
+    assert settings("distill", ["--augment", "2"]) == {**settings("distill", []), "augment": 2}
+    assert "augment" not in settings("distill", [])
+    assert settings("hard", ["--augment", "2"]) == settings("hard", [])  # The baseline sees no copies.
+
+
 def test_prune90_trains_on_the_transfer_pool_or_on_the_labels(monkeypatch):
     import bertzoo
     from bertzoo.compression import model_copy

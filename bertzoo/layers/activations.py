@@ -8,9 +8,10 @@ ambiguous; configs must say which one they mean.
 When gradients are taken on TensorFlow outside XLA (`fit` with the default
 `jit_compile="auto"` on CPU), both GELUs run as two small XLA-compiled
 kernels, one for the values and one for the gradient (written out by hand,
-computed in float32), instead of TensorFlow's chain of element-wise ops and
+computed in float32 for float16 and bfloat16 inputs), instead of TensorFlow's chain of element-wise ops and
 their automatic gradient, each a pass over the feed-forward block's largest
-tensor. Same function, same gradient (tested against Keras's GELU); the
+tensor. The same function and gradient up to rounding (tested against
+Keras's GELU; in bfloat16 closer to float32 than Keras's op chain); the
 BERT-base training step is faster (README, "Fast paths";
 `python -m benchmarks.training_kernels`). Inference keeps Keras's ops, which
 oneDNN fuses into the preceding matmul.
@@ -66,14 +67,19 @@ def _fused_gelu(approximate):
         cdf = 0.5 * (1.0 + tf.math.erf(x * (1.0 / math.sqrt(2.0))))
         return x * cdf, cdf + x * tf.exp(-0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
 
-    @tf.function(jit_compile=True, autograph=False)
-    def forward(x):
-        return tf.cast(values_and_slope(tf.cast(x, tf.float32))[0], x.dtype)
+    def widened(x):
+        # float16 and bfloat16 are computed in float32, wider types as they are.
+        return tf.cast(x, tf.float32) if x.dtype.size < 4 else x
 
-    @tf.function(jit_compile=True, autograph=False)
+    @tf.function(jit_compile=True, autograph=False, reduce_retracing=True)
+    def forward(x):
+        return tf.cast(values_and_slope(widened(x))[0], x.dtype)
+
+    @tf.function(jit_compile=True, autograph=False, reduce_retracing=True)
     def backward(x, upstream):
-        slope = values_and_slope(tf.cast(x, tf.float32))[1]
-        return tf.cast(tf.cast(upstream, tf.float32) * slope, upstream.dtype)
+        x = widened(x)
+        slope = values_and_slope(x)[1]
+        return tf.cast(tf.cast(upstream, x.dtype) * slope, upstream.dtype)
 
     @tf.custom_gradient
     def gelu(x):

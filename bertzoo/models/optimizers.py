@@ -8,45 +8,52 @@ import keras
 from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.utils import private_api
 
+# Variables BERT's recipe does not decay: biases and LayerNorm's scale and offset.
+NO_WEIGHT_DECAY = ("bias", "gamma", "beta")
+
 
 def _apply_fused_step(optimizer, grads, variables):
     """AdamW's step as one XLA kernel per variable: the global-norm clipping
     scale, the decoupled weight decay and the Adam update, in Keras's
     arithmetic. Returns False (Keras's own step runs) where it does not apply."""
-    if not optimizer._fused_step_applies(variables):
+    if not optimizer._fused_step_applies(grads, variables):
         return False
     import tensorflow as tf
 
     scale = tf.constant(1.0)
     if optimizer.global_clipnorm:
-        # Keras's clip_by_global_norm: min(1, clipnorm / norm), NaN for a
-        # non-finite norm. Keras squares an embedding's sparse gradient
-        # (IndexedSlices) slice by slice, before repeated rows are summed; so does this.
-        clip = float(optimizer.global_clipnorm)
+        # Keras's clip_by_global_norm, expression for expression: min(1,
+        # clipnorm / norm), NaN for a non-finite norm. Keras squares an
+        # embedding's sparse gradient (IndexedSlices) slice by slice, before
+        # repeated rows are summed; so does this.
+        clip = optimizer.global_clipnorm
         parts = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads]
-        norm = tf.sqrt(2.0 * tf.add_n([tf.nn.l2_loss(tf.cast(p, tf.float32)) for p in parts]))
+        norm = tf.sqrt(tf.reduce_sum(tf.stack([tf.reduce_sum(tf.square(p)) for p in parts])))
         scale = clip * tf.minimum(1.0 / norm, 1.0 / clip) + (norm - norm)
-    grads = [tf.convert_to_tensor(g) for g in grads]
-    learning_rate = tf.cast(optimizer.learning_rate, tf.float32)
     step = tf.cast(optimizer.iterations + 1, tf.float32)
-    beta_1, beta_2 = float(optimizer.beta_1), float(optimizer.beta_2)
     scalars = {
         "scale": scale,
-        "learning_rate": learning_rate,
-        "beta_1": tf.constant(beta_1),
-        "beta_2": tf.constant(beta_2),
-        "epsilon": tf.constant(float(optimizer.epsilon)),
-        "beta_1_power": tf.pow(beta_1, step),
-        "beta_2_power": tf.pow(beta_2, step),
+        "learning_rate": tf.cast(optimizer.learning_rate, tf.float32),
+        # Keras's Adam takes 1 - beta in Python (double precision), then float32.
+        "one_minus_beta_1": tf.constant(1 - optimizer.beta_1, tf.float32),
+        "one_minus_beta_2": tf.constant(1 - optimizer.beta_2, tf.float32),
+        "epsilon": tf.constant(optimizer.epsilon, tf.float32),
+        "beta_1_power": tf.pow(tf.constant(optimizer.beta_1, tf.float32), step),
+        "beta_2_power": tf.pow(tf.constant(optimizer.beta_2, tf.float32), step),
     }
-    decay = learning_rate * tf.cast(optimizer.weight_decay or 0.0, tf.float32)
+    weight_decay = tf.constant(optimizer.weight_decay or 0.0, tf.float32)
     no_decay = tf.constant(0.0)
     kernel = _adamw_kernel(optimizer)
     for gradient, variable in zip(grads, variables):
         m, v = private_api.adam_moments(optimizer, variable)
         decays = optimizer.weight_decay and private_api.weight_decay_applies(optimizer, variable)
         kernel(
-            _tf_variable(variable), _tf_variable(m), _tf_variable(v), gradient, decay if decays else no_decay, **scalars
+            _tf_variable(variable),
+            _tf_variable(m),
+            _tf_variable(v),
+            tf.convert_to_tensor(gradient),
+            weight_decay if decays else no_decay,
+            **scalars,
         )
     return True
 
@@ -55,8 +62,10 @@ def _tf_variable(variable):
     return variable.value if isinstance(variable, keras.Variable) else variable
 
 
-# One kernel (a traced function) per optimizer: a trace keeps references to
-# the variables it was traced with, so it must not outlive them.
+# One kernel (a traced function) per optimizer: traced inside a model's
+# training step, it keeps references to that model's variables, so it must
+# not be called for another model's once those are gone
+# (`tests/test_optimizers.py`).
 _KERNELS = weakref.WeakKeyDictionary()
 
 
@@ -66,17 +75,28 @@ def _adamw_kernel(optimizer):
         return _KERNELS[optimizer]
     import tensorflow as tf
 
-    @tf.function(jit_compile=True, autograph=False)
+    @tf.function(jit_compile=True, autograph=False, reduce_retracing=True)
     def adamw_step(
-        variable, m, v, gradient, decay, scale, learning_rate, beta_1, beta_2, epsilon, beta_1_power, beta_2_power
+        variable,
+        m,
+        v,
+        gradient,
+        weight_decay,
+        scale,
+        learning_rate,
+        one_minus_beta_1,
+        one_minus_beta_2,
+        epsilon,
+        beta_1_power,
+        beta_2_power,
     ):
-        # The same expressions, in the same order, as Keras's clip_by_global_norm,
-        # AdamW weight decay (before the update) and Adam.update_step.
+        # The expressions of Keras's clip_by_global_norm, AdamW weight decay
+        # (before the update) and Adam.update_step, in their order.
         g = tf.cast(gradient, tf.float32) * scale
-        m_new = m + (g - m) * (1.0 - beta_1)
-        v_new = v + (tf.square(g) - v) * (1.0 - beta_2)
-        alpha = learning_rate * tf.sqrt(1.0 - beta_2_power) / (1.0 - beta_1_power)
-        decayed = variable - variable * decay
+        decayed = variable - variable * weight_decay * learning_rate
+        m_new = m + (g - m) * one_minus_beta_1
+        v_new = v + (tf.square(g) - v) * one_minus_beta_2
+        alpha = learning_rate * tf.sqrt(1 - beta_2_power) / (1 - beta_1_power)
         m.assign(m_new)
         v.assign(v_new)
         variable.assign(decayed - (m_new * alpha) / (tf.sqrt(v_new) + epsilon))
@@ -117,14 +137,21 @@ class AdamW(keras.optimizers.AdamW):
     ```
     """
 
-    def _fused_step_applies(self, variables):
+    def _fused_step_applies(self, grads, variables):
         if keras.backend.backend() != "tensorflow" or self.amsgrad or self.clipnorm or self.clipvalue:
             return False
         if self.gradient_accumulation_steps or self.use_ema:
             return False
+        if not all(isinstance(x, (int, float)) for x in (self.beta_1, self.beta_2, self.epsilon)):
+            return False
         import tensorflow as tf
 
         if tf.distribute.has_strategy():
+            return False
+        if not self.global_clipnorm and any(isinstance(g, tf.IndexedSlices) for g in grads):
+            # Keras updates Adam's moments from a sparse gradient slice by
+            # slice (repeated rows differ from the summed dense gradient);
+            # clipping would have made it dense.
             return False
         for variable in variables:
             stored = _tf_variable(variable)
@@ -153,5 +180,5 @@ def bert_optimizer(learning_rate=5e-5):
         epsilon=1e-6,
         global_clipnorm=1.0,
     )
-    optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+    optimizer.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY))
     return optimizer
