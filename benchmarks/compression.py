@@ -19,8 +19,9 @@ default 0,1,2; `keras.utils.set_random_seed(seed)` first):
   `bertzoo.distill` (`--recipe`, default tinybert; `--distill-epochs` per
   stage) on the training texts plus the texts of the other files
   (`--transfer-size`) and, with `--augment N`, N perturbed copies of each
-  training text (`augment_texts`). `--student-heads N` and `--student-ffn R` first keep
-  only N attention heads per layer and the fraction R of the FFN neurons
+  training text (`augment_texts`). `--student-heads N` and `--student-ffn R`
+  first keep only N attention heads per layer and the fraction R of the FFN
+  neurons
   (`prune_heads_and_neurons`, scored on the labelled training data): a
   narrower student, as TinyBERT's are.
 - `hard`: the same student trained on the hard labels alone (the baseline
@@ -722,7 +723,7 @@ def parse_args(argv):
         "--augment",
         type=int,
         default=0,
-        help="distill: perturbed copies of each training text added to the transfer set (bertzoo.compression.augment_texts)",
+        help="distill: perturbed copies of each training text added to the transfer set (augment_texts)",
     )
     parser.add_argument("--hard-epochs", type=int, default=3)
     parser.add_argument("--student-layers", type=int, default=2, help="distill/hard: the student's layers")
@@ -787,6 +788,8 @@ def parse_args(argv):
         raise SystemExit(f"--student-ffn must be in (0, 1] (the fraction of FFN neurons kept), got {args.student_ffn}.")
     if args.student_layers < 1 or (args.student_heads is not None and args.student_heads < 1):
         raise SystemExit("--student-layers and --student-heads must be positive.")
+    if args.augment < 0:
+        raise SystemExit(f"--augment must be >= 0 (perturbed copies of each training text), got {args.augment}.")
     return args
 
 

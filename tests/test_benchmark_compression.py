@@ -176,6 +176,8 @@ def test_augmentation_is_a_setting_of_distill_when_set():
     assert settings("distill", ["--augment", "2"]) == {**settings("distill", []), "augment": 2}
     assert "augment" not in settings("distill", [])
     assert settings("hard", ["--augment", "2"]) == settings("hard", [])  # The baseline sees no copies.
+    with pytest.raises(SystemExit, match="--augment must be >= 0"):
+        compression.parse_args(["--augment", "-1"])
 
 
 def test_prune90_trains_on_the_transfer_pool_or_on_the_labels(monkeypatch):

@@ -387,7 +387,7 @@ def test_teacher_gets_no_gradient_and_no_update(pair):
     assert any(g is not None and np.abs(np.array(g)).sum() > 0 for g in grads[len(teacher.weights) :])
 
 
-def test_the_teachers_pass_is_not_recorded(pair):
+def test_the_teachers_pass_is_not_recorded(pair, monkeypatch):
     # Unrecorded, the teacher takes the inference kernels (Keras's GELU, which
     # oneDNN fuses into the matmul) instead of the training ones.
     from bertzoo.layers import activations
@@ -397,12 +397,9 @@ def test_the_teachers_pass_is_not_recorded(pair):
     x = teacher.preprocessor(["the film was good", "bad"])
     seen = []
     real = activations._fused_gradient_applies
-    activations._fused_gradient_applies = lambda: seen.append(real()) or seen[-1]
-    try:
-        with tf.GradientTape() as tape:
-            d._teacher_features(x)
-    finally:
-        activations._fused_gradient_applies = real
+    monkeypatch.setattr(activations, "_fused_gradient_applies", lambda: seen.append(real()) or seen[-1])
+    with tf.GradientTape() as tape:
+        d._teacher_features(x)
     assert seen and not any(seen)
     assert not any(id(v) in {id(t.value) for t in teacher.weights} for v in tape.watched_variables())
 

@@ -8,9 +8,9 @@ ambiguous; configs must say which one they mean.
 When gradients are taken on TensorFlow outside XLA (`fit` with the default
 `jit_compile="auto"` on CPU), both GELUs run as two small XLA-compiled
 kernels, one for the values and one for the gradient (written out by hand,
-computed in float32 for float16 and bfloat16 inputs), instead of TensorFlow's chain of element-wise ops and
-their automatic gradient, each a pass over the feed-forward block's largest
-tensor. The same function and gradient up to rounding (tested against
+computed in float32 for float16 and bfloat16 inputs), instead of
+TensorFlow's chain of element-wise ops and their automatic gradient, each a
+pass over the feed-forward block's largest tensor. The same function and gradient up to rounding (tested against
 Keras's GELU; in bfloat16 closer to float32 than Keras's op chain); the
 BERT-base training step is faster (README, "Fast paths";
 `python -m benchmarks.training_kernels`). Inference keeps Keras's ops, which
@@ -58,7 +58,7 @@ def _fused_gelu(approximate):
     import tensorflow as tf
 
     def values_and_slope(x):
-        # GELU(x) = x * Phi(x) and its derivative, in float32.
+        # GELU(x) = x * Phi(x) and its derivative.
         if approximate:
             t = tf.tanh(_SQRT_2_OVER_PI * (x + _CUBIC * x * x * x))
             # d/dx 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) u'(x), with 1 - t^2 = (1 - t)(1 + t).
