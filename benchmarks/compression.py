@@ -211,10 +211,12 @@ def method_settings(method, args, n_train, n_test):
         "student_heads": (args.student_heads, None),
         "student_ffn": (args.student_ffn, 1.0),
     }
+    augment = {"augment": (args.augment if uses_transfer(method, args) else 0, 0)}
     later_options = {
-        "distill": {**student, "augment": (args.augment, 0)},
+        "distill": {**student, **augment},
         "hard": student,
-        "prune90": {"scope": (args.prune_scope, "layer")},
+        "prune90": {"scope": (args.prune_scope, "layer"), **augment},
+        "structured": augment,
     }
     options = later_options.get(method, {})
     specific = {**specific, **{k: value for k, (value, default) in options.items() if value != default}}
@@ -329,7 +331,11 @@ def compress(method, teacher, train, transfer, seed, args):
         model = copy_model(teacher)
         # Soft targets on the transfer set (`--prune-transfer`), or on the
         # labelled texts mixed with the labels.
-        data = (transfer_pool(texts, transfer, seed=seed),) if uses_transfer(method, args) else (texts, labels)
+        data = (
+            (transfer_pool(texts, transfer, augment=args.augment, seed=seed),)
+            if uses_transfer(method, args)
+            else (texts, labels)
+        )
         steps = max(1, math.ceil(len(data[0]) / 32)) * args.prune_epochs
         schedule = bertzoo.compression.ramp_schedule(steps, 0.9, prunings=20)
         pruner = bertzoo.Pruner(model, schedule, scores=args.prune_scores, scope=args.prune_scope)
@@ -356,6 +362,7 @@ def compress(method, teacher, train, transfer, seed, args):
             labels,
             recipe="hinton",
             transfer=transfer if args.structured_transfer else None,
+            augment=args.augment if args.structured_transfer else 0,
             epochs=args.structured_epochs,
             learning_rate=1e-4,
             seed=seed,
@@ -723,7 +730,8 @@ def parse_args(argv):
         "--augment",
         type=int,
         default=0,
-        help="distill: perturbed copies of each training text added to the transfer set (augment_texts)",
+        help="perturbed copies of each training text added to the transfer set (augment_texts) of every "
+        "method that trains on it",
     )
     parser.add_argument("--hard-epochs", type=int, default=3)
     parser.add_argument("--student-layers", type=int, default=2, help="distill/hard: the student's layers")

@@ -204,6 +204,12 @@ def _sparsity(args):
             help="file of unlabelled texts for the distill and prune stages (text column)",
         ),
         argument(
+            "--augment",
+            type=int,
+            default=0,
+            help="perturbed copies of each training text added to those stages' transfer texts (default: %(default)s)",
+        ),
+        argument(
             "--label-threshold",
             type=float,
             default=None,
@@ -235,6 +241,7 @@ def _compress(args):
         sequence_length=args.sequence_length,
         recipe=None if args.recipe == "none" else args.recipe,
         transfer=args.transfer,
+        augment=args.augment,
         label_threshold=args.label_threshold,
         qat_epochs=args.qat_epochs,
         overwrite=args.overwrite,

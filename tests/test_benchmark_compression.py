@@ -169,13 +169,19 @@ def test_the_prune_scope_is_a_setting_of_prune90_when_set():
     assert "scope" not in settings([])
 
 
-def test_augmentation_is_a_setting_of_distill_when_set():
+def test_augmentation_is_a_setting_of_every_transfer_set_method_when_set():
     def settings(method, argv):
         return compression.method_settings(method, compression.parse_args(argv), 100, 20)
 
-    assert settings("distill", ["--augment", "2"]) == {**settings("distill", []), "augment": 2}
-    assert "augment" not in settings("distill", [])
+    for method in ("distill", "prune90", "structured"):
+        assert settings(method, ["--augment", "2"]) == {**settings(method, []), "augment": 2}, method
+        assert "augment" not in settings(method, []), method
     assert settings("hard", ["--augment", "2"]) == settings("hard", [])  # The baseline sees no copies.
+    assert settings("int8qat", ["--augment", "2"]) == settings("int8qat", [])
+    # Without the transfer set there is nothing to add the copies to.
+    no_transfer = ["--augment", "2", "--no-prune-transfer", "--no-structured-transfer"]
+    assert settings("prune90", no_transfer) == settings("prune90", no_transfer[2:])
+    assert settings("structured", no_transfer) == settings("structured", no_transfer[2:])
     with pytest.raises(SystemExit, match="--augment must be >= 0"):
         compression.parse_args(["--augment", "-1"])
 

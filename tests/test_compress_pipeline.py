@@ -225,6 +225,42 @@ def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatc
     assert pruned.backbone.intermediate_dim == 16
 
 
+def test_augmented_copies_join_the_transfer_set_of_every_stage_that_uses_it(workspace, monkeypatch):
+    from bertzoo.compression import pipeline
+
+    distill_calls, prune_data = [], []
+
+    def recording_distill(teacher, student, *args, **kwargs):
+        distill_calls.append(kwargs)
+        return real_distill(teacher, student, *args, **kwargs)
+
+    class RecordingPruner(pipeline.Pruner):
+        def fit(self, *args, **kwargs):
+            prune_data.append(args)
+            return super().fit(*args, **kwargs)
+
+    real_distill = pipeline.distill
+    monkeypatch.setattr(pipeline, "distill", recording_distill)
+    monkeypatch.setattr(pipeline, "Pruner", RecordingPruner)
+    train_texts = load_labelled_texts(workspace / "train.tsv")[0]
+    argv = ["compress", str(workspace / "teacher"), "--train", str(workspace / "train.tsv")]
+    argv += ["--eval", str(workspace / "test.jsonl"), "--out", str(workspace / "augment_out")]
+    assert cli.main(argv + ["--stages", "distill,prune", "--augment", "2", "--batch-size", "16"]) == 0
+    # The distill recipe gets the copies to make; the prune stage trains on
+    # the training texts and their copies alone (no transfer file), unlabelled.
+    (options,) = distill_calls
+    assert options["augment"] == 2 and options["transfer"] is None
+    ((data,),) = prune_data
+    copies = bertzoo.compression.augment_texts(train_texts, copies=2, seed=0)
+    assert sorted(data) == sorted(train_texts + copies) and len(data) == 3 * len(train_texts)
+    report = json.loads((workspace / "augment_out" / "report.json").read_text())
+    assert report["augment"] == 2 and report["transfer_size"] == 0
+    with pytest.raises(
+        ValueError, match=r"`augment` must be an integer >= 0 \(perturbed copies of each text\), got -1"
+    ):
+        bertzoo.compress(workspace / "teacher", workspace / "train.tsv", workspace / "train.tsv", "x", augment=-1)
+
+
 def test_bad_inputs_give_clear_errors(workspace, tmp_path):
     teacher, train = workspace / "teacher", workspace / "train.tsv"
     texts, labels = sentiment(8, seed=4)

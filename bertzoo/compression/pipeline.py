@@ -8,7 +8,7 @@ model, with the library's own building blocks:
 - `"prune"`: gradual unstructured magnitude pruning (`Pruner`,
   `ramp_schedule`: a cubic ramp over the first 2/3 of the steps) while distilling
   from the stage's dense input (on the training plus transfer texts when
-  there are transfer texts), then `strip()`;
+  there are transfer texts or `augment` copies), then `strip()`;
 - `"prune_structured"`: attention heads and feed-forward neurons removed
   (`prune_heads_and_neurons`), then a short distillation from the stage's
   input to recover (on the transfer set when there is one);
@@ -243,6 +243,7 @@ def compress(
     distiller_options=None,
     recipe="tinybert",
     transfer=None,
+    augment=0,
     label_threshold=None,
     qat_epochs=0,
     latency_repeats=10,
@@ -290,6 +291,9 @@ def compress(
             (soft targets of their input model): `"prune"` while its
             sparsity ramps up, `"prune_structured"` to recover (the
             `"hinton"` recipe).
+        augment: perturbed copies of each training text (`augment_texts`)
+            added to the transfer texts of those stages (the distill stage
+            when it runs a recipe); 0 adds none.
         label_threshold: numeric labels (ratings) become binary: 1 above the
             threshold, 0 below, rows at it dropped; None keeps the labels.
         qat_epochs: 0, post-training int8; N > 0, the int8 stage first
@@ -315,6 +319,8 @@ def compress(
             raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
     if isinstance(qat_epochs, bool) or not isinstance(qat_epochs, int) or qat_epochs < 0:
         raise ValueError(f"`qat_epochs` must be an integer >= 0 (0: post-training int8), got {qat_epochs!r}.")
+    if isinstance(augment, bool) or not isinstance(augment, int) or augment < 0:
+        raise ValueError(f"`augment` must be an integer >= 0 (perturbed copies of each text), got {augment!r}.")
     if recipe is not None and recipe not in RECIPES:
         raise ValueError(f"Unknown recipe {recipe!r}. Choose one of {sorted(RECIPES)}, or None.")
     train_texts, train_raw = load_labelled_texts(train, text_column, label_column)
@@ -364,6 +370,7 @@ def compress(
                 *train_data,
                 recipe=stage_recipe,
                 transfer=transfer,
+                augment=augment,
                 epochs=epochs,
                 batch_size=batch_size,
                 validation_data=validation,
@@ -380,7 +387,7 @@ def compress(
         elif stage == "prune":
             student = copy_model(parent)
             # Soft targets of the dense input on the transfer set, when there is one.
-            data = (transfer_pool(train_data[0], transfer),) if transfer else train_data
+            data = (transfer_pool(train_data[0], transfer, augment),) if transfer or augment else train_data
             pruner = Pruner(student, ramp_schedule(_steps(data, epochs, batch_size), sparsity))
             pruner.fit(
                 *data,
@@ -400,7 +407,7 @@ def compress(
                 ratio = fraction
             model = prune_heads_and_neurons(parent, heads_to_keep=heads, ffn_keep_ratio=ratio, data=train_data)
             # The input's predictions on the transfer set recover far more than the labelled texts alone.
-            train_student(parent, model, None if transfer is None else "hinton")
+            train_student(parent, model, "hinton" if transfer or augment else None)
         elif qat_epochs:  # "int8", trained
             model = quantization_aware_training(
                 parent,
@@ -438,6 +445,7 @@ def compress(
         "recipe": recipe if "distill" in stages else None,
         "qat_epochs": qat_epochs if "int8" in stages else None,
         "transfer_size": len(transfer) if transfer is not None and set(stages) - {"int8"} else 0,
+        "augment": augment if set(stages) - {"int8"} else 0,
         "label_threshold": label_threshold,
         "train_size": len(train_texts),
         "eval_size": len(eval_texts),
