@@ -207,7 +207,8 @@ def _sparsity(args):
             "--augment",
             type=int,
             default=0,
-            help="perturbed copies of each training text added to those stages' transfer texts (default: %(default)s)",
+            help="perturbed copies of each training text added to the transfer texts of the distill (with a "
+            "recipe) and prune stages (default: %(default)s)",
         ),
         argument(
             "--label-threshold",

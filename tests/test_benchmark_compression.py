@@ -211,9 +211,14 @@ def test_prune90_trains_on_the_transfer_pool_or_on_the_labels(monkeypatch):
     texts, labels = [f"train {i}" for i in range(40)], [i % 2 for i in range(40)]
     transfer = [f"other {i}" for i in range(56)]
     teacher = object()
-    for argv in ([], ["--no-prune-transfer", "--prune-scope", "global"]):
+    for argv in ([], ["--no-prune-transfer", "--prune-scope", "global"], ["--augment", "2"]):
         assert compression.compress("prune90", teacher, (texts, labels), transfer, 0, compression.parse_args(argv))
-    (pooled, pooled_schedule, pooled_teacher, epochs, scope), (labelled, labelled_schedule, _, _, labelled_scope) = fits
+    (pooled, pooled_schedule, pooled_teacher, epochs, scope), (labelled, labelled_schedule, _, _, labelled_scope) = (
+        fits[:2]
+    )
+    # --augment 2: two perturbed copies of each training text join the pool.
+    copies = bertzoo.compression.augment_texts(texts, copies=2, seed=0)
+    assert sorted(fits[2][0][0]) == sorted(texts + transfer + copies)
     # 96 pooled texts: 3 steps x 3 epochs, the ramp over the first 6; 40 labelled: 2 x 3, ramp 4.
     ramp = bertzoo.compression.ramp_schedule
     assert len(pooled) == 1 and sorted(pooled[0]) == sorted(texts + transfer)
@@ -221,6 +226,23 @@ def test_prune90_trains_on_the_transfer_pool_or_on_the_labels(monkeypatch):
     assert pooled_teacher is teacher and epochs == 3
     assert labelled == (texts, labels) and labelled_schedule == ramp(6, 0.9, prunings=20)
     assert (scope, labelled_scope) == ("layer", "global")  # Each weight 90% sparse unless asked.
+
+
+def test_structured_recovers_on_the_augmented_transfer_set_or_on_the_labels(monkeypatch):
+    import bertzoo
+    from bertzoo.compression import model_copy
+
+    calls = []
+    monkeypatch.setattr(model_copy, "copy_model", lambda model: "copy")
+    monkeypatch.setattr(bertzoo, "prune_heads_and_neurons", lambda model, **kwargs: "pruned")
+    monkeypatch.setattr(bertzoo, "distill", lambda teacher, model, *data, **kwargs: calls.append((data, kwargs)))
+    texts, labels = ["a", "b"], [0, 1]
+    for argv in (["--augment", "2"], ["--augment", "2", "--no-structured-transfer"]):
+        assert compression.compress("structured", "teacher", (texts, labels), ["c"], 0, compression.parse_args(argv))
+    (pooled_data, pooled), (labelled_data, labelled) = calls
+    assert pooled_data == labelled_data == (texts, labels)
+    assert (pooled["transfer"], pooled["augment"], pooled["recipe"]) == (["c"], 2, "hinton")
+    assert (labelled["transfer"], labelled["augment"]) == (None, 0)  # The labelled texts alone, as documented.
 
 
 def test_the_report_leaves_out_results_of_other_settings():

@@ -245,16 +245,23 @@ def test_augmented_copies_join_the_transfer_set_of_every_stage_that_uses_it(work
     train_texts = load_labelled_texts(workspace / "train.tsv")[0]
     argv = ["compress", str(workspace / "teacher"), "--train", str(workspace / "train.tsv")]
     argv += ["--eval", str(workspace / "test.jsonl"), "--out", str(workspace / "augment_out")]
-    assert cli.main(argv + ["--stages", "distill,prune", "--augment", "2", "--batch-size", "16"]) == 0
-    # The distill recipe gets the copies to make; the prune stage trains on
-    # the training texts and their copies alone (no transfer file), unlabelled.
-    (options,) = distill_calls
-    assert options["augment"] == 2 and options["transfer"] is None
+    stages = "distill,prune,prune_structured"
+    assert cli.main(argv + ["--stages", stages, "--augment", "2", "--batch-size", "16"]) == 0
+    # The distill recipe gets the copies to make, and so does the hinton
+    # recovery of prune_structured; the prune stage trains on the training
+    # texts and their copies alone (no transfer file), unlabelled.
+    (distill_options, structured_options) = distill_calls
+    assert distill_options["augment"] == 2 and distill_options["transfer"] is None
+    assert structured_options["augment"] == 2 and structured_options["recipe"] == "hinton"
     ((data,),) = prune_data
     copies = bertzoo.compression.augment_texts(train_texts, copies=2, seed=0)
     assert sorted(data) == sorted(train_texts + copies) and len(data) == 3 * len(train_texts)
     report = json.loads((workspace / "augment_out" / "report.json").read_text())
     assert report["augment"] == 2 and report["transfer_size"] == 0
+    # Without a recipe the distill stage trains on the labelled texts: no copies made, none reported.
+    out = workspace / "augment_no_recipe_out"
+    assert cli.main(argv[:-1] + [str(out), "--stages", "distill", "--recipe", "none", "--augment", "2"]) == 0
+    assert distill_calls[2:] == [] and json.loads((out / "report.json").read_text())["augment"] == 0
     with pytest.raises(
         ValueError, match=r"`augment` must be an integer >= 0 \(perturbed copies of each text\), got -1"
     ):

@@ -11,7 +11,8 @@ model, with the library's own building blocks:
   there are transfer texts or `augment` copies), then `strip()`;
 - `"prune_structured"`: attention heads and feed-forward neurons removed
   (`prune_heads_and_neurons`), then a short distillation from the stage's
-  input to recover (on the transfer set when there is one);
+  input to recover (on the transfer set when there is one: transfer texts
+  or `augment` copies);
 - `"int8"`: post-training quantization (`quantize(model, "int8")`), or
   with `qat_epochs` quantization-aware training from the stage's input
   (`quantization_aware_training`).
@@ -279,7 +280,7 @@ def compress(
         distiller_options: keyword arguments for the `Distiller` of the
             `"prune"` stage (and of the distill stage when `recipe` is None;
             `"prune_structured"` recovers with the `"hinton"` recipe when
-            there are transfer texts). On transfer texts there are no
+            there are transfer texts or `augment` copies). On transfer texts there are no
             labels, so `alpha` has no effect there.
         recipe: how the distill stage trains: a `bertzoo.distill` recipe
             (`"tinybert"`: intermediate layers, then predictions; `"minilm"`;
@@ -292,8 +293,10 @@ def compress(
             sparsity ramps up, `"prune_structured"` to recover (the
             `"hinton"` recipe).
         augment: perturbed copies of each training text (`augment_texts`)
-            added to the transfer texts of those stages (the distill stage
-            when it runs a recipe); 0 adds none.
+            added to the transfer texts of the distill stage (with a
+            `recipe`; None trains on the labelled texts alone) and of both
+            prune stages; 0 adds none. Like transfer texts, the copies make
+            those stages train on the teacher's soft targets alone.
         label_threshold: numeric labels (ratings) become binary: 1 above the
             threshold, 0 below, rows at it dropped; None keeps the labels.
         qat_epochs: 0, post-training int8; N > 0, the int8 stage first
@@ -427,6 +430,10 @@ def compress(
         rows.append(_measure(stage, model, stage_dir / "preset", eval_data, batches, batch_size, latency_repeats))
 
     teacher_row = rows[0]
+    # The distill stage without a recipe trains on the labelled texts alone.
+    uses_transfer_set = bool({"prune", "prune_structured"} & set(stages)) or (
+        "distill" in stages and recipe is not None
+    )
     for row in rows:
         row["percent_of_teacher"] = (
             100.0 * row["accuracy"] / teacher_row["accuracy"] if teacher_row["accuracy"] > 0 else None
@@ -444,8 +451,8 @@ def compress(
         "target_speedup": target_speedup,
         "recipe": recipe if "distill" in stages else None,
         "qat_epochs": qat_epochs if "int8" in stages else None,
-        "transfer_size": len(transfer) if transfer is not None and set(stages) - {"int8"} else 0,
-        "augment": augment if set(stages) - {"int8"} else 0,
+        "transfer_size": len(transfer) if transfer is not None and uses_transfer_set else 0,
+        "augment": augment if uses_transfer_set else 0,
         "label_threshold": label_threshold,
         "train_size": len(train_texts),
         "eval_size": len(eval_texts),
