@@ -15,29 +15,31 @@ then compressed by each method (`--methods`), once per seed (`--seeds`,
 default 0,1,2; `keras.utils.set_random_seed(seed)` first):
 
 - `distill`: a 2-layer student copied from every 3rd teacher layer
-  (`init_student_from_teacher`; `--student-layers`), distilled with
-  `bertzoo.distill` (`--recipe`, default tinybert; `--distill-epochs` per
-  stage) on the training texts plus the texts of the other files
-  (`--transfer-size`) and, with `--augment N`, N perturbed copies of each
-  training text (`augment_texts`). `--student-heads N` and `--student-ffn R`
-  first keep only N attention heads per layer and the fraction R of the FFN
-  neurons
-  (`prune_heads_and_neurons`, scored on the labelled training data): a
-  narrower student, as TinyBERT's are.
+  (`init_student_from_teacher`; `--student-layers`) keeping 2/3 of its FFN
+  neurons (`--student-ffn`, default 0.67; `--student-heads N` keeps N
+  attention heads per layer too; `prune_heads_and_neurons`, scored on the
+  labelled training data): a narrower student, as TinyBERT's are. Two of
+  six full-width layers are exactly a third of the encoder, so the
+  embeddings and head left them just under 3x at batch 32; this one is 26%
+  of it. Distilled with `bertzoo.distill` (`--recipe`, default tinybert;
+  `--distill-epochs` per stage) on the training texts plus the texts of
+  the other files (`--transfer-size`) and 2 perturbed copies of each
+  training text (`--augment`, `augment_texts`).
 - `hard`: the same student trained on the hard labels alone (the baseline
   distillation must beat).
 - `prune90`: 90% unstructured encoder sparsity (`Pruner`, `ramp_schedule`:
   a cubic ramp over the first 2/3 of the steps in about 20 pruning steps;
   90% of every weight, or with `--prune-scope global` one threshold across
   the encoder's weights) while distilling the dense teacher's outputs
-  (`--prune-epochs`) on the same transfer set as `distill`
-  (`--no-prune-transfer`: on the labelled training texts, mixed with the
-  labels), then `strip()`.
+  (`--prune-epochs`) on the training texts plus the other files' texts
+  (`distill`'s transfer set without its copies; `--prune-augment N` adds N
+  copies; `--no-prune-transfer`: on the labelled training texts, mixed
+  with the labels), then `strip()`.
 - `structured`: `prune_heads_and_neurons` (`--heads` per layer, `--ffn`
   of the FFN neurons), then distillation of the teacher's predictions
   (`bertzoo.distill`, recipe hinton, `--structured-epochs`) on the same
-  transfer set as `distill` (`--no-structured-transfer`: on the labelled
-  training texts, mixed with the labels).
+  texts as `prune90` (`--no-structured-transfer`: on the labelled training
+  texts, mixed with the labels).
 - `int8`: `bertzoo.quantize(teacher, "int8")`, no training (seed-independent:
   measured once per file, recorded for every seed).
 - `int8qat`: `bertzoo.quantization_aware_training(teacher, ...)`: int8
@@ -211,12 +213,12 @@ def method_settings(method, args, n_train, n_test):
         "student_heads": (args.student_heads, None),
         "student_ffn": (args.student_ffn, 1.0),
     }
-    augment = {"augment": (args.augment if uses_transfer(method, args) else 0, 0)}
+    pruned_augment = {"augment": (args.prune_augment if uses_transfer(method, args) else 0, 0)}
     later_options = {
-        "distill": {**student, **augment},
+        "distill": {**student, "augment": (args.augment, 0)},
         "hard": student,
-        "prune90": {"scope": (args.prune_scope, "layer"), **augment},
-        "structured": augment,
+        "prune90": {"scope": (args.prune_scope, "layer"), **pruned_augment},
+        "structured": pruned_augment,
     }
     options = later_options.get(method, {})
     specific = {**specific, **{k: value for k, (value, default) in options.items() if value != default}}
@@ -332,7 +334,7 @@ def compress(method, teacher, train, transfer, seed, args):
         # Soft targets on the transfer set (`--prune-transfer`), or on the
         # labelled texts mixed with the labels.
         data = (
-            (transfer_pool(texts, transfer, augment=args.augment, seed=seed),)
+            (transfer_pool(texts, transfer, augment=args.prune_augment, seed=seed),)
             if uses_transfer(method, args)
             else (texts, labels)
         )
@@ -362,7 +364,7 @@ def compress(method, teacher, train, transfer, seed, args):
             labels,
             recipe="hinton",
             transfer=transfer if args.structured_transfer else None,
-            augment=args.augment if args.structured_transfer else 0,
+            augment=args.prune_augment if args.structured_transfer else 0,
             epochs=args.structured_epochs,
             learning_rate=1e-4,
             seed=seed,
@@ -729,9 +731,14 @@ def parse_args(argv):
     parser.add_argument(
         "--augment",
         type=int,
+        default=2,
+        help="distill: perturbed copies of each training text added to the transfer set (augment_texts)",
+    )
+    parser.add_argument(
+        "--prune-augment",
+        type=int,
         default=0,
-        help="perturbed copies of each training text added to the transfer set (augment_texts) of every "
-        "method that trains on it",
+        help="prune90, structured: the same copies in their transfer set",
     )
     parser.add_argument("--hard-epochs", type=int, default=3)
     parser.add_argument("--student-layers", type=int, default=2, help="distill/hard: the student's layers")
@@ -741,8 +748,8 @@ def parse_args(argv):
     parser.add_argument(
         "--student-ffn",
         type=float,
-        default=1.0,
-        help="distill/hard: fraction of the student's FFN neurons kept (pruned before training)",
+        default=0.67,
+        help="distill/hard: fraction of the student's FFN neurons kept (pruned before training; 1: all)",
     )
     parser.add_argument("--prune-epochs", type=int, default=3)
     parser.add_argument("--prune-scores", default="magnitude", help="Pruner scores (magnitude or movement)")
@@ -796,8 +803,9 @@ def parse_args(argv):
         raise SystemExit(f"--student-ffn must be in (0, 1] (the fraction of FFN neurons kept), got {args.student_ffn}.")
     if args.student_layers < 1 or (args.student_heads is not None and args.student_heads < 1):
         raise SystemExit("--student-layers and --student-heads must be positive.")
-    if args.augment < 0:
-        raise SystemExit(f"--augment must be >= 0 (perturbed copies of each training text), got {args.augment}.")
+    for flag, value in (("--augment", args.augment), ("--prune-augment", args.prune_augment)):
+        if value < 0:
+            raise SystemExit(f"{flag} must be >= 0 (perturbed copies of each training text), got {value}.")
     return args
 
 

@@ -125,15 +125,16 @@ def test_a_cached_result_with_the_same_settings_is_skipped(tmp_path):
 
 
 def test_a_narrower_student_is_a_setting_of_distill_and_hard_only():
-    args = compression.parse_args(["--student-ffn", "0.67"])
+    args = compression.parse_args([])  # The default student keeps 2/3 of its FFN neurons.
+    assert (args.student_layers, args.student_ffn, args.student_heads) == (2, 0.67, None)
     assert compression.method_settings("distill", args, 100, 20)["student_ffn"] == 0.67
     assert compression.method_settings("hard", args, 100, 20)["student_ffn"] == 0.67
     assert "student_ffn" not in compression.method_settings("structured", args, 100, 20)
-    # The full-width default leaves the settings (and so the cached results) as they were.
-    default = compression.parse_args([])
-    assert "student_ffn" not in compression.method_settings("distill", default, 100, 20)
+    # A full-width student records no setting, as results made before the option did.
+    full_width = compression.parse_args(["--student-ffn", "1"])
+    assert "student_ffn" not in compression.method_settings("distill", full_width, 100, 20)
     assert compression.method_settings("distill", args, 100, 20) != compression.method_settings(
-        "distill", default, 100, 20
+        "distill", full_width, 100, 20
     )
     for bad in ("0", "1.5"):
         with pytest.raises(SystemExit, match="--student-ffn must be in"):
@@ -169,21 +170,27 @@ def test_the_prune_scope_is_a_setting_of_prune90_when_set():
     assert "scope" not in settings([])
 
 
-def test_augmentation_is_a_setting_of_every_transfer_set_method_when_set():
+def test_augmentation_is_a_setting_of_the_methods_that_train_on_the_transfer_set():
     def settings(method, argv):
         return compression.method_settings(method, compression.parse_args(argv), 100, 20)
 
-    for method in ("distill", "prune90", "structured"):
-        assert settings(method, ["--augment", "2"]) == {**settings(method, []), "augment": 2}, method
-        assert "augment" not in settings(method, []), method
-    assert settings("hard", ["--augment", "2"]) == settings("hard", [])  # The baseline sees no copies.
-    assert settings("int8qat", ["--augment", "2"]) == settings("int8qat", [])
-    # Without the transfer set there is nothing to add the copies to.
-    no_transfer = ["--augment", "2", "--no-prune-transfer", "--no-structured-transfer"]
-    assert settings("prune90", no_transfer) == settings("prune90", no_transfer[2:])
-    assert settings("structured", no_transfer) == settings("structured", no_transfer[2:])
-    with pytest.raises(SystemExit, match="--augment must be >= 0"):
-        compression.parse_args(["--augment", "-1"])
+    # distill: 2 copies by default, recorded; 0 is recorded as no setting.
+    assert settings("distill", [])["augment"] == 2
+    assert settings("distill", ["--augment", "3"]) == {**settings("distill", []), "augment": 3}
+    assert "augment" not in settings("distill", ["--augment", "0"])
+    # The pruning methods: none by default, a setting when asked for.
+    for method in ("prune90", "structured"):
+        assert settings(method, ["--prune-augment", "2"]) == {**settings(method, []), "augment": 2}, method
+        assert "augment" not in settings(method, []) and settings(method, ["--augment", "5"]) == settings(method, [])
+    # The baseline sees no copies; without the transfer set there is nothing to add them to.
+    assert settings("hard", ["--augment", "5", "--prune-augment", "5"]) == settings("hard", [])
+    assert settings("int8qat", ["--prune-augment", "2"]) == settings("int8qat", [])
+    no_transfer = ["--no-prune-transfer", "--no-structured-transfer"]
+    assert settings("prune90", no_transfer + ["--prune-augment", "2"]) == settings("prune90", no_transfer)
+    assert settings("structured", no_transfer + ["--prune-augment", "2"]) == settings("structured", no_transfer)
+    for flag in ("--augment", "--prune-augment"):
+        with pytest.raises(SystemExit, match=f"{flag} must be >= 0"):
+            compression.parse_args([flag, "-1"])
 
 
 def test_prune90_trains_on_the_transfer_pool_or_on_the_labels(monkeypatch):
@@ -211,12 +218,12 @@ def test_prune90_trains_on_the_transfer_pool_or_on_the_labels(monkeypatch):
     texts, labels = [f"train {i}" for i in range(40)], [i % 2 for i in range(40)]
     transfer = [f"other {i}" for i in range(56)]
     teacher = object()
-    for argv in ([], ["--no-prune-transfer", "--prune-scope", "global"], ["--augment", "2"]):
+    for argv in ([], ["--no-prune-transfer", "--prune-scope", "global"], ["--prune-augment", "2"]):
         assert compression.compress("prune90", teacher, (texts, labels), transfer, 0, compression.parse_args(argv))
     (pooled, pooled_schedule, pooled_teacher, epochs, scope), (labelled, labelled_schedule, _, _, labelled_scope) = (
         fits[:2]
     )
-    # --augment 2: two perturbed copies of each training text join the pool.
+    # --prune-augment 2: two perturbed copies of each training text join the pool.
     copies = bertzoo.compression.augment_texts(texts, copies=2, seed=0)
     assert sorted(fits[2][0][0]) == sorted(texts + transfer + copies)
     # 96 pooled texts: 3 steps x 3 epochs, the ramp over the first 6; 40 labelled: 2 x 3, ramp 4.
@@ -237,7 +244,7 @@ def test_structured_recovers_on_the_augmented_transfer_set_or_on_the_labels(monk
     monkeypatch.setattr(bertzoo, "prune_heads_and_neurons", lambda model, **kwargs: "pruned")
     monkeypatch.setattr(bertzoo, "distill", lambda teacher, model, *data, **kwargs: calls.append((data, kwargs)))
     texts, labels = ["a", "b"], [0, 1]
-    for argv in (["--augment", "2"], ["--augment", "2", "--no-structured-transfer"]):
+    for argv in (["--prune-augment", "2"], ["--prune-augment", "2", "--no-structured-transfer"]):
         assert compression.compress("structured", "teacher", (texts, labels), ["c"], 0, compression.parse_args(argv))
     (pooled_data, pooled), (labelled_data, labelled) = calls
     assert pooled_data == labelled_data == (texts, labels)
