@@ -24,7 +24,7 @@ default 0,1,2; `keras.utils.set_random_seed(seed)` first):
   of it. Distilled with `bertzoo.distill` (`--recipe`, default tinybert;
   `--distill-epochs` per stage) on the training texts plus the texts of
   the other files (`--transfer-size`) and 2 perturbed copies of each
-  training text (`--augment`, `augment_texts`).
+  training text (`--augment`, default 2, 0 for none; `augment_texts`).
 - `hard`: the same student trained on the hard labels alone (the baseline
   distillation must beat).
 - `prune90`: 90% unstructured encoder sparsity (`Pruner`, `ramp_schedule`:
@@ -764,7 +764,8 @@ def parse_args(argv):
         "--prune-transfer",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="prune90: distill on the transfer set (as distill does); --no-prune-transfer: on the labelled "
+        help="prune90: distill on the transfer set (distill's texts without its copies); --no-prune-transfer: "
+        "on the labelled "
         "texts, mixed with the labels",
     )
     parser.add_argument("--structured-epochs", type=int, default=1)
@@ -772,7 +773,8 @@ def parse_args(argv):
         "--structured-transfer",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="structured: distill on the transfer set (as distill does); --no-structured-transfer: on the "
+        help="structured: distill on the transfer set (distill's texts without its copies); "
+        "--no-structured-transfer: on the "
         "labelled texts, mixed with the labels",
     )
     parser.add_argument("--heads", type=int, default=6, help="heads kept per layer (of 12)")
