@@ -907,17 +907,12 @@ def run_file(name, args, cache):
 
 def method_timing(timing, settings):
     """The figures of a method's cached `timing` entry if it timed a model
-    made with `settings`, else None. Entries cached before timings recorded
-    their settings and the teacher time of their own run are taken as they
-    are, their teacher time recovered from the speedup."""
-    if timing is None or timing.get("settings", settings) != settings:
+    made with `settings`, else None. An entry cached before timings recorded
+    their settings counts as none: the model it timed may have been replaced
+    since (results moved between caches), so the next run that times redoes it."""
+    if timing is None or timing.get("settings") != settings:
         return None
-    figures = {k: v for k, v in timing.items() if k not in ("seed", "settings")}
-    for n in (1, 32):
-        ms, speedup = figures.get(f"ms_b{n}"), figures.get(f"speedup_b{n}")
-        if f"teacher_ms_b{n}" not in figures and ms is not None and speedup is not None:
-            figures[f"teacher_ms_b{n}"] = round(ms * speedup, 3)
-    return figures
+    return {k: v for k, v in timing.items() if k not in ("seed", "settings")}
 
 
 def result_rows(name, store, methods, seeds, settings):
