@@ -265,7 +265,10 @@ def test_augmented_copies_join_the_transfer_set_of_every_stage_that_uses_it(work
     with pytest.raises(
         ValueError, match=r"`augment` must be an integer >= 0 \(perturbed copies of each text\), got -1"
     ):
-        bertzoo.compress(workspace / "teacher", workspace / "train.tsv", workspace / "train.tsv", "x", augment=-1)
+        bertzoo.compress(
+            workspace / "teacher", workspace / "train.tsv", workspace / "train.tsv", workspace / "bad", augment=-1
+        )
+    assert not (workspace / "bad").exists()  # Checked before anything is written.
 
 
 def test_bad_inputs_give_clear_errors(workspace, tmp_path):

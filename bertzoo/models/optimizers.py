@@ -16,7 +16,8 @@ def _apply_fused_step(optimizer, grads, variables):
     """AdamW's step as one XLA kernel per variable: the global-norm clipping
     scale, the decoupled weight decay and the Adam update, in Keras's
     arithmetic. Returns False (Keras's own step runs) where it does not apply."""
-    if not optimizer._fused_step_applies(grads, variables):
+    plan = optimizer._fused_step_plan(grads, variables)
+    if plan is None:
         return False
     import tensorflow as tf
 
@@ -44,9 +45,7 @@ def _apply_fused_step(optimizer, grads, variables):
     weight_decay = tf.constant(optimizer.weight_decay or 0.0, tf.float32)
     no_decay = tf.constant(0.0)
     kernel = _adamw_kernel(optimizer)
-    for gradient, variable in zip(grads, variables):
-        m, v = private_api.adam_moments(optimizer, variable)
-        decays = optimizer.weight_decay and private_api.weight_decay_applies(optimizer, variable)
+    for gradient, variable, (m, v, decays) in zip(grads, variables, plan):
         kernel(
             _tf_variable(variable),
             _tf_variable(m),
@@ -137,31 +136,35 @@ class AdamW(keras.optimizers.AdamW):
     ```
     """
 
-    def _fused_step_applies(self, grads, variables):
+    def _fused_step_plan(self, grads, variables):
+        """Per variable `(m, v, decays)` for the fused step, or None where
+        it does not apply (Keras's own step runs)."""
         if keras.backend.backend() != "tensorflow" or self.amsgrad or self.clipnorm or self.clipvalue:
-            return False
+            return None
         if self.gradient_accumulation_steps or self.use_ema:
-            return False
+            return None
         if not all(isinstance(x, (int, float)) for x in (self.beta_1, self.beta_2, self.epsilon)):
-            return False
+            return None
         import tensorflow as tf
 
         if tf.distribute.has_strategy():
-            return False
+            return None
         if not self.global_clipnorm and any(isinstance(g, tf.IndexedSlices) for g in grads):
             # Keras updates Adam's moments from a sparse gradient slice by
             # slice (repeated rows differ from the summed dense gradient);
             # clipping would have made it dense.
-            return False
+            return None
+        plan = []
         for variable in variables:
             stored = _tf_variable(variable)
             if not isinstance(stored, tf.Variable) or stored.dtype != tf.float32:
-                return False
-            if private_api.adam_moments(self, variable) is None:
-                return False
-            if self.weight_decay and private_api.weight_decay_applies(self, variable) is None:
-                return False
-        return True
+                return None
+            moments = private_api.adam_moments(self, variable)
+            decays = bool(self.weight_decay) and private_api.weight_decay_applies(self, variable)
+            if moments is None or decays is None:
+                return None
+            plan.append((*moments, decays))
+        return plan
 
 
 def bert_optimizer(learning_rate=5e-5):
