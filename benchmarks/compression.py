@@ -42,6 +42,10 @@ default 0,1,2; `keras.utils.set_random_seed(seed)` first):
   texts, mixed with the labels).
 - `int8`: `bertzoo.quantize(teacher, "int8")`, no training (seed-independent:
   measured once per file, recorded for every seed).
+- `int8sq`: `bertzoo.quantize(teacher, "int8", calibration=...)`: the
+  Dense layers' inputs smoothed as in SmoothQuant (`--smoothing`, the
+  migration strength) from 512 training texts (a seed-0 sample), no
+  training (seed-independent, as `int8`).
 - `int8qat`: `bertzoo.quantization_aware_training(teacher, ...)`: int8
   rounding simulated while distilling from the teacher on the training
   texts (`--qat-epochs`, `bert_optimizer(2e-5)`), then quantized.
@@ -58,6 +62,12 @@ has no timing for its settings (never timed, retrained since, also under
 and 32, `--sequence-length`, medians of `--runs` interleaved rounds, best
 of XLA on and off unless `--xla`): speedups are same-run ratios to the
 teacher, and each timing records its seed, settings and teacher time.
+
+`--from-results` trains and times nothing and reads no cache: each
+(file, method, seed) is the latest line of benchmarks/results.jsonl made
+with the current settings, so the README table can be rewritten on any
+machine from the committed record (lines of different runs may hold
+different teachers: each line's % of teacher is against its own).
 
 Prints a per-file table and an aggregate table (mean ± standard deviation
 over seeds, each method's goal and whether the mean meets it), appends one
@@ -80,6 +90,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import OUT
+from benchmarks.harness import RESULTS_FILE
 from benchmarks.harness import append_results
 from benchmarks.harness import command_line
 from benchmarks.harness import machine
@@ -92,7 +103,11 @@ from benchmarks.harness import time_interleaved
 from benchmarks.harness import write_between_markers
 
 FILES = ("amazon", "tweets", "nyt")
-METHODS = ("distill", "hard", "prune90", "structured", "int8", "int8qat")
+METHODS = ("distill", "hard", "prune90", "structured", "int8", "int8sq", "int8qat")
+# Seed-independent methods: measured once per file, recorded for every seed.
+UNSEEDED = ("int8", "int8sq")
+# Training texts `int8sq` calibrates on (a seed-0 sample).
+CALIBRATION_TEXTS = 512
 README_START = "<!-- compression-table:start -->"
 README_END = "<!-- compression-table:end -->"
 RESULTS_NAME = "results.json"
@@ -104,6 +119,7 @@ GOALS = {
     "prune90": "≥97% of teacher",
     "structured": "≥2x b32, ≤1 pt loss",
     "int8": "≥1.8x b1 and b32, ≤0.5 pt loss",
+    "int8sq": "≥1.8x b1 and b32, ≤0.5 pt loss",
     "int8qat": "≥1.8x b1 and b32, ≤0.5 pt loss",
 }
 QAT_LEARNING_RATE = 2e-5
@@ -204,6 +220,7 @@ def method_settings(method, args, n_train, n_test):
         "prune90": {"epochs": args.prune_epochs, "sparsity": 0.9, "scores": args.prune_scores, "learning_rate": 1e-4},
         "structured": {"epochs": args.structured_epochs, "heads": args.heads, "ffn": args.ffn, "learning_rate": 1e-4},
         "int8": {},
+        "int8sq": {"smoothing": args.smoothing, "calibration": CALIBRATION_TEXTS},
         "int8qat": {"epochs": args.qat_epochs, "learning_rate": QAT_LEARNING_RATE, "distill": True, "alpha": 0.0},
     }[method]
     # Options added after results were cached count only when set, so those
@@ -373,6 +390,12 @@ def compress(method, teacher, train, transfer, seed, args):
         return model
     if method == "int8":
         return bertzoo.quantize(copy_model(teacher), "int8")
+    if method == "int8sq":
+        sample = np.random.default_rng(0).permutation(len(texts))[:CALIBRATION_TEXTS]
+        calibration = [texts[i] for i in sample]
+        return bertzoo.quantize(
+            teacher, "int8", calibration=calibration, smoothing=args.smoothing, calibration_steps=None
+        )
     if method == "int8qat":
         return bertzoo.quantization_aware_training(
             teacher, texts, labels, epochs=args.qat_epochs, batch_size=32, learning_rate=QAT_LEARNING_RATE, verbose=2
@@ -614,12 +637,12 @@ def file_table(rows, teachers):
                 "file": name,
                 "method": "teacher",
                 "seeds": 1,
-                "accuracy": f"{100 * teacher['accuracy']:.1f}",
+                "accuracy": _number(teacher.get("accuracy"), "{:.1f}", 100),
                 "% of teacher": "100%",
-                "params": _millions(teacher["parameters"]),
-                "encoder params": _millions(teacher["encoder_parameters"]),
-                "encoder non-zero": f"{teacher['encoder_nonzero']:.0%}",
-                "preset MB": f"{teacher['preset_mb']:.1f}",
+                "params": _millions(teacher.get("parameters")),
+                "encoder params": _millions(teacher.get("encoder_parameters")),
+                "encoder non-zero": _number(teacher.get("encoder_nonzero"), "{:.0%}"),
+                "preset MB": _number(teacher.get("preset_mb"), "{:.1f}"),
                 "b1 ms": _ms(teacher.get("ms_b1")),
                 "b32 ms": _ms(teacher.get("ms_b32")),
             }
@@ -652,6 +675,10 @@ def file_table(rows, teachers):
     return table
 
 
+def _number(value, spec, scale=1):
+    return "-" if value is None else spec.format(scale * value)
+
+
 def _ms(value):
     return "-" if value is None else f"{value:.1f}"
 
@@ -682,7 +709,15 @@ def chart(summary, path, title):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    markers = {"distill": "o", "hard": "v", "prune90": "s", "structured": "D", "int8": "^", "int8qat": "<"}
+    markers = {
+        "distill": "o",
+        "hard": "v",
+        "prune90": "s",
+        "structured": "D",
+        "int8": "^",
+        "int8sq": ">",
+        "int8qat": "<",
+    }
     fig, ax = plt.subplots(figsize=(7, 4.8))
     for e in summary:
         x = e["speedup_b32"] if e["speedup_b32"] is not None else float("nan")
@@ -780,6 +815,7 @@ def parse_args(argv):
     parser.add_argument("--heads", type=int, default=6, help="heads kept per layer (of 12)")
     parser.add_argument("--ffn", type=float, default=0.3, help="fraction of FFN neurons kept")
     parser.add_argument("--qat-epochs", type=int, default=1, help="int8qat: quantization-aware training epochs")
+    parser.add_argument("--smoothing", type=float, default=0.8, help="int8sq: SmoothQuant migration strength")
     parser.add_argument("--runs", type=int, default=7, help="timing rounds (medians)")
     parser.add_argument("--xla", choices=("both", "on", "off"), default="both", help="timed XLA modes (best kept)")
     parser.add_argument("--cache", default=str(OUT / "compression_cache"))
@@ -794,6 +830,12 @@ def parse_args(argv):
     )
     parser.add_argument(
         "--skip-timing", action="store_true", help="train and measure accuracy only (time later, on a quiet machine)"
+    )
+    parser.add_argument(
+        "--from-results",
+        action="store_true",
+        help="train and time nothing, read no cache: report the latest results.jsonl line of each "
+        "(file, method, seed) made with these settings",
     )
     args = parser.parse_args(argv)
     args.files = _csv(args.files, FILES, "--files")
@@ -847,7 +889,7 @@ def run_file(name, args, cache):
             started = time.time()
             measured = [done(store, method, s, settings) for s in args.seeds]
             measured = [e for e in measured if e is not None]
-            if method == "int8" and measured:  # Seed-independent: measured once.
+            if method in UNSEEDED and measured:  # Seed-independent: measured once.
                 entry = dict(measured[0])
             else:
                 if uses_transfer(method, args) and transfer is None:
@@ -864,7 +906,7 @@ def run_file(name, args, cache):
                     # It timed the model this one replaces: the next run that
                     # times (not --skip-timing) times this one.
                     cached_timing.pop(method, None)
-            entry.update(seed=seed, settings=settings, seed_independent=method == "int8")
+            entry.update(seed=seed, settings=settings, seed_independent=method in UNSEEDED)
             store["runs"][run_key(method, seed)] = entry
             save_cache(results, store)
             print(f"[{name}] {method} seed {seed}: accuracy {entry['accuracy']:.4f}", flush=True)
@@ -946,6 +988,36 @@ def result_rows(name, store, methods, seeds, settings):
     return rows, teacher_figures
 
 
+def recorded_rows(name, args, path=RESULTS_FILE):
+    """`(rows, teacher figures)` of one file from `path` (results.jsonl):
+    for each (method, seed) of `args`, its latest line made with the
+    current settings; the teacher figures are those of the latest line."""
+    _, train, (_, test_y) = load_data(args, name)
+    settings = {method: method_settings(method, args, len(train[0]), len(test_y)) for method in args.methods}
+    latest = {}
+    for line in Path(path).read_text().splitlines():
+        row = json.loads(line)
+        if row.get("benchmark") != "compression" or row.get("file") != name:
+            continue
+        method, seed = row.get("method"), row.get("seed")
+        if method in settings and seed in args.seeds and row.get("settings") == settings[method]:
+            if (method, seed) not in latest or row["date"] >= latest[(method, seed)]["date"]:
+                latest[(method, seed)] = row
+    rows = [latest[(m, s)] for m in args.methods for s in args.seeds if (m, s) in latest]
+    for method in args.methods:
+        missing = [s for s in args.seeds if (method, s) not in latest]
+        if missing:
+            print(f"[{name}] {method} seeds {missing}: no line with these settings (not reported)", flush=True)
+    newest = max(rows, key=lambda r: r["date"], default={})
+    teacher = {
+        "accuracy": newest.get("teacher_accuracy"),
+        "encoder_parameters": newest.get("teacher_encoder_parameters"),
+        "ms_b1": newest.get("teacher_ms_b1"),
+        "ms_b32": newest.get("teacher_ms_b32"),
+    }
+    return rows, teacher
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
@@ -958,7 +1030,7 @@ def main(argv=None):
     cache = Path(args.cache)
     rows, teachers = [], {}
     for name in args.files:
-        found, teachers[name] = run_file(name, args, cache)
+        found, teachers[name] = recorded_rows(name, args) if args.from_results else run_file(name, args, cache)
         rows += found
 
     summary = aggregate(rows, args.files)
@@ -973,14 +1045,21 @@ def main(argv=None):
     if args.chart:
         title = f"bertzoo compression of fine-tuned MiniLM-L6 ({', '.join(args.files)}; seeds {args.seeds}), {date}"
         chart(summary, Path(args.chart), title)
-    if not args.no_record:
+    if not args.no_record and not args.from_results:
         append_results("compression", rows, command)
         print(f"appended {len(rows)} lines to benchmarks/results.jsonl")
     if args.readme:
+        measured = f"Measured {date} on {machine()}"
+        if args.from_results and rows:
+            dates = sorted(r["date"][:10] for r in rows)
+            machines = sorted({r.get("machine", "?") for r in rows})
+            span = dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
+            measured = f"Measured {span} on {' and '.join(machines)}"
         header = (
-            f"Measured {date} on {machine()}: all-MiniLM-L6-v2 fine-tuned per file "
+            f"{measured}: all-MiniLM-L6-v2 fine-tuned per file "
             f"({', '.join(args.files)}), seeds {', '.join(map(str, args.seeds))}"
-            f"{' (those measured so far)' if args.cached_only else ''}, sequence length "
+            f"{' (those measured so far)' if args.cached_only else ''}"
+            f"{' (the latest recorded result of each)' if args.from_results else ''}, sequence length "
             f"{args.sequence_length}, timing medians of {args.runs} interleaved rounds. Command: `{command}`."
         )
         write_between_markers(args.readme, readme_section(summary, args.files, header), README_START, README_END)

@@ -27,6 +27,7 @@ from bertzoo.compression import sparsity_report
 from bertzoo.compression.pipeline import DEFAULT_STAGES
 from bertzoo.compression.pipeline import STAGES
 from bertzoo.convert import convert_checkpoint
+from bertzoo.datasets.files import load_texts
 from bertzoo.models.bert_backbone import BertBackbone
 from bertzoo.models.listing import list_presets
 from bertzoo.saving.preset import VOCABULARY_FILE
@@ -39,6 +40,16 @@ _COMMANDS = []
 def argument(*names, **kwargs):
     """An option of a subcommand, as for `ArgumentParser.add_argument`."""
     return names, kwargs
+
+
+def _smoothing(value):
+    """`--smoothing`: a number in [0, 1], or "none"."""
+    if value.lower() == "none":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1] or 'none', got {value!r}") from None
 
 
 def command(name, help, arguments=()):
@@ -133,6 +144,20 @@ def _model_from_preset_directory(path):
         argument("output", metavar="OUT_DIR", help="preset directory to write"),
         argument("--mode", default="int8", choices=("int8", "int4"), help="quantization mode (default: int8)"),
         argument("--keep-embeddings", action="store_true", help="leave the embedding tables in float"),
+        argument(
+            "--calibration",
+            metavar="FILE",
+            default=None,
+            help="int8: smooth the Dense inputs (SmoothQuant) calibrated on the first 512 texts of this "
+            "TSV/CSV/JSONL file (a task preset with a vocabulary)",
+        ),
+        argument("--text-column", default="text", help="--calibration: the text column (default: %(default)s)"),
+        argument(
+            "--smoothing",
+            type=float,
+            default=0.8,
+            help="--calibration: SmoothQuant migration strength in [0, 1] (default: %(default)s)",
+        ),
         argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists"),
     ),
 )
@@ -142,7 +167,20 @@ def _quantize(args):
     if Path(args.output).exists() and not args.overwrite:
         raise ValueError(f"{args.output} already exists. Pass --overwrite to replace it, or choose a new path.")
     model, preset = _model_from_preset_directory(args.preset)
-    quantized = quantize(model, args.mode, include_embeddings=not args.keep_embeddings)
+    calibration = None
+    if args.calibration is not None:
+        if getattr(model, "preprocessor", None) is None:
+            raise ValueError(
+                f"--calibration needs a task preset with a vocabulary (it tokenizes the texts); {args.preset} has none."
+            )
+        calibration = load_texts(args.calibration, args.text_column)
+    quantized = quantize(
+        model,
+        args.mode,
+        include_embeddings=not args.keep_embeddings,
+        calibration=calibration,
+        smoothing=args.smoothing,
+    )
     if preset.class_name == "BertBackbone":
         has_vocabulary = (preset.directory / VOCABULARY_FILE).is_file()
         quantized.save_to_preset(args.output, preprocessor=preset.build_preprocessor() if has_vocabulary else None)
@@ -222,6 +260,13 @@ def _sparsity(args):
             default=0,
             help="int8 stage: epochs of quantization-aware training first (default: %(default)s, post-training)",
         ),
+        argument(
+            "--smoothing",
+            type=_smoothing,
+            default=0.8,
+            help="post-training int8: SmoothQuant migration strength in [0, 1] for the Dense inputs, "
+            "calibrated on the training texts, or 'none' (default: %(default)s)",
+        ),
         argument("--overwrite", action="store_true", help="replace a previous run's outputs in DIR"),
     ),
 )
@@ -245,6 +290,7 @@ def _compress(args):
         augment=args.augment,
         label_threshold=args.label_threshold,
         qat_epochs=args.qat_epochs,
+        smoothing=args.smoothing,
         overwrite=args.overwrite,
         verbose=1,
     )

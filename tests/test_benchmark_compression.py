@@ -63,6 +63,8 @@ def test_goal_verdicts():
         row("amazon", "structured", 0, 0.885, b1=1.5, b32=2.1),
         # int8: 0.3 points lost but only 1.5x at batch 1.
         row("amazon", "int8", 0, 0.897, b1=1.5, b32=2.0),
+        # int8sq: 0.6 points lost, at 1.9x and 2.0x.
+        row("amazon", "int8sq", 0, 0.894, b1=1.9, b32=2.0),
         # int8qat: 0.1 points lost at 1.9x and 2.0x.
         row("amazon", "int8qat", 0, 0.899, b1=1.9, b32=2.0),
         row("amazon", "prune90", 0, 0.85),
@@ -72,6 +74,7 @@ def test_goal_verdicts():
     assert summary["hard"]["met"] is None
     assert summary["structured"]["met"] is False
     assert summary["int8"]["met"] is False
+    assert summary["int8sq"]["met"] is False
     assert summary["int8qat"]["met"] is True
     assert summary["prune90"]["met"] is False  # 94.4%.
     assert [e["method"] for e in compression.aggregate(rows, ["amazon"])] == list(compression.METHODS)
@@ -366,3 +369,51 @@ def test_a_timing_counts_only_for_the_settings_it_recorded():
     # Cached before timings kept their settings: it may have timed a model
     # replaced since, so it is timed again.
     assert compression.method_timing(figures, settings) is None
+
+
+def test_int8sq_records_its_smoothing_and_is_seed_independent():
+    args = compression.parse_args(["--smoothing", "0.5"])
+    assert compression.method_settings("int8sq", args, 100, 20) == {
+        **compression.method_settings("int8", args, 100, 20),
+        "smoothing": 0.5,
+        "calibration": compression.CALIBRATION_TEXTS,
+    }
+    assert set(compression.UNSEEDED) == {"int8", "int8sq"}
+    assert compression.GOALS["int8sq"] == compression.GOALS["int8"]
+
+
+def test_from_results_reports_the_latest_line_of_each_result_made_with_the_current_settings(tmp_path, monkeypatch):
+    import json
+
+    args = compression.parse_args(["--files", "amazon", "--methods", "int8,int8sq", "--seeds", "0,1"])
+    monkeypatch.setattr(
+        compression, "load_data", lambda args, name: (None, (["t"] * 100, [0] * 100), (["t"] * 20, [0] * 20))
+    )
+    current = {m: compression.method_settings(m, args, 100, 20) for m in ("int8", "int8sq")}
+
+    def line(date, method, seed, accuracy, settings, file="amazon", benchmark="compression"):
+        return {
+            "date": date,
+            "benchmark": benchmark,
+            "file": file,
+            "method": method,
+            "seed": seed,
+            "accuracy": accuracy,
+            "teacher_accuracy": 0.9,
+            "teacher_ms_b32": 100.0 if date < "2026-02" else 110.0,
+            "settings": settings,
+        }
+
+    lines = [
+        line("2026-01-01", "int8", 0, 0.80, current["int8"]),
+        line("2026-03-01", "int8", 0, 0.85, current["int8"]),  # Later: replaces the first.
+        line("2026-04-01", "int8", 1, 0.70, {"epochs": 9}),  # Other settings: left out.
+        line("2026-04-01", "int8sq", 1, 0.88, current["int8sq"]),
+        line("2026-05-01", "int8sq", 0, 0.10, current["int8sq"], file="tweets"),  # Another file.
+        line("2026-05-01", "int8sq", 0, 0.10, current["int8sq"], benchmark="run"),  # Another benchmark.
+    ]
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    rows, teacher = compression.recorded_rows("amazon", args, path=path)
+    assert [(r["method"], r["seed"], r["accuracy"]) for r in rows] == [("int8", 0, 0.85), ("int8sq", 1, 0.88)]
+    assert teacher["accuracy"] == 0.9 and teacher["ms_b32"] == 110.0

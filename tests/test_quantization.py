@@ -139,6 +139,22 @@ def test_command_line_quantize_and_sparsity(model, tmp_path, capsys):
     assert cli.main(["quantize", str(tmp_path / "float"), str(tmp_path / "int8")]) == 1
     assert "already exists" in capsys.readouterr().err
 
+    (tmp_path / "texts.tsv").write_text("text\n" + "\n".join(TEXTS) + "\n")
+    argv = [
+        "quantize",
+        str(tmp_path / "float"),
+        str(tmp_path / "smoothed"),
+        "--calibration",
+        str(tmp_path / "texts.tsv"),
+    ]
+    assert cli.main(argv + ["--smoothing", "0.5"]) == 0
+    again = bertzoo.BertClassifier.from_preset(tmp_path / "smoothed")
+    expected = bertzoo.quantize(model, calibration=TEXTS, smoothing=0.5)
+    np.testing.assert_allclose(call(again, x), call(expected, x), atol=1e-6)
+    assert again.backbone.pooler.input_scale is not None
+    assert cli.main(argv[:2] + [str(tmp_path / "b"), "--calibration", str(tmp_path / "missing.tsv")]) == 1
+    assert "missing.tsv does not exist" in capsys.readouterr().err
+
     assert cli.main(["sparsity", str(tmp_path / "float")]) == 0
     out = capsys.readouterr().out
     assert "attention_0/query" in out and "gzip" in out

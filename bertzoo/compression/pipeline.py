@@ -62,6 +62,8 @@ from bertzoo.saving.preset import Preset
 from bertzoo.utils import quantization_mode
 
 STAGES = ("distill", "prune", "prune_structured", "int8")
+# Texts the post-training int8 stage calibrates its input smoothing on.
+CALIBRATION_TEXTS = 512
 DEFAULT_STAGES = ("distill", "prune", "int8")
 REPORT_KEYS = (
     "stage",
@@ -247,6 +249,7 @@ def compress(
     augment=0,
     label_threshold=None,
     qat_epochs=0,
+    smoothing=0.8,
     latency_repeats=10,
     overwrite=False,
     verbose=1,
@@ -302,6 +305,10 @@ def compress(
         qat_epochs: 0, post-training int8; N > 0, the int8 stage first
             trains N epochs with int8 rounding simulated, distilling from
             its input (`quantization_aware_training`).
+        smoothing: post-training int8 smooths the inputs of the Dense layers
+            (SmoothQuant's migration strength; `quantize(...,
+            calibration=...)`) calibrated on up to 512 training texts
+            (a seeded sample); None quantizes without calibration.
         verbose: Keras progress bars (0 silent, 1 bars, 2 one line per epoch).
 
     Returns the report: a dict with `rows` (the teacher, then one per stage,
@@ -322,6 +329,10 @@ def compress(
             raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
     if isinstance(qat_epochs, bool) or not isinstance(qat_epochs, int) or qat_epochs < 0:
         raise ValueError(f"`qat_epochs` must be an integer >= 0 (0: post-training int8), got {qat_epochs!r}.")
+    if smoothing is not None and (
+        isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0 <= smoothing <= 1
+    ):
+        raise ValueError(f"`smoothing` must be a number in [0, 1] (SmoothQuant's alpha) or None, got {smoothing!r}.")
     if isinstance(augment, bool) or not isinstance(augment, int) or augment < 0:
         raise ValueError(f"`augment` must be an integer >= 0 (perturbed copies of each text), got {augment!r}.")
     if recipe is not None and recipe not in RECIPES:
@@ -420,8 +431,12 @@ def compress(
                 validation_data=validation,
                 verbose=verbose,
             )
-        else:  # "int8"
+        elif smoothing is None:  # "int8"
             model = quantize(parent, "int8")
+        else:  # "int8", with the inputs smoothed
+            sample = np.random.default_rng(0).permutation(len(train_texts))[:CALIBRATION_TEXTS]
+            calibration = [train_texts[i] for i in sample]
+            model = quantize(parent, "int8", calibration=calibration, smoothing=smoothing, calibration_steps=None)
         stage_dir = out / f"{index}_{stage}"
         with atomic_directory(stage_dir) as tmp:
             model.save_to_preset(tmp / "preset")
@@ -451,6 +466,7 @@ def compress(
         "target_speedup": target_speedup,
         "recipe": recipe if "distill" in stages else None,
         "qat_epochs": qat_epochs if "int8" in stages else None,
+        "smoothing": smoothing if "int8" in stages and not qat_epochs else None,
         "transfer_size": len(transfer) if transfer is not None and uses_transfer_set else 0,
         "augment": augment if uses_transfer_set else 0,
         "label_threshold": label_threshold,

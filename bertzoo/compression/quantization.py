@@ -13,11 +13,16 @@ quantized before its weights load (see `bertzoo.saving.serialization`).
 import warnings
 
 import keras
+import numpy as np
+from keras import ops
 
+from bertzoo.compression.calibration import calibration_batches
 from bertzoo.compression.distiller import Distiller
 from bertzoo.compression.model_copy import copy_model
 from bertzoo.compression.model_copy import pruning_state
+from bertzoo.layers.attention import SelfAttentionBlock
 from bertzoo.layers.dense import Dense
+from bertzoo.layers.dense import observe_inputs
 from bertzoo.models.task import bert_optimizer
 from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
@@ -35,7 +40,7 @@ def _quantize_in_place(model, mode, select):
         model.quantize(mode, filters=select)
 
 
-def quantize(model, mode="int8", include_embeddings=True):
+def quantize(model, mode="int8", include_embeddings=True, calibration=None, smoothing=0.5, calibration_steps=16):
     """Returns a copy of `model` with its weights quantized to `mode`.
 
     Post-training quantization with `keras.Model.quantize`: Dense kernels
@@ -46,20 +51,135 @@ def quantize(model, mode="int8", include_embeddings=True):
     `bertzoo.layers.dense`). Biases, LayerNorms and the position table stay
     float. The original model is left unchanged.
 
+    With `calibration` (int8 only), the inputs of every bertzoo `Dense`
+    layer are first smoothed as in SmoothQuant (Xiao et al. 2023): the
+    largest magnitude of each input channel over the calibration batches,
+    `x_j`, and of each kernel row, `w_j`, give the factor
+    `s_j = x_j ** smoothing / w_j ** (1 - smoothing)`; the kernel row is
+    multiplied by it and the input channel divided by it on every call
+    (`Dense.smooth_inputs`). The product is unchanged, but the few BERT
+    channels far larger than the rest no longer set the scale of the whole
+    input, which the fused kernel quantizes with one scale per tensor.
+
+    Args:
+        model: a built bertzoo model (a task or a backbone), not quantized.
+        mode: `"int8"` or `"int4"`.
+        include_embeddings: also quantize embedding tables (per row).
+        calibration: None, or inputs the model sees in use: raw strings for
+            a task with a preprocessor, a tokenized dict of arrays, or a
+            `tf.data.Dataset` of input batches (labels, if any, are ignored).
+        smoothing: SmoothQuant's migration strength in [0, 1]: how much of
+            the inputs' range moves into the kernel (0.5: evenly).
+        calibration_steps: batches of 32 to calibrate on (None: all).
+
     The result saves to a preset (`save_to_preset`) and loads back with
     `from_preset`, and exports like any model.
 
     Example:
     ```python
-    q = bertzoo.quantize(model, "int8")
+    q = bertzoo.quantize(model, "int8", calibration=train_texts[:512])
     q.save_to_preset("runs/sentiment-int8")
     again = bertzoo.BertClassifier.from_preset("runs/sentiment-int8")
     ```
     """
     _check_quantizable(model, mode, MODES)
+    if calibration is not None:
+        _check_smoothing(mode, smoothing, calibration_steps)
     clone = copy_model(model)
-    _quantize_in_place(clone, mode, _weight_layers(clone, include_embeddings))
+    select = _weight_layers(clone, include_embeddings)
+    if calibration is not None:
+        _smooth_inputs(clone, calibration, smoothing, calibration_steps, select)
+        select = _not_yet_quantized(select)
+    _quantize_in_place(clone, mode, select)
     return clone
+
+
+def _check_smoothing(mode, smoothing, calibration_steps):
+    if mode != "int8":
+        raise ValueError(
+            f"Calibration (input smoothing) applies to int8, got mode={mode!r}: quantize to int4 without `calibration`."
+        )
+    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0 <= smoothing <= 1:
+        raise ValueError(f"`smoothing` must be a number in [0, 1] (SmoothQuant's alpha), got {smoothing!r}.")
+    if calibration_steps is not None and (
+        isinstance(calibration_steps, bool) or not isinstance(calibration_steps, int) or calibration_steps < 1
+    ):
+        raise ValueError(f"`calibration_steps` must be an int >= 1 or None (all batches), got {calibration_steps!r}.")
+
+
+def _not_yet_quantized(select):
+    return lambda layer: select(layer) and not layer.quantization_mode
+
+
+def input_peaks(model, data, layers, steps=None):
+    """`{layer: largest |input| per input channel}` of each of `layers`
+    (bertzoo `Dense`) over `model`'s eager forward passes on the calibration
+    batches of `data` (see `calibration_batches`); layers that did not run
+    are left out.
+
+    Example:
+    ```python
+    peaks = input_peaks(classifier, texts, [classifier.output_dense])
+    ```
+    """
+    wanted = {id(layer) for layer in layers}
+    found = {}
+
+    def observe(layer, inputs):
+        if id(layer) in wanted:
+            flat = ops.reshape(ops.abs(ops.cast(inputs, "float32")), (-1, inputs.shape[-1]))
+            peak = ops.convert_to_numpy(ops.max(flat, axis=0))
+            found[id(layer)] = peak if id(layer) not in found else np.maximum(found[id(layer)], peak)
+
+    batches = 0
+    with observe_inputs(observe):
+        for batch in calibration_batches(model, data, steps, labelled=False):
+            model(batch[0] if isinstance(batch, tuple) else batch, training=False)
+            batches += 1
+    if batches == 0:
+        raise ValueError("The calibration data yielded no batches: pass some of the inputs the model will see.")
+    return {layer: found[id(layer)] for layer in layers if id(layer) in found}
+
+
+def smoothing_factors(input_peak, kernel_row_peak, smoothing):
+    """SmoothQuant's per-channel factors `x ** smoothing / w ** (1 -
+    smoothing)`; 1 where a channel is zero on either side (nothing to
+    balance)."""
+    input_peak = np.asarray(input_peak, "float64")
+    kernel_row_peak = np.asarray(kernel_row_peak, "float64")
+    live = (input_peak > 0) & (kernel_row_peak > 0)
+    factors = np.ones_like(input_peak)
+    factors[live] = input_peak[live] ** smoothing / kernel_row_peak[live] ** (1 - smoothing)
+    return np.clip(factors, 1e-5, 1e5).astype("float32")
+
+
+def _smooth_inputs(model, data, smoothing, steps, select):
+    layers = [
+        layer
+        for layer in private_api.flatten_layers(model)
+        if isinstance(layer, Dense) and select(layer) and not layer.lora_enabled
+    ]
+    peaks = input_peaks(model, data, layers, steps)
+    # An attention block's query, key and value read the same inputs: one
+    # set of factors for the three (from their kernels' joint row peaks)
+    # lets them smooth the inputs once.
+    groups, grouped = [], set()
+    for block in private_api.flatten_layers(model):
+        if isinstance(block, SelfAttentionBlock):
+            members = [block.query_dense, block.key_dense, block.value_dense]
+            if all(member in peaks for member in members):
+                groups.append((members, block.path))
+                grouped.update(id(member) for member in members)
+    groups += [([layer], None) for layer in peaks if id(layer) not in grouped]
+    for members, group in groups:
+        input_peak = np.max([peaks[member] for member in members], axis=0)
+        kernel_row_peak = np.max(
+            [np.max(np.abs(ops.convert_to_numpy(private_api.dense_kernel_variable(m))), axis=1) for m in members],
+            axis=0,
+        )
+        factors = smoothing_factors(input_peak, kernel_row_peak, smoothing)
+        for member in members:
+            member.smooth_inputs(factors, group=group)
 
 
 def _check_quantizable(model, mode, modes):

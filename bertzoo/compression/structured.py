@@ -19,6 +19,7 @@ import re
 import keras
 import numpy as np
 
+from bertzoo.compression.calibration import calibration_batches
 from bertzoo.models.bert_backbone import BertBackbone
 from bertzoo.utils import quantization_mode
 
@@ -47,27 +48,6 @@ def _block_indices(backbone):
     attention = [backbone.attention_blocks.index(a) for a, _ in blocks]
     feedforward = [backbone.feedforward_blocks.index(f) for _, f in blocks]
     return attention, feedforward
-
-
-def _calibration_batches(model, data, steps):
-    import tensorflow as tf
-
-    if hasattr(model, "_as_dataset"):
-        parts = data if isinstance(data, tuple) else (data,)
-        dataset = model._as_dataset(*parts)
-        if dataset is not None:
-            data = dataset
-    if isinstance(data, tuple) and len(data) in (2, 3):
-        data = tf.data.Dataset.from_tensor_slices(data).batch(32)
-    if not isinstance(data, tf.data.Dataset):
-        raise ValueError(
-            "`data` must be a tf.data.Dataset of (inputs, labels) batches, or a tuple "
-            "(inputs, labels) with inputs as raw strings (for a task with a preprocessor) "
-            f"or a tokenized dict; got {type(data).__name__}."
-        )
-    if steps is not None:
-        data = data.take(steps)
-    return data
 
 
 def head_and_neuron_importance(model, data, steps=None):
@@ -120,7 +100,7 @@ def head_and_neuron_importance(model, data, steps=None):
     head_scores = [np.zeros(block.num_heads) for block in backbone.attention_blocks]
     neuron_scores = [np.zeros(block.intermediate_dim) for block in backbone.feedforward_blocks]
     batches = 0
-    for batch in _calibration_batches(model, data, steps):
+    for batch in calibration_batches(model, data, steps):
         if not isinstance(batch, tuple) or len(batch) < 2:
             raise ValueError("Calibration data must yield (inputs, labels) batches: the scores are loss gradients.")
         rows = [r.numpy() for r in gate_gradients(batch[0], batch[1])]

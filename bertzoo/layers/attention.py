@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from bertzoo.layers.dense import Dense
+from bertzoo.layers.dense import project_shared_input
 from bertzoo.layers.dropout import Dropout
 
 
@@ -134,9 +135,8 @@ class SelfAttentionBlock(keras.layers.Layer):
         def split_heads(t):
             return ops.reshape(t, (batch, length, self.num_heads, self.head_dim))
 
-        query = split_heads(self.query_dense(flat))
-        key = split_heads(self.key_dense(flat))
-        value = split_heads(self.value_dense(flat))
+        projections = project_shared_input([self.query_dense, self.key_dense, self.value_dense], flat, training)
+        query, key, value = (split_heads(p) for p in projections)
         mask = None
         if padding_mask is not None:
             # (B, 1, 1, S). Not `[:, None, None, :]`: with a dynamic length that slice is a

@@ -40,6 +40,17 @@ Keras's own path is used wherever the fused kernel does not apply:
 - inside `portable_kernels()`, which bertzoo's exporters enter, so that
   SavedModels, ONNX and LiteRT files hold only standard ops.
 
+One scale per tensor suits inputs whose channels have similar ranges;
+BERT's do not (a few hidden channels run far larger than the rest). A
+layer quantized with calibration data (`bertzoo.quantize(model, "int8",
+calibration=...)`, SmoothQuant: Xiao et al. 2023) divides its inputs,
+channel by channel, by smoothing factors before quantizing them, its kernel
+rows having been multiplied by the same factors before the kernel was
+quantized: the float product is unchanged, and the inputs' ranges are
+evened out at the cost of the kernel's. Such a layer's dtype policy is an
+`InputSmoothingInt8Policy`, so presets and configs rebuild it with its
+`input_scale` weight (the factors' inverses).
+
 For quantization-aware training a float `Dense` can also *simulate* int8
 (`simulate_int8 = True`, set by
 `bertzoo.compression.quantization_aware_training`): inputs and kernel are
@@ -129,6 +140,60 @@ def _torch_int8_dense(layer, inputs):
     return layer.activation(x) if layer.activation is not None else x
 
 
+@keras.saving.register_keras_serializable(package="bertzoo")
+class InputSmoothingInt8Policy(keras.dtype_policies.QuantizedDTypePolicy):
+    """Keras's int8 policy, for a `Dense` layer that divides its inputs by
+    per-channel smoothing factors before quantizing them (this module's
+    docstring): built under it, the layer holds an `input_scale` weight.
+    `group` names layers that read the same inputs with the same factors
+    (an attention block's query, key and value), which then smooth them once.
+
+    Example:
+    ```python
+    layer.dtype_policy = InputSmoothingInt8Policy(source_name="float32")  # quantizes a built float layer
+    ```
+    """
+
+    def __init__(self, mode="int8", source_name=None, group=None):
+        if mode != "int8":
+            raise ValueError(f"InputSmoothingInt8Policy is an int8 policy, got mode={mode!r}.")
+        super().__init__(mode, source_name)
+        self.group = group
+
+    def get_config(self):
+        return {**super().get_config(), "group": self.group}
+
+
+def _own_policy(layer):
+    policy = layer.dtype_policy
+    if isinstance(policy, keras.dtype_policies.DTypePolicyMap) and layer.path:
+        policy = policy[layer.path]
+    return policy
+
+
+_observers = threading.local()
+
+
+@contextlib.contextmanager
+def observe_inputs(observer):
+    """Within this context, every float `Dense` layer that runs eagerly calls
+    `observer(layer, inputs)` first (calibration statistics).
+
+    Example:
+    ```python
+    peaks = {}
+    with observe_inputs(lambda layer, x: peaks.setdefault(layer.path, x)):
+        model(features, training=False)
+    ```
+    """
+    previous = getattr(_observers, "observer", None)
+    _observers.observer = observer
+    try:
+        yield
+    finally:
+        _observers.observer = previous
+
+
 def _fused_int8_dense(layer, inputs):
     """`activation(inputs @ dequantized kernel + bias)` as one oneDNN kernel."""
     import tensorflow as tf
@@ -203,6 +268,25 @@ def _fused_int8_dense(layer, inputs):
     return tf.reshape(y, tf.concat([tf.shape(inputs)[:-1], [units]], axis=0))
 
 
+def project_shared_input(layers, inputs, training=None):
+    """`[layer(inputs) for layer in layers]` for bertzoo `Dense` layers that
+    read the same inputs (an attention block's query, key and value): when
+    they were smoothed as one group (`Dense.smooth_inputs(..., group=...)`),
+    the inputs are smoothed once for all of them.
+
+    Example:
+    ```python
+    query, key, value = project_shared_input([q_dense, k_dense, v_dense], x)
+    ```
+    """
+    if all(isinstance(layer, Dense) for layer in layers):
+        groups = {layer.input_smoothing_group for layer in layers}
+        if len(groups) == 1 and None not in groups:
+            inputs = ops.multiply(inputs, ops.cast(layers[0].input_scale, inputs.dtype))
+            return [layer(inputs, training=training, inputs_smoothed=True) for layer in layers]
+    return [layer(inputs, training=training) for layer in layers]
+
+
 def _round_straight_through(x):
     """`round(x)` forward, identity backward."""
     return x + ops.stop_gradient(ops.round(x) - x)
@@ -257,14 +341,51 @@ class Dense(keras.layers.Dense):
         # Quantization-aware training (see this module's docstring); a
         # training-time switch, not part of the config.
         self.simulate_int8 = False
+        # Set by `_int8_build` under an `InputSmoothingInt8Policy`.
+        self.input_scale = None
 
-    def call(self, inputs, training=None):
+    def call(self, inputs, training=None, inputs_smoothed=False):
+        observer = getattr(_observers, "observer", None)
+        if observer is not None:
+            observer(self, inputs)
         if not self.simulate_int8:
             return super().call(inputs, training=training)
         x = ops.matmul(simulated_int8_inputs(inputs, self.asymmetric_int8_inputs), simulated_int8_kernel(self.kernel))
         if self.bias is not None:
             x = ops.add(x, self.bias)
         return self.activation(x) if self.activation is not None else x
+
+    def _int8_build(self, kernel_shape, config=None):
+        super()._int8_build(kernel_shape, config)
+        if isinstance(_own_policy(self), InputSmoothingInt8Policy):
+            self.input_scale = self.add_weight(
+                name="input_scale", shape=(kernel_shape[0],), initializer="ones", trainable=False, dtype="float32"
+            )
+
+    @property
+    def input_smoothing_group(self):
+        """The smoothing group of this layer's inputs (see
+        `InputSmoothingInt8Policy`), None when it has none."""
+        return getattr(_own_policy(self), "group", None) if self.input_scale is not None else None
+
+    def quantized_call(self, inputs, training=None, inputs_smoothed=False):
+        # `inputs_smoothed`: already multiplied by `input_scale`
+        # (`project_shared_input` smooths a group's inputs once).
+        if self.input_scale is not None and not inputs_smoothed:
+            inputs = ops.multiply(inputs, ops.cast(self.input_scale, inputs.dtype))
+        return super().quantized_call(inputs, training=training)
+
+    def save_own_variables(self, store):
+        super().save_own_variables(store)
+        if self.input_scale is not None:
+            store["input_scale"] = self.input_scale
+
+    def load_own_variables(self, store):
+        # Keras's loader checks that `store` holds one entry per variable,
+        # `input_scale` included, then reads its own by index.
+        super().load_own_variables(store)
+        if self.input_scale is not None:
+            self.input_scale.assign(store["input_scale"])
 
     def _int8_call(self, inputs, training=None):
         if _fused_kernel_applies(self, inputs, training):
@@ -274,6 +395,39 @@ class Dense(keras.layers.Dense):
             if outputs is not None:
                 return outputs
         return super()._int8_call(inputs, training=training)
+
+    def smooth_inputs(self, factors, group=None):
+        """Quantizes this float layer to int8 with smoothed inputs: its
+        kernel rows are multiplied by `factors` (one per input channel,
+        positive) before the kernel is quantized, and its inputs divided by
+        them on every call before they are quantized (this module's
+        docstring). The float product is unchanged. `group`: a name shared
+        by layers that read the same inputs and get the same factors
+        (`project_shared_input` then smooths the inputs once).
+
+        Example:
+        ```python
+        layer.smooth_inputs(np.sqrt(input_peaks / kernel_row_peaks))
+        ```
+        """
+        if self.quantization_mode is not None:
+            raise ValueError(f"Layer '{self.name}' is already quantized ({self.quantization_mode}).")
+        if not self.built or self.lora_enabled:
+            raise ValueError(f"Layer '{self.name}' must be built and without LoRA to smooth its inputs.")
+        kernel = private_api.dense_kernel_variable(self)
+        factors = ops.convert_to_tensor(factors, "float32")
+        if tuple(factors.shape) != (kernel.shape[0],):
+            raise ValueError(
+                f"Layer '{self.name}' takes {kernel.shape[0]} input channels: `factors` must have shape "
+                f"({kernel.shape[0]},), got {tuple(factors.shape)}."
+            )
+        if not bool(ops.all(ops.logical_and(factors > 0, ops.isfinite(factors)))):
+            raise ValueError(f"Smoothing factors must be positive and finite (layer '{self.name}').")
+        kernel.assign(ops.cast(ops.cast(kernel, "float32") * factors[:, None], kernel.dtype))
+        # Setting a quantized policy quantizes a built layer (Keras), and
+        # this policy makes `_int8_build` add `input_scale`.
+        self.dtype_policy = InputSmoothingInt8Policy(source_name=_own_policy(self).name, group=group)
+        self.input_scale.assign(1.0 / factors)
 
     def quantize(self, mode=None, type_check=True, config=None):
         # Keras quantizes only layers whose type is exactly `Dense` unless

@@ -16,6 +16,7 @@ directly (`quantized_policy_map`, `quantize_layers`).
 
 import keras
 
+from bertzoo.layers.dense import InputSmoothingInt8Policy
 from bertzoo.utils.private_api import one_garbage_collection
 
 PACKAGE = "bertzoo"
@@ -151,7 +152,11 @@ def retarget_policy_map(policy_map, dtype):
         base = base.default_policy
     retargeted = keras.dtype_policies.DTypePolicyMap(default_policy=base)
     for path in policy_map_modes(policy_map):
-        mode = policy_map[path].get_config()["mode"]  # With its details, e.g. "int4/128".
+        policy = policy_map[path]
+        if isinstance(policy, InputSmoothingInt8Policy):
+            retargeted[path] = InputSmoothingInt8Policy(source_name=base.name, group=policy.group)
+            continue
+        mode = policy.get_config()["mode"]  # With its details, e.g. "int4/128".
         retargeted[path] = keras.dtype_policies.get(f"{mode}_from_{base.name}")
     return retargeted
 
