@@ -1,6 +1,6 @@
 """bertzoo on Keras's JAX and torch backends: same outputs as TensorFlow on
 the same weights, raw-text fit/predict (tokenized in tf.data), the same loss
-trajectory, int8 quantization, and on JAX `keras.distribution.DataParallel`
+trajectory, int8 quantization (with input smoothing too), and on JAX `keras.distribution.DataParallel`
 on two CPU devices.
 
 The Keras backend is fixed at import, so each backend runs in a subprocess
@@ -48,6 +48,10 @@ SCRIPT = textwrap.dedent(
     report["logits"] = model.predict(texts, batch_size=8, verbose=0).tolist()
     int8_model = bertzoo.quantize(model, "int8")
     report["int8_logits"] = int8_model.predict(texts, batch_size=8, verbose=0).tolist()
+    smoothed = bertzoo.quantize(model, "int8", calibration=texts)
+    query = smoothed.backbone.attention_blocks[0].query_dense
+    report["smoothing_factors"] = (1.0 / keras.ops.convert_to_numpy(query.input_scale)).tolist()
+    report["smoothed_logits"] = smoothed.predict(texts, batch_size=8, verbose=0).tolist()
     if keras.backend.backend() == "torch":
         # Inference runs PyTorch's int8 matmul; with gradients on, Keras's path.
         import torch
@@ -98,6 +102,9 @@ def tensorflow_run(tmp_path_factory):
     tf_outputs = backbone.predict_on_batch(features)
     tf_logits = model.predict(TEXTS, batch_size=8, verbose=0)
     tf_int8_logits = bertzoo.quantize(model, "int8").predict(TEXTS, batch_size=8, verbose=0)
+    smoothed = bertzoo.quantize(model, "int8", calibration=TEXTS)
+    tf_factors = 1.0 / keras.ops.convert_to_numpy(smoothed.backbone.attention_blocks[0].query_dense.input_scale)
+    tf_smoothed_logits = smoothed.predict(TEXTS, batch_size=8, verbose=0)
     trained = bertzoo.BertClassifier.from_preset(tmp / "preset")
     trained.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=False)
     tf_losses = trained.fit(TEXTS, LABELS, batch_size=8, epochs=3, shuffle=False, verbose=0).history["loss"]
@@ -106,6 +113,8 @@ def tensorflow_run(tmp_path_factory):
         "outputs": tf_outputs,
         "logits": tf_logits,
         "int8_logits": tf_int8_logits,
+        "smoothing_factors": tf_factors,
+        "smoothed_logits": tf_smoothed_logits,
         "losses": tf_losses,
     }
 
@@ -158,6 +167,15 @@ def test_int8_model_matches_tensorflow_int8(backend_run):
     int8, tf_int8 = np.asarray(backend_run["int8_logits"]), backend_run["tf"]["int8_logits"]
     assert not np.allclose(int8, backend_run["tf"]["logits"], atol=1e-6)  # Really quantized.
     np.testing.assert_allclose(int8, tf_int8, atol=2e-3, rtol=1e-2)
+
+
+def test_int8_smoothing_calibrates_and_runs_like_tensorflow(backend_run):
+    # The calibration pass (eager, `observe_inputs`) sees the same activations on every backend.
+    factors = np.asarray(backend_run["smoothing_factors"])
+    np.testing.assert_allclose(factors, backend_run["tf"]["smoothing_factors"], rtol=1e-4)
+    assert not np.allclose(factors, 1.0)
+    smoothed, tf_smoothed = np.asarray(backend_run["smoothed_logits"]), backend_run["tf"]["smoothed_logits"]
+    np.testing.assert_allclose(smoothed, tf_smoothed, atol=2e-3, rtol=1e-2)
 
 
 def test_torch_int8_inference_runs_pytorchs_int8_matmul_with_kerass_arithmetic(backend_run):
