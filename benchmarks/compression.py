@@ -106,8 +106,10 @@ FILES = ("amazon", "tweets", "nyt")
 METHODS = ("distill", "hard", "prune90", "structured", "int8", "int8sq", "int8qat")
 # Seed-independent methods: measured once per file, recorded for every seed.
 UNSEEDED = ("int8", "int8sq")
-# Training texts `int8sq` calibrates on (a seed-0 sample).
+# `int8sq`: training texts it calibrates on (`calibration_sample`, seed 0),
+# and its default smoothing (bertzoo's `DEFAULT_SMOOTHING`; a test checks they agree).
 CALIBRATION_TEXTS = 512
+SMOOTHING = 0.8
 README_START = "<!-- compression-table:start -->"
 README_END = "<!-- compression-table:end -->"
 RESULTS_NAME = "results.json"
@@ -391,8 +393,9 @@ def compress(method, teacher, train, transfer, seed, args):
     if method == "int8":
         return bertzoo.quantize(copy_model(teacher), "int8")
     if method == "int8sq":
-        sample = np.random.default_rng(0).permutation(len(texts))[:CALIBRATION_TEXTS]
-        calibration = [texts[i] for i in sample]
+        from bertzoo.compression.calibration import calibration_sample
+
+        calibration = calibration_sample(texts, CALIBRATION_TEXTS)
         return bertzoo.quantize(
             teacher, "int8", calibration=calibration, smoothing=args.smoothing, calibration_steps=None
         )
@@ -815,7 +818,7 @@ def parse_args(argv):
     parser.add_argument("--heads", type=int, default=6, help="heads kept per layer (of 12)")
     parser.add_argument("--ffn", type=float, default=0.3, help="fraction of FFN neurons kept")
     parser.add_argument("--qat-epochs", type=int, default=1, help="int8qat: quantization-aware training epochs")
-    parser.add_argument("--smoothing", type=float, default=0.8, help="int8sq: SmoothQuant migration strength")
+    parser.add_argument("--smoothing", type=float, default=SMOOTHING, help="int8sq: SmoothQuant migration strength")
     parser.add_argument("--runs", type=int, default=7, help="timing rounds (medians)")
     parser.add_argument("--xla", choices=("both", "on", "off"), default="both", help="timed XLA modes (best kept)")
     parser.add_argument("--cache", default=str(OUT / "compression_cache"))
@@ -1055,12 +1058,13 @@ def main(argv=None):
             machines = sorted({r.get("machine", "?") for r in rows})
             span = dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
             measured = f"Measured {span} on {' and '.join(machines)}"
+        timing = "timings as recorded" if args.from_results else f"timing medians of {args.runs} interleaved rounds"
         header = (
             f"{measured}: all-MiniLM-L6-v2 fine-tuned per file "
             f"({', '.join(args.files)}), seeds {', '.join(map(str, args.seeds))}"
             f"{' (those measured so far)' if args.cached_only else ''}"
             f"{' (the latest recorded result of each)' if args.from_results else ''}, sequence length "
-            f"{args.sequence_length}, timing medians of {args.runs} interleaved rounds. Command: `{command}`."
+            f"{args.sequence_length}, {timing}. Command: `{command}`."
         )
         write_between_markers(args.readme, readme_section(summary, args.files, header), README_START, README_END)
         print(f"rewrote the compression table in {args.readme}")

@@ -26,6 +26,7 @@ from bertzoo.compression import quantize
 from bertzoo.compression import sparsity_report
 from bertzoo.compression.pipeline import DEFAULT_STAGES
 from bertzoo.compression.pipeline import STAGES
+from bertzoo.compression.quantization import DEFAULT_SMOOTHING
 from bertzoo.convert import convert_checkpoint
 from bertzoo.datasets.files import load_texts
 from bertzoo.models.bert_backbone import BertBackbone
@@ -155,8 +156,8 @@ def _model_from_preset_directory(path):
         argument(
             "--smoothing",
             type=float,
-            default=0.8,
-            help="--calibration: SmoothQuant migration strength in [0, 1] (default: %(default)s)",
+            default=None,
+            help=f"--calibration: SmoothQuant migration strength in [0, 1] (default: {DEFAULT_SMOOTHING})",
         ),
         argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists"),
     ),
@@ -168,6 +169,8 @@ def _quantize(args):
         raise ValueError(f"{args.output} already exists. Pass --overwrite to replace it, or choose a new path.")
     model, preset = _model_from_preset_directory(args.preset)
     calibration = None
+    if args.smoothing is not None and args.calibration is None:
+        raise ValueError("--smoothing sets how --calibration smooths the inputs: pass --calibration FILE too.")
     if args.calibration is not None:
         if getattr(model, "preprocessor", None) is None:
             raise ValueError(
@@ -179,7 +182,7 @@ def _quantize(args):
         args.mode,
         include_embeddings=not args.keep_embeddings,
         calibration=calibration,
-        smoothing=args.smoothing,
+        smoothing=DEFAULT_SMOOTHING if args.smoothing is None else args.smoothing,
     )
     if preset.class_name == "BertBackbone":
         has_vocabulary = (preset.directory / VOCABULARY_FILE).is_file()
@@ -263,9 +266,9 @@ def _sparsity(args):
         argument(
             "--smoothing",
             type=_smoothing,
-            default=0.8,
+            default=DEFAULT_SMOOTHING,
             help="post-training int8: SmoothQuant migration strength in [0, 1] for the Dense inputs, "
-            "calibrated on the training texts, or 'none' (default: %(default)s)",
+            "calibrated on the training texts, or 'none'; not used with --qat-epochs (default: %(default)s)",
         ),
         argument("--overwrite", action="store_true", help="replace a previous run's outputs in DIR"),
     ),

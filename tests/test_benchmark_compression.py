@@ -379,6 +379,11 @@ def test_int8sq_records_its_smoothing_and_is_seed_independent():
         "calibration": compression.CALIBRATION_TEXTS,
     }
     assert set(compression.UNSEEDED) == {"int8", "int8sq"}
+    # The benchmark's defaults are the library's.
+    from bertzoo.compression.calibration import CALIBRATION_TEXTS
+    from bertzoo.compression.quantization import DEFAULT_SMOOTHING
+
+    assert (compression.SMOOTHING, compression.CALIBRATION_TEXTS) == (DEFAULT_SMOOTHING, CALIBRATION_TEXTS)
     assert compression.GOALS["int8sq"] == compression.GOALS["int8"]
 
 

@@ -154,6 +154,8 @@ def test_command_line_quantize_and_sparsity(model, tmp_path, capsys):
     assert again.backbone.pooler.input_scale is not None
     assert cli.main(argv[:2] + [str(tmp_path / "b"), "--calibration", str(tmp_path / "missing.tsv")]) == 1
     assert "missing.tsv does not exist" in capsys.readouterr().err
+    assert cli.main(argv[:2] + [str(tmp_path / "c"), "--smoothing", "0.5"]) == 1
+    assert "pass --calibration FILE too" in capsys.readouterr().err
 
     assert cli.main(["sparsity", str(tmp_path / "float")]) == 0
     out = capsys.readouterr().out

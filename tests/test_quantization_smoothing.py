@@ -9,6 +9,7 @@ from bertzoo.compression.quantization import input_peaks
 from bertzoo.compression.quantization import smoothing_factors
 from bertzoo.layers.dense import Dense
 from bertzoo.layers.dense import InputSmoothingInt8Policy
+from bertzoo.layers.dense import onednn_int8_available
 from bertzoo.layers.dense import portable_kernels
 from bertzoo.text.preprocessor import BertPreprocessor
 from bertzoo.text.tokenizer import BertTokenizer
@@ -132,20 +133,31 @@ def test_query_key_and_value_share_one_set_of_factors_and_smooth_once(model, mon
     assert len([1 for _, done in seen if done]) == 3 * 2
 
 
-def test_the_fused_kernel_and_keras_int8_both_smooth_the_inputs(model):
+@pytest.mark.skipif(not onednn_int8_available(), reason="needs TensorFlow's oneDNN CPU build (x86-64, no GPU)")
+def test_the_fused_kernel_and_keras_int8_both_smooth_the_inputs(model, monkeypatch):
     import tensorflow as tf
+
+    from bertzoo.layers import dense as dense_module
 
     smoothed = bertzoo.quantize(model, "int8", calibration=TEXTS, smoothing=0.5)
     x = {k: tf.constant(v) for k, v in smoothed.preprocessor(TEXTS).items()}
     expected = logits(model, x)
+    fused_calls = []
+    fused = dense_module._fused_int8_dense
+    monkeypatch.setattr(dense_module, "_fused_int8_dense", lambda *a: fused_calls.append(1) or fused(*a))
 
     def forward(x):
         return smoothed(x, training=False)
 
-    # Kernel rows are scaled by up to 40 ** 0.5 here: inputs left unscaled
-    # would be far off. (Rounding differs: one input scale per tensor, or per token.)
-    assert relative_error(tf.function(forward)(x).numpy(), expected) < 0.1
-    assert relative_error(tf.function(forward, jit_compile=True)(x).numpy(), expected) < 0.15
+    without_xla = tf.function(forward)(x).numpy()
+    assert len(fused_calls) == 2 * 6 + 2  # Every Dense ran the fused kernel.
+    with_xla = tf.function(forward, jit_compile=True)(x).numpy()
+    assert len(fused_calls) == 2 * 6 + 2  # None under XLA: Keras's int8 ops.
+    # Kernel rows are scaled by up to 40 ** 0.5 here: a path that left its
+    # inputs unscaled would be off by more than the whole output (measured:
+    # 1.7 relative error). Rounding differs: one input scale per tensor, or per token.
+    assert relative_error(without_xla, expected) < 0.1
+    assert relative_error(with_xla, expected) < 0.15
 
 
 @pytest.mark.parametrize("dtype", [None, "bfloat16"], ids=["same", "retargeted"])
@@ -161,7 +173,7 @@ def test_smoothed_presets_load_back_with_their_factors(model, dtype, tmp_path):
     policy = block.query_dense.dtype_policy
     policy = policy[block.query_dense.path] if isinstance(policy, keras.dtype_policies.DTypePolicyMap) else policy
     assert isinstance(policy, InputSmoothingInt8Policy) and policy.group == block.path
-    for a, b in zip(smoothed_layers(smoothed), smoothed_layers(again)):
+    for a, b in zip(smoothed_layers(smoothed), smoothed_layers(again), strict=True):
         np.testing.assert_array_equal(
             keras.ops.convert_to_numpy(a.input_scale), keras.ops.convert_to_numpy(b.input_scale)
         )
@@ -190,6 +202,15 @@ def test_smoothed_model_exports_to_a_saved_model(model, int8_kernels, tmp_path):
     np.testing.assert_allclose(got, expected, atol=1e-4)
 
 
+def test_a_layer_built_under_the_smoothing_policy_has_its_input_scale():
+    # What presets rely on: Keras builds int8 layers through `Dense._int8_build`.
+    layer = Dense(4, dtype=InputSmoothingInt8Policy(source_name="float32", group="g"))
+    layer.build((None, 3))
+    assert layer.quantization_mode == "int8" and layer.input_scale is not None
+    assert tuple(layer.input_scale.shape) == (3,) and layer.input_smoothing_group == "g"
+    assert sorted(v.path.split("/")[-1] for v in layer.weights) == ["bias", "input_scale", "kernel", "kernel_scale"]
+
+
 def test_bad_smoothing_requests(model):
     with pytest.raises(ValueError, match="applies to int8"):
         bertzoo.quantize(model, "int4", calibration=TEXTS)
@@ -197,8 +218,14 @@ def test_bad_smoothing_requests(model):
         bertzoo.quantize(model, "int8", calibration=TEXTS, smoothing=1.5)
     with pytest.raises(ValueError, match="`calibration_steps` must be an int >= 1"):
         bertzoo.quantize(model, "int8", calibration=TEXTS, calibration_steps=0)
+    with pytest.raises(ValueError, match=r"`smoothing` must be a number in \[0, 1\]"):
+        bertzoo.quantize(model, "int8", smoothing=-1)  # Checked with or without calibration.
     with pytest.raises(ValueError, match="yielded no batches"):
         bertzoo.quantize(model, "int8", calibration=[])
+    with pytest.raises(ValueError, match=r"the texts themselves, got 'train.tsv'.*load_texts"):
+        bertzoo.quantize(model, "int8", calibration="train.tsv")
+    with pytest.raises(ValueError, match=r"inputs alone .* not an \(inputs, labels\) tuple"):
+        bertzoo.quantize(model, "int8", calibration=(TEXTS, [0] * len(TEXTS)))
     with pytest.raises(ValueError, match="Calibration data must be raw strings"):
         bertzoo.quantize(model.backbone, "int8", calibration=42)
     layer = bertzoo.quantize(model, "int8").backbone.pooler

@@ -2,8 +2,31 @@
 model's activations or gradients before changing it (structured pruning's
 importance scores, int8's input smoothing) iterate over."""
 
+import os
 
-def calibration_batches(model, data, steps=None, labelled=True, batch_size=32):
+import numpy as np
+
+from bertzoo.models.raw_inputs import DEFAULT_BATCH_SIZE
+
+# Texts int8's input smoothing calibrates on when `compress` (and the
+# compression benchmark) pick them from the training texts.
+CALIBRATION_TEXTS = 512
+
+
+def calibration_sample(texts, size=CALIBRATION_TEXTS, seed=0):
+    """Up to `size` of `texts`, a seeded sample (a file's order may be sorted
+    by label).
+
+    Example:
+    ```python
+    q = bertzoo.quantize(model, "int8", calibration=calibration_sample(train_texts))
+    ```
+    """
+    order = np.random.default_rng(seed).permutation(len(texts))[:size]
+    return [texts[i] for i in order]
+
+
+def calibration_batches(model, data, steps=None, labelled=True, batch_size=DEFAULT_BATCH_SIZE):
     """`data` as a `tf.data.Dataset` of batches for `model`.
 
     `data`: with `labelled`, a `tf.data.Dataset` of `(inputs, labels)`
@@ -20,6 +43,16 @@ def calibration_batches(model, data, steps=None, labelled=True, batch_size=32):
     """
     import tensorflow as tf
 
+    if not labelled and isinstance(data, (str, bytes, os.PathLike)):
+        raise ValueError(
+            f"Calibration data must be the texts themselves, got {data!r}: for a file, pass "
+            "bertzoo.datasets.load_texts(path)."
+        )
+    if not labelled and isinstance(data, tuple) and not all(isinstance(x, str) for x in data):
+        raise ValueError(
+            "Calibration data must be the inputs alone (raw strings, a tokenized dict or a dataset of input "
+            "batches), not an (inputs, labels) tuple: the labels are not used."
+        )
     if isinstance(data, tf.data.Dataset) or labelled:
         parts = data if isinstance(data, tuple) else (data,)
     else:

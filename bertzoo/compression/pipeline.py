@@ -38,9 +38,12 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from bertzoo.compression.calibration import calibration_sample
 from bertzoo.compression.distiller import Distiller
 from bertzoo.compression.model_copy import copy_model
 from bertzoo.compression.pruner import Pruner
+from bertzoo.compression.quantization import DEFAULT_SMOOTHING
+from bertzoo.compression.quantization import check_smoothing
 from bertzoo.compression.quantization import quantization_aware_training
 from bertzoo.compression.quantization import quantize
 from bertzoo.compression.recipes import RECIPES
@@ -62,8 +65,6 @@ from bertzoo.saving.preset import Preset
 from bertzoo.utils import quantization_mode
 
 STAGES = ("distill", "prune", "prune_structured", "int8")
-# Texts the post-training int8 stage calibrates its input smoothing on.
-CALIBRATION_TEXTS = 512
 DEFAULT_STAGES = ("distill", "prune", "int8")
 REPORT_KEYS = (
     "stage",
@@ -249,7 +250,7 @@ def compress(
     augment=0,
     label_threshold=None,
     qat_epochs=0,
-    smoothing=0.8,
+    smoothing=DEFAULT_SMOOTHING,
     latency_repeats=10,
     overwrite=False,
     verbose=1,
@@ -308,7 +309,8 @@ def compress(
         smoothing: post-training int8 smooths the inputs of the Dense layers
             (SmoothQuant's migration strength; `quantize(...,
             calibration=...)`) calibrated on up to 512 training texts
-            (a seeded sample); None quantizes without calibration.
+            (a seeded sample); None quantizes without calibration. Not
+            used with `qat_epochs` (recorded as None).
         verbose: Keras progress bars (0 silent, 1 bars, 2 one line per epoch).
 
     Returns the report: a dict with `rows` (the teacher, then one per stage,
@@ -329,10 +331,7 @@ def compress(
             raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
     if isinstance(qat_epochs, bool) or not isinstance(qat_epochs, int) or qat_epochs < 0:
         raise ValueError(f"`qat_epochs` must be an integer >= 0 (0: post-training int8), got {qat_epochs!r}.")
-    if smoothing is not None and (
-        isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0 <= smoothing <= 1
-    ):
-        raise ValueError(f"`smoothing` must be a number in [0, 1] (SmoothQuant's alpha) or None, got {smoothing!r}.")
+    check_smoothing(smoothing, allow_none=True)
     if isinstance(augment, bool) or not isinstance(augment, int) or augment < 0:
         raise ValueError(f"`augment` must be an integer >= 0 (perturbed copies of each text), got {augment!r}.")
     if recipe is not None and recipe not in RECIPES:
@@ -434,8 +433,7 @@ def compress(
         elif smoothing is None:  # "int8"
             model = quantize(parent, "int8")
         else:  # "int8", with the inputs smoothed
-            sample = np.random.default_rng(0).permutation(len(train_texts))[:CALIBRATION_TEXTS]
-            calibration = [train_texts[i] for i in sample]
+            calibration = calibration_sample(train_texts)
             model = quantize(parent, "int8", calibration=calibration, smoothing=smoothing, calibration_steps=None)
         stage_dir = out / f"{index}_{stage}"
         with atomic_directory(stage_dir) as tmp:

@@ -28,6 +28,9 @@ from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
 
 MODES = ("int8", "int4")
+# SmoothQuant's migration strength: the best agreement with the float model
+# of 0.5, 0.65, 0.8 and 0.9 on each of the three shared sentiment files (README).
+DEFAULT_SMOOTHING = 0.8
 
 
 def _quantize_in_place(model, mode, select):
@@ -40,7 +43,9 @@ def _quantize_in_place(model, mode, select):
         model.quantize(mode, filters=select)
 
 
-def quantize(model, mode="int8", include_embeddings=True, calibration=None, smoothing=0.5, calibration_steps=16):
+def quantize(
+    model, mode="int8", include_embeddings=True, calibration=None, smoothing=DEFAULT_SMOOTHING, calibration_steps=16
+):
     """Returns a copy of `model` with its weights quantized to `mode`.
 
     Post-training quantization with `keras.Model.quantize`: Dense kernels
@@ -69,7 +74,8 @@ def quantize(model, mode="int8", include_embeddings=True, calibration=None, smoo
             a task with a preprocessor, a tokenized dict of arrays, or a
             `tf.data.Dataset` of input batches (labels, if any, are ignored).
         smoothing: SmoothQuant's migration strength in [0, 1]: how much of
-            the inputs' range moves into the kernel (0.5: evenly).
+            the inputs' range moves into the kernel (0.5: evenly; 0.8 kept
+            fine-tuned MiniLMs closest to their float predictions).
         calibration_steps: batches of 32 to calibrate on (None: all).
 
     The result saves to a preset (`save_to_preset`) and loads back with
@@ -83,24 +89,41 @@ def quantize(model, mode="int8", include_embeddings=True, calibration=None, smoo
     ```
     """
     _check_quantizable(model, mode, MODES)
+    check_smoothing(smoothing)
     if calibration is not None:
-        _check_smoothing(mode, smoothing, calibration_steps)
+        _check_calibration(mode, calibration_steps)
     clone = copy_model(model)
     select = _weight_layers(clone, include_embeddings)
     if calibration is not None:
         _smooth_inputs(clone, calibration, smoothing, calibration_steps, select)
         select = _not_yet_quantized(select)
     _quantize_in_place(clone, mode, select)
+    if calibration is not None:
+        private_api.retrack_variables(clone)  # The smoothed layers were quantized one by one.
     return clone
 
 
-def _check_smoothing(mode, smoothing, calibration_steps):
+def check_smoothing(smoothing, allow_none=False):
+    """Raises ValueError unless `smoothing` is a migration strength in
+    [0, 1] (or, with `allow_none`, None).
+
+    Example:
+    ```python
+    check_smoothing(0.8)
+    ```
+    """
+    if smoothing is None and allow_none:
+        return
+    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0 <= smoothing <= 1:
+        also = " or None" if allow_none else ""
+        raise ValueError(f"`smoothing` must be a number in [0, 1] (SmoothQuant's alpha){also}, got {smoothing!r}.")
+
+
+def _check_calibration(mode, calibration_steps):
     if mode != "int8":
         raise ValueError(
             f"Calibration (input smoothing) applies to int8, got mode={mode!r}: quantize to int4 without `calibration`."
         )
-    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0 <= smoothing <= 1:
-        raise ValueError(f"`smoothing` must be a number in [0, 1] (SmoothQuant's alpha), got {smoothing!r}.")
     if calibration_steps is not None and (
         isinstance(calibration_steps, bool) or not isinstance(calibration_steps, int) or calibration_steps < 1
     ):
@@ -144,7 +167,13 @@ def input_peaks(model, data, layers, steps=None):
 def smoothing_factors(input_peak, kernel_row_peak, smoothing):
     """SmoothQuant's per-channel factors `x ** smoothing / w ** (1 -
     smoothing)`; 1 where a channel is zero on either side (nothing to
-    balance)."""
+    balance).
+
+    Example:
+    ```python
+    smoothing_factors([4.0, 1.0], [1.0, 4.0], 0.5)  # [2.0, 0.5]
+    ```
+    """
     input_peak = np.asarray(input_peak, "float64")
     kernel_row_peak = np.asarray(kernel_row_peak, "float64")
     live = (input_peak > 0) & (kernel_row_peak > 0)
@@ -171,22 +200,28 @@ def _smooth_inputs(model, data, smoothing, steps, select):
                 groups.append((members, block.path))
                 grouped.update(id(member) for member in members)
     groups += [([layer], None) for layer in peaks if id(layer) not in grouped]
-    for members, group in groups:
-        input_peak = np.max([peaks[member] for member in members], axis=0)
-        kernel_row_peak = np.max(
-            [np.max(np.abs(ops.convert_to_numpy(private_api.dense_kernel_variable(m))), axis=1) for m in members],
-            axis=0,
-        )
-        factors = smoothing_factors(input_peak, kernel_row_peak, smoothing)
-        for member in members:
-            member.smooth_inputs(factors, group=group)
+    # Each layer quantizes as it is smoothed: one garbage collection for all (see `_quantize_in_place`).
+    with private_api.one_garbage_collection():
+        for members, group in groups:
+            _smooth_group(members, group, peaks, smoothing)
+
+
+def _smooth_group(members, group, peaks, smoothing):
+    input_peak = np.max([peaks[member] for member in members], axis=0)
+    kernel_row_peak = np.max(
+        [np.max(np.abs(ops.convert_to_numpy(private_api.dense_kernel_variable(m))), axis=1) for m in members],
+        axis=0,
+    )
+    factors = smoothing_factors(input_peak, kernel_row_peak, smoothing)
+    for member in members:
+        member.smooth_inputs(factors, group=group)
 
 
 def _check_quantizable(model, mode, modes):
     if mode not in modes:
         raise ValueError(
             f"Unknown quantization mode {mode!r}. bertzoo.quantize supports {list(MODES)} "
-            "(post-training, no calibration data needed); quantization_aware_training supports "
+            "(post-training; `calibration` texts add input smoothing to int8); quantization_aware_training supports "
             f"{list(QAT_MODES)}."
         )
     if not isinstance(model, keras.Model) or not model.built:

@@ -69,6 +69,7 @@ from keras import ops
 from bertzoo.layers.activations import _gelu_exact
 from bertzoo.layers.activations import _gelu_tanh
 from bertzoo.utils import private_api
+from bertzoo.utils.layers import own_dtype_policy
 from bertzoo.utils.onednn import FUSED_INT8_OP
 from bertzoo.utils.onednn import onednn_int8_available
 
@@ -150,7 +151,8 @@ class InputSmoothingInt8Policy(keras.dtype_policies.QuantizedDTypePolicy):
 
     Example:
     ```python
-    layer.dtype_policy = InputSmoothingInt8Policy(source_name="float32")  # quantizes a built float layer
+    layer.smooth_inputs(factors)  # quantizes the float layer under this policy
+    isinstance(own_dtype_policy(layer), InputSmoothingInt8Policy)  # True
     ```
     """
 
@@ -164,20 +166,14 @@ class InputSmoothingInt8Policy(keras.dtype_policies.QuantizedDTypePolicy):
         return {**super().get_config(), "group": self.group}
 
 
-def _own_policy(layer):
-    policy = layer.dtype_policy
-    if isinstance(policy, keras.dtype_policies.DTypePolicyMap) and layer.path:
-        policy = policy[layer.path]
-    return policy
-
-
 _observers = threading.local()
 
 
 @contextlib.contextmanager
 def observe_inputs(observer):
-    """Within this context, every float `Dense` layer that runs eagerly calls
-    `observer(layer, inputs)` first (calibration statistics).
+    """Within this context, every float `Dense` layer's call first calls
+    `observer(layer, inputs)` (calibration statistics; `inputs` are symbolic
+    when the call is traced, so calibrate with eager calls).
 
     Example:
     ```python
@@ -357,7 +353,7 @@ class Dense(keras.layers.Dense):
 
     def _int8_build(self, kernel_shape, config=None):
         super()._int8_build(kernel_shape, config)
-        if isinstance(_own_policy(self), InputSmoothingInt8Policy):
+        if isinstance(own_dtype_policy(self), InputSmoothingInt8Policy):
             self.input_scale = self.add_weight(
                 name="input_scale", shape=(kernel_shape[0],), initializer="ones", trainable=False, dtype="float32"
             )
@@ -366,7 +362,7 @@ class Dense(keras.layers.Dense):
     def input_smoothing_group(self):
         """The smoothing group of this layer's inputs (see
         `InputSmoothingInt8Policy`), None when it has none."""
-        return getattr(_own_policy(self), "group", None) if self.input_scale is not None else None
+        return getattr(own_dtype_policy(self), "group", None) if self.input_scale is not None else None
 
     def quantized_call(self, inputs, training=None, inputs_smoothed=False):
         # `inputs_smoothed`: already multiplied by `input_scale`
@@ -426,7 +422,12 @@ class Dense(keras.layers.Dense):
         kernel.assign(ops.cast(ops.cast(kernel, "float32") * factors[:, None], kernel.dtype))
         # Setting a quantized policy quantizes a built layer (Keras), and
         # this policy makes `_int8_build` add `input_scale`.
-        self.dtype_policy = InputSmoothingInt8Policy(source_name=_own_policy(self).name, group=group)
+        self.dtype_policy = InputSmoothingInt8Policy(source_name=own_dtype_policy(self).name, group=group)
+        if self.input_scale is None:  # Keras no longer builds int8 layers through `_int8_build`.
+            raise RuntimeError(
+                f"Keras {keras.__version__} quantized layer '{self.name}' without calling Dense._int8_build, "
+                "so it has no input_scale: input smoothing needs a Keras version bertzoo supports (>=3.10)."
+            )
         self.input_scale.assign(1.0 / factors)
 
     def quantize(self, mode=None, type_check=True, config=None):

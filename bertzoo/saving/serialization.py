@@ -17,6 +17,7 @@ directly (`quantized_policy_map`, `quantize_layers`).
 import keras
 
 from bertzoo.layers.dense import InputSmoothingInt8Policy
+from bertzoo.utils.layers import own_dtype_policy
 from bertzoo.utils.private_api import one_garbage_collection
 
 PACKAGE = "bertzoo"
@@ -117,14 +118,6 @@ def registered_node(cls, config):
 # --- Quantization as dtype policies ----------------------------------------
 
 
-def layer_policy(layer):
-    """`layer`'s own dtype policy (its entry when it holds a `DTypePolicyMap`)."""
-    policy = layer.dtype_policy
-    if isinstance(policy, keras.dtype_policies.DTypePolicyMap):
-        policy = policy[layer.path]
-    return policy
-
-
 def quantized_policy_map(layers, default_policy):
     """A `DTypePolicyMap` from the path of each quantized layer in `layers` to
     its quantized policy, or None when none is quantized."""
@@ -133,7 +126,7 @@ def quantized_policy_map(layers, default_policy):
     policy_map = keras.dtype_policies.DTypePolicyMap(default_policy=default_policy)
     for layer in layers:
         if layer.path and layer.quantization_mode and layer.path not in policy_map:
-            policy_map[layer.path] = layer_policy(layer)
+            policy_map[layer.path] = own_dtype_policy(layer)
     return policy_map if len(policy_map) else None
 
 

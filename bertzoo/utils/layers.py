@@ -17,6 +17,21 @@ def leaf_layers(model):
     return leaves
 
 
+def own_dtype_policy(layer):
+    """`layer`'s own dtype policy: its entry when it holds a
+    `DTypePolicyMap` (layer path -> policy), else its policy.
+
+    Example:
+    ```python
+    own_dtype_policy(quantized.backbone.pooler).quantization_mode  # "int8"
+    ```
+    """
+    policy = layer.dtype_policy
+    if isinstance(policy, keras.dtype_policies.DTypePolicyMap) and layer.path:
+        policy = policy[layer.path]
+    return policy
+
+
 def quantization_mode(model_or_policy):
     """The quantization mode a model, layer or dtype policy computes with:
     None (float), or the mode (`"int8"`, `"int4"`, ...).

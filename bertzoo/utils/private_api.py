@@ -217,6 +217,21 @@ def one_garbage_collection():
                 gc.collect()
 
 
+def retrack_variables(model):
+    """After layers were quantized one by one (not by `Model.quantize`),
+    what `Model.quantize` does at its end: on the torch backend, each layer
+    re-registers its variables with PyTorch (`Layer._track_variables`), so
+    the dropped float kernels leave `model.parameters()`. A no-op elsewhere,
+    and where Keras no longer has the method.
+    """
+    if keras.backend.backend() != "torch":
+        return
+    for layer in flatten_layers(model):
+        track = getattr(layer, "_track_variables", None)
+        if track is not None:
+            track()
+
+
 # --- Keras: optimizers and compiled state ----------------------------------
 
 
