@@ -72,7 +72,9 @@ def quantize(
         include_embeddings: also quantize embedding tables (per row).
         calibration: None, or inputs the model sees in use: raw strings for
             a task with a preprocessor, a tokenized dict of arrays, or a
-            `tf.data.Dataset` of input batches (labels, if any, are ignored).
+            `tf.data.Dataset` of input batches (a dataset's labels, if it
+            yields any, are ignored; a path or an `(inputs, labels)` tuple is
+            refused).
         smoothing: SmoothQuant's migration strength in [0, 1]: how much of
             the inputs' range moves into the kernel (0.5: evenly; 0.8 kept
             fine-tuned MiniLMs closest to their float predictions).
