@@ -35,3 +35,37 @@ def make_bert_inputs(rng):
         return {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
 
     return make
+
+
+@pytest.fixture(scope="session")
+def random_classifier():
+    """Factory for the quantization tests' model: a 2-layer, 32-unit
+    `BertClassifier` (3 classes, vocabulary of 1200, length 16) whose
+    weights are all drawn from N(0, 0.2), seeded."""
+
+    def build(**classifier_kwargs):
+        import keras
+
+        import bertzoo
+        from bertzoo.text.preprocessor import BertPreprocessor
+        from bertzoo.text.tokenizer import BertTokenizer
+        from bertzoo.text.vocabulary import builtin_vocabulary
+
+        keras.utils.set_random_seed(0)
+        preprocessor = BertPreprocessor(BertTokenizer(builtin_vocabulary(1200)), sequence_length=16)
+        backbone = bertzoo.BertBackbone(
+            vocabulary_size=1200,
+            num_layers=2,
+            hidden_dim=32,
+            num_heads=2,
+            intermediate_dim=64,
+            max_sequence_length=16,
+            dropout=0.0,
+        )
+        model = bertzoo.BertClassifier(backbone, num_classes=3, preprocessor=preprocessor, **classifier_kwargs)
+        weights = np.random.default_rng(0)
+        for v in model.weights:
+            v.assign(weights.normal(0.0, 0.2, v.shape).astype("float32"))
+        return model
+
+    return build

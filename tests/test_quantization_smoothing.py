@@ -11,35 +11,19 @@ from bertzoo.layers.dense import Dense
 from bertzoo.layers.dense import InputSmoothingInt8Policy
 from bertzoo.layers.dense import onednn_int8_available
 from bertzoo.layers.dense import portable_kernels
-from bertzoo.text.preprocessor import BertPreprocessor
-from bertzoo.text.tokenizer import BertTokenizer
-from bertzoo.text.vocabulary import builtin_vocabulary
 from bertzoo.utils.private_api import flatten_layers
 
 TEXTS = ["a gripping, funny film", "dull and far too long", "fine", "what a lovely day out", "not for me", "superb"]
 
 
 @pytest.fixture(scope="module")
-def model():
+def model(random_classifier):
     """A classifier whose hidden states have a few channels far larger than
     the rest, as BERT's do: the case smoothing is for."""
-    keras.utils.set_random_seed(0)
-    preprocessor = BertPreprocessor(BertTokenizer(builtin_vocabulary(1200)), sequence_length=16)
-    backbone = bertzoo.BertBackbone(
-        vocabulary_size=1200,
-        num_layers=2,
-        hidden_dim=32,
-        num_heads=2,
-        intermediate_dim=64,
-        max_sequence_length=16,
-        dropout=0.0,
-    )
-    model = bertzoo.BertClassifier(backbone, num_classes=3, preprocessor=preprocessor)
-    rng = np.random.default_rng(0)
-    for v in model.weights:
-        v.assign(rng.normal(0.0, 0.2, v.shape).astype("float32"))
+    model = random_classifier()
     outliers = np.ones(32, "float32")
     outliers[[3, 17]] = 40.0
+    backbone = model.backbone
     for norm in [backbone.embeddings.layer_norm] + [b.layer_norm for b in backbone.feedforward_blocks]:
         norm.gamma.assign(outliers)
     return model
