@@ -41,9 +41,10 @@ def make_bert_inputs(rng):
 def random_classifier():
     """Factory for the quantization tests' model: a 2-layer, 32-unit
     `BertClassifier` (3 classes, vocabulary of 1200, length 16) whose
-    weights are all drawn from N(0, 0.2), seeded."""
+    weights are all drawn from N(0, 0.2), seeded; `dtype` is the
+    backbone's dtype policy."""
 
-    def build(**classifier_kwargs):
+    def build(dtype=None, **classifier_kwargs):
         import keras
 
         import bertzoo
@@ -61,6 +62,7 @@ def random_classifier():
             intermediate_dim=64,
             max_sequence_length=16,
             dropout=0.0,
+            dtype=dtype,
         )
         model = bertzoo.BertClassifier(backbone, num_classes=3, preprocessor=preprocessor, **classifier_kwargs)
         weights = np.random.default_rng(0)

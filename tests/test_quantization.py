@@ -44,6 +44,20 @@ def test_int8_copy_matches_keras_abs_max_scheme_and_float_outputs(model):
     assert plain.backbone.pooler.quantization_mode == "int8"
 
 
+def test_a_mixed_bfloat16_model_quantizes_with_its_embeddings(random_classifier):
+    # Keras's int8 Embedding returns float32 under a bfloat16 compute dtype;
+    # the embeddings layer must still add its tables in bfloat16.
+    mixed = random_classifier(dtype="mixed_bfloat16")
+    x = mixed.preprocessor(TEXTS)
+    q = bertzoo.quantize(mixed, "int8")
+    assert q.backbone.embeddings.token_embedding.quantization_mode == "int8"
+    assert q.backbone.embeddings.compute_dtype == "bfloat16"
+    sequence = q.backbone(x)["sequence_output"]
+    assert keras.backend.standardize_dtype(sequence.dtype) == "bfloat16"
+    expected, got = call(mixed, x), call(q, x)
+    assert np.abs(got - expected).max() < 0.1 * np.abs(expected).max()
+
+
 @pytest.mark.parametrize("mode", ["int8", "int4"])
 def test_quantized_presets_load_back_with_identical_predictions(model, mode, tmp_path):
     x = model.preprocessor(TEXTS)

@@ -172,9 +172,12 @@ class BertEmbeddings(keras.layers.Layer):
 
     def call(self, token_ids, segment_ids, training=None):
         self._check_ids(token_ids, segment_ids)
-        x = self.token_embedding(token_ids)
+        # Keras's int8 Embedding returns float32 under a bfloat16/float16
+        # compute dtype (its de-scaling divides by a float32 scale); the cast
+        # keeps the sum in the compute dtype and is free when they match.
+        x = ops.cast(self.token_embedding(token_ids), self.compute_dtype)
         x = x + self.position_embedding(x)[None, :, :]
-        x = x + self.segment_embedding(segment_ids)
+        x = x + ops.cast(self.segment_embedding(segment_ids), self.compute_dtype)
         x = self.layer_norm(x)
         x = self.dropout_layer(x, training=training)
         if self.projection is not None:
