@@ -219,7 +219,12 @@ def method_settings(method, args, n_train, n_test):
             "learning_rate": 2e-4,
         },
         "hard": {"epochs": args.hard_epochs, "learning_rate": 2e-4},
-        "prune90": {"epochs": args.prune_epochs, "sparsity": 0.9, "scores": args.prune_scores, "learning_rate": 1e-4},
+        "prune90": {
+            "epochs": args.prune_epochs,
+            "sparsity": 0.9,
+            "scores": args.prune_scores,
+            "learning_rate": args.prune_lr,
+        },
         "structured": {"epochs": args.structured_epochs, "heads": args.heads, "ffn": args.ffn, "learning_rate": 1e-4},
         "int8": {},
         "int8sq": {"smoothing": args.smoothing, "calibration": CALIBRATION_TEXTS},
@@ -360,7 +365,7 @@ def compress(method, teacher, train, transfer, seed, args):
         steps = max(1, math.ceil(len(data[0]) / 32)) * args.prune_epochs
         schedule = bertzoo.compression.ramp_schedule(steps, 0.9, prunings=20)
         pruner = bertzoo.Pruner(model, schedule, scores=args.prune_scores, scope=args.prune_scope)
-        model.compile(optimizer=bert_optimizer(1e-4))
+        model.compile(optimizer=bert_optimizer(args.prune_lr))
         pruner.fit(
             *data,
             batch_size=32,
@@ -790,7 +795,10 @@ def parse_args(argv):
         help="distill/hard: fraction of the student's FFN neurons kept (pruned before training; 1: all)",
     )
     parser.add_argument("--prune-epochs", type=int, default=3)
-    parser.add_argument("--prune-scores", default="magnitude", help="Pruner scores (magnitude or movement)")
+    parser.add_argument("--prune-lr", type=float, default=1e-4, help="prune90: peak learning rate")
+    parser.add_argument(
+        "--prune-scores", default="magnitude", help="prune90: Pruner scores (magnitude, movement or fisher)"
+    )
     parser.add_argument(
         "--prune-scope",
         choices=("layer", "global"),

@@ -1,4 +1,4 @@
-"""Unstructured / block / N:M magnitude and movement pruning, and lottery
+"""Unstructured / block / N:M magnitude, movement and second-order pruning, and lottery
 tickets, checked against NumPy.
 
 Most tests drive the masks with `optimizer.apply` eagerly (SGD with a zero
@@ -14,6 +14,7 @@ import pytest
 import bertzoo
 from bertzoo.compression.model_copy import copy_model
 from bertzoo.datasets import synthetic_sentiment
+from bertzoo.models.task import bert_optimizer
 from bertzoo.text.preprocessor import BertPreprocessor
 from bertzoo.text.tokenizer import BertTokenizer
 from bertzoo.text.vocabulary import builtin_vocabulary
@@ -389,6 +390,81 @@ def smallest_signed(values, count):
     return mask.reshape(values.shape)
 
 
+# --- Second-order (Fisher) scores -------------------------------------------------
+@pytest.mark.parametrize("scope", ["layer", "global"])
+def test_fisher_scores_are_adams_squared_gradient_mean_times_w_squared(scope):
+    model = tiny_classifier()
+    kernels = encoder_kernels(model)
+    paths = sorted(kernels)
+    w0 = numpy_of(kernels)
+    pruner = bertzoo.Pruner(
+        model, bertzoo.ConstantSparsity(0.5, begin_step=1, frequency=100), scope=scope, scores="fisher"
+    )
+    learning_rate, beta_1, beta_2, epsilon = 0.01, 0.9, 0.999, 1e-7
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate, beta_1, beta_2, epsilon), loss="mse")
+    variables = model.trainable_variables
+    rng = np.random.default_rng(3)
+    # Gradient scales differ per weight, so F * W**2 ranks unlike |W|.
+    grads = [[rng.normal(size=v.shape).astype("float32") * rng.uniform(0.1, 3.0, v.shape) for v in variables]]
+    grads.append([g * rng.uniform(0.5, 1.5, g.shape).astype("float32") for g in grads[0]])
+    for step_grads in grads:
+        model.optimizer.apply([g.astype("float32") for g in step_grads], variables)
+
+    # NumPy Adam (Keras's form): v_t = b2 v + (1 - b2) g^2, w -= lr_t m / (sqrt(v) + eps).
+    index = {id(v): i for i, v in enumerate(variables)}
+    w, m, v = dict(w0), {p: 0.0 for p in paths}, {p: 0.0 for p in paths}
+    for t, step_grads in enumerate(grads, start=1):
+        rate = learning_rate * np.sqrt(1 - beta_2**t) / (1 - beta_1**t)
+        for p in paths:
+            g = step_grads[index[id(kernels[p])]].astype("float64")
+            m[p] = beta_1 * m[p] + (1 - beta_1) * g
+            v[p] = beta_2 * v[p] + (1 - beta_2) * g * g
+            w[p] = w[p] - rate * m[p] / (np.sqrt(v[p]) + epsilon)
+    scores = {p: v[p] * w[p] ** 2 for p in paths}
+    if scope == "layer":
+        keep = {p: ~smallest(scores[p], int(round(0.5 * scores[p].size))) for p in paths}
+    else:
+        flat = np.concatenate([scores[p].reshape(-1) for p in paths])
+        pruned = smallest(flat, int(round(0.5 * flat.size)))
+        sizes = np.cumsum([0] + [scores[p].size for p in paths])
+        keep = {p: ~pruned[sizes[i] : sizes[i + 1]].reshape(scores[p].shape) for i, p in enumerate(paths)}
+    after = numpy_of(encoder_kernels(model))
+    magnitude_agrees = True
+    for i, target in enumerate(pruner.targets):
+        p = target.path
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(pruner.state.masks[i]) != 0, keep[p], err_msg=p)
+        np.testing.assert_allclose(after[p], np.where(keep[p], w[p], 0.0), atol=1e-6, err_msg=p)
+        magnitude_agrees &= np.array_equal(keep[p], ~smallest(w[p], int(round(0.5 * w[p].size))))
+    assert not magnitude_agrees
+    assert pruner.sparsity() == pytest.approx(0.5, abs=1e-3)
+
+
+def test_fisher_scores_prune_in_a_compiled_fit_with_the_default_optimizer_and_need_adam():
+    model = tiny_classifier(seed=4)
+    pruner = bertzoo.Pruner(
+        model, bertzoo.PolynomialDecay(0.0, 0.75, begin_step=0, end_step=2, frequency=1), scores="fisher"
+    )
+    pruner.compile(optimizer=bert_optimizer(1e-3), loss="sparse_categorical_crossentropy", jit_compile=True)
+    x, y = tokenized(16)
+    history = pruner.fit(x, y, batch_size=8, epochs=2, verbose=0)
+    assert history.history["sparsity"][-1] == pytest.approx(0.75, abs=1e-3)
+    assert pruner.strip().get_config() == model.get_config()
+
+    # Under mixed_float16 the model's optimizer wraps Adam in a LossScaleOptimizer.
+    half = tiny_classifier(seed=4, dtype="mixed_float16")
+    scaled = bertzoo.Pruner(half, bertzoo.ConstantSparsity(0.5, begin_step=0), scores="fisher")
+    optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(1e-3))
+    half.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", jit_compile=False)
+    half.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    assert scaled.sparsity() == pytest.approx(0.5, abs=1e-3)
+
+    plain = tiny_classifier(seed=4)
+    sgd = bertzoo.Pruner(plain, bertzoo.ConstantSparsity(0.5, begin_step=0), scores="fisher")
+    plain.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy", jit_compile=False)
+    with pytest.raises(ValueError, match=r"scores='fisher' reads the squared-gradient mean .* \(SGD\) has none"):
+        sgd.fit(x, y, batch_size=8, epochs=1, verbose=0)
+
+
 def test_movement_state_is_saved_with_the_weights_and_the_config_round_trips(tmp_path):
     schedule = bertzoo.PolynomialDecay(0.0, 0.5, begin_step=0, end_step=4, frequency=2)
     model = tiny_classifier()
@@ -512,7 +588,9 @@ def test_bad_inputs_give_clear_errors():
         bertzoo.Pruner(model, schedule, pattern="3x")
     with pytest.raises(ValueError, match=r"Unknown `scope`"):
         bertzoo.Pruner(model, schedule, scope="model")
-    with pytest.raises(ValueError, match=r"Unknown `scores`='gradient'. Expected 'magnitude' .* or 'movement'"):
+    with pytest.raises(
+        ValueError, match=r"Unknown `scores`='gradient'. Expected 'magnitude' .*'movement' .* or 'fisher'"
+    ):
         bertzoo.Pruner(model, schedule, scores="gradient")
     with pytest.raises(ValueError, match=r"`final_sparsity` must be in \[0, 1\)"):
         bertzoo.lottery_ticket(model, lambda m: None, final_sparsity=1.0)

@@ -1,4 +1,5 @@
-"""Magnitude and movement pruning for Keras 3 models: unstructured, block and N:M.
+"""Magnitude, movement and second-order pruning for Keras 3 models:
+unstructured, block and N:M.
 
 Design: each pruned weight gets a mask (a non-trainable variable) and a
 Keras variable constraint. Keras optimizers apply variable constraints inside
@@ -22,6 +23,12 @@ written it into the variable, so the state keeps each pruned weight's
 previous value `w_old` and accumulates `S += w_old * (w_new - w_old)`: the
 `-grad * W` sum times the learning rate for SGD, and the direction the
 weight actually moved for adaptive optimizers such as Adam.
+
+Second-order scores (`scores="fisher"`) are Optimal Brain Damage's (LeCun et
+al., 1990) saliency `F_ii * W**2 / 2` with the empirical Fisher's diagonal
+for the Hessian's, as oBERT (Kurtic et al., 2022) uses at block size 1. Adam
+already keeps a running mean of each weight's squared gradient (its second
+moment): that is the Fisher estimate, so these scores cost no extra state.
 """
 
 import difflib
@@ -42,10 +49,11 @@ from bertzoo.compression.model_copy import PRUNING_STATE_ATTR
 from bertzoo.compression.model_copy import copy_model
 from bertzoo.compression.model_copy import pruning_state
 from bertzoo.compression.schedules import check_schedule
+from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
 
 SCOPES = ("layer", "global")
-SCORES = ("magnitude", "movement")
+SCORES = ("magnitude", "movement", "fisher")
 # Canonical names (`BertBackbone.named_weights()`) of the weights
 # `layers="encoder"` and `include_embeddings=True` select.
 _ENCODER_KERNELS = re.compile(r"(attention_\d+/(query|key|value|output)|feedforward_\d+/(intermediate|output))/kernel")
@@ -83,7 +91,8 @@ class PruningState(keras.layers.Layer):
         super().__init__(trainable=False, **kwargs)
         self.shapes = [tuple(int(d) for d in s) for s in shapes]
         self.names = list(names)
-        self.variable_dtype = variable_dtype
+        # Not `self.variable_dtype`: that is Keras's read-only Layer property.
+        self.weight_dtype = variable_dtype
         self.scores = scores
         self.masks, self.steps, self.movement, self.previous = [], [], [], []
         for shape, name in zip(self.shapes, self.names):
@@ -131,7 +140,7 @@ class PruningState(keras.layers.Layer):
             {
                 "shapes": [list(s) for s in self.shapes],
                 "names": self.names,
-                "variable_dtype": self.variable_dtype,
+                "variable_dtype": self.weight_dtype,
                 "scores": self.scores,
             }
         )
@@ -213,7 +222,13 @@ class Pruner:
             sum of `-grad * W`). Blocks are scored by their mean `S`; N:M
             keeps the N largest `S` of every M. Costs two float copies of
             each pruned weight (`S` and the previous value), saved with the
-            masks.
+            masks;
+            `"fisher"` (second order: Optimal Brain Damage with the
+            empirical Fisher, as oBERT at block size 1): keep the largest
+            `v * W**2`, `v` the optimizer's running mean of the weight's
+            squared gradients (Adam's second moment, so the model's
+            optimizer must be Adam-family, as bertzoo tasks' default is; no extra
+            state). Blocks and N:M as for movement.
 
     On a pruning step the masks are recomputed from every weight's score, so
     a pruned weight may come back if its score is among the kept ones (with
@@ -282,8 +297,9 @@ class Pruner:
             raise ValueError(f"Unknown `scope`={scope!r}. Expected 'layer' or 'global'.")
         if not isinstance(scores, str) or scores not in SCORES:
             raise ValueError(
-                f"Unknown `scores`={scores!r}. Expected 'magnitude' (keep the largest weights) or "
-                "'movement' (keep the weights training moves away from zero)."
+                f"Unknown `scores`={scores!r}. Expected 'magnitude' (keep the largest weights), "
+                "'movement' (keep the weights training moves away from zero) or 'fisher' (second order: "
+                "keep the weights whose removal raises the loss most)."
             )
         self.scope = scope
         self.scores = scores
@@ -402,11 +418,31 @@ class Pruner:
         if given)."""
         if self.scores == "movement":
             scores = ops.convert_to_tensor(self.state.movement[index]) if movement is None else movement
+        elif self.scores == "fisher":
+            w = ops.cast(w, "float32")
+            scores = ops.cast(ops.convert_to_tensor(self._squared_gradient_mean(index)), "float32") * w * w
         else:
             scores = ops.abs(ops.cast(w, "float32"))
         if self._pattern and self._pattern[0] == "block":
             return block_scores(scores, self._pattern[1], self._pattern[2])
         return scores
+
+    def _squared_gradient_mean(self, index):
+        """The optimizer's running mean of weight `index`'s squared gradient
+        (Adam's second moment, already updated for this step: constraints
+        run after every variable's update)."""
+        optimizer = getattr(self._model, "optimizer", None)
+        optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # Under a LossScaleOptimizer.
+        variable = self.targets[index].variable
+        moments = None if optimizer is None else private_api.adam_moments(optimizer, variable)
+        if moments is None:
+            raise ValueError(
+                f"scores='fisher' reads the squared-gradient mean that Adam keeps for each weight, but the "
+                f"model's optimizer ({type(optimizer).__name__}) has none for {self.targets[index].path!r}. "
+                "Compile the model with an Adam-family optimizer (bertzoo tasks' default, or "
+                "keras.optimizers.Adam / AdamW) and train it with that optimizer."
+            )
+        return moments[1]
 
     def _mask_from_scores(self, index, scores, threshold):
         keep = ops.cast(scores > threshold, self.state.masks[index].dtype)
