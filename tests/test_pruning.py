@@ -420,7 +420,7 @@ def test_fisher_scores_are_adams_squared_gradient_mean_times_w_squared(scope):
             m[p] = beta_1 * m[p] + (1 - beta_1) * g
             v[p] = beta_2 * v[p] + (1 - beta_2) * g * g
             w[p] = w[p] - rate * m[p] / (np.sqrt(v[p]) + epsilon)
-    scores = {p: v[p] * w[p] ** 2 for p in paths}
+    scores = {p: (v[p] + epsilon**2) * w[p] ** 2 for p in paths}
     if scope == "layer":
         keep = {p: ~smallest(scores[p], int(round(0.5 * scores[p].size))) for p in paths}
     else:
@@ -437,6 +437,18 @@ def test_fisher_scores_are_adams_squared_gradient_mean_times_w_squared(scope):
         magnitude_agrees &= np.array_equal(keep[p], ~smallest(w[p], int(round(0.5 * w[p].size))))
     assert not magnitude_agrees
     assert pruner.sparsity() == pytest.approx(0.5, abs=1e-3)
+
+
+def test_fisher_scores_rank_by_magnitude_where_adam_has_seen_no_gradient():
+    model = tiny_classifier(seed=1)
+    w0 = numpy_of(encoder_kernels(model))
+    pruner = bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.5, begin_step=0), scores="fisher")
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    model.optimizer.apply([np.zeros(v.shape, "float32") for v in model.trainable_variables], model.trainable_variables)
+    for i, target in enumerate(pruner.targets):
+        kept = keras.ops.convert_to_numpy(pruner.state.masks[i]) != 0
+        expected = ~smallest(w0[target.path], int(round(0.5 * kept.size)))
+        np.testing.assert_array_equal(kept, expected, err_msg=target.path)
 
 
 def test_fisher_scores_prune_in_a_compiled_fit_with_the_default_optimizer_and_need_adam():

@@ -225,7 +225,7 @@ class Pruner:
             masks;
             `"fisher"` (second order: Optimal Brain Damage with the
             empirical Fisher, as oBERT at block size 1): keep the largest
-            `v * W**2`, `v` the optimizer's running mean of the weight's
+            `(v + epsilon**2) * W**2`, `v` the optimizer's running mean of the weight's
             squared gradients (Adam's second moment, so the model's
             optimizer must be Adam-family, as bertzoo tasks' default is; no extra
             state). Blocks and N:M as for movement.
@@ -420,7 +420,7 @@ class Pruner:
             scores = ops.convert_to_tensor(self.state.movement[index]) if movement is None else movement
         elif self.scores == "fisher":
             w = ops.cast(w, "float32")
-            scores = ops.cast(ops.convert_to_tensor(self._squared_gradient_mean(index)), "float32") * w * w
+            scores = self._squared_gradient_mean(index) * w * w
         else:
             scores = ops.abs(ops.cast(w, "float32"))
         if self._pattern and self._pattern[0] == "block":
@@ -430,7 +430,9 @@ class Pruner:
     def _squared_gradient_mean(self, index):
         """The optimizer's running mean of weight `index`'s squared gradient
         (Adam's second moment, already updated for this step: constraints
-        run after every variable's update)."""
+        run after every variable's update) plus `epsilon**2`, the floor
+        Adam's own step puts under it (so before any gradient the scores
+        rank by magnitude instead of all being zero)."""
         optimizer = getattr(self._model, "optimizer", None)
         optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # Under a LossScaleOptimizer.
         variable = self.targets[index].variable
@@ -442,7 +444,8 @@ class Pruner:
                 "Compile the model with an Adam-family optimizer (bertzoo tasks' default, or "
                 "keras.optimizers.Adam / AdamW) and train it with that optimizer."
             )
-        return moments[1]
+        floor = float(getattr(optimizer, "epsilon", 0.0) or 0.0) ** 2
+        return ops.cast(ops.convert_to_tensor(moments[1]), "float32") + floor
 
     def _mask_from_scores(self, index, scores, threshold):
         keep = ops.cast(scores > threshold, self.state.masks[index].dtype)
