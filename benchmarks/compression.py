@@ -31,7 +31,8 @@ default 0,1,2; `keras.utils.set_random_seed(seed)` first):
   a cubic ramp over the first 2/3 of the steps in about 20 pruning steps;
   90% of every weight, or with `--prune-scope global` one threshold across
   the encoder's weights) while distilling the dense teacher's outputs
-  (`--prune-epochs`) on the training texts plus the other files' texts
+  (`--prune-epochs`; `bert_optimizer(--prune-lr)`, 3e-4 by default) on the
+  training texts plus the other files' texts
   (`distill`'s transfer set without its copies; `--prune-augment N` adds N
   copies; `--no-prune-transfer`: on the labelled training texts, mixed
   with the labels), then `strip()`.
@@ -110,6 +111,8 @@ UNSEEDED = ("int8", "int8sq")
 # and its default smoothing (bertzoo's `DEFAULT_SMOOTHING`; a test checks they agree).
 CALIBRATION_TEXTS = 512
 SMOOTHING = 0.8
+# `prune90`'s peak learning rate: bertzoo's `PRUNING_LEARNING_RATE` (`compress`'s prune stage).
+PRUNING_LEARNING_RATE = 3e-4
 README_START = "<!-- compression-table:start -->"
 README_END = "<!-- compression-table:end -->"
 RESULTS_NAME = "results.json"
@@ -795,7 +798,9 @@ def parse_args(argv):
         help="distill/hard: fraction of the student's FFN neurons kept (pruned before training; 1: all)",
     )
     parser.add_argument("--prune-epochs", type=int, default=3)
-    parser.add_argument("--prune-lr", type=float, default=1e-4, help="prune90: peak learning rate")
+    parser.add_argument(
+        "--prune-lr", type=float, default=PRUNING_LEARNING_RATE, help="prune90: peak learning rate (bert_optimizer)"
+    )
     parser.add_argument(
         "--prune-scores", default="magnitude", help="prune90: Pruner scores (magnitude, movement or fisher)"
     )

@@ -384,6 +384,10 @@ def test_int8sq_records_its_smoothing_and_is_seed_independent():
     from bertzoo.compression.quantization import DEFAULT_SMOOTHING
 
     assert (compression.SMOOTHING, compression.CALIBRATION_TEXTS) == (DEFAULT_SMOOTHING, CALIBRATION_TEXTS)
+    from bertzoo.compression.pipeline import PRUNING_LEARNING_RATE
+
+    assert compression.PRUNING_LEARNING_RATE == PRUNING_LEARNING_RATE
+    assert compression.method_settings("prune90", compression.parse_args([]), 100, 20)["learning_rate"] == 3e-4
     assert compression.GOALS["int8sq"] == compression.GOALS["int8"]
 
 

@@ -16,6 +16,7 @@ from bertzoo.datasets.files import load_labelled_texts
 from bertzoo.datasets.files import threshold_labels
 from bertzoo.text import BertPreprocessor
 from bertzoo.text import BertTokenizer
+from bertzoo.utils import private_api
 
 POSITIVE = "good great fine nice superb".split()
 NEGATIVE = "bad awful dull poor weak".split()
@@ -199,7 +200,8 @@ def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatc
 
     class RecordingPruner(pipeline.Pruner):
         def fit(self, *args, **kwargs):
-            prune_fits.append((args, self.schedule))
+            rate = private_api.learning_rate_schedule(self.model.optimizer).peak_learning_rate
+            prune_fits.append((args, self.schedule, rate))
             return super().fit(*args, **kwargs)
 
     real_distill = pipeline.distill
@@ -223,8 +225,9 @@ def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatc
         verbose=0,
     )
     # "prune": the training and transfer texts, unlabelled (soft targets),
-    # the schedule spanning their steps.
-    ((args, schedule),) = prune_fits
+    # the schedule spanning their steps, at the pruning learning rate.
+    ((args, schedule, rate),) = prune_fits
+    assert rate == pipeline.PRUNING_LEARNING_RATE == 3e-4
     assert len(args) == 1 and sorted(args[0]) == sorted(train_texts + transfer)
     assert schedule == bertzoo.compression.ramp_schedule(2 * -(-(len(train_texts) + len(transfer)) // 16), 0.9)
     # "prune_structured": the hinton recipe on the transfer set.
