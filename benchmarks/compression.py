@@ -27,7 +27,8 @@ default 0,1,2; `keras.utils.set_random_seed(seed)` first):
   training text (`--augment`, default 2, 0 for none; `augment_texts`).
 - `hard`: the same student trained on the hard labels alone (the baseline
   distillation must beat).
-- `prune90`: 90% unstructured encoder sparsity (`Pruner`, `ramp_schedule`:
+- `prune90`: 90% unstructured encoder sparsity (`Pruner` with
+  `--prune-scores`, second-order `fisher` by default; `ramp_schedule`:
   a cubic ramp over the first 2/3 of the steps in about 20 pruning steps;
   90% of every weight, or with `--prune-scope global` one threshold across
   the encoder's weights) while distilling the dense teacher's outputs
@@ -107,12 +108,16 @@ FILES = ("amazon", "tweets", "nyt")
 METHODS = ("distill", "hard", "prune90", "structured", "int8", "int8sq", "int8qat")
 # Seed-independent methods: measured once per file, recorded for every seed.
 UNSEEDED = ("int8", "int8sq")
+# The compression issue's goals are means over this many seeds per file.
+GOAL_SEEDS = 3
 # `int8sq`: training texts it calibrates on (`calibration_sample`, seed 0),
 # and its default smoothing (bertzoo's `DEFAULT_SMOOTHING`; a test checks they agree).
 CALIBRATION_TEXTS = 512
 SMOOTHING = 0.8
-# `prune90`'s peak learning rate: bertzoo's `PRUNING_LEARNING_RATE` (`compress`'s prune stage).
+# `prune90`'s peak learning rate and scores: bertzoo's `PRUNING_LEARNING_RATE`
+# and `PRUNING_SCORES` (`compress`'s prune stage).
 PRUNING_LEARNING_RATE = 3e-4
+PRUNING_SCORES = "fisher"
 README_START = "<!-- compression-table:start -->"
 README_END = "<!-- compression-table:end -->"
 RESULTS_NAME = "results.json"
@@ -592,7 +597,13 @@ def _millions(value):
 def _met(entry):
     if entry["met"] is False:
         return f"no ({', '.join(entry['failed'])})"
-    return {True: "yes", None: "?"}[entry["met"]]
+    if entry["met"] is None:
+        return "?"
+    # A seeded method's pass on fewer seeds than the issue's goal asks is provisional.
+    fewest = min(f["seeds"] for f in entry["files"].values())
+    if entry["method"] not in UNSEEDED and fewest < GOAL_SEEDS:
+        return f"yes on {fewest} seed{'s' * (fewest > 1)} ({GOAL_SEEDS} asked)"
+    return "yes"
 
 
 def aggregate_table(summary, files):
@@ -704,7 +715,8 @@ def readme_section(summary, files, header):
         "Accuracy in % (mean ± standard deviation over seeds; per file, the share of that file's teacher and "
         "the number of seeds n in brackets). Speedups: the first seed's model against the teacher in the same interleaved timing run, "
         "mean over files. `met`: whether every file meets the goal with its own mean over seeds and its own speedups "
-        "(`no`: the files that miss it; `?`: a figure is missing); "
+        f"(`no`: the files that miss it; `?`: a figure is missing; `yes on n seeds`: fewer than the {GOAL_SEEDS} "
+        "the goal asks for); "
         f"distillation must also beat `hard` by {CLEAR_MARGIN_POINTS:g} accuracy points.",
     ]
     return "\n".join(lines)
@@ -802,7 +814,7 @@ def parse_args(argv):
         "--prune-lr", type=float, default=PRUNING_LEARNING_RATE, help="prune90: peak learning rate (bert_optimizer)"
     )
     parser.add_argument(
-        "--prune-scores", default="magnitude", help="prune90: Pruner scores (magnitude, movement or fisher)"
+        "--prune-scores", default=PRUNING_SCORES, help="prune90: Pruner scores (fisher, magnitude or movement)"
     )
     parser.add_argument(
         "--prune-scope",

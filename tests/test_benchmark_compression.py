@@ -51,7 +51,17 @@ def test_mean_and_standard_deviation_over_seeds_per_file_and_over_files():
     rows_out, _ = compression.aggregate_table([entry], ["amazon", "tweets"])
     assert rows_out[0]["met"] == "no (amazon)"
     assert entry["files"]["tweets"]["loss_points"][0] == pytest.approx(1.0)
-    assert by_method(compression.aggregate(rows[2:], ["tweets"]))["prune90"]["met"] is True
+    tweets_only = by_method(compression.aggregate(rows[2:], ["tweets"]))["prune90"]
+    assert tweets_only["met"] is True
+    # Two seeds where the goal asks for three: a pass, marked provisional.
+    assert compression.aggregate_table([tweets_only], ["tweets"])[0][0]["met"] == "yes on 2 seeds (3 asked)"
+    one_seed = [row("tweets", "prune90", 0, 0.80, teacher=0.8)]
+    table, _ = compression.aggregate_table(compression.aggregate(one_seed, ["tweets"]), ["tweets"])
+    assert by_method(table)["prune90"]["met"] == "yes on 1 seed (3 asked)"
+    # Seed-independent methods are measured once: one seed is the whole story.
+    int8 = [row("tweets", "int8", 0, 0.80, teacher=0.8, b1=2.0, b32=2.0)]
+    table, _ = compression.aggregate_table(compression.aggregate(int8, ["tweets"]), ["tweets"])
+    assert by_method(table)["int8"]["met"] == "yes"
 
 
 def test_goal_verdicts():
@@ -385,9 +395,11 @@ def test_int8sq_records_its_smoothing_and_is_seed_independent():
 
     assert (compression.SMOOTHING, compression.CALIBRATION_TEXTS) == (DEFAULT_SMOOTHING, CALIBRATION_TEXTS)
     from bertzoo.compression.pipeline import PRUNING_LEARNING_RATE
+    from bertzoo.compression.pipeline import PRUNING_SCORES
 
-    assert compression.PRUNING_LEARNING_RATE == PRUNING_LEARNING_RATE
-    assert compression.method_settings("prune90", compression.parse_args([]), 100, 20)["learning_rate"] == 3e-4
+    assert (compression.PRUNING_LEARNING_RATE, compression.PRUNING_SCORES) == (PRUNING_LEARNING_RATE, PRUNING_SCORES)
+    prune90 = compression.method_settings("prune90", compression.parse_args([]), 100, 20)
+    assert (prune90["learning_rate"], prune90["scores"]) == (3e-4, "fisher")
     assert compression.GOALS["int8sq"] == compression.GOALS["int8"]
 
 

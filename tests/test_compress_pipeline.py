@@ -201,7 +201,7 @@ def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatc
     class RecordingPruner(pipeline.Pruner):
         def fit(self, *args, **kwargs):
             rate = private_api.learning_rate_schedule(self.model.optimizer).peak_learning_rate
-            prune_fits.append((args, self.schedule, rate))
+            prune_fits.append((args, self.schedule, rate, self.scores))
             return super().fit(*args, **kwargs)
 
     real_distill = pipeline.distill
@@ -225,9 +225,11 @@ def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatc
         verbose=0,
     )
     # "prune": the training and transfer texts, unlabelled (soft targets),
-    # the schedule spanning their steps, at the pruning learning rate.
-    ((args, schedule, rate),) = prune_fits
+    # the schedule spanning their steps, at the pruning learning rate, by
+    # second-order scores.
+    ((args, schedule, rate, scores),) = prune_fits
     assert rate == pipeline.PRUNING_LEARNING_RATE == 3e-4
+    assert scores == pipeline.PRUNING_SCORES == "fisher"
     assert len(args) == 1 and sorted(args[0]) == sorted(train_texts + transfer)
     assert schedule == bertzoo.compression.ramp_schedule(2 * -(-(len(train_texts) + len(transfer)) // 16), 0.9)
     # "prune_structured": the hinton recipe on the transfer set.

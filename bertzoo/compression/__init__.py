@@ -7,6 +7,7 @@ from bertzoo.compression.losses import ValueRelationDistillation
 from bertzoo.compression.lottery import LotteryTicket
 from bertzoo.compression.lottery import lottery_ticket
 from bertzoo.compression.pipeline import PRUNING_LEARNING_RATE
+from bertzoo.compression.pipeline import PRUNING_SCORES
 from bertzoo.compression.pipeline import compress
 from bertzoo.compression.pruner import Pruner
 from bertzoo.compression.pruner import PruningState

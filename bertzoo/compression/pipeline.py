@@ -5,8 +5,9 @@ model, with the library's own building blocks:
 
 - `"distill"`: a shallower student initialised from evenly spaced teacher
   layers (`init_student_from_teacher`), trained by a `Distiller`;
-- `"prune"`: gradual unstructured magnitude pruning (`Pruner`,
-  `ramp_schedule`: a cubic ramp over the first 2/3 of the steps) while distilling
+- `"prune"`: gradual unstructured pruning by second-order scores (`Pruner`
+  with `scores=PRUNING_SCORES`; `ramp_schedule`: a cubic ramp over the first
+  2/3 of the steps) while distilling
   from the stage's dense input (on the training plus transfer texts when
   there are transfer texts or `augment` copies) at a peak learning rate of
   `PRUNING_LEARNING_RATE`, then `strip()`;
@@ -72,6 +73,12 @@ STAGES = ("distill", "prune", "prune_structured", "int8")
 # more than 1e-4 on one sentiment file and as much on the other two
 # (fine-tuning uses 5e-5).
 PRUNING_LEARNING_RATE = 3e-4
+# The prune stage's scores: Optimal Brain Damage's saliency from Adam's
+# squared-gradient mean. At 90% sparsity in the compression benchmark
+# (seed 0, same teachers, same 3e-4 schedule) it kept 97.6 / 98.2 / 97.9% of
+# the teacher on the three sentiment files, where magnitude kept 95.4 / 96.0
+# / 96.1%.
+PRUNING_SCORES = "fisher"
 DEFAULT_STAGES = ("distill", "prune", "int8")
 REPORT_KEYS = (
     "stage",
@@ -409,7 +416,8 @@ def compress(
             # Soft targets of the dense input on the transfer set, when there is one.
             data = (transfer_pool(train_data[0], transfer, augment),) if transfer or augment else train_data
             student.compile(optimizer=bert_optimizer(PRUNING_LEARNING_RATE))
-            pruner = Pruner(student, ramp_schedule(_steps(data, epochs, batch_size), sparsity))
+            schedule = ramp_schedule(_steps(data, epochs, batch_size), sparsity)
+            pruner = Pruner(student, schedule, scores=PRUNING_SCORES)
             pruner.fit(
                 *data,
                 teacher=parent,

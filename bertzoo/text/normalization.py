@@ -94,7 +94,14 @@ def split_words(text, split_on_cjk=True, with_offsets=False):
 
 
 def to_string_tensor(value, what):
-    """`value` as a string tensor; ValueError naming `what` if it is not text."""
+    """`value` as a dense string tensor; ValueError naming `what` if it is not
+    text or is ragged."""
+    if isinstance(value, tf.RaggedTensor):
+        raise ValueError(
+            f"{what} expects a dense string tensor or a list of strings, got a RaggedTensor. "
+            "Pass `x.flat_values` and rebuild the ragged structure, or join the pieces into "
+            "strings first."
+        )
     if isinstance(value, (list, tuple)) and len(value) == 0:
         return tf.constant([], dtype=tf.string)
     try:

@@ -98,8 +98,6 @@ class BertPreprocessor(keras.layers.Layer):
             )
         tensors = []
         for i, segment in enumerate(segments):
-            if isinstance(segment, tf.RaggedTensor):
-                raise ValueError(f"Segment {i} is a RaggedTensor; pass a dense string tensor.")
             segment = to_string_tensor(segment, f"BertPreprocessor (segment {i})")
             if segment.shape.rank not in (0, 1):
                 raise ValueError(

@@ -378,12 +378,6 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
             int32 ids: a dense 1-D tensor for a single string, otherwise a
             `tf.RaggedTensor` with one more (ragged) dimension than the input.
         """
-        if isinstance(strings, tf.RaggedTensor):
-            raise ValueError(
-                "SentencePieceTokenizer.tokenize expects a dense string tensor or a list "
-                "of strings, got a RaggedTensor. Pass `x.flat_values` and rebuild the "
-                "ragged structure, or join the pieces into strings first."
-            )
         strings = to_string_tensor(strings, "SentencePieceTokenizer.tokenize")
         scalar = strings.shape.rank == 0
         if scalar:
@@ -414,10 +408,6 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
         Returns:
             `(ids, starts, ends)`: `tf.RaggedTensor`s of shape `[batch, None]`.
         """
-        if isinstance(strings, tf.RaggedTensor):
-            raise ValueError(
-                "SentencePieceTokenizer.tokenize_with_offsets expects a dense 1-D string tensor or a list."
-            )
         strings = to_string_tensor(strings, "SentencePieceTokenizer.tokenize_with_offsets")
         if strings.shape.rank != 1:
             raise ValueError(

@@ -173,12 +173,6 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
             int32 ids: a dense 1-D tensor for a single string, otherwise a
             `tf.RaggedTensor` with one more (ragged) dimension than the input.
         """
-        if isinstance(strings, tf.RaggedTensor):
-            raise ValueError(
-                "BertTokenizer.tokenize expects a dense string tensor or a list of "
-                "strings, got a RaggedTensor. Pass `x.flat_values` and rebuild the "
-                "ragged structure, or join the pieces into strings first."
-            )
         strings = to_string_tensor(strings, "BertTokenizer.tokenize")
         scalar = strings.shape.rank == 0
         if self.special_tokens_in_strings:
@@ -222,8 +216,6 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
         # starts[0].numpy().tolist() == [0, 5, 8], ends[0].numpy().tolist() == [4, 7, 12]
         ```
         """
-        if isinstance(strings, tf.RaggedTensor):
-            raise ValueError("BertTokenizer.tokenize_with_offsets expects a dense 1-D string tensor or a list.")
         strings = to_string_tensor(strings, "BertTokenizer.tokenize_with_offsets")
         if strings.shape.rank != 1:
             raise ValueError(

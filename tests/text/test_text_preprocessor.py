@@ -208,6 +208,8 @@ def test_errors(tokenizer):
         preprocessor(("a", "b", "c"))
     with pytest.raises(ValueError, match="expects strings.*int32"):
         preprocessor(tf.constant([[1, 2, 3]]))
+    with pytest.raises(ValueError, match=r"segment 1\).*RaggedTensor"):
+        preprocessor((tf.constant(["a", "b"]), tf.ragged.constant([["b"], ["c", "d"]])))
     with pytest.raises(ValueError, match=r"shape \(2, 2\).*tuple \(first_texts, second_texts\)"):
         preprocessor([["a", "b"], ["c", "d"]])
     with pytest.raises(ValueError, match="same shape"):

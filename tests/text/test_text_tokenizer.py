@@ -259,6 +259,11 @@ def test_constructor_errors(tmp_path):
     tokenizer = BertTokenizer(TINY_VOCAB)
     with pytest.raises(ValueError, match="expects strings"):
         tokenizer.tokenize([1, 2, 3])
+    ragged = tf.ragged.constant([["the"], ["fox", "runs"]])
+    with pytest.raises(ValueError, match=r"BertTokenizer.tokenize expects a dense .*RaggedTensor.*flat_values"):
+        tokenizer.tokenize(ragged)
+    with pytest.raises(ValueError, match=r"tokenize_with_offsets expects a dense .*RaggedTensor"):
+        tokenizer.tokenize_with_offsets(ragged)
 
 
 def test_vocabulary_path_and_list_agree(tmp_path):
