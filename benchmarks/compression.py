@@ -490,8 +490,8 @@ def mean_std(values):
 
 def aggregate(rows, files):
     """Per method (in `METHODS` order): mean ± std over seeds of accuracy and
-    % of teacher per file and over files (per seed, the mean over the files
-    that have it), accuracy loss in points, mean speedups, parameters, and
+    % of teacher per file and over files (per seed, the mean over the files;
+    only seeds that every file has count there, unless none does), accuracy loss in points, mean speedups, parameters, and
     the goal verdict. The goals hold per file, so `met` is True only when
     every file's own figures (its mean over seeds, its speedups) meet the
     goal, False when one does not (`failed`: those files), None when a
@@ -518,6 +518,9 @@ def aggregate(rows, files):
                     "seeds": len(found),
                 }
         seeds = sorted({r["seed"] for r in mine})
+        # A seed missing on one file would average the other files alone.
+        complete = [s for s in seeds if {r["file"] for r in mine if r["seed"] == s} >= entry["files"].keys()]
+        seeds = complete or seeds
 
         def over_files(seed, value, mine=mine):
             return statistics.fmean([value(r) for r in mine if r["seed"] == seed])

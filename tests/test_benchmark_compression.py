@@ -64,6 +64,20 @@ def test_mean_and_standard_deviation_over_seeds_per_file_and_over_files():
     assert by_method(table)["int8"]["met"] == "yes"
 
 
+def test_the_mean_over_files_uses_only_seeds_every_file_has():
+    rows = [
+        row("amazon", "prune90", 0, 0.88),
+        row("amazon", "prune90", 1, 0.86),
+        row("tweets", "prune90", 0, 0.80, teacher=0.8),
+    ]
+    entry = by_method(compression.aggregate(rows, ["amazon", "tweets"]))["prune90"]
+    # Seed 1 has no tweets row: over files, seed 0 alone, (0.88 + 0.80) / 2.
+    assert entry["accuracy"][0] == pytest.approx(0.84) and entry["accuracy"][1] == 0
+    # Per file, every seed of that file counts.
+    assert entry["files"]["amazon"]["accuracy"][0] == pytest.approx(0.87)
+    assert entry["files"]["amazon"]["seeds"] == 2
+
+
 def test_goal_verdicts():
     rows = [
         # distill: 97.8% of the teacher, 3.1x, 8 points over hard.
