@@ -491,8 +491,8 @@ def mean_std(values):
 def aggregate(rows, files):
     """Per method (in `METHODS` order): mean ± std over seeds of accuracy and
     % of teacher per file and over files (per seed, the mean over the files;
-    only seeds that every file has count there, unless none does), accuracy loss in points, mean speedups, parameters, and
-    the goal verdict. The goals hold per file, so `met` is True only when
+    only seeds that every file has count there, unless none does), accuracy
+    loss in points, mean speedups, parameters, and the goal verdict. The goals hold per file, so `met` is True only when
     every file's own figures (its mean over seeds, its speedups) meet the
     goal, False when one does not (`failed`: those files), None when a
     figure is missing.
@@ -716,7 +716,7 @@ def readme_section(summary, files, header):
     lines += [
         "",
         "Accuracy in % (mean ± standard deviation over seeds; per file, the share of that file's teacher and "
-        "the number of seeds n in brackets). Speedups: the first seed's model against the teacher in the same interleaved timing run, "
+        "the number of seeds n in brackets; over files, only the seeds every file has). Speedups: the first seed's model against the teacher in the same interleaved timing run, "
         "mean over files. `met`: whether every file meets the goal with its own mean over seeds and its own speedups "
         f"(`no`: the files that miss it; `?`: a figure is missing; `yes on n seeds`: fewer than the {GOAL_SEEDS} "
         "the goal asks for); "
