@@ -43,7 +43,7 @@ def trained():
     model = tiny_classifier()
     model.compile(optimizer=keras.optimizers.Adam(1e-3))
     texts, labels = separable_task(1024, seed=0)
-    model.fit(texts, labels, batch_size=32, epochs=8, verbose=0)  # 256 steps
+    model.fit(texts, labels, batch_size=32, epochs=2, verbose=0)  # 64 steps; one epoch already reaches 1.0
     return model
 
 

@@ -245,20 +245,17 @@ def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatc
 def test_augmented_copies_join_the_transfer_set_of_every_stage_that_uses_it(workspace, monkeypatch):
     from bertzoo.compression import pipeline
 
-    distill_calls, prune_data = [], []
-
-    def recording_distill(teacher, student, *args, **kwargs):
-        distill_calls.append(kwargs)
-        return real_distill(teacher, student, *args, **kwargs)
+    # Records what each stage is asked to train on, and trains nothing: the
+    # stages' real training runs in `run` and the prune/transfer test above.
+    distill_calls, prune_data, plain_fits = [], [], []
 
     class RecordingPruner(pipeline.Pruner):
         def fit(self, *args, **kwargs):
             prune_data.append(args)
-            return super().fit(*args, **kwargs)
 
-    real_distill = pipeline.distill
-    monkeypatch.setattr(pipeline, "distill", recording_distill)
+    monkeypatch.setattr(pipeline, "distill", lambda teacher, student, *args, **kwargs: distill_calls.append(kwargs))
     monkeypatch.setattr(pipeline, "Pruner", RecordingPruner)
+    monkeypatch.setattr(pipeline, "_fit_distilling", lambda *args: plain_fits.append(args[2]))
     train_texts = load_labelled_texts(workspace / "train.tsv")[0]
     argv = ["compress", str(workspace / "teacher"), "--train", str(workspace / "train.tsv")]
     argv += ["--eval", str(workspace / "test.jsonl"), "--out", str(workspace / "augment_out")]
@@ -273,12 +270,15 @@ def test_augmented_copies_join_the_transfer_set_of_every_stage_that_uses_it(work
     ((data,),) = prune_data
     copies = bertzoo.compression.augment_texts(train_texts, copies=2, seed=0)
     assert sorted(data) == sorted(train_texts + copies) and len(data) == 3 * len(train_texts)
+    assert plain_fits == []
     report = json.loads((workspace / "augment_out" / "report.json").read_text())
     assert report["augment"] == 2 and report["transfer_size"] == 0
     # Without a recipe the distill stage trains on the labelled texts: no copies made, none reported.
     out = workspace / "augment_no_recipe_out"
     assert cli.main(argv[:-1] + [str(out), "--stages", "distill", "--recipe", "none", "--augment", "2"]) == 0
     assert distill_calls[2:] == [] and json.loads((out / "report.json").read_text())["augment"] == 0
+    ((texts, labels),) = plain_fits
+    assert texts == train_texts and len(labels) == len(train_texts)
     with pytest.raises(
         ValueError, match=r"`augment` must be an integer >= 0 \(perturbed copies of each text\), got -1"
     ):
