@@ -492,10 +492,10 @@ def aggregate(rows, files):
     """Per method (in `METHODS` order): mean ± std over seeds of accuracy and
     % of teacher per file and over files (per seed, the mean over the files;
     only seeds that every file has count there, unless none does), accuracy
-    loss in points, mean speedups, parameters, and the goal verdict. The goals hold per file, so `met` is True only when
-    every file's own figures (its mean over seeds, its speedups) meet the
-    goal, False when one does not (`failed`: those files), None when a
-    figure is missing.
+    loss in points, mean speedups, parameters, and the goal verdict. The
+    goals hold per file, so `met` is True only when every file's own figures
+    (its mean over seeds, its speedups) meet the goal, False when one does not
+    (`failed`: those files), None when a figure is missing.
 
     `rows`: dicts with file, method, seed, accuracy, teacher_accuracy and
     optionally speedup_b1, speedup_b32, parameters, encoder_parameters."""
