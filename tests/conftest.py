@@ -2,6 +2,7 @@
 the test module that uses them."""
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +11,10 @@ import pytest
 # suite uses the rule instead, also in its subprocesses. tests/test_fast_path.py
 # unsets this to test the measurement.
 os.environ["BERTZOO_JIT_COMPILE"] = "rule"
+# Subprocesses import this checkout's bertzoo, not whichever one pip installed
+# (an editable install can point at another clone, or be missing).
+REPO = str(Path(__file__).resolve().parents[1])
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
 
 
 @pytest.fixture

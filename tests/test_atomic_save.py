@@ -187,10 +187,9 @@ def test_kill_9_during_repeated_saves_never_loses_the_target_and_leaks_nothing(t
         write_version(tmp, 1, size=1 << 16)
     script = tmp_path / "saver.py"
     script.write_text(SAVER.format(tests=str(Path(__file__).parent)))
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     kills = 12
     for i in range(kills):
-        process = subprocess.Popen([sys.executable, str(script), str(target)], env=env)
+        process = subprocess.Popen([sys.executable, str(script), str(target)])
         time.sleep(0.3 + 0.07 * i)
         process.send_signal(signal.SIGKILL)
         process.wait()

@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import keras
 import numpy as np
@@ -23,8 +22,6 @@ from bertzoo.utils import device as device_module
 from bertzoo.utils import fast_path
 from bertzoo.utils.device import default_jit_compile
 from bertzoo.utils.device import resolve_jit_compile
-
-REPO = Path(__file__).resolve().parents[1]
 
 CPU = {
     "kind": "cpu",
@@ -221,7 +218,7 @@ def test_another_process_reuses_the_cache(cache_dir):
         print(json.dumps([report.source, report.predict, report.train, report.key]))
         """
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     source, predict, train, key = json.loads(done.stdout.strip().splitlines()[-1])

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import keras
 import numpy as np
@@ -26,7 +25,6 @@ from bertzoo.text import BertPreprocessor
 from bertzoo.text import BertTokenizer
 from bertzoo.text.vocabulary import builtin_vocabulary
 
-ROOT = Path(__file__).resolve().parents[1]
 TEXTS = ["a warm and sunny day", "cold rain all morning"]
 
 CHILD = textwrap.dedent(
@@ -96,7 +94,7 @@ def hidden_siblings(target):
 
 
 def test_kill_during_save_to_preset_never_loses_the_preset_nor_leaks(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
     children = []
     for i, point in enumerate(POINTS):
         target = tmp_path / f"run{i}" / "preset"

@@ -185,9 +185,8 @@ t.train(t.classifier(0), {backup!r}, t.Interrupt(1, 1, kill=True))
 
 def test_kill_9_mid_epoch_then_resume_in_a_new_process(tmp_path):
     backup = tmp_path / "backup"
-    env = dict(os.environ, PYTHONPATH=str(REPO))
     script = KILLED_RUN.format(tests=str(REPO / "tests"), backup=str(backup))
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
     assert sorted(os.listdir(backup)) == [CHECKPOINT_NAME]  # Complete, no half-written file.
     assert bertzoo.ResumableTraining(backup).read_checkpoint()["epoch"] == 1
