@@ -74,7 +74,9 @@ different teachers: each line's % of teacher is against its own).
 Prints a per-file table and an aggregate table (mean ± standard deviation
 over seeds, each method's goal and whether the mean meets it), appends one
 JSON line per (file, method, seed) to benchmarks/results.jsonl (unless
-`--no-record`), draws benchmarks/out/compression.png (% of teacher against
+`--no-record`; a result already recorded with the same figures is not
+written again, and a trained result is written as soon as it is measured,
+so a run stopped before its timing still leaves its accuracies there), draws benchmarks/out/compression.png (% of teacher against
 the batch-32 speedup, error bars over seeds) and, with `--readme README.md`,
 rewrites the README's compression table between the
 `<!-- compression-table:start -->` and `<!-- compression-table:end -->` lines.
@@ -100,6 +102,7 @@ from benchmarks.harness import markdown_table
 from benchmarks.harness import median_ms
 from benchmarks.harness import minilm_path
 from benchmarks.harness import print_table
+from benchmarks.harness import read_results
 from benchmarks.harness import sentiment_path
 from benchmarks.harness import time_interleaved
 from benchmarks.harness import write_between_markers
@@ -884,9 +887,11 @@ def parse_args(argv):
     return args
 
 
-def run_file(name, args, cache):
+def run_file(name, args, cache, on_trained=None):
     """Trains, measures and times every (method, seed) of one file (skipping
-    cached results); returns (result rows, teacher figures)."""
+    cached results); returns (result rows, teacher figures). `on_trained`,
+    if given, gets each newly trained result's row (untimed) as soon as it
+    is measured."""
     import keras
 
     import bertzoo
@@ -941,6 +946,8 @@ def run_file(name, args, cache):
             store["runs"][run_key(method, seed)] = entry
             save_cache(results, store)
             print(f"[{name}] {method} seed {seed}: accuracy {entry['accuracy']:.4f}", flush=True)
+            if on_trained is not None:
+                on_trained(result_rows(name, {**store, "latency": {}}, [method], [seed], {method: settings})[0])
 
     settings = {method: method_settings(method, args, len(train[0]), len(test_y)) for method in args.methods}
     latency_settings = {"runs": args.runs, "xla": args.xla, "sequence_length": args.sequence_length}
@@ -1049,6 +1056,24 @@ def recorded_rows(name, args, path=RESULTS_FILE):
     return rows, teacher
 
 
+# Stamped by `append_results` on every line: not part of a result.
+_STAMP_KEYS = ("date", "benchmark", "machine", "machine_info", "load_average_1m", "command")
+
+
+def unrecorded(rows, path=RESULTS_FILE):
+    """The `rows` that `path` (results.jsonl) does not hold yet: a compression
+    line with the same figures (everything but the stamp: date, machine,
+    load, command) is the same result, recorded before (by an earlier run
+    that trained or reported it)."""
+
+    def figures(row):
+        return json.dumps({k: v for k, v in row.items() if k not in _STAMP_KEYS}, sort_keys=True)
+
+    seen = {figures(row) for row in read_results(path, "compression")} if Path(path).exists() else set()
+    # A JSON round trip first, so tuples and lists compare alike.
+    return [row for row in rows if figures(json.loads(json.dumps(row))) not in seen]
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
@@ -1060,8 +1085,19 @@ def main(argv=None):
     tf.get_logger().setLevel("ERROR")  # Retracing notes from the timing functions.
     cache = Path(args.cache)
     rows, teachers = [], {}
+    record = not (args.no_record or args.from_results)
+
+    def record_new(found):
+        found = unrecorded(found) if record else []
+        if found:
+            append_results("compression", found, command)
+        return len(found)
+
     for name in args.files:
-        found, teachers[name] = recorded_rows(name, args) if args.from_results else run_file(name, args, cache)
+        if args.from_results:
+            found, teachers[name] = recorded_rows(name, args)
+        else:
+            found, teachers[name] = run_file(name, args, cache, on_trained=record_new)
         rows += found
 
     summary = aggregate(rows, args.files)
@@ -1076,9 +1112,9 @@ def main(argv=None):
     if args.chart:
         title = f"bertzoo compression of fine-tuned MiniLM-L6 ({', '.join(args.files)}; seeds {args.seeds}), {date}"
         chart(summary, Path(args.chart), title)
-    if not args.no_record and not args.from_results:
-        append_results("compression", rows, command)
-        print(f"appended {len(rows)} lines to benchmarks/results.jsonl")
+    if record:
+        recorded = record_new(rows)
+        print(f"appended {recorded} lines to benchmarks/results.jsonl ({len(rows) - recorded} recorded before)")
     if args.readme:
         measured = f"Measured {date} on {machine()}"
         if args.from_results and rows:

@@ -329,9 +329,10 @@ def test_each_speedup_keeps_the_teacher_time_of_its_own_timing_run(monkeypatch):
 
 @pytest.fixture
 def fake_run_file(tmp_path, monkeypatch):
-    """`(run(*argv) -> rows, timed)`: `run_file` on amazon with prune90, every
-    model, measurement and timing faked; `timed` lists the models of each
-    timing run."""
+    """`(run(*argv) -> rows, timed, trained)`: `run_file` on amazon with
+    prune90, every model, measurement and timing faked; `timed` lists the
+    models of each timing run, `trained` the rows `run_file` handed on as
+    soon as each result was trained."""
     import types
 
     import numpy as np
@@ -354,16 +355,18 @@ def fake_run_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(compression, "latencies", latencies)
 
+    trained = []
+
     def run(*argv):
         args = compression.parse_args(["--methods", "prune90", "--cache", str(tmp_path), *argv])
-        rows, _ = compression.run_file("amazon", args, tmp_path)
+        rows, _ = compression.run_file("amazon", args, tmp_path, on_trained=trained.extend)
         return rows
 
-    return run, timed
+    return run, timed, trained
 
 
 def test_a_model_retrained_under_skip_timing_is_timed_by_the_next_run(fake_run_file):
-    run, timed = fake_run_file
+    run, timed, _ = fake_run_file
     run("--seeds", "0", "--prune-epochs", "1")
     run("--seeds", "0", "--prune-epochs", "2", "--skip-timing")  # Retrained, not timed.
     run("--seeds", "0", "--prune-epochs", "2")  # Nothing to train: times the model it kept.
@@ -372,7 +375,7 @@ def test_a_model_retrained_under_skip_timing_is_timed_by_the_next_run(fake_run_f
 
 
 def test_a_timing_of_other_settings_is_not_reported_and_is_redone(fake_run_file):
-    run, timed = fake_run_file
+    run, timed, _ = fake_run_file
     (row,) = run("--seeds", "0", "--prune-epochs", "1")
     assert row["speedup_b32"] == 2.0
     # Seed 1 with other settings: seed 0's timing is of the old recipe.
@@ -452,3 +455,34 @@ def test_from_results_reports_the_latest_line_of_each_result_made_with_the_curre
     rows, teacher = compression.recorded_rows("amazon", args, path=path)
     assert [(r["method"], r["seed"], r["accuracy"]) for r in rows] == [("int8", 0, 0.85), ("int8sq", 1, 0.88)]
     assert teacher["accuracy"] == 0.9 and teacher["ms_b32"] == 110.0
+
+
+def test_each_trained_result_is_handed_on_before_timing_and_only_once(fake_run_file):
+    run, timed, trained = fake_run_file
+    rows = run("--seeds", "0,1")
+    # Both seeds were trained: each row came out untimed, before the timing.
+    assert [(r["seed"], r["accuracy"], "speedup_b32" in r) for r in trained] == [(0, 0.5, False), (1, 0.5, False)]
+    assert [r["speedup_b32"] for r in rows] == [2.0, 2.0]
+    run("--seeds", "0,1")  # Cached: nothing trained, nothing handed on.
+    assert len(trained) == 2
+
+
+def test_a_result_recorded_before_is_not_appended_again(tmp_path, monkeypatch):
+    import json
+
+    from benchmarks import harness
+
+    path = tmp_path / "results.jsonl"
+    row = {"file": "amazon", "method": "int8", "seed": 0, "accuracy": 0.85, "settings": {"shape": (1, 2)}}
+    assert compression.unrecorded([row], path=path) == [row]  # No file yet.
+    monkeypatch.setattr(harness, "machine", lambda: "machine A")
+    harness.append_results("compression", [row], "first command", path=path)
+    timed = {**row, "speedup_b32": 1.8}
+    other_seed = {**row, "seed": 1}
+    # The same figures under another date, machine or command: recorded already.
+    monkeypatch.setattr(harness, "machine", lambda: "machine B")
+    assert compression.unrecorded([row, timed, other_seed], path=path) == [timed, other_seed]
+    # Only compression lines count.
+    with open(path, "a") as f:
+        f.write(json.dumps({**timed, "benchmark": "run"}) + "\n")
+    assert compression.unrecorded([timed], path=path) == [timed]
