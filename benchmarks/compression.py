@@ -76,8 +76,9 @@ over seeds, each method's goal and whether the mean meets it), appends one
 JSON line per (file, method, seed) to benchmarks/results.jsonl (unless
 `--no-record`; a result already recorded with the same figures is not
 written again, and a trained result is written as soon as it is measured,
-so a run stopped before its timing still leaves its accuracies there), draws benchmarks/out/compression.png (% of teacher against
-the batch-32 speedup, error bars over seeds) and, with `--readme README.md`,
+so a run stopped before its timing still leaves its accuracies there),
+draws benchmarks/out/compression.png (% of teacher against the batch-32
+speedup, error bars over seeds) and, with `--readme README.md`,
 rewrites the README's compression table between the
 `<!-- compression-table:start -->` and `<!-- compression-table:end -->` lines.
 """
