@@ -103,9 +103,9 @@ from benchmarks.harness import markdown_table
 from benchmarks.harness import median_ms
 from benchmarks.harness import minilm_path
 from benchmarks.harness import print_table
-from benchmarks.harness import read_results
 from benchmarks.harness import sentiment_path
 from benchmarks.harness import time_interleaved
+from benchmarks.harness import unrecorded
 from benchmarks.harness import write_between_markers
 
 FILES = ("amazon", "tweets", "nyt")
@@ -1057,24 +1057,6 @@ def recorded_rows(name, args, path=RESULTS_FILE):
     return rows, teacher
 
 
-# Stamped by `append_results` on every line: not part of a result.
-_STAMP_KEYS = ("date", "benchmark", "machine", "machine_info", "load_average_1m", "command")
-
-
-def unrecorded(rows, path=RESULTS_FILE):
-    """The `rows` that `path` (results.jsonl) does not hold yet: a compression
-    line with the same figures (everything but the stamp: date, machine,
-    load, command) is the same result, recorded before (by an earlier run
-    that trained or reported it)."""
-
-    def figures(row):
-        return json.dumps({k: v for k, v in row.items() if k not in _STAMP_KEYS}, sort_keys=True)
-
-    seen = {figures(row) for row in read_results(path, "compression")} if Path(path).exists() else set()
-    # A JSON round trip first, so tuples and lists compare alike.
-    return [row for row in rows if figures(json.loads(json.dumps(row))) not in seen]
-
-
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
@@ -1089,7 +1071,7 @@ def main(argv=None):
     record = not (args.no_record or args.from_results)
 
     def record_new(found):
-        found = unrecorded(found) if record else []
+        found = unrecorded("compression", found) if record else []
         if found:
             append_results("compression", found, command)
         return len(found)

@@ -17,7 +17,8 @@ the results log and the printed table.
 - `append_results(benchmark, rows, command)`: one JSON line per row in
   `benchmarks/results.jsonl` (append-only), stamped with the date, the
   machine (CPU model and flags, cores, GPUs), library versions, load
-  average and the command.
+  average and the command; `unrecorded(benchmark, rows)`: the rows not
+  recorded there yet with the same figures.
 - `print_table(rows, columns)` / `markdown_table`: a Markdown table.
 - `write_between_markers(path, section, start, end)`: rewrites a README
   section between two marker lines (`benchmarks.run`, `benchmarks.compression`).
@@ -273,22 +274,34 @@ def _relative_to_root(argument):
     return prefix + sep + value
 
 
+# What `append_results` stamps on every line: not part of a result.
+STAMP_KEYS = ("date", "benchmark", "machine", "machine_info", "load_average_1m", "command")
+
+
 def append_results(benchmark, rows, command, path=RESULTS_FILE):
     """Appends one JSON line per row to `path`, each stamped with the date,
     benchmark, machine (a string, as in older rows), machine details
     (`machine_info`), load average and command. The file is append-only:
     older rows keep their own shape."""
-    stamp = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "benchmark": benchmark,
-        "machine": machine(),
-        "machine_info": machine_info(),
-        "load_average_1m": round(os.getloadavg()[0], 2),
-        "command": command,
-    }
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    values = (date, benchmark, machine(), machine_info(), round(os.getloadavg()[0], 2), command)
+    stamp = dict(zip(STAMP_KEYS, values))
     with open(path, "a") as f:
         for row in rows:
             f.write(json.dumps({**stamp, **row}) + "\n")
+
+
+def unrecorded(benchmark, rows, path=RESULTS_FILE):
+    """The `rows` that `path` does not hold yet for `benchmark`: a line with
+    the same figures (everything but the stamp: date, machine, load,
+    command) is the same result, recorded before."""
+
+    def figures(row):
+        return json.dumps({k: v for k, v in row.items() if k not in STAMP_KEYS}, sort_keys=True)
+
+    seen = {figures(row) for row in read_results(path, benchmark)} if Path(path).exists() else set()
+    # A JSON round trip first, so tuples and lists compare alike.
+    return [row for row in rows if figures(json.loads(json.dumps(row))) not in seen]
 
 
 def read_results(path=RESULTS_FILE, benchmark=None):

@@ -474,15 +474,15 @@ def test_a_result_recorded_before_is_not_appended_again(tmp_path, monkeypatch):
 
     path = tmp_path / "results.jsonl"
     row = {"file": "amazon", "method": "int8", "seed": 0, "accuracy": 0.85, "settings": {"shape": (1, 2)}}
-    assert compression.unrecorded([row], path=path) == [row]  # No file yet.
+    assert harness.unrecorded("compression", [row], path=path) == [row]  # No file yet.
     monkeypatch.setattr(harness, "machine", lambda: "machine A")
     harness.append_results("compression", [row], "first command", path=path)
     timed = {**row, "speedup_b32": 1.8}
     other_seed = {**row, "seed": 1}
     # The same figures under another date, machine or command: recorded already.
     monkeypatch.setattr(harness, "machine", lambda: "machine B")
-    assert compression.unrecorded([row, timed, other_seed], path=path) == [timed, other_seed]
+    assert harness.unrecorded("compression", [row, timed, other_seed], path=path) == [timed, other_seed]
     # Only compression lines count.
     with open(path, "a") as f:
         f.write(json.dumps({**timed, "benchmark": "run"}) + "\n")
-    assert compression.unrecorded([timed], path=path) == [timed]
+    assert harness.unrecorded("compression", [timed], path=path) == [timed]
