@@ -8,7 +8,8 @@ and the global Keras dtype policy of one library cannot leak into another.
 A worker builds the model from the bertzoo preset's configuration with seeded
 random weights, computes a float32 reference output, then builds each
 variant of the requested dtype from those same weights (cast to bfloat16 or
-quantized to int8), checks its output against the reference, and times it:
+float16, or quantized to int8), checks its output against the reference, and
+times it on the accelerator its framework finds (a GPU when there is one):
 `warmup` untimed calls (the first one traces/compiles), then `runs` timed
 calls. It prints one `BENCH {json}` line per variant.
 
@@ -28,7 +29,12 @@ Libraries:
   `BertForSequenceClassification` (AdamW, weight decay 0.01, clipping at
   global norm 1), eager,
   `torch.inference_mode()` for inference; int8 is PyTorch's dynamic
-  quantization of the Linear layers, bfloat16 training is `torch.autocast`.
+  quantization of the Linear layers (CPU only), bfloat16 and float16
+  training are `torch.autocast` (float16 with a gradient scaler).
+- `keras_hub_jax`: keras-hub on Keras's JAX backend, for machines without
+  TensorFlow (the GPU image this project is lent has PyTorch and JAX only).
+
+Each row names the device it ran on (`device`): the CPU, or the GPU's name.
 
 Keras inference is `predict_on_batch` on a model compiled with
 `jit_compile=True/False`; training is `train_on_batch`. int8 is
@@ -51,7 +57,10 @@ from benchmarks.harness import library_versions
 from benchmarks.harness import time_interleaved
 from benchmarks.harness import token_batch
 
-DTYPES = ("float32", "bfloat16", "int8")
+DTYPES = ("float32", "bfloat16", "float16", "int8")
+# What `benchmarks.run` times unless told: float16 is a GPU format (CPUs
+# without AVX512-FP16 emulate it), so it is asked for by name.
+DEFAULT_DTYPES = ("float32", "bfloat16", "int8")
 MODES = ("inference", "training")
 NUM_CLASSES = 2
 
@@ -81,9 +90,17 @@ def missing(library):
         "bertzoo_jax": ["bertzoo", "jax"],
         "bertzoo_torch": ["bertzoo", "torch"],
         "keras_hub": ["keras_hub", "tensorflow"],
+        "keras_hub_jax": ["keras_hub", "jax"],
         "transformers": ["transformers", "torch"],
     }[library]
-    absent = [name for name in needs if importlib.util.find_spec(name) is None]
+
+    def installed(name):
+        try:
+            return importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # A broken or blocked installation.
+            return False
+
+    absent = [name for name in needs if not installed(name)]
     if absent:
         return f"not installed ({', '.join(absent)}); `pip install {' '.join(absent)}` to include it"
     return None
@@ -118,9 +135,28 @@ class KerasLibrary:
     def default_xla(self, model, mode):
         raise NotImplementedError
 
+    def device(self):
+        """The device Keras's backend runs on: the GPU's name, or "CPU"."""
+        import keras
+
+        backend = keras.backend.backend()
+        if backend == "jax":
+            import jax
+
+            first = jax.devices()[0]
+            return first.device_kind if first.platform == "gpu" else "CPU"
+        if backend == "torch":
+            return _torch_device_name()
+        import tensorflow as tf
+
+        gpus = tf.config.list_physical_devices("GPU")
+        if not gpus:
+            return "CPU"
+        return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
+
     def _policy(self, mode, dtype):
-        if dtype == "bfloat16":
-            return "bfloat16" if mode == "inference" else "mixed_bfloat16"
+        if dtype in ("bfloat16", "float16"):
+            return dtype if mode == "inference" else f"mixed_{dtype}"
         return "float32"
 
     def prepare(self, mode, dtype, config):
@@ -210,6 +246,12 @@ class BertzooTorch(Bertzoo):
 class KerasHub(KerasLibrary):
     name = "keras_hub"
 
+    def versions(self):
+        import keras
+
+        backend = keras.backend.backend()
+        return library_versions(("keras", "tensorflow" if backend == "tensorflow" else backend, "keras-hub"))
+
     def build(self, mode, policy, config):
         import keras_hub
 
@@ -243,25 +285,49 @@ class KerasHub(KerasLibrary):
         )
 
 
+class KerasHubJax(KerasHub):
+    name = "keras_hub_jax"
+    backend = "jax"
+
+    def variants(self, mode, dtype):
+        return [{"xla": True}]  # As bertzoo_jax: one jitted XLA function per step.
+
+    def default_xla(self, model, mode):
+        return True
+
+
 # --- PyTorch --------------------------------------------------------------
 
 
 class Transformers:
     name = "transformers"
 
+    def __init__(self):
+        import torch
+
+        self._device = "cuda" if torch.cuda.is_available() else "cpu"
+
     def versions(self):
         import torch
 
         return {**library_versions(("torch", "transformers")), "torch_threads": torch.get_num_threads()}
 
+    def device(self):
+        return _torch_device_name()
+
     def variants(self, mode, dtype):
         # PyTorch's OpenMP threads wait for each other at every op; on a busy
-        # machine one thread can beat all cores, so both are timed.
+        # machine one thread can beat all cores, so both are timed (on a CPU).
         import torch
 
         self._default_threads = torch.get_num_threads()
+        default = {"xla": False, "threads": self._default_threads}
+        if self._device != "cpu":
+            # JAX runs float32 matmuls on GPUs as TF32 by default, PyTorch
+            # in full float32: both are timed, so the peer is not handicapped.
+            return [default] + ([{**default, "tf32": True}] if dtype == "float32" else [])
         one = [{"xla": False, "threads": 1}] if self._default_threads > 1 else []
-        return [{"xla": False, "threads": self._default_threads}] + one
+        return [default] + one
 
     def default_xla(self, model, mode):
         return False
@@ -270,6 +336,8 @@ class Transformers:
         import torch
 
         torch.set_num_threads(variant["threads"])
+        torch.backends.cuda.matmul.allow_tf32 = variant.get("tf32", False)
+        torch.backends.cudnn.allow_tf32 = variant.get("tf32", False)
 
     def prepare(self, mode, dtype, config):
         import copy
@@ -289,27 +357,30 @@ class Transformers:
             hidden_act="gelu_pytorch_tanh",  # bertzoo's default gelu_tanh.
             num_labels=NUM_CLASSES,
         )
+        if dtype == "int8" and self._device != "cpu":
+            raise SystemExit("PyTorch's dynamic int8 quantization runs on CPUs only; no int8 row on this GPU.")
         cls = transformers.BertModel if mode == "inference" else transformers.BertForSequenceClassification
-        model = cls(hf_config).eval()
+        model = cls(hf_config).eval().to(self._device)
         reference = copy.deepcopy(model) if mode == "inference" else None
-        if mode == "inference" and dtype == "bfloat16":
-            model = model.to(torch.bfloat16)
+        half = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
+        if mode == "inference" and half is not None:
+            model = model.to(half)
         if dtype == "int8":
             import warnings
 
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-        self._autocast = mode == "training" and dtype == "bfloat16"
+        self._autocast = half if mode == "training" else None
         return reference, model
 
     def _torch_inputs(self, inputs):
         import torch
 
         return {
-            "input_ids": torch.from_numpy(inputs["token_ids"]).long(),
-            "token_type_ids": torch.from_numpy(inputs["segment_ids"]).long(),
-            "attention_mask": torch.from_numpy(inputs["padding_mask"]).long(),
+            "input_ids": torch.from_numpy(inputs["token_ids"]).long().to(self._device),
+            "token_type_ids": torch.from_numpy(inputs["segment_ids"]).long().to(self._device),
+            "attention_mask": torch.from_numpy(inputs["padding_mask"]).long().to(self._device),
         }
 
     def output(self, model, inputs):
@@ -318,7 +389,7 @@ class Transformers:
         with torch.inference_mode():
             out = model(**self._torch_inputs(inputs))
         value = out.last_hidden_state if hasattr(out, "last_hidden_state") else out.logits
-        return value.float().numpy()
+        return value.float().cpu().numpy()
 
     def inference(self, model, inputs, variant):
         import torch
@@ -328,7 +399,8 @@ class Transformers:
 
         def run():
             with torch.inference_mode():
-                model(**features).last_hidden_state.float().numpy()
+                # To NumPy, as Keras's predict_on_batch returns: the work is done.
+                model(**features).last_hidden_state.float().cpu().numpy()
 
         return run
 
@@ -337,23 +409,36 @@ class Transformers:
 
         self._set_threads(variant)
         features = self._torch_inputs(inputs)
-        labels = torch.from_numpy(np.asarray(labels)).long()
+        labels = torch.from_numpy(np.asarray(labels)).long().to(self._device)
         model.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01)
+        # float16 gradients underflow without loss scaling (Keras's
+        # mixed_float16 scales the loss too).
+        scaler = torch.amp.GradScaler(self._device, enabled=self._autocast == torch.float16)
 
         def step():
             optimizer.zero_grad(set_to_none=True)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self._autocast):
+            with torch.autocast(
+                self._device, dtype=self._autocast or torch.float32, enabled=self._autocast is not None
+            ):
                 loss = model(**features, labels=labels).loss
-            loss.backward()
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
+            scaler.step(optimizer)
+            scaler.update()
             return float(loss)
 
         return step
 
 
-LIBRARIES = {cls.name: cls for cls in (Bertzoo, BertzooJax, BertzooTorch, KerasHub, Transformers)}
+def _torch_device_name():
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
+
+
+LIBRARIES = {cls.name: cls for cls in (Bertzoo, BertzooJax, BertzooTorch, KerasHub, KerasHubJax, Transformers)}
 # bertzoo's own configurations (every Keras backend); the others are peers.
 OURS = ("bertzoo", "bertzoo_jax", "bertzoo_torch")
 
@@ -370,7 +455,7 @@ def matmul_peak(size=2048, runs=10):
     a = rng.standard_normal((size, size)).astype("float32")
     b = rng.standard_normal((size, size)).astype("float32")
     peaks = {}
-    for dtype in DTYPES:
+    for dtype in DEFAULT_DTYPES:
         best = {}
         for xla in (False, True):
             if dtype == "int8":
@@ -419,7 +504,7 @@ def run_worker(library, mode, dtype, preset, batch, length, runs, warmup):
     config = backbone_config(preset)
     inputs = token_batch(batch, length, config["vocabulary_size"])
     labels = np.arange(batch) % NUM_CLASSES
-    base = {"library": library, "mode": mode, "dtype": dtype, "versions": lib.versions()}
+    base = {"library": library, "mode": mode, "dtype": dtype, "versions": lib.versions(), "device": lib.device()}
     reference, model = lib.prepare(mode, dtype, config)
     check = None
     if reference is not None:

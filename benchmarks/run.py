@@ -22,10 +22,13 @@ Usage:
     python -m benchmarks.run --models bertzoo,keras_hub --dtypes float32 --modes inference  # forward pass vs keras-hub
 
 Prints a Markdown table of every configuration, appends one JSON line per
-configuration plus a summary line to benchmarks/results.jsonl (date,
+configuration as soon as it is timed (so a run cut short keeps what it
+measured) plus a summary line at the end to benchmarks/results.jsonl (date,
 machine, load average, command), draws a PNG chart (`--chart`), and with
 `--readme README.md` rewrites the README's results table (between the
-`<!-- benchmarks.run:start -->` and `<!-- benchmarks.run:end -->` markers):
+`<!-- benchmarks.run:start -->` and `<!-- benchmarks.run:end -->` markers;
+on a machine with a GPU, the GPU table between the `benchmarks.run:gpu`
+markers instead):
 
     python -m benchmarks.run --wait-for-load 1 --readme README.md
 Libraries that are not installed are skipped with a note. Optional peer:
@@ -48,9 +51,11 @@ from benchmarks.harness import append_results
 from benchmarks.harness import command_line
 from benchmarks.harness import cpu_features
 from benchmarks.harness import machine
+from benchmarks.harness import nvidia_gpus
 from benchmarks.harness import print_table
 from benchmarks.harness import wait_for_load
 from benchmarks.harness import write_between_markers
+from benchmarks.peers import DEFAULT_DTYPES
 from benchmarks.peers import DTYPES
 from benchmarks.peers import LIBRARIES
 from benchmarks.peers import MODES
@@ -64,6 +69,7 @@ LABELS = {
     "bertzoo_jax": "bertzoo (JAX backend)",
     "bertzoo_torch": "bertzoo (torch backend)",
     "keras_hub": "keras-hub",
+    "keras_hub_jax": "keras-hub (JAX backend)",
     "transformers": "HF transformers (PyTorch)",
 }
 COLUMNS = [
@@ -115,7 +121,9 @@ def run_worker(args, **worker_args):
         return [], f"timed out after {args.worker_timeout} s"
     rows = [json.loads(line[6:]) for line in done.stdout.splitlines() if line.startswith("BENCH ")]
     if done.returncode != 0:
-        tail = [line for line in done.stderr.strip().splitlines() if line.strip()][-1:] or ["?"]
+        lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+        # The exception line, not a framework's closing remark after it.
+        tail = [line for line in lines if "Error" in line or "Exit" in line][-1:] or lines[-1:] or ["?"]
         return rows, f"worker failed (exit {done.returncode}): {tail[0][:300]}"
     return rows, None
 
@@ -177,7 +185,7 @@ def _setting_name(row):
     """ "XLA" / "no XLA" for the Keras libraries ("torch.compile" / "eager"
     on Keras's torch backend), "2 threads" for PyTorch."""
     if "threads" in row:
-        return f"{row['threads']} thread{'s' if row['threads'] > 1 else ''}"
+        return f"{row['threads']} thread{'s' if row['threads'] > 1 else ''}" + (", TF32" if row.get("tf32") else "")
     if row["library"] == "bertzoo_torch":
         return "torch.compile" if row["xla"] else "eager"
     return "XLA" if row["xla"] else "no XLA"
@@ -189,6 +197,10 @@ def _describe(row):
 
 README_START = "<!-- benchmarks.run:start -->"
 README_END = "<!-- benchmarks.run:end -->"
+# A run on a machine with a GPU fills its own table: CPU and GPU figures
+# answer different questions and neither should overwrite the other.
+GPU_README_START = "<!-- benchmarks.run:gpu:start -->"
+GPU_README_END = "<!-- benchmarks.run:gpu:end -->"
 
 
 def readme_section(rows, summary, header):
@@ -224,9 +236,13 @@ def readme_section(rows, summary, header):
     return "\n".join(lines)
 
 
-def write_readme(path, section):
-    """Replaces the text between the README markers with `section`."""
-    write_between_markers(path, section, README_START, README_END)
+def write_readme(path, section, gpu=False):
+    """Replaces the text between the README markers (the GPU table's with
+    `gpu`) with `section`."""
+    if gpu:
+        write_between_markers(path, section, GPU_README_START, GPU_README_END)
+    else:
+        write_between_markers(path, section, README_START, README_END)
 
 
 def table_rows(rows):
@@ -273,6 +289,7 @@ def draw_chart(rows, path, title):
         "bertzoo_jax": "#9467bd",
         "bertzoo_torch": "#8c564b",
         "keras_hub": "#ff7f0e",
+        "keras_hub_jax": "#e377c2",
         "transformers": "#2ca02c",
     }
     for ax, mode in zip(axes[0], modes):
@@ -303,6 +320,19 @@ def draw_chart(rows, path, title):
     plt.close(fig)
 
 
+def _setup(args, features, start_load):
+    """What every line of one run records about its setting."""
+    return {
+        "preset": args.preset,
+        "batch": args.batch_size,
+        "length": args.sequence_length,
+        "runs": args.runs,
+        "warmup": args.warmup,
+        "cpu_flags": features,
+        "load_start": round(start_load[0], 2),
+    }
+
+
 def _csv(value, allowed, flag):
     items = [v.strip() for v in value.split(",") if v.strip()]
     unknown = [v for v in items if v not in allowed]
@@ -314,7 +344,9 @@ def _csv(value, allowed, flag):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(LIBRARIES), help=f"comma list of {', '.join(LIBRARIES)}")
-    parser.add_argument("--dtypes", default=",".join(DTYPES), help="comma list of float32, bfloat16, int8")
+    parser.add_argument(
+        "--dtypes", default=",".join(DEFAULT_DTYPES), help=f"comma list of {', '.join(DTYPES)} (float16: GPUs)"
+    )
     parser.add_argument("--modes", default=",".join(MODES), help="comma list of inference, training")
     parser.add_argument("--runs", type=int, default=5, help="timed calls per configuration; the median is reported")
     parser.add_argument("--warmup", type=int, default=2, help="untimed calls first (the first compiles)")
@@ -402,6 +434,11 @@ def main(argv=None):
                     warmup=args.warmup,
                 )
                 rows.extend(found)
+                if found:  # Recorded as measured: a run cut short keeps what it timed.
+                    setup = {**_setup(args, features, start_load), "peaks": peaks}
+                    append_results(
+                        "peers", [{**setup, "kind": "configuration", **r} for r in found], command, path=args.results
+                    )
                 for row in found:
                     print(
                         f"    {_setting(row)}: median {row['median_s'] * 1000:.0f} ms, "
@@ -435,21 +472,13 @@ def main(argv=None):
         print(f"note: {note}")
     print(f"load average: {start_load[0]:.2f} at start, {end_load[0]:.2f} at end")
 
-    setup = {
-        "preset": args.preset,
-        "batch": args.batch_size,
-        "length": args.sequence_length,
-        "runs": args.runs,
-        "warmup": args.warmup,
-        "peaks": peaks,
-        "cpu_flags": features,
-        "load_start": round(start_load[0], 2),
-        "load_end": round(end_load[0], 2),
-    }
-    records = [{**setup, "kind": "configuration", **r} for r in rows]
-    records.append({**setup, "kind": "summary", "summary": summary, "notes": notes})
-    append_results("peers", records, command, path=args.results)
-    print(f"appended {len(records)} lines to {args.results}")
+    setup = {**_setup(args, features, start_load), "peaks": peaks, "load_end": round(end_load[0], 2)}
+    # Each configuration's line was appended when it was timed; the summary
+    # (with the final peaks, the ratios and the notes) closes the run.
+    append_results(
+        "peers", [{**setup, "kind": "summary", "summary": summary, "notes": notes}], command, path=args.results
+    )
+    print(f"appended {len(rows) + 1} lines to {args.results}")
     if args.readme:
         command_text = f"`{command.strip()}`"
         header = (
@@ -459,7 +488,7 @@ def main(argv=None):
             f"batch {args.batch_size} x length {args.sequence_length}, median of {args.runs} runs, best "
             f"setting per library in brackets (XLA on/off; torch.compile or eager on the torch backend; PyTorch threads). Command: {command_text}."
         )
-        write_readme(args.readme, readme_section(rows, summary, header))
+        write_readme(args.readme, readme_section(rows, summary, header), gpu=bool(nvidia_gpus()))
         print(f"rewrote the results table in {args.readme}")
     if args.chart:
         title = (

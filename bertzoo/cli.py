@@ -73,7 +73,6 @@ def command(name, help, arguments=()):
     ),
 )
 def _convert(args):
-
     result = convert_checkpoint(args.source, args.destination, overwrite=args.overwrite)
     print(result.summary())
     return 0
@@ -100,7 +99,6 @@ def _convert(args):
     ),
 )
 def _export(args):
-
     preset = Preset.resolve(args.preset)
     if preset.directory is None:
         raise ValueError(
@@ -130,7 +128,6 @@ def _export(args):
 
 
 def _model_from_preset_directory(path):
-
     preset = Preset.resolve(path)
     if preset.directory is None:
         raise ValueError(f"{path!r} is a built-in preset definition without weights; pass a preset directory.")
@@ -200,7 +197,6 @@ def _quantize(args):
     arguments=(argument("preset", metavar="PRESET_DIR", help="task or backbone preset directory"),),
 )
 def _sparsity(args):
-
     model, _ = _model_from_preset_directory(args.preset)
     print(sparsity_report(model))
     return 0
@@ -274,7 +270,6 @@ def _sparsity(args):
     ),
 )
 def _compress(args):
-
     compress(
         args.teacher,
         args.train,
@@ -303,7 +298,6 @@ def _compress(args):
 
 @command("presets", "List the built-in presets with their sizes.")
 def _presets(args):
-
     list_presets(verbose=True)
     return 0
 

@@ -202,3 +202,67 @@ def test_jax_data_parallel_on_two_devices_matches_one_device(backend_run):
     two, _, two_devices = backend_run["data_parallel"]
     assert (one_devices, two_devices) == (1, 2)  # Weights replicated on both devices.
     np.testing.assert_allclose(two, one, rtol=1e-5)
+
+
+WITHOUT_TENSORFLOW = textwrap.dedent(
+    """
+    import json, sys
+
+    class NoTensorFlow:  # As on a machine where TensorFlow is not installed.
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("tensorflow", "tensorflow_text"):
+                raise ModuleNotFoundError(f"No module named {name!r}")
+
+    sys.meta_path.insert(0, NoTensorFlow())
+    import keras
+    import numpy as np
+    import bertzoo
+
+    preset, out, features = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    features = {k: np.asarray(v, "int32") for k, v in features.items()}
+    backbone = bertzoo.BertBackbone.from_preset(preset)
+    report = {"sequence_output": np.asarray(backbone.predict_on_batch(features)["sequence_output"]).tolist()}
+    model = bertzoo.BertClassifier(backbone, 2, preprocessor=None)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    labels = np.arange(len(features["token_ids"])) % 2
+    report["losses"] = model.fit(features, labels, batch_size=8, epochs=3, shuffle=False, verbose=0).history["loss"]
+    report["int8_logits"] = bertzoo.quantize(model, "int8").predict(features, verbose=0).tolist()
+    try:
+        bertzoo.text.BertTokenizer(bertzoo.text.builtin_vocabulary())(["a film"])
+    except ImportError as error:
+        report["tokenizer_error"] = str(error)
+    report["tensorflow_imported"] = "tensorflow" in sys.modules
+    with open(out, "w") as f:
+        json.dump(report, f)
+    """
+)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_models_run_without_tensorflow_installed(backend, tensorflow_run, tmp_path):
+    # A GPU machine with only JAX or PyTorch: the models import, load, train
+    # and quantize; the text pipeline says what to install.
+    if importlib.util.find_spec(backend) is None:
+        pytest.skip(f"{backend} is not installed (optional backend job: {BACKENDS[backend]})")
+    preprocessor = bertzoo.Preset.resolve("tiny").build_preprocessor(sequence_length=40)
+    features = {k: np.asarray(v).astype("int32").tolist() for k, v in preprocessor(TEXTS).items()}
+    script, out = tmp_path / "without_tensorflow.py", tmp_path / "report.json"
+    script.write_text(WITHOUT_TENSORFLOW)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tensorflow_run["preset"]), str(out), json.dumps(features)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "KERAS_BACKEND": backend},
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["tensorflow_imported"] is False
+    np.testing.assert_allclose(
+        np.asarray(report["sequence_output"]), tensorflow_run["outputs"]["sequence_output"], atol=2e-5, rtol=1e-4
+    )
+    assert report["losses"][-1] < report["losses"][0]
+    assert np.isfinite(report["int8_logits"]).all() and np.shape(report["int8_logits"]) == (len(TEXTS), 2)
+    assert "`tensorflow_text` is not installed" in report["tokenizer_error"]
+    assert "pip install tensorflow-text" in report["tokenizer_error"]

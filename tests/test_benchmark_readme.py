@@ -64,3 +64,76 @@ def test_the_other_backends_rows_are_bertzoos_own_not_a_peer():
         "| inference | float32 | 10.00 (no XLA) | 13.00 (XLA) | 11.00 (torch.compile) | 12.00 (no XLA) | 1.08x |"
         in lines
     )
+
+
+def test_a_gpu_run_fills_the_gpu_table_and_leaves_the_cpu_table_alone(tmp_path):
+    from benchmarks.run import GPU_README_END
+    from benchmarks.run import GPU_README_START
+
+    readme = tmp_path / "README.md"
+    text = f"{README_START}\ncpu table\n{README_END}\n\n{GPU_README_START}\nold gpu\n{GPU_README_END}\n"
+    readme.write_text(text)
+    write_readme(readme, "new gpu", gpu=True)
+    assert readme.read_text() == text.replace("old gpu", "new gpu")
+
+
+def test_the_pytorch_tf32_setting_is_named():
+    from benchmarks.run import _setting_name
+
+    assert _setting_name(row("transformers", "inference", "float32", 1.0, threads=16, tf32=True)) == "16 threads, TF32"
+    assert _setting_name(row("transformers", "inference", "float32", 1.0, threads=1)) == "1 thread"
+
+
+def test_each_configuration_is_recorded_as_soon_as_it_is_timed(tmp_path, monkeypatch):
+    # A run stopped after its first configuration (killed by a time limit,
+    # say) keeps that configuration's line in the results file.
+    import json
+
+    from benchmarks import run
+
+    results = tmp_path / "results.jsonl"
+    timed = {
+        "median_s": 0.01,
+        "min_s": 0.01,
+        "cpu_median_s": 0.01,
+        "times_s": [0.01],
+        "device": "CPU",
+        "load_after": 0.1,
+    }
+
+    def worker(args, library, **kwargs):
+        if library == "matmul":
+            return [], "no TensorFlow"
+        if library == "keras_hub_jax":
+            raise KeyboardInterrupt  # The run is stopped here.
+        return [
+            {
+                "library": library,
+                "mode": kwargs["mode"],
+                "dtype": kwargs["dtype"],
+                "xla": True,
+                "default": True,
+                **timed,
+            }
+        ], None
+
+    monkeypatch.setattr(run, "run_worker", worker)
+    monkeypatch.setattr(run, "missing", lambda name: None)
+    with pytest.raises(KeyboardInterrupt):
+        run.main(
+            [
+                "--models",
+                "bertzoo_jax,keras_hub_jax",
+                "--modes",
+                "inference",
+                "--dtypes",
+                "float32",
+                "--preset",
+                "tiny",
+                "--chart=",
+                f"--results={results}",
+            ]
+        )
+    lines = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [(r["kind"], r["library"], r["device"]) for r in lines] == [("configuration", "bertzoo_jax", "CPU")]
+    assert lines[0]["benchmark"] == "peers" and lines[0]["batch"] == 8 and lines[0]["median_s"] == 0.01

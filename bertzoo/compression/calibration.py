@@ -7,6 +7,8 @@ import os
 import numpy as np
 
 from bertzoo.models.raw_inputs import DEFAULT_BATCH_SIZE
+from bertzoo.utils.optional import is_tf_dataset
+from bertzoo.utils.optional import tf
 
 # Texts int8's input smoothing calibrates on when `compress` (and the
 # compression benchmark) pick them from the training texts.
@@ -41,7 +43,6 @@ def calibration_batches(model, data, steps=None, labelled=True, batch_size=DEFAU
         classifier(features, training=False)
     ```
     """
-    import tensorflow as tf
 
     if not labelled and isinstance(data, (str, bytes, os.PathLike)):
         raise ValueError(
@@ -53,7 +54,7 @@ def calibration_batches(model, data, steps=None, labelled=True, batch_size=DEFAU
             "Calibration data must be the inputs alone (raw strings, a tokenized dict or a dataset of input "
             "batches), not an (inputs, labels) tuple: the labels are not used."
         )
-    if isinstance(data, tf.data.Dataset) or labelled:
+    if is_tf_dataset(data) or labelled:
         parts = data if isinstance(data, tuple) else (data,)
     else:
         parts = (data,)
@@ -61,7 +62,7 @@ def calibration_batches(model, data, steps=None, labelled=True, batch_size=DEFAU
         dataset = model._as_dataset(*parts, batch_size=batch_size)
         if dataset is not None:
             data = dataset
-    if not isinstance(data, tf.data.Dataset):
+    if not is_tf_dataset(data):
         if labelled and isinstance(data, tuple) and len(data) in (2, 3):
             data = tf.data.Dataset.from_tensor_slices(data).batch(batch_size)
         elif not labelled and isinstance(data, dict):

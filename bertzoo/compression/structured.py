@@ -22,6 +22,7 @@ import numpy as np
 from bertzoo.compression.calibration import calibration_batches
 from bertzoo.models.bert_backbone import BertBackbone
 from bertzoo.utils import quantization_mode
+from bertzoo.utils.optional import tf
 
 # Canonical weight names (`BertBackbone.named_weights()`) that slicing cuts.
 _SLICED = re.compile(r"(attention|feedforward)_(\d+)/(query|key|value|output|intermediate)/(kernel|bias)")
@@ -71,7 +72,6 @@ def head_and_neuron_importance(model, data, steps=None):
     scores["heads"][0]  # layer 0, one score per head
     ```
     """
-    import tensorflow as tf
 
     backbone = _backbone_of(model)
     if model is backbone or not hasattr(model, "default_loss"):

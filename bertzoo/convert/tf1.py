@@ -22,6 +22,7 @@ from bertzoo.convert.common import norm_rules
 from bertzoo.convert.common import require_keys
 from bertzoo.text import albert_tokenizer_options
 from bertzoo.text import load_vocabulary
+from bertzoo.utils.optional import tf
 
 CONFIG_FILES = ("bert_config.json", "albert_config.json")
 OPTIMIZER_SLOTS = ("adam_m", "adam_v")
@@ -84,7 +85,6 @@ def find_config(path):
 
 def find_checkpoint(path):
     """The checkpoint prefix in `path`, or None when there is none."""
-    import tensorflow as tf
 
     latest = tf.train.latest_checkpoint(str(path))
     if latest:
@@ -100,7 +100,6 @@ def find_checkpoint(path):
 
 def read(path):
     """Reads an original BERT or ALBERT TF1 checkpoint directory into a `SourceModel`."""
-    import tensorflow as tf
 
     path = Path(path)
     config_path = find_config(path)

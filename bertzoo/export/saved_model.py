@@ -37,7 +37,6 @@ import json
 from pathlib import Path
 
 import keras
-import tensorflow as tf
 
 from bertzoo.export.serving import serving_functions
 from bertzoo.layers.dense import portable_kernels
@@ -47,6 +46,7 @@ from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
 from bertzoo.utils.onednn import fused_int8_status
 from bertzoo.utils.onednn import onednn_int8_available
+from bertzoo.utils.optional import tf
 from bertzoo.version import __version__
 
 METADATA_PATH = Path("assets.extra") / "bertzoo_export.json"

@@ -17,7 +17,7 @@ are float32.
 
 import inspect
 
-import tensorflow as tf
+from bertzoo.utils.optional import tf
 
 TOKENIZED_KEYS = ("token_ids", "segment_ids", "padding_mask")
 

@@ -22,6 +22,7 @@ import math
 import keras
 
 from bertzoo.utils import private_api
+from bertzoo.utils.optional import tf
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _CUBIC = 0.044715  # The tanh approximation's cubic coefficient.
@@ -55,7 +56,6 @@ def _fused_gelu(approximate):
     (built once per form, then reused)."""
     if approximate in _FUSED:
         return _FUSED[approximate]
-    import tensorflow as tf
 
     def values_and_slope(x):
         # GELU(x) = x * Phi(x) and its derivative.

@@ -72,6 +72,7 @@ from bertzoo.utils import private_api
 from bertzoo.utils.layers import own_dtype_policy
 from bertzoo.utils.onednn import FUSED_INT8_OP
 from bertzoo.utils.onednn import onednn_int8_available
+from bertzoo.utils.optional import tf
 
 # oneDNN post-op names of the activations it can fuse.
 _FUSED_ACTIVATIONS = {
@@ -192,7 +193,6 @@ def observe_inputs(observer):
 
 def _fused_int8_dense(layer, inputs):
     """`activation(inputs @ dequantized kernel + bias)` as one oneDNN kernel."""
-    import tensorflow as tf
 
     units = layer.units
     x = tf.reshape(tf.cast(inputs, tf.float32), [-1, inputs.shape[-1]])

@@ -27,12 +27,12 @@ y = dropout(keras.ops.ones((4, 8)), training=True)  # ~10% zeros, the rest 1 / 0
 
 import keras
 
+from bertzoo.utils.optional import tf
+
 _LEVELS = 65536  # 16-bit random numbers.
 
 
 def _tensorflow_dropout(inputs, rate, seed):
-    import tensorflow as tf
-
     # Stateless ops want an int32 seed; Keras's seed state may be int64.
     seed = tf.cast(tf.math.floormod(tf.cast(seed, tf.int64), tf.int32.max - 1), tf.int32)
     threshold = int(round(rate * _LEVELS))

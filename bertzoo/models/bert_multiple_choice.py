@@ -2,7 +2,6 @@
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
 from bertzoo.export.serving import TextServing
@@ -14,6 +13,7 @@ from bertzoo.layers.dropout import Dropout
 from bertzoo.models.head_utils import check_classes
 from bertzoo.models.task import Task
 from bertzoo.utils.checks import check_rate
+from bertzoo.utils.optional import tf
 
 
 @keras.saving.register_keras_serializable(package="bertzoo")

@@ -2,7 +2,6 @@
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
 from bertzoo.export.serving import TextServing
@@ -16,6 +15,7 @@ from bertzoo.models.task import Task
 from bertzoo.text.normalization import to_string_tensor
 from bertzoo.text.normalization import valid_utf8
 from bertzoo.text.preprocessor import BertPreprocessor
+from bertzoo.utils.optional import tf
 
 MASKED_LOGIT = -1e9
 # Longest answer span, in tokens, of `predict_spans`, `decode_spans` and the

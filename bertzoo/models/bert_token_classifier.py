@@ -2,7 +2,6 @@
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from bertzoo.export.serving import TextServing
 from bertzoo.export.serving import as_int32
@@ -18,6 +17,7 @@ from bertzoo.models.head_utils import masked_loss
 from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.task import Task
 from bertzoo.utils.checks import check_rate
+from bertzoo.utils.optional import tf
 
 
 def _split_sentences(words):

@@ -7,6 +7,7 @@ import keras
 
 from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.utils import private_api
+from bertzoo.utils.optional import tf
 
 # Variables BERT's recipe does not decay: biases and LayerNorm's scale and offset.
 NO_WEIGHT_DECAY = ("bias", "gamma", "beta")
@@ -19,7 +20,6 @@ def _apply_fused_step(optimizer, grads, variables):
     plan = optimizer._fused_step_plan(grads, variables)
     if plan is None:
         return False
-    import tensorflow as tf
 
     scale = tf.constant(1.0)
     if optimizer.global_clipnorm:
@@ -72,7 +72,6 @@ def _adamw_kernel(optimizer):
     """The XLA-compiled AdamW step of one variable, built once per optimizer."""
     if optimizer in _KERNELS:
         return _KERNELS[optimizer]
-    import tensorflow as tf
 
     @tf.function(jit_compile=True, autograph=False, reduce_retracing=True)
     def adamw_step(
@@ -145,7 +144,6 @@ class AdamW(keras.optimizers.AdamW):
             return None
         if not all(isinstance(x, (int, float)) for x in (self.beta_1, self.beta_2, self.epsilon)):
             return None
-        import tensorflow as tf
 
         if tf.distribute.has_strategy():
             return None

@@ -4,6 +4,7 @@ import keras
 
 from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.utils import private_api
+from bertzoo.utils.optional import is_tf_dataset
 
 DEFAULT_BATCH_SIZE = 32
 
@@ -12,7 +13,6 @@ def set_schedule_length(optimizer, x, batch_size, epochs, steps_per_epoch):
     """Sets the length of `optimizer`'s `WarmupLinearDecay` from what `fit()`
     was given, unless the user fixed it. A later `fit()` extends the schedule
     from the current step, so it trains instead of running at rate zero."""
-    import tensorflow as tf
 
     schedule = private_api.learning_rate_schedule(optimizer)
     if not isinstance(schedule, WarmupLinearDecay):
@@ -20,7 +20,7 @@ def set_schedule_length(optimizer, x, batch_size, epochs, steps_per_epoch):
     if schedule.total_steps is not None and not getattr(schedule, "_length_from_fit", False):
         return
     steps = steps_per_epoch
-    if steps is None and isinstance(x, tf.data.Dataset):
+    if steps is None and is_tf_dataset(x):
         cardinality = int(x.cardinality())
         steps = cardinality if cardinality > 0 else None
     elif steps is None and x is not None:

@@ -53,6 +53,8 @@ from bertzoo.models.raw_inputs import set_schedule_length
 from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.saving.atomic import process_alive
 from bertzoo.utils import private_api
+from bertzoo.utils.optional import is_tf_dataset
+from bertzoo.utils.optional import tf
 
 CHECKPOINT_NAME = "training_state.npz"
 _FORMAT = 1
@@ -76,8 +78,6 @@ class EpochOrder:
         self.fingerprint = None
 
     def _stream(self, batches_of_epoch, steps_per_epoch):
-        import tensorflow as tf
-
         self.steps_per_epoch = int(steps_per_epoch)
         total = max(0, (self.last - self.first) * self.steps_per_epoch - self.skip)
         stream = tf.data.Dataset.range(self.first, self.last).flat_map(batches_of_epoch).skip(self.skip)
@@ -87,7 +87,6 @@ class EpochOrder:
         """Unbatched `examples` (a dataset of known length, e.g. from
         `from_tensor_slices`) -> the batches of every epoch, one after the
         other."""
-        import tensorflow as tf
 
         n = int(examples.cardinality())
         if n <= 0:
@@ -110,7 +109,6 @@ class EpochOrder:
     def repeat(self, dataset):
         """A batched `dataset` (the same batches on every iteration) -> its
         batches once per epoch, one epoch after the other."""
-        import tensorflow as tf
 
         steps = int(dataset.cardinality())
         if steps <= 0:
@@ -126,7 +124,6 @@ class EpochOrder:
 
 def _fingerprint(whole, batch_size):
     """A digest of the training examples (all of them) and the batch size."""
-    import tensorflow as tf
 
     digest = hashlib.sha256(f"batch_size={batch_size}".encode())
     for leaf in tf.nest.flatten(whole, expand_composites=True):
@@ -359,9 +356,8 @@ class ResumableTraining(keras.callbacks.Callback):
             data = model._as_dataset(x, y, sample_weight, batch_size, shuffle=order)
             if data is not None:
                 return data
-            import tensorflow as tf
 
-            if isinstance(x, tf.data.Dataset):
+            if is_tf_dataset(x):
                 if y is not None or sample_weight is not None:
                     raise ValueError("`y` must be None when `x` is a tf.data.Dataset: put labels in the dataset.")
                 return order.repeat(x)

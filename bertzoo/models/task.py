@@ -20,6 +20,8 @@ from bertzoo.saving.preset import save_preset
 from bertzoo.saving.serialization import quantize_layers
 from bertzoo.saving.serialization import quantized_policy_map
 from bertzoo.utils.checks import check_config_keys
+from bertzoo.utils.optional import is_tf_dataset
+from bertzoo.utils.optional import tf
 from bertzoo.utils.private_api import flatten_layers
 
 # `predict` tokenizes inputs up to this many examples eagerly, larger ones
@@ -39,7 +41,6 @@ def _int_features(data, trim=False):
     replicas, which TensorFlow cannot do for bool tensors. With `trim`, the
     padding columns no row of the batch uses are dropped (`trim_padding`,
     in steps of `TRIM_MULTIPLE`)."""
-    import tensorflow as tf
 
     def cast(features):
         features = tf.nest.map_structure(lambda t: tf.cast(t, tf.int32) if t.dtype == tf.bool else t, features)
@@ -52,9 +53,8 @@ def _int_features(data, trim=False):
 
 def _is_tokenized(x):
     """True for feature dicts, and for datasets whose elements are (or start with) one."""
-    import tensorflow as tf
 
-    if isinstance(x, tf.data.Dataset):
+    if is_tf_dataset(x):
         spec = x.element_spec
         x = spec[0] if isinstance(spec, tuple) else spec
     return isinstance(x, dict) and "token_ids" in x
@@ -460,12 +460,11 @@ class Task(DefaultCompileMixin, RawInputsMixin, EarlyAttributesMixin, keras.Mode
         `shuffle`: a bool, or a `bertzoo.models.resumable.EpochOrder` (from
         `ResumableTraining`): then the dataset holds the batches of all the
         epochs still to run, each epoch in its seeded order."""
-        import tensorflow as tf
 
         if self.preprocessor is None or _is_tokenized(x):
             return None
         batch_size = batch_size or DEFAULT_BATCH_SIZE
-        if isinstance(x, tf.data.Dataset):
+        if is_tf_dataset(x):
             if y is not None:
                 raise ValueError("`y` must be None when `x` is a tf.data.Dataset: put labels in the dataset.")
             dataset = x
@@ -495,7 +494,6 @@ class Task(DefaultCompileMixin, RawInputsMixin, EarlyAttributesMixin, keras.Mode
         """Hook: raw Python inputs (and labels) -> values for
         `tf.data.Dataset.from_tensor_slices`. Tasks whose raw inputs have
         another shape (lists of words, lists of choices) override it."""
-        import tensorflow as tf
 
         def strings(values):
             # An empty list is a batch of no strings (not float32, TensorFlow's default).
@@ -543,9 +541,8 @@ class Task(DefaultCompileMixin, RawInputsMixin, EarlyAttributesMixin, keras.Mode
         one eager call, or returns None (larger inputs, datasets, tokenized
         inputs): building a `tf.data` map traces the whole preprocessor, about
         0.5 s per `predict` call, where a short list tokenizes in milliseconds."""
-        import tensorflow as tf
 
-        if self.preprocessor is None or _is_tokenized(x) or isinstance(x, tf.data.Dataset):
+        if self.preprocessor is None or _is_tokenized(x) or is_tf_dataset(x):
             return None
         # Counted on the raw input (a list, or a tuple of lists for pairs and
         # questions with contexts), so large inputs are converted only once,

@@ -66,6 +66,7 @@ from bertzoo.saving.serialization import serialize
 from bertzoo.text import vocabulary as vocabulary_lib
 from bertzoo.text.sentencepiece_tokenizer import SentencePieceTokenizer
 from bertzoo.text.tokenizer import BertTokenizer
+from bertzoo.utils.optional import installed
 from bertzoo.utils.private_api import flatten_layers
 from bertzoo.utils.private_api import load_weights_only
 from bertzoo.utils.private_api import save_weights_only
@@ -280,8 +281,11 @@ class Preset:
                 f"{VOCABULARY_FILE!r} (the preset's own file) or a list of tokens, got {_short(vocabulary)}."
             )
         # The tokenizer's files are checked by building it (errors are
-        # PresetErrors naming the file); without them, when it is built.
-        if any(self._file(name, required=False) is not None for name in (VOCABULARY_FILE, SENTENCEPIECE_FILE)):
+        # PresetErrors naming the file); without them, or without TensorFlow
+        # Text to build it with (the models alone run on JAX or torch), when
+        # it is built.
+        has_files = any(self._file(name, required=False) is not None for name in (VOCABULARY_FILE, SENTENCEPIECE_FILE))
+        if has_files and installed("tensorflow_text"):
             self.build_preprocessor()
 
     def _node_class(self, key, config_path):

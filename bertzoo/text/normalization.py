@@ -6,8 +6,8 @@ the references disagree), inside `tf.data` graphs and exported SavedModels.
 Used by the WordPiece tokenizer and by `build_vocabulary`.
 """
 
-import tensorflow as tf
-import tensorflow_text as tf_text
+from bertzoo.utils.optional import tf
+from bertzoo.utils.optional import tf_text
 
 # RE2 patterns. Whitespace is what BERT's `_is_whitespace` accepts (tab, newline,
 # carriage return, category Zs) plus the line/paragraph separators, which BERT's

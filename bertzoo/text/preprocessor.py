@@ -1,13 +1,13 @@
 """Turns raw text (one segment or a pair) into BERT model inputs."""
 
 import keras
-import tensorflow as tf
 from keras_hub.layers import MultiSegmentPacker
 
 from bertzoo.text.normalization import to_string_tensor
 from bertzoo.text.sentencepiece_tokenizer import SentencePieceTokenizer
 from bertzoo.text.tokenizer import BertTokenizer
 from bertzoo.utils import private_api
+from bertzoo.utils.optional import tf
 
 TRUNCATE_MODES = ("round_robin", "waterfall")
 

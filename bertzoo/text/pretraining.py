@@ -11,9 +11,9 @@ import random
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from bertzoo.utils import private_api
+from bertzoo.utils.optional import tf
 
 SENTENCE_OBJECTIVES = ("nsp", "sop")
 # Label of positions that carry no target (padding, [CLS]/[SEP], later

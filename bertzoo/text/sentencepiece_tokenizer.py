@@ -44,13 +44,13 @@ import types
 from pathlib import Path
 
 import keras
-import tensorflow as tf
-import tensorflow_text as tf_text
 
 from bertzoo.text.normalization import normalize_characters
 from bertzoo.text.normalization import to_string_tensor
 from bertzoo.text.token_lookup import TokenLookupMixin
 from bertzoo.utils import private_api
+from bertzoo.utils.optional import tf
+from bertzoo.utils.optional import tf_text
 
 PAD_TOKEN = "<pad>"
 UNK_TOKEN = "<unk>"

@@ -1,6 +1,6 @@
 """Vocabulary look-ups shared by bertzoo's tokenizers."""
 
-import tensorflow as tf
+from bertzoo.utils.optional import tf
 
 
 class TokenLookupMixin:

@@ -24,8 +24,6 @@ import re
 import types
 
 import keras
-import tensorflow as tf
-import tensorflow_text as tf_text
 
 from bertzoo.text.normalization import normalize
 from bertzoo.text.normalization import normalize_characters
@@ -36,6 +34,8 @@ from bertzoo.text.token_lookup import TokenLookupMixin
 from bertzoo.text.vocabulary import check_vocabulary
 from bertzoo.text.vocabulary import load_vocabulary
 from bertzoo.utils import private_api
+from bertzoo.utils.optional import tf
+from bertzoo.utils.optional import tf_text
 
 PAD_TOKEN = "[PAD]"
 UNK_TOKEN = "[UNK]"

@@ -11,6 +11,8 @@ model's ids beyond the special tokens.
 from pathlib import Path
 
 from bertzoo.text.normalization import pretokenize
+from bertzoo.utils.optional import is_tf_dataset
+from bertzoo.utils.optional import tf
 
 DEFAULT_RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -129,7 +131,6 @@ def build_vocabulary(
     ```
     """
     import keras_hub
-    import tensorflow as tf
 
     reserved_tokens = list(reserved_tokens)
     check_vocabulary(reserved_tokens, "reserved_tokens")
@@ -142,7 +143,7 @@ def build_vocabulary(
             "`vocabulary_size` must be an integer larger than the number of reserved "
             f"tokens ({len(reserved_tokens)}), got {vocabulary_size!r}."
         )
-    if isinstance(texts_or_dataset, tf.data.Dataset):
+    if is_tf_dataset(texts_or_dataset):
         dataset = texts_or_dataset
         if not all(spec.dtype == tf.string for spec in tf.nest.flatten(dataset.element_spec)):
             raise ValueError(

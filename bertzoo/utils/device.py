@@ -32,6 +32,7 @@ import keras
 from bertzoo.utils import fast_path
 from bertzoo.utils.layers import quantization_mode
 from bertzoo.utils.onednn import onednn_int8_available
+from bertzoo.utils.optional import tf
 
 logger = logging.getLogger("bertzoo")
 
@@ -40,8 +41,6 @@ def accelerator():
     """Returns "gpu", "tpu" or "cpu" for the current Keras backend's devices."""
     backend = keras.backend.backend()
     if backend == "tensorflow":
-        import tensorflow as tf
-
         if tf.config.list_logical_devices("TPU"):
             return "tpu"
         return "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
@@ -93,8 +92,6 @@ def jit_compile_supported(strategy=None):
     ```
     """
     if strategy is None and keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
         strategy = tf.distribute.get_strategy() if tf.distribute.has_strategy() else None
     replicas, is_tpu = _replicas(strategy)
     return replicas == 1 or is_tpu

@@ -69,6 +69,7 @@ import numpy as np
 from bertzoo.utils import private_api
 from bertzoo.utils.layers import quantization_mode
 from bertzoo.utils.onednn import onednn_int8_available
+from bertzoo.utils.optional import tf
 
 logger = logging.getLogger("bertzoo")
 
@@ -196,8 +197,6 @@ def device_description():
     described = dict(_host_description())
     described["kind"], described["accelerators"] = "cpu", []
     if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
         tpus = tf.config.list_logical_devices("TPU")
         gpus = tf.config.list_physical_devices("GPU")
         if tpus:
@@ -240,8 +239,6 @@ def library_versions():
     """`{name: version}` of the Keras backend, TensorFlow, Keras and bertzoo."""
     versions = {"backend": keras.backend.backend(), "keras": keras.version(), "bertzoo": _bertzoo_version()}
     if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
         versions["tensorflow"] = tf.__version__
     else:
         versions["tensorflow"] = _distribution_version("tensorflow", "tensorflow-cpu")
@@ -581,8 +578,6 @@ def wall_timer(name, fn):
 
 
 def _candidate_functions(model, x, modes):
-    import tensorflow as tf
-
     def scalar(outputs):
         return tf.add_n([tf.reduce_mean(tf.cast(t, "float32")) for t in keras.tree.flatten(outputs)])
 

@@ -14,6 +14,7 @@ import platform
 import keras
 
 from bertzoo.utils import private_api
+from bertzoo.utils.optional import tf
 
 logger = logging.getLogger("bertzoo")
 
@@ -85,8 +86,6 @@ def fused_int8_status():
     else:
         reason = check_fused_int8_op(private_api.tensorflow_op_def(FUSED_INT8_OP))
         if reason is None:
-            import tensorflow as tf
-
             if tf.config.list_logical_devices("GPU"):
                 reason = "a GPU is visible (the fused kernel is CPU-only)"
     if reason is not None:
