@@ -1,8 +1,9 @@
 """GPU checks of bertzoo on one Keras backend, for a lent accelerator machine.
 
 Prints one `PROBE {json}` line per finding:
-- which backend and device ran, and whether TensorFlow was imported (it
-  need not be installed: the lent GPU image has PyTorch and JAX only);
+- which backend and device ran, and whether `import bertzoo` imported
+  TensorFlow (it need not be installed: the lent GPU image has PyTorch and
+  JAX only);
 - a tiny classifier trained for a few steps (the loss must fall), its int8
   copy's largest logit difference, and the fast-path choice on this device;
 - on JAX, whether BERT-base's attention compiles to cuDNN's fused attention
@@ -114,7 +115,9 @@ def main(argv=None):
     import keras
     import numpy as np
 
-    say(backend=keras.backend.backend(), tensorflow_imported="tensorflow" in sys.modules)
+    import bertzoo  # noqa: F401  (before the check below)
+
+    say(backend=keras.backend.backend(), tensorflow_imported_by_import_bertzoo="tensorflow" in sys.modules)
     if args.backend == "jax":
         import jax
 

@@ -193,6 +193,7 @@ class KerasLibrary:
 
 class Bertzoo(KerasLibrary):
     name = "bertzoo"
+    backend = "tensorflow"
 
     def build(self, mode, policy, config):
         import bertzoo
@@ -245,6 +246,7 @@ class BertzooTorch(Bertzoo):
 
 class KerasHub(KerasLibrary):
     name = "keras_hub"
+    backend = "tensorflow"
 
     def versions(self):
         import keras
@@ -278,6 +280,9 @@ class KerasHub(KerasLibrary):
 
         optimizer = keras.optimizers.AdamW(5e-5, weight_decay=0.01, epsilon=1e-6, global_clipnorm=1.0)
         optimizer.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY))
+        if model.backbone.dtype_policy.compute_dtype == "float16":
+            # Loss scaling, as bertzoo's tasks and the PyTorch worker do.
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         model.compile(
             optimizer=optimizer,
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),

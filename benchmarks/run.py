@@ -51,7 +51,6 @@ from benchmarks.harness import append_results
 from benchmarks.harness import command_line
 from benchmarks.harness import cpu_features
 from benchmarks.harness import machine
-from benchmarks.harness import nvidia_gpus
 from benchmarks.harness import print_table
 from benchmarks.harness import wait_for_load
 from benchmarks.harness import write_between_markers
@@ -128,16 +127,20 @@ def run_worker(args, **worker_args):
     return rows, None
 
 
+def row_figures(row, config, args, peaks):
+    """Throughput, GFLOP/s and share of the matmul peak of one row (in place)."""
+    row["seq_per_s"] = args.batch_size / row["median_s"]
+    row["gflops"] = encoder_flops(config, args.batch_size, args.sequence_length, row["mode"]) / row["median_s"] / 1e9
+    peak = peaks.get(row["dtype"], {}).get("gflops")
+    row["peak_gflops"] = peak
+    row["utilization"] = row["gflops"] / peak if peak else None
+
+
 def add_figures(rows, config, args, peaks):
-    """Throughput, GFLOP/s, share of the matmul peak, and ratios to peers."""
+    """`row_figures` for every row, and each bertzoo row's ratio to the best
+    peer of its mode and dtype."""
     for row in rows:
-        row["seq_per_s"] = args.batch_size / row["median_s"]
-        row["gflops"] = (
-            encoder_flops(config, args.batch_size, args.sequence_length, row["mode"]) / row["median_s"] / 1e9
-        )
-        peak = peaks.get(row["dtype"], {}).get("gflops")
-        row["peak_gflops"] = peak
-        row["utilization"] = row["gflops"] / peak if peak else None
+        row_figures(row, config, args, peaks)
     for row in rows:
         peers = [
             r["seq_per_s"]
@@ -435,6 +438,8 @@ def main(argv=None):
                 )
                 rows.extend(found)
                 if found:  # Recorded as measured: a run cut short keeps what it timed.
+                    for row in found:
+                        row_figures(row, config, args, peaks)
                     setup = {**_setup(args, features, start_load), "peaks": peaks}
                     append_results(
                         "peers", [{**setup, "kind": "configuration", **r} for r in found], command, path=args.results
@@ -475,9 +480,13 @@ def main(argv=None):
     setup = {**_setup(args, features, start_load), "peaks": peaks, "load_end": round(end_load[0], 2)}
     # Each configuration's line was appended when it was timed; the summary
     # (with the final peaks, the ratios and the notes) closes the run.
-    append_results(
-        "peers", [{**setup, "kind": "summary", "summary": summary, "notes": notes}], command, path=args.results
-    )
+    ratios = [
+        {k: r[k] for k in ("library", "mode", "dtype", "xla", "threads", "tf32", "vs_best_peer") if k in r}
+        for r in rows
+        if r["vs_best_peer"] is not None
+    ]
+    summary_line = {**setup, "kind": "summary", "summary": summary, "vs_best_peer": ratios, "notes": notes}
+    append_results("peers", [summary_line], command, path=args.results)
     print(f"appended {len(rows) + 1} lines to {args.results}")
     if args.readme:
         command_text = f"`{command.strip()}`"
@@ -488,7 +497,9 @@ def main(argv=None):
             f"batch {args.batch_size} x length {args.sequence_length}, median of {args.runs} runs, best "
             f"setting per library in brackets (XLA on/off; torch.compile or eager on the torch backend; PyTorch threads). Command: {command_text}."
         )
-        write_readme(args.readme, readme_section(rows, summary, header), gpu=bool(nvidia_gpus()))
+        write_readme(
+            args.readme, readme_section(rows, summary, header), gpu=any(r.get("device", "CPU") != "CPU" for r in rows)
+        )
         print(f"rewrote the results table in {args.readme}")
     if args.chart:
         title = (

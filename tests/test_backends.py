@@ -227,6 +227,8 @@ WITHOUT_TENSORFLOW = textwrap.dedent(
     labels = np.arange(len(features["token_ids"])) % 2
     report["losses"] = model.fit(features, labels, batch_size=8, epochs=3, shuffle=False, verbose=0).history["loss"]
     report["int8_logits"] = bertzoo.quantize(model, "int8").predict(features, verbose=0).tolist()
+    smoothed = bertzoo.quantize(model, "int8", calibration=features)  # Calibrated on token ids.
+    report["smoothed_logits"] = smoothed.predict(features, verbose=0).tolist()
     try:
         bertzoo.text.BertTokenizer(bertzoo.text.builtin_vocabulary())(["a film"])
     except ImportError as error:
@@ -236,6 +238,23 @@ WITHOUT_TENSORFLOW = textwrap.dedent(
         json.dump(report, f)
     """
 )
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_import_leaves_tensorflow_alone_on_other_backends(backend):
+    # Installed or not, TensorFlow is imported only when something needs it.
+    if importlib.util.find_spec(backend) is None:
+        pytest.skip(f"{backend} is not installed (optional backend job: {BACKENDS[backend]})")
+    code = "import sys, bertzoo; print(sorted(m for m in ('tensorflow', 'tensorflow_text', 'keras_hub') if m in sys.modules))"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "KERAS_BACKEND": backend},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
@@ -263,6 +282,7 @@ def test_models_run_without_tensorflow_installed(backend, tensorflow_run, tmp_pa
         np.asarray(report["sequence_output"]), tensorflow_run["outputs"]["sequence_output"], atol=2e-5, rtol=1e-4
     )
     assert report["losses"][-1] < report["losses"][0]
-    assert np.isfinite(report["int8_logits"]).all() and np.shape(report["int8_logits"]) == (len(TEXTS), 2)
+    for key in ("int8_logits", "smoothed_logits"):
+        assert np.isfinite(report[key]).all() and np.shape(report[key]) == (len(TEXTS), 2)
     assert "`tensorflow_text` is not installed" in report["tokenizer_error"]
     assert "pip install tensorflow-text" in report["tokenizer_error"]

@@ -137,3 +137,4 @@ def test_each_configuration_is_recorded_as_soon_as_it_is_timed(tmp_path, monkeyp
     lines = [json.loads(line) for line in results.read_text().splitlines()]
     assert [(r["kind"], r["library"], r["device"]) for r in lines] == [("configuration", "bertzoo_jax", "CPU")]
     assert lines[0]["benchmark"] == "peers" and lines[0]["batch"] == 8 and lines[0]["median_s"] == 0.01
+    assert lines[0]["seq_per_s"] == pytest.approx(8 / 0.01) and lines[0]["gflops"] > 0

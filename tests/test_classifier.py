@@ -127,6 +127,24 @@ def test_default_compile_uses_bert_fine_tuning_recipe():
     assert float(schedule(9)) > 0.0
 
 
+def test_a_float16_backbone_trains_with_loss_scaling():
+    # Keras scales the loss only for a mixed_float16 model policy; the task
+    # (float32 policy) around a float16 backbone gets it from bertzoo.
+    backbone = bertzoo.BertBackbone.from_preset("tiny", load_weights=False, dtype="mixed_float16")
+    preprocessor = bertzoo.Preset.resolve("tiny").build_preprocessor(sequence_length=40)
+    model = bertzoo.BertClassifier(backbone, 2, preprocessor=preprocessor)
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    assert type(model.optimizer.inner_optimizer).__name__ == "AdamW"
+    texts, labels = separable_task(32, seed=5)
+    history = model.fit(texts, labels, batch_size=16, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    schedule = model.optimizer.inner_optimizer._learning_rate
+    assert schedule.total_steps == 2  # Filled in by fit() through the wrapper.
+    model.compile(optimizer=keras.optimizers.SGD(0.1))  # A user's optimizer is wrapped too.
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    assert not isinstance(tiny_classifier().optimizer, keras.optimizers.LossScaleOptimizer)
+
+
 def test_presets_do_not_store_optimizer_state(trained, tmp_path):
     """A compiled, trained model's preset holds model weights only."""
     trained.save_to_preset(tmp_path / "trained")

@@ -37,3 +37,15 @@ def test_installed_looks_without_importing():
 def test_dataset_check():
     assert is_tf_dataset(tf.data.Dataset.range(3))
     assert not is_tf_dataset([1, 2, 3]) and not is_tf_dataset({"token_ids": [[1]]})
+
+
+def test_introspection_neither_imports_nor_fails(monkeypatch):
+    import copy
+    import inspect
+
+    lazy = LazyModule("bertzoo_no_such_module", "pip install it")
+    assert not hasattr(lazy, "__wrapped__")
+    assert inspect.unwrap(lazy) is lazy
+    assert getattr(copy.copy(lazy), "_name", None) == "bertzoo_no_such_module"
+    monkeypatch.setitem(__import__("sys").modules, "tensorflow", None)  # An import blocked this way.
+    assert not is_tf_dataset([1])

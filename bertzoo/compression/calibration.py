@@ -4,11 +4,11 @@ importance scores, int8's input smoothing) iterate over."""
 
 import os
 
+import keras
 import numpy as np
 
 from bertzoo.models.raw_inputs import DEFAULT_BATCH_SIZE
 from bertzoo.utils.optional import is_tf_dataset
-from bertzoo.utils.optional import tf
 
 # Texts int8's input smoothing calibrates on when `compress` (and the
 # compression benchmark) pick them from the training texts.
@@ -29,7 +29,8 @@ def calibration_sample(texts, size=CALIBRATION_TEXTS, seed=0):
 
 
 def calibration_batches(model, data, steps=None, labelled=True, batch_size=DEFAULT_BATCH_SIZE):
-    """`data` as a `tf.data.Dataset` of batches for `model`.
+    """`data` as batches for `model`: a `tf.data.Dataset`, or a list of
+    NumPy batches for in-memory tokenized arrays.
 
     `data`: with `labelled`, a `tf.data.Dataset` of `(inputs, labels)`
     batches or a tuple `(inputs, labels)`; without, a `tf.data.Dataset` of
@@ -63,11 +64,12 @@ def calibration_batches(model, data, steps=None, labelled=True, batch_size=DEFAU
         if dataset is not None:
             data = dataset
     if not is_tf_dataset(data):
-        if labelled and isinstance(data, tuple) and len(data) in (2, 3):
-            data = tf.data.Dataset.from_tensor_slices(data).batch(batch_size)
-        elif not labelled and isinstance(data, dict):
-            data = tf.data.Dataset.from_tensor_slices(data).batch(batch_size)
-        elif labelled:
+        if (labelled and isinstance(data, tuple) and len(data) in (2, 3)) or (not labelled and isinstance(data, dict)):
+            # In-memory arrays are sliced in NumPy: no TensorFlow needed (the
+            # models run on JAX and torch without it).
+            batches = _array_batches(data, batch_size)
+            return batches if steps is None else batches[:steps]
+        if labelled:
             raise ValueError(
                 "`data` must be a tf.data.Dataset of (inputs, labels) batches, or a tuple "
                 "(inputs, labels) with inputs as raw strings (for a task with a preprocessor) "
@@ -81,3 +83,10 @@ def calibration_batches(model, data, steps=None, labelled=True, batch_size=DEFAU
     if steps is not None:
         data = data.take(steps)
     return data
+
+
+def _array_batches(data, batch_size):
+    """A list of `batch_size`-row slices of a structure of arrays."""
+    data = keras.tree.map_structure(np.asarray, data)
+    rows = len(keras.tree.flatten(data)[0])
+    return [keras.tree.map_structure(lambda a, i=i: a[i : i + batch_size], data) for i in range(0, rows, batch_size)]

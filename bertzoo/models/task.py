@@ -51,6 +51,13 @@ def _int_features(data, trim=False):
     return cast(data)
 
 
+def _computes_in_float16(task):
+    """True when the task's backbone computes in float16 (`"mixed_float16"`
+    or `"float16"`)."""
+    backbone = getattr(task, "backbone", None)
+    return backbone is not None and backbone.dtype_policy.compute_dtype == "float16"
+
+
 def _is_tokenized(x):
     """True for feature dicts, and for datasets whose elements are (or start with) one."""
 
@@ -429,6 +436,13 @@ class Task(DefaultCompileMixin, RawInputsMixin, EarlyAttributesMixin, keras.Mode
         """
         if optimizer == "auto":
             optimizer = bert_optimizer()
+        if _computes_in_float16(self) and optimizer is not None:
+            # Keras adds loss scaling only when the model's own policy is
+            # mixed_float16; a float16 backbone under this float32 task needs
+            # it as much (small gradients underflow to zero in float16).
+            optimizer = keras.optimizers.get(optimizer)
+            if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         if loss == "auto":
             loss = self.default_loss()
         if metrics == "auto":

@@ -1,7 +1,6 @@
 """Turns raw text (one segment or a pair) into BERT model inputs."""
 
 import keras
-from keras_hub.layers import MultiSegmentPacker
 
 from bertzoo.text.normalization import to_string_tensor
 from bertzoo.text.sentencepiece_tokenizer import SentencePieceTokenizer
@@ -79,6 +78,10 @@ class BertPreprocessor(keras.layers.Layer):
         self.tokenizer = tokenizer
         self.sequence_length = sequence_length
         self.truncate = truncate
+        # Imported here: keras-hub imports TensorFlow when it is installed,
+        # which `import bertzoo` on the JAX or torch backend should not.
+        from keras_hub.layers import MultiSegmentPacker
+
         self.packer = MultiSegmentPacker(
             sequence_length=sequence_length,
             start_value=tokenizer.cls_token_id,

@@ -37,7 +37,7 @@ class LazyModule:
         self._module = None
 
     def _load(self):
-        if self._module is None:
+        if self.__dict__.get("_module") is None:
             try:
                 self._module = importlib.import_module(self._name)
             except ImportError as error:
@@ -47,7 +47,17 @@ class LazyModule:
         return self._module
 
     def __getattr__(self, attribute):
-        return getattr(self._load(), attribute)
+        if attribute in ("_name", "_install", "_module"):
+            raise AttributeError(attribute)  # Asked before `__init__` ran (copy, pickle).
+        try:
+            module = self._load()
+        except ImportError:
+            if attribute.startswith("__"):
+                # Introspection (inspect.unwrap, copy) asks for special names:
+                # for a missing module the answer is "no such attribute".
+                raise AttributeError(attribute) from None
+            raise
+        return getattr(module, attribute)
 
     def __repr__(self):
         state = "imported" if self._module is not None else "not imported yet"
@@ -72,4 +82,5 @@ def is_tf_dataset(x):
     A dataset can only exist once TensorFlow has been imported, so when it
     has not been, the answer is False and TensorFlow need not be installed.
     """
-    return "tensorflow" in sys.modules and isinstance(x, sys.modules["tensorflow"].data.Dataset)
+    dataset = getattr(getattr(sys.modules.get("tensorflow"), "data", None), "Dataset", None)
+    return dataset is not None and isinstance(x, dataset)

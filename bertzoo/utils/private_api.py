@@ -239,8 +239,10 @@ def learning_rate_schedule(optimizer):
     """The `LearningRateSchedule` an optimizer was built with, or None.
 
     Private: `Optimizer._learning_rate` (the public `learning_rate` property
-    evaluates the schedule at the current step).
+    evaluates the schedule at the current step). A `LossScaleOptimizer`'s
+    is its inner optimizer's.
     """
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)
     schedule = getattr(optimizer, "_learning_rate", None)
     if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
         return schedule
