@@ -251,8 +251,7 @@ class KerasHub(KerasLibrary):
     def versions(self):
         import keras
 
-        backend = keras.backend.backend()
-        return library_versions(("keras", "tensorflow" if backend == "tensorflow" else backend, "keras-hub"))
+        return library_versions(("keras", keras.backend.backend(), "keras-hub"))  # Backends are named as on PyPI.
 
     def build(self, mode, policy, config):
         import keras_hub

@@ -242,10 +242,8 @@ def readme_section(rows, summary, header):
 def write_readme(path, section, gpu=False):
     """Replaces the text between the README markers (the GPU table's with
     `gpu`) with `section`."""
-    if gpu:
-        write_between_markers(path, section, GPU_README_START, GPU_README_END)
-    else:
-        write_between_markers(path, section, README_START, README_END)
+    start, end = (GPU_README_START, GPU_README_END) if gpu else (README_START, README_END)
+    write_between_markers(path, section, start, end)
 
 
 def table_rows(rows):
