@@ -23,8 +23,8 @@ default 0,1,2; `keras.utils.set_random_seed(seed)` first):
   embeddings and head left them just under 3x at batch 32; this one is 26%
   of it. Distilled with `bertzoo.distill` (`--recipe`, default tinybert;
   `--distill-epochs` per stage) on the training texts plus the texts of
-  the other files (`--transfer-size`) and 2 perturbed copies of each
-  training text (`--augment`, default 2, 0 for none; `augment_texts`).
+  the other files (`--transfer-size`) and 4 perturbed copies of each
+  training text (`--augment`, default 4, 0 for none; `augment_texts`).
 - `hard`: the same student trained on the hard labels alone (the baseline
   distillation must beat).
 - `prune90`: 90% unstructured encoder sparsity (`Pruner` with
@@ -796,7 +796,7 @@ def parse_args(argv):
     parser.add_argument(
         "--augment",
         type=int,
-        default=2,
+        default=4,
         help="distill: perturbed copies of each training text added to the transfer set (augment_texts)",
     )
     parser.add_argument(

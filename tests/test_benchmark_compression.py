@@ -201,8 +201,8 @@ def test_augmentation_is_a_setting_of_the_methods_that_train_on_the_transfer_set
     def settings(method, argv):
         return compression.method_settings(method, compression.parse_args(argv), 100, 20)
 
-    # distill: 2 copies by default, recorded; 0 is recorded as no setting.
-    assert settings("distill", [])["augment"] == 2
+    # distill: 4 copies by default, recorded; 0 is recorded as no setting.
+    assert settings("distill", [])["augment"] == 4
     assert settings("distill", ["--augment", "3"]) == {**settings("distill", []), "augment": 3}
     assert "augment" not in settings("distill", ["--augment", "0"])
     # The pruning methods: none by default, a setting when asked for.
