@@ -67,6 +67,39 @@ SCRIPT = textwrap.dedent(
         report["torch_int8_matmul_layers"] = len(used)
         report["torch_int8_max_diff"] = float(np.abs(fast - keras_path).max())
 
+    if keras.backend.backend() == "jax":
+        # The mask the attention blocks hand to ops.dot_product_attention, put through JAX's
+        # own cuDNN layout check (shape rules only, so it runs on a CPU; a private JAX module:
+        # None where it has moved).
+        seen = []
+        attention = keras.ops.dot_product_attention
+        keras.ops.dot_product_attention = lambda *a, **kw: seen.append((*a[:3], kw["mask"])) or attention(*a, **kw)
+        model.backbone(features)
+        keras.ops.dot_product_attention = attention
+        report["attention_mask_shapes"] = [list(mask.shape) for *_, mask in seen]
+        try:
+            import inspect
+            import jax.numpy as jnp
+            from jax._src.cudnn import fused_attention_stablehlo as cudnn
+        except ImportError:
+            cudnn = None
+
+        def cudnn_layout_check(query, key, value, mask):
+            query, key, value = (jnp.zeros(t.shape, jnp.bfloat16) for t in (query, key, value))
+            bias = cudnn.combine_bias_and_mask(None, jnp.ones(mask.shape, bool), jnp.bfloat16)
+            known = ("query", "key", "value", "bias", "layout")
+            unset = {p: None for p in inspect.signature(cudnn.check_layout).parameters if p not in known}
+            try:
+                cudnn.check_layout(query, key, value, bias, layout=cudnn._normalize_layout("BTNH"), **unset)
+            except ValueError as error:
+                return str(error)
+            return "accepted"
+
+        if cudnn is not None:
+            query, key, value, mask = seen[0]
+            report["cudnn_layout_check"] = cudnn_layout_check(query, key, value, mask)
+            report["cudnn_layout_check_key_mask"] = cudnn_layout_check(query, key, value, mask[:, :, :1, :])
+
     def train():
         model = bertzoo.BertClassifier.from_preset(preset)
         model.compile(optimizer=keras.optimizers.SGD(0.5))
@@ -192,6 +225,17 @@ def test_fit_follows_the_tensorflow_loss_trajectory(backend_run):
     assert jit == (backend_run["backend"] == "jax")
     assert np.ptp(losses) > 1e-3  # Training moved.
     np.testing.assert_allclose(losses, backend_run["tf"]["losses"], rtol=1e-4)
+
+
+def test_jax_attention_mask_has_the_shape_cudnn_attention_accepts(backend_run):
+    if backend_run["expected_backend"] != "jax":
+        pytest.skip("JAX only")
+    # (batch, 1, length, length) in every layer: JAX's cuDNN kernel refuses a (batch, 1, 1, length) one.
+    assert backend_run["attention_mask_shapes"] == [[len(TEXTS), 1, 40, 40]] * 2
+    if "cudnn_layout_check" not in backend_run:
+        pytest.skip("this JAX has no jax._src.cudnn.fused_attention_stablehlo to check against")
+    assert backend_run["cudnn_layout_check"] == "accepted"
+    assert "Bias must have same seq length" in backend_run["cudnn_layout_check_key_mask"]
 
 
 def test_jax_data_parallel_on_two_devices_matches_one_device(backend_run):

@@ -155,6 +155,12 @@ class SelfAttentionBlock(keras.layers.Layer):
             )
         else:
             probs = None
+            if mask is not None and keras.backend.backend() == "jax":
+                # JAX's cuDNN attention takes a mask only as a bias spanning (length, length):
+                # given (B, 1, 1, S) it raises "Bias must have same seq length as QKV"
+                # (jax-ml/jax#28974) and Keras falls back to XLA's attention on GPUs. Under
+                # XLA the broadcast is fused away.
+                mask = ops.broadcast_to(mask, (batch, 1, length, length))
             context = ops.dot_product_attention(query, key, value, mask=mask)
 
         context = ops.reshape(context, (-1, self.num_heads * self.head_dim))
