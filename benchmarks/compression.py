@@ -325,9 +325,6 @@ def teacher_model(args, cache, name, train):
 # Pruned models keep the teacher's layers, so they distill on its outputs
 # alone (Hinton; as movement pruning and oBERT do), without the slower
 # attention-map path.
-OUTPUTS_ONLY = {"hidden_state_weight": 0.0, "attention_weight": 0.0, "embedding_weight": 0.0}
-
-
 def compress(method, teacher, train, transfer, seed, args):
     """The compressed model of one method (trained with `seed` already set)."""
     import bertzoo
@@ -384,7 +381,6 @@ def compress(method, teacher, train, transfer, seed, args):
             epochs=args.prune_epochs,
             verbose=2,
             teacher=teacher,
-            distillation=OUTPUTS_ONLY,
         )
         return pruner.strip()
     if method == "structured":

@@ -29,12 +29,45 @@ REPO = Path(__file__).resolve().parents[1]
 TEXTS = [f"film {i} was {'great fun' if i % 2 else 'dull and long'}" for i in range(16)]
 LABELS = np.arange(16) % 2
 
+
+def pruning_report(preset, features, labels):
+    """The preset's classifier pruned to half its encoder weights while it
+    trains (SGD, token ids), alone and while distilling an unpruned copy's
+    predictions (its layers would start at zero loss: equal to the student's):
+    the losses, each mask's kept count and the stripped model's logits."""
+    report = {}
+    predictions_only = {"hidden_state_weight": 0.0, "attention_weight": 0.0, "embedding_weight": 0.0}
+    for name, teacher in (("alone", None), ("distilled", bertzoo.BertClassifier.from_preset(preset))):
+        model = bertzoo.BertClassifier.from_preset(preset)
+        model.compile(optimizer=keras.optimizers.SGD(0.5))
+        pruner = bertzoo.Pruner(model, bertzoo.PolynomialDecay(0.0, 0.5, begin_step=0, end_step=4, frequency=1))
+        history = pruner.fit(
+            features,
+            labels,
+            batch_size=8,
+            epochs=3,
+            shuffle=False,
+            verbose=0,
+            teacher=teacher,
+            distillation=predictions_only if teacher else None,
+        )
+        report[name] = {
+            "losses": history.history["loss"],
+            "kept": [int(np.sum(keras.ops.convert_to_numpy(mask))) for mask in pruner.state.masks],
+            "logits": np.asarray(pruner.strip().predict(features, verbose=0)).tolist(),
+        }
+    return report
+
+
 SCRIPT = textwrap.dedent(
     """
     import json, sys
     import keras
     import numpy as np
     import bertzoo
+
+    sys.path.insert(0, "tests")
+    from test_backends import pruning_report
 
     preset, out = sys.argv[1], sys.argv[2]
     texts, labels = json.loads(sys.argv[3]), np.array(json.loads(sys.argv[4]))
@@ -108,6 +141,15 @@ SCRIPT = textwrap.dedent(
         devices = len(weight.sharding.device_set) if keras.backend.backend() == "jax" else 1
         return history.history["loss"], bool(model.jit_compile), devices
 
+    report["pruning"] = pruning_report(preset, features, labels)
+    if keras.backend.backend() == "jax":
+        model = bertzoo.BertClassifier.from_preset(preset)
+        model.compile(optimizer=keras.optimizers.SGD(0.1))
+        bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.5, begin_step=0))
+        try:
+            model.fit(features, labels, epochs=1, verbose=0)  # Not through the pruner.
+        except RuntimeError as error:
+            report["unprepared_trainer_error"] = str(error)
     report["one_device"] = train()
     if keras.backend.backend() == "jax":
         import jax
@@ -141,6 +183,7 @@ def tensorflow_run(tmp_path_factory):
     trained = bertzoo.BertClassifier.from_preset(tmp / "preset")
     trained.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=False)
     tf_losses = trained.fit(TEXTS, LABELS, batch_size=8, epochs=3, shuffle=False, verbose=0).history["loss"]
+    tf_pruning = pruning_report(tmp / "preset", features, LABELS)
     return {
         "preset": tmp / "preset",
         "outputs": tf_outputs,
@@ -149,6 +192,7 @@ def tensorflow_run(tmp_path_factory):
         "smoothing_factors": tf_factors,
         "smoothed_logits": tf_smoothed_logits,
         "losses": tf_losses,
+        "pruning": tf_pruning,
     }
 
 
@@ -225,6 +269,23 @@ def test_fit_follows_the_tensorflow_loss_trajectory(backend_run):
     assert jit == (backend_run["backend"] == "jax")
     assert np.ptp(losses) > 1e-3  # Training moved.
     np.testing.assert_allclose(losses, backend_run["tf"]["losses"], rtol=1e-4)
+
+
+def test_pruning_trains_like_tensorflow(backend_run):
+    # The pruning state (masks, step counters) lives outside the optimizer's
+    # variables: on JAX it is carried through the stateless train step.
+    for run in ("alone", "distilled"):
+        ours, tf_run = backend_run["pruning"][run], backend_run["tf"]["pruning"][run]
+        assert ours["kept"] == tf_run["kept"], run
+        assert sum(ours["kept"]) == pytest.approx(0.5 * 2 * 4 * 128 * 128 + 0.5 * 2 * 2 * 128 * 512, rel=1e-3)
+        np.testing.assert_allclose(ours["losses"], tf_run["losses"], rtol=1e-4, err_msg=run)
+        np.testing.assert_allclose(ours["logits"], tf_run["logits"], atol=1e-4, rtol=1e-3, err_msg=run)
+
+
+def test_jax_refuses_a_trainer_that_does_not_carry_the_pruning_state(backend_run):
+    if backend_run["expected_backend"] != "jax":
+        pytest.skip("JAX only")
+    assert "pruner.prepare_trainer(trainer)" in backend_run["unprepared_trainer_error"]
 
 
 def test_jax_attention_mask_has_the_shape_cudnn_attention_accepts(backend_run):

@@ -5,6 +5,7 @@ Keras and TensorFlow, so a release that moves a symbol fails here, by name,
 and where a wrapper has a public fallback the fallback is checked too.
 """
 
+import contextlib
 import gc
 
 import keras
@@ -122,6 +123,49 @@ def test_route_gradient_application_runs_the_step_or_hands_it_back():
     np.testing.assert_allclose(variable.numpy(), 0.5)  # Keras's own SGD step.
     assert steps == [1, 1]
     assert int(optimizer.iterations.numpy()) == 2
+
+
+def test_in_stateless_scope_only_inside_one():
+    assert not private_api.in_stateless_scope()
+    with keras.StatelessScope():
+        assert private_api.in_stateless_scope()
+
+
+def test_carry_jax_step_values_threads_the_values_through_the_step_state():
+    # A stand-in for Keras's JAX trainer: train_step(state, data) -> (logs, state),
+    # state = (trainable, non_trainable, optimizer, metrics) values.
+    scopes = []
+
+    def scope(values):
+        scopes.append(values)
+        return contextlib.nullcontext()
+
+    class Trainer:
+        name = "trainer"
+        non_trainable_variables = [keras.Variable(1.0, name="seed"), keras.Variable(10.0, name="counter")]
+        train_function = "compiled"
+
+        def train_step(self, state, data):
+            # Adds `data` to the counter through the values the scope got.
+            values = scopes[-1]
+            values[id(counter)] = values[id(counter)] + data
+            return {"loss": 0.0}, state
+
+    trainer = Trainer()
+    counter = trainer.non_trainable_variables[1]
+    private_api.carry_jax_step_values(trainer, [counter], scope)
+    assert trainer.train_function is None  # The next fit traces the new step.
+    state = ([], [np.float32(1.0), np.float32(10.0)], [], [])
+    logs, (_, non_trainable, _, _) = trainer.train_step(state, 5.0)
+    assert logs == {"loss": 0.0} and [float(v) for v in non_trainable] == [1.0, 15.0]
+    step = trainer.train_step
+    private_api.carry_jax_step_values(trainer, [counter], scope)  # The same variables: no second wrapper.
+    assert trainer.train_step is step
+    with pytest.raises(RuntimeError, match="JAX train step state"):
+        trainer.train_step((1, 2), 0.0)
+    private_api.carry_jax_step_values(trainer, [keras.Variable(0.0, name="stray")], scope)
+    with pytest.raises(ValueError, match="not non-trainable variables"):
+        trainer.train_step(state, 0.0)
 
 
 def test_weight_decay_applies_follows_the_exclusions():

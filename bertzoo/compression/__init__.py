@@ -1,5 +1,6 @@
 """Compression: distillation, pruning and quantization."""
 
+from bertzoo.compression.distiller import PREDICTIONS_ONLY
 from bertzoo.compression.distiller import Distiller
 from bertzoo.compression.losses import AttentionDistillation
 from bertzoo.compression.losses import HiddenStateDistillation

@@ -63,6 +63,14 @@ from bertzoo.utils import private_api
 _ONE_BATCH = 1 << 30
 # `normalize_losses`: the training steps whose mean loss values set the scales.
 NORMALIZATION_STEPS = 10
+# `Distiller` options that turn every intermediate-layer term off, so only the
+# predictions are distilled (Hinton et al., 2015).
+PREDICTIONS_ONLY = {
+    "hidden_state_weight": 0.0,
+    "attention_weight": 0.0,
+    "embedding_weight": 0.0,
+    "value_relation_weight": 0.0,
+}
 _INTERMEDIATE = ("hidden", "attention", "embedding", "value_relation")
 _TINY = 1e-12
 

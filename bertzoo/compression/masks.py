@@ -78,22 +78,26 @@ def score_threshold(scores, sparsity):
 
     Found by bisection on order-preserving integer keys of the float32 bit
     patterns (non-negative floats order like their bits; negative ones have
-    their other bits flipped): 33 counting passes, exact. Sorting would do,
+    their other bits flipped): 32 counting passes, exact. Sorting would do,
     but XLA's CPU sort inside a train step is slow (seconds per kernel).
+    The keys stay int32 (JAX has no int64 by default): no score's key is
+    int32's minimum (only a NaN's would be), and midpoints are taken
+    without overflow.
     """
     flat = ops.reshape(ops.cast(scores, "float32"), (-1,))
     size = flat.shape[0]
     count = ops.cast(ops.round(ops.cast(sparsity, "float32") * size), "int32")
     bits = ops.view(flat, "int32")
-    keys = ops.cast(ops.where(bits < 0, ops.bitwise_xor(bits, _LOW_BITS), bits), "int64")
-    low = ops.convert_to_tensor(-(2**31) - 1, "int64")  # count(keys <= low) = 0 < k
+    keys = ops.where(bits < 0, ops.bitwise_xor(bits, _LOW_BITS), bits)
+    low = ops.convert_to_tensor(-(2**31), "int32")  # count(keys <= low) = 0 < k
     high = ops.max(keys)  # count(keys <= high) = n >= k
-    for _ in range(33):
-        middle = low + (high - low) // 2
+    for _ in range(32):
+        # floor((low + high) / 2), which int32 cannot hold as a sum.
+        middle = ops.right_shift(low, 1) + ops.right_shift(high, 1) + ops.bitwise_and(ops.bitwise_and(low, high), 1)
         enough = ops.sum(ops.cast(keys <= middle, "int32")) >= count
         high = ops.where(enough, middle, high)
         low = ops.where(enough, low, middle)
-    key = ops.cast(high, "int32")
+    key = high
     threshold = ops.view(ops.where(key < 0, ops.bitwise_xor(key, _LOW_BITS), key), "float32")
     return ops.where(count > 0, threshold, ops.convert_to_tensor(-np.inf, "float32"))
 

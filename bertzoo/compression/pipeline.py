@@ -296,8 +296,9 @@ def compress(
         heads_to_keep, ffn_keep_ratio: `"prune_structured"` settings (see
             `prune_heads_and_neurons`).
         distiller_options: keyword arguments for the `Distiller` of the
-            `"prune"` stage (and of the distill stage when `recipe` is None;
-            `"prune_structured"` recovers with the `"hinton"` recipe when
+            `"prune"` stage (over `PREDICTIONS_ONLY` there: `Pruner.fit`'s
+            default) and of the distill stage when `recipe` is None
+            (`"prune_structured"` recovers with the `"hinton"` recipe when
             there are transfer texts or `augment` copies). On transfer texts there are no
             labels, so `alpha` has no effect there.
         recipe: how the distill stage trains: a `bertzoo.distill` recipe

@@ -31,6 +31,7 @@ already keeps a running mean of each weight's squared gradient (its second
 moment): that is the Fisher estimate, so these scores cost no extra state.
 """
 
+import contextlib
 import difflib
 import re
 
@@ -38,6 +39,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from bertzoo.compression.distiller import PREDICTIONS_ONLY
 from bertzoo.compression.distiller import Distiller
 from bertzoo.compression.masks import block_scores
 from bertzoo.compression.masks import expand_blocks
@@ -61,6 +63,38 @@ _EMBEDDING_TABLES = ("embeddings/token", "embeddings/position", "embeddings/segm
 
 
 # --- State and constraint ---------------------------------------------------
+# On JAX the train step is stateless and its optimizer step (where the
+# constraints run) maps only trainable and optimizer variables, so there the
+# pruning state is read and written in these dicts, `{id(variable): value}`,
+# one per running step, which `Pruner.prepare_trainer` threads through the
+# step's state.
+_STEP_VALUES = []
+
+
+@contextlib.contextmanager
+def _step_values(values):
+    _STEP_VALUES.append(values)
+    try:
+        yield values
+    finally:
+        _STEP_VALUES.pop()
+
+
+def _read(variable):
+    for values in reversed(_STEP_VALUES):
+        if id(variable) in values:
+            return values[id(variable)]
+    return ops.convert_to_tensor(variable)
+
+
+def _write(variable, value):
+    for values in reversed(_STEP_VALUES):
+        if id(variable) in values:
+            values[id(variable)] = ops.cast(value, variable.dtype)
+            return
+    variable.assign(value)
+
+
 class _Target:
     """One pruned weight: the layer path, the variable, the input axis."""
 
@@ -162,22 +196,28 @@ class _MaskConstraint(keras.constraints.Constraint):
         pruner, state = self.pruner, self.pruner.state
         mask = state.masks[self.index]
         step = state.steps[self.index]
-        current = ops.convert_to_tensor(mask)
+        if keras.backend.backend() == "jax" and private_api.in_stateless_scope() and not _STEP_VALUES:
+            raise RuntimeError(
+                "On the JAX backend a pruned model's trainer must carry the pruning state through its "
+                "train step: train with pruner.fit(...), or call pruner.prepare_trainer(trainer) before "
+                "trainer.fit(...)."
+            )
+        current = _read(mask)
         if pruner.scores == "movement":
             # The variable already holds `w`; `previous` holds the value before this update.
-            old = ops.cast(ops.convert_to_tensor(state.previous[self.index]), "float32")
+            old = ops.cast(_read(state.previous[self.index]), "float32")
             moved = old * (ops.cast(w, "float32") - old)
-            state.movement[self.index].assign(ops.convert_to_tensor(state.movement[self.index]) + moved)
+            _write(state.movement[self.index], _read(state.movement[self.index]) + moved)
         if pruner.schedule is None:  # Fixed masks: only `set_masks` changes them.
             new_mask = current
         else:
-            should_prune, sparsity = pruner.schedule(ops.convert_to_tensor(step))
+            should_prune, sparsity = pruner.schedule(_read(step))
             new_mask = pruner._new_mask(self.index, w, should_prune, sparsity, current)
-            mask.assign(new_mask)
-        step.assign(step + 1)
+            _write(mask, new_mask)
+        _write(step, _read(step) + 1)
         masked = w * ops.cast(new_mask, w.dtype)
         if pruner.scores == "movement":
-            state.previous[self.index].assign(masked)
+            _write(state.previous[self.index], masked)
         return masked
 
     def get_config(self):
@@ -417,7 +457,7 @@ class Pruner:
         new value `w`: `|w|`, or the movement accumulated so far (`movement`
         if given)."""
         if self.scores == "movement":
-            scores = ops.convert_to_tensor(self.state.movement[index]) if movement is None else movement
+            scores = _read(self.state.movement[index]) if movement is None else movement
         elif self.scores == "fisher":
             w = ops.cast(w, "float32")
             scores = self._squared_gradient_mean(index) * w * w
@@ -458,14 +498,14 @@ class Pruner:
         whether or not its constraint has run yet in this step (the optimizer
         updates every variable before it runs the constraints)."""
         state = self.state
-        movement = ops.convert_to_tensor(state.movement[i])
-        old = ops.cast(ops.convert_to_tensor(state.previous[i]), "float32")
+        movement = _read(state.movement[i])
+        old = ops.cast(_read(state.previous[i]), "float32")
         new = ops.cast(ops.convert_to_tensor(self.targets[i].variable), "float32")
-        pending = ops.equal(ops.convert_to_tensor(state.steps[i]), step)
+        pending = ops.equal(_read(state.steps[i]), step)
         return ops.where(pending, movement + old * (new - old), movement)
 
     def _global_threshold(self, index, w, sparsity):
-        step = ops.convert_to_tensor(self.state.steps[index])
+        step = _read(self.state.steps[index])
         scores = []
         for i, target in enumerate(self.targets):
             if i == index:
@@ -498,12 +538,12 @@ class Pruner:
         # Global: the first weight updated in a pruning step computes the
         # threshold over all pruned weights; the others reuse it.
         state = self.state
-        step = ops.convert_to_tensor(state.steps[index])
-        cached = ops.convert_to_tensor(state.global_threshold)
-        need = ops.logical_and(should_prune, ops.not_equal(ops.convert_to_tensor(state.global_step), step))
+        step = _read(state.steps[index])
+        cached = _read(state.global_threshold)
+        need = ops.logical_and(should_prune, ops.not_equal(_read(state.global_step), step))
         threshold = ops.cond(need, lambda: self._global_threshold(index, w, sparsity), lambda: cached)
-        state.global_threshold.assign(threshold)
-        state.global_step.assign(ops.where(should_prune, step, ops.convert_to_tensor(state.global_step)))
+        _write(state.global_threshold, threshold)
+        _write(state.global_step, ops.where(should_prune, step, _read(state.global_step)))
         return ops.cond(
             should_prune,
             lambda: self._mask_from_scores(index, self._scores(index, w), threshold),
@@ -538,13 +578,18 @@ class Pruner:
         `jit_compile` (`pruner.compile(...)` chooses them; bertzoo tasks come
         compiled with their fine-tuning defaults) and the student's default
         metrics. Later calls with the same teacher and options reuse it.
+        Only the predictions are distilled unless `distillation` turns
+        layer terms on (`bertzoo.compression.PREDICTIONS_ONLY` is under the
+        options, as movement pruning and oBERT distill): a student that
+        starts as a copy of its teacher starts its layer losses at zero,
+        which would set their `normalize_losses` scales from noise.
 
         Args:
             *args, **kwargs: `fit` arguments (`x`, `y`, `epochs`, ...).
             teacher: None, or a bertzoo task of the model's class to distill from.
             distillation: keyword arguments of `bertzoo.Distiller`
-                (`temperature`, `alpha`, `hidden_state_weight`, ...); only
-                with a `teacher`.
+                (`temperature`, `alpha`, `hidden_state_weight`, ...) over
+                `PREDICTIONS_ONLY`; only with a `teacher`.
             callbacks: Keras callbacks.
 
         Example:
@@ -565,8 +610,31 @@ class Pruner:
         if teacher is None:
             if distillation is not None:
                 raise ValueError("`distillation` options need a `teacher`: pass teacher=... (e.g. the dense model).")
-            return self._model.fit(*args, callbacks=callbacks, **kwargs)
-        return self._distiller_for(teacher, distillation).fit(*args, callbacks=callbacks, **kwargs)
+            trainer = self._model
+        else:
+            trainer = self._distiller_for(teacher, distillation)
+        self.prepare_trainer(trainer)
+        return trainer.fit(*args, callbacks=callbacks, **kwargs)
+
+    def prepare_trainer(self, trainer):
+        """Makes `trainer` (a Keras model whose `fit` updates the pruned
+        weights with its optimizer: the model itself, a `Distiller` of it, a
+        custom trainer) carry the pruning state through its train step. Only
+        the JAX backend needs it (its train step is stateless); elsewhere it
+        does nothing. `fit` does it for the trainer it runs; call it before
+        `trainer.fit(...)` with a trainer of your own.
+
+        Example:
+        ```python
+        pruner = bertzoo.Pruner(student, bertzoo.ConstantSparsity(0.5, begin_step=0))
+        distiller = bertzoo.Distiller(teacher, student)
+        distiller.compile(optimizer=bertzoo.bert_optimizer(1e-4))
+        pruner.prepare_trainer(distiller)
+        distiller.fit(texts, epochs=1)
+        ```
+        """
+        if keras.backend.backend() == "jax":
+            private_api.carry_jax_step_values(trainer, self.state.variables, _step_values)
 
     def _distiller_for(self, teacher, distillation):
         """The `Distiller` that trains the model from `teacher`, compiled with
@@ -576,7 +644,7 @@ class Pruner:
                 f"`distillation` must be a dict of bertzoo.Distiller options such as "
                 f"{{'temperature': 2.0, 'alpha': 0.5}}, got {distillation!r}."
             )
-        options = dict(distillation or {})
+        options = {**PREDICTIONS_ONLY, **(distillation or {})}
         model = self._model
         cached = self._distiller
         if cached is not None and cached[0] is teacher and cached[1] == options:
@@ -585,7 +653,8 @@ class Pruner:
             distiller = Distiller(teacher, model, **options)
             self._distiller = (teacher, options, distiller)
         if distiller.optimizer is not model.optimizer:
-            known = {id(v) for v in model.trainable_variables}
+            # The teacher is frozen only while the distiller fits.
+            known = {id(v) for v in model.trainable_variables + teacher.variables}
             extra = [v.path for v in distiller.trainable_variables if id(v) not in known]
             if extra and model.optimizer.built:
                 raise ValueError(

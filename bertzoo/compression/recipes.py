@@ -20,11 +20,11 @@ prediction stage also uses the labels (`alpha=0.5`).
 
 import numpy as np
 
+from bertzoo.compression.distiller import PREDICTIONS_ONLY
 from bertzoo.compression.distiller import Distiller
 from bertzoo.models.optimizers import bert_optimizer
 
-_OFF = {"hidden_state_weight": 0.0, "attention_weight": 0.0, "embedding_weight": 0.0, "value_relation_weight": 0.0}
-_PREDICTIONS = ("predictions", {**_OFF, "soft_target_weight": 1.0})
+_PREDICTIONS = ("predictions", {**PREDICTIONS_ONLY, "soft_target_weight": 1.0})
 
 RECIPES = {
     "tinybert": (
@@ -35,7 +35,7 @@ RECIPES = {
         (
             "relations",
             {
-                **_OFF,
+                **PREDICTIONS_ONLY,
                 "alpha": 0.0,
                 "soft_target_weight": 0.0,
                 "attention_weight": 1.0,

@@ -295,6 +295,74 @@ def route_gradient_application(apply_step):
     return decorate
 
 
+def in_stateless_scope():
+    """Whether Keras is inside a `keras.StatelessScope` (as in a JAX train
+    step), where assigning a variable records the new value instead of
+    writing it.
+
+    Private: `keras.src.backend.common.stateless_scope.in_stateless_scope`.
+    Fallback: False.
+    """
+    try:
+        from keras.src.backend.common.stateless_scope import in_stateless_scope as active
+    except ImportError:
+        return False
+    return bool(active())
+
+
+def carry_jax_step_values(trainer, variables, values_scope):
+    """Threads `variables` (non-trainable variables of `trainer`) through
+    `trainer`'s JAX train step: the step runs inside `values_scope(values)`,
+    a context manager given `{id(variable): traced value}` that code in the
+    step reads and updates, and returns the updated values in its state.
+
+    Keras's JAX train step is stateless: it gets and returns the variables'
+    values, and its optimizer step (`stateless_apply`, where variable
+    constraints run) maps only the trainable and optimizer variables, so a
+    constraint can neither read nor assign any other variable there.
+
+    Private: the step's `state`, `(trainable, non_trainable, optimizer,
+    metrics)` values in the order of the trainer's variable lists, and
+    `train_function`, reset so the next `fit` traces the new step. Fallback:
+    a state of another shape raises a `RuntimeError` naming the Keras
+    version. Wrapping the same trainer for the same variables twice is a
+    no-op.
+
+    Example:
+    ```python
+    carry_jax_step_values(model, [counter], lambda values: my_scope(values))
+    ```
+    """
+    key = tuple(id(v) for v in variables)
+    carried = getattr(trainer, "_bertzoo_carried_step_values", set())
+    if key in carried:
+        return
+    original = trainer.train_step
+
+    def train_step(state, data):
+        if not (isinstance(state, (tuple, list)) and len(state) == 4):
+            raise RuntimeError(
+                f"Keras {keras.__version__}'s JAX train step state is not (trainable, non_trainable, "
+                "optimizer, metrics): bertzoo cannot carry the pruning state through it."
+            )
+        position = {id(v): i for i, v in enumerate(trainer.non_trainable_variables)}
+        missing = [v.path for v in variables if id(v) not in position]
+        if missing:
+            raise ValueError(f"{missing} are not non-trainable variables of {trainer.name!r}.")
+        indices = [position[id(v)] for v in variables]
+        values = {id(v): state[1][i] for v, i in zip(variables, indices)}
+        with values_scope(values):
+            logs, (trainable, non_trainable, optimizer, metrics) = original(state, data)
+        non_trainable = list(non_trainable)
+        for variable, i in zip(variables, indices):
+            non_trainable[i] = keras.ops.cast(values[id(variable)], non_trainable[i].dtype)
+        return logs, (trainable, non_trainable, optimizer, metrics)
+
+    trainer.train_step = train_step
+    trainer._bertzoo_carried_step_values = carried | {key}
+    trainer.train_function = None
+
+
 def weight_decay_applies(optimizer, variable):
     """Whether `optimizer` decays `variable` (its `exclude_from_weight_decay`
     settings), or None when this Keras release cannot say.
