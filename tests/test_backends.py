@@ -31,7 +31,7 @@ LABELS = np.arange(16) % 2
 
 
 def pruning_report(preset, features, labels):
-    """The preset's classifier pruned to half its encoder weights while it
+    """Two of the preset's classifier's kernels pruned to half while it
     trains (SGD, token ids), alone and while distilling an unpruned copy's
     predictions (its layers would start at zero loss: equal to the student's):
     the losses, each mask's kept count and the stripped model's logits."""
@@ -39,13 +39,15 @@ def pruning_report(preset, features, labels):
     predictions_only = {"hidden_state_weight": 0.0, "attention_weight": 0.0, "embedding_weight": 0.0}
     for name, teacher in (("alone", None), ("distilled", bertzoo.BertClassifier.from_preset(preset))):
         model = bertzoo.BertClassifier.from_preset(preset)
-        model.compile(optimizer=keras.optimizers.SGD(0.5))
-        pruner = bertzoo.Pruner(model, bertzoo.PolynomialDecay(0.0, 0.5, begin_step=0, end_step=4, frequency=1))
+        # XLA where the pruning state is traced (JAX); TensorFlow's compile would cost more than the steps.
+        model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=keras.backend.backend() == "jax")
+        schedule = bertzoo.PolynomialDecay(0.0, 0.5, begin_step=0, end_step=2, frequency=1)
+        pruner = bertzoo.Pruner(model, schedule, layers=["attention_0/query", "feedforward_1/intermediate"])
         history = pruner.fit(
             features,
             labels,
             batch_size=8,
-            epochs=3,
+            epochs=2,
             shuffle=False,
             verbose=0,
             teacher=teacher,
@@ -277,7 +279,7 @@ def test_pruning_trains_like_tensorflow(backend_run):
     for run in ("alone", "distilled"):
         ours, tf_run = backend_run["pruning"][run], backend_run["tf"]["pruning"][run]
         assert ours["kept"] == tf_run["kept"], run
-        assert sum(ours["kept"]) == pytest.approx(0.5 * 2 * 4 * 128 * 128 + 0.5 * 2 * 2 * 128 * 512, rel=1e-3)
+        assert ours["kept"] == [128 * 128 // 2, 128 * 512 // 2]
         np.testing.assert_allclose(ours["losses"], tf_run["losses"], rtol=1e-4, err_msg=run)
         np.testing.assert_allclose(ours["logits"], tf_run["logits"], atol=1e-4, rtol=1e-3, err_msg=run)
 
