@@ -468,7 +468,7 @@ def test_fused_attention_only_when_probabilities_are_not_requested(tiny_inputs, 
     monkeypatch.setattr(ops, "dot_product_attention", lambda *a, **k: calls.append(1) or fused_op(*a, **k))
     expected = model(tiny_inputs)["sequence_output"]
     assert calls == []  # TensorFlow: head-major matmuls (its op has no fused kernel).
-    monkeypatch.setattr(attention, "_fused_attention_available", lambda: True)  # As on JAX and torch.
+    monkeypatch.setattr(attention, "_fused_attention_available", lambda dtype: True)  # As on JAX and torch.
     fused = model(tiny_inputs)["sequence_output"]
     assert len(calls) == 3
     np.testing.assert_allclose(n(fused), n(expected), rtol=1e-5, atol=1e-5)
@@ -481,7 +481,7 @@ def test_padding_does_not_affect_real_positions(path, make_bert_inputs, rng, mon
     from bertzoo.layers import attention
 
     if path == "fused":  # `ops.dot_product_attention`, as on JAX and torch.
-        monkeypatch.setattr(attention, "_fused_attention_available", lambda: True)
+        monkeypatch.setattr(attention, "_fused_attention_available", lambda dtype: True)
     model = BertBackbone(**dict(TINY, num_layers=2, embedding_dim=8))
     randomize(model, rng)
     extractor = model.feature_extractor(return_attention_scores=True)

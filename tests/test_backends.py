@@ -144,6 +144,11 @@ SCRIPT = textwrap.dedent(
         return history.history["loss"], bool(model.jit_compile), devices
 
     report["pruning"] = pruning_report(preset, features, labels)
+    half = bertzoo.BertBackbone.from_preset(preset, dtype="mixed_float16")
+    report["float16_sequence_output"] = np.asarray(half.predict_on_batch(features)["sequence_output"]).tolist()
+    half_model = bertzoo.BertClassifier(half, 2, preprocessor=None)
+    half_model.compile(optimizer=keras.optimizers.SGD(0.1))
+    report["float16_losses"] = half_model.fit(features, labels, batch_size=8, epochs=2, verbose=0).history["loss"]
     if keras.backend.backend() == "jax":
         model = bertzoo.BertClassifier.from_preset(preset)
         model.compile(optimizer=keras.optimizers.SGD(0.1))
@@ -282,6 +287,14 @@ def test_pruning_trains_like_tensorflow(backend_run):
         assert ours["kept"] == [128 * 128 // 2, 128 * 512 // 2]
         np.testing.assert_allclose(ours["losses"], tf_run["losses"], rtol=1e-4, err_msg=run)
         np.testing.assert_allclose(ours["logits"], tf_run["logits"], atol=1e-4, rtol=1e-3, err_msg=run)
+
+
+def test_float16_backbone_runs_and_trains(backend_run):
+    # On a CPU, JAX's fused attention has no float16 kernel: bertzoo's own runs.
+    half = np.asarray(backend_run["float16_sequence_output"], "float64")
+    full = backend_run["tf"]["outputs"]["sequence_output"]
+    assert np.linalg.norm(half - full) / np.linalg.norm(full) < 1e-2
+    assert np.all(np.isfinite(backend_run["float16_losses"]))
 
 
 def test_jax_refuses_a_trainer_that_does_not_carry_the_pruning_state(backend_run):

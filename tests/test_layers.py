@@ -244,7 +244,7 @@ def fused_attention(monkeypatch):
 
     calls = []
     fused_op = ops.dot_product_attention
-    monkeypatch.setattr(attention, "_fused_attention_available", lambda: True)
+    monkeypatch.setattr(attention, "_fused_attention_available", lambda dtype: True)
     monkeypatch.setattr(ops, "dot_product_attention", lambda *a, **k: calls.append(1) or fused_op(*a, **k))
     return calls
 

@@ -6,13 +6,20 @@ from keras import ops
 from bertzoo.layers.dense import Dense
 from bertzoo.layers.dense import project_shared_input
 from bertzoo.layers.dropout import Dropout
+from bertzoo.utils import device
 
 
-def _fused_attention_available():
+def _fused_attention_available(dtype):
     """Whether `keras.ops.dot_product_attention` has a fused kernel behind it
-    on this backend (JAX and torch: cuDNN / flash attention on GPUs, their own
-    CPU kernels). TensorFlow's is the einsum form of `_head_major_attention`."""
-    return keras.backend.backend() != "tensorflow"
+    on this backend for `dtype` (JAX and torch: cuDNN / flash attention on
+    GPUs, their own CPU kernels). TensorFlow's is the einsum form of
+    `_head_major_attention`. JAX's on a CPU asks XLA for float16 matmuls
+    that accumulate in float32, which XLA:CPU does not have ("The precision
+    'F16_F16_F32' is not supported by dot_general on CPU")."""
+    backend = keras.backend.backend()
+    if backend == "jax" and keras.backend.standardize_dtype(dtype) == "float16":
+        return device.accelerator() != "cpu"
+    return backend != "tensorflow"
 
 
 def _head_major_attention(query, key, value, mask, scale, probs_hook=None):
@@ -144,7 +151,7 @@ class SelfAttentionBlock(keras.layers.Layer):
             mask = ops.expand_dims(ops.expand_dims(ops.cast(padding_mask, "bool"), 1), 1)
 
         use_dropout = bool(training) and self.attention_dropout > 0
-        if return_attention_scores or use_dropout or not _fused_attention_available():
+        if return_attention_scores or use_dropout or not _fused_attention_available(query.dtype):
             context, probs = _head_major_attention(
                 query,
                 key,
