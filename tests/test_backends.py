@@ -32,17 +32,19 @@ LABELS = np.arange(16) % 2
 
 def pruning_report(preset, features, labels):
     """Two of the preset's classifier's kernels pruned to half while it
-    trains (SGD, token ids), alone and while distilling an unpruned copy's
-    predictions (its layers would start at zero loss: equal to the student's):
-    the losses, each mask's kept count and the stripped model's logits."""
+    trains (SGD, token ids), alone (by magnitude) and while distilling an
+    unpruned copy's predictions (by movement): the losses, each mask's kept
+    count and the stripped model's logits."""
     report = {}
-    predictions_only = {"hidden_state_weight": 0.0, "attention_weight": 0.0, "embedding_weight": 0.0}
     for name, teacher in (("alone", None), ("distilled", bertzoo.BertClassifier.from_preset(preset))):
         model = bertzoo.BertClassifier.from_preset(preset)
         # XLA where the pruning state is traced (JAX); TensorFlow's compile would cost more than the steps.
         model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=keras.backend.backend() == "jax")
         schedule = bertzoo.PolynomialDecay(0.0, 0.5, begin_step=0, end_step=2, frequency=1)
-        pruner = bertzoo.Pruner(model, schedule, layers=["attention_0/query", "feedforward_1/intermediate"])
+        scores = "movement" if teacher else "magnitude"
+        pruner = bertzoo.Pruner(
+            model, schedule, layers=["attention_0/query", "feedforward_1/intermediate"], scores=scores
+        )
         history = pruner.fit(
             features,
             labels,
@@ -51,7 +53,6 @@ def pruning_report(preset, features, labels):
             shuffle=False,
             verbose=0,
             teacher=teacher,
-            distillation=predictions_only if teacher else None,
         )
         report[name] = {
             "losses": history.history["loss"],

@@ -372,7 +372,8 @@ class Pruner:
             name="pruning_state",
         )
         for target, previous in zip(self.targets, self.state.previous):
-            previous.assign(target.variable)
+            # A copy: on JAX two variables sharing one buffer fail the train step's buffer donation.
+            previous.assign(ops.copy(target.variable))
         self._distiller = None
         setattr(model, PRUNING_STATE_ATTR, self.state)
         for index, target in enumerate(self.targets):
