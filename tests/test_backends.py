@@ -145,11 +145,25 @@ SCRIPT = textwrap.dedent(
         return history.history["loss"], bool(model.jit_compile), devices
 
     report["pruning"] = pruning_report(preset, features, labels)
+
+    def train_round(copy):  # A lottery round fits the model itself, not through a Pruner.
+        copy.compile(optimizer=keras.optimizers.SGD(0.1), jit_compile=False)
+        copy.fit(features, labels, batch_size=8, epochs=1, verbose=0)
+
+    ticket = bertzoo.lottery_ticket(
+        bertzoo.BertClassifier.from_preset(preset), train_round, final_sparsity=0.5, rounds=1, layers=["attention_0/query"]
+    )
+    report["lottery_sparsity"] = ticket.sparsity
     half = bertzoo.BertBackbone.from_preset(preset, dtype="mixed_float16")
     report["float16_sequence_output"] = np.asarray(half.predict_on_batch(features)["sequence_output"]).tolist()
     half_model = bertzoo.BertClassifier(half, 2, preprocessor=None)
     half_model.compile(optimizer=keras.optimizers.SGD(0.1))
-    report["float16_losses"] = half_model.fit(features, labels, batch_size=8, epochs=2, verbose=0).history["loss"]
+    report["float16_losses"] = half_model.fit(features, labels, batch_size=8, epochs=1, verbose=0).history["loss"]
+    if keras.backend.backend() == "jax":
+        try:  # Its LossScaleOptimizer updates inside a lax.cond.
+            bertzoo.Pruner(half_model, bertzoo.ConstantSparsity(0.5, begin_step=0)).fit(features, labels, verbose=0)
+        except ValueError as error:
+            report["float16_pruning_error"] = str(error)
     if keras.backend.backend() == "jax":
         model = bertzoo.BertClassifier.from_preset(preset)
         model.compile(optimizer=keras.optimizers.SGD(0.1))
@@ -290,6 +304,10 @@ def test_pruning_trains_like_tensorflow(backend_run):
         np.testing.assert_allclose(ours["logits"], tf_run["logits"], atol=1e-4, rtol=1e-3, err_msg=run)
 
 
+def test_lottery_ticket_rounds_train_on_the_backend(backend_run):
+    assert backend_run["lottery_sparsity"] == pytest.approx(0.5, abs=1e-3)
+
+
 def test_float16_backbone_runs_and_trains(backend_run):
     # On a CPU, JAX's fused attention has no float16 kernel: bertzoo's own runs.
     half = np.asarray(backend_run["float16_sequence_output"], "float64")
@@ -302,6 +320,7 @@ def test_jax_refuses_a_trainer_that_does_not_carry_the_pruning_state(backend_run
     if backend_run["expected_backend"] != "jax":
         pytest.skip("JAX only")
     assert "pruner.prepare_trainer(trainer)" in backend_run["unprepared_trainer_error"]
+    assert "does not support a LossScaleOptimizer" in backend_run["float16_pruning_error"]
 
 
 def test_jax_attention_mask_has_the_shape_cudnn_attention_accepts(backend_run):

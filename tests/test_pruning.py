@@ -108,6 +108,24 @@ def test_layer_scope_zeroes_the_smallest_weights_of_each_kernel():
     assert pruner.sparsity() == pytest.approx(0.6, abs=1e-3)
 
 
+@pytest.mark.parametrize("sparsity", [0.0, 0.1, 0.5, 0.9, 1.0])
+def test_score_threshold_is_the_kth_smallest_score(sparsity):
+    from bertzoo.compression.masks import score_threshold
+
+    rng = np.random.default_rng(0)
+    cases = {
+        "signed": rng.standard_normal(101).astype("float32"),
+        "ties": np.repeat(np.float32([-2.0, 0.0, 3.0]), 7),
+        "extremes": np.float32([-np.inf, -3.4e38, -1e-38, -0.0, 0.0, 1e-38, 3.4e38, np.inf, 1.0]),
+        "one": np.float32([5.0]),
+    }
+    for name, scores in cases.items():
+        k = int(round(sparsity * scores.size))
+        expected = -np.inf if k == 0 else np.sort(scores)[k - 1]
+        got = float(keras.ops.convert_to_numpy(score_threshold(keras.ops.convert_to_tensor(scores), sparsity)))
+        assert got == expected, (name, sparsity)
+
+
 def test_global_scope_uses_one_threshold_across_layers():
     model = tiny_classifier()
     kernels = encoder_kernels(model)

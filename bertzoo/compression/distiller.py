@@ -41,6 +41,7 @@ What it replaces, and why:
 """
 
 import math
+import types
 
 import keras
 import numpy as np
@@ -65,12 +66,9 @@ _ONE_BATCH = 1 << 30
 NORMALIZATION_STEPS = 10
 # `Distiller` options that turn every intermediate-layer term off, so only the
 # predictions are distilled (Hinton et al., 2015).
-PREDICTIONS_ONLY = {
-    "hidden_state_weight": 0.0,
-    "attention_weight": 0.0,
-    "embedding_weight": 0.0,
-    "value_relation_weight": 0.0,
-}
+PREDICTIONS_ONLY = types.MappingProxyType(
+    {"hidden_state_weight": 0.0, "attention_weight": 0.0, "embedding_weight": 0.0, "value_relation_weight": 0.0}
+)
 _INTERMEDIATE = ("hidden", "attention", "embedding", "value_relation")
 _TINY = 1e-12
 

@@ -130,6 +130,9 @@ def lottery_ticket(
             return value is ignored). A bertzoo task's copy comes compiled
             with its fine-tuning defaults; compile it inside `train_fn` for
             other settings (a plain Keras model's copy must be compiled there).
+            On JAX the copy's own `fit` prunes; a trainer around it (a
+            `Distiller`) needs `pruner.prepare_trainer`, which `train_fn`
+            cannot reach, so there it raises.
         final_sparsity: the sparsity in [0, 1) of the pruned weights after
             the last round.
         rounds: the number of prune-and-rewind rounds (>= 1).
@@ -178,6 +181,7 @@ def lottery_ticket(
         pruner = Pruner(copy, None, layers=layers, include_embeddings=include_embeddings, scope=scope)
         if masks is not None:
             pruner.set_masks(masks)
+        pruner.prepare_trainer(copy)  # `train_fn` fits the copy itself.
         return copy, pruner
 
     index_of = {id(v): i for i, v in enumerate(model_weights(model))}

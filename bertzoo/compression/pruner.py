@@ -196,7 +196,8 @@ class _MaskConstraint(keras.constraints.Constraint):
         pruner, state = self.pruner, self.pruner.state
         mask = state.masks[self.index]
         step = state.steps[self.index]
-        if keras.backend.backend() == "jax" and private_api.in_stateless_scope() and not _STEP_VALUES:
+        carried = any(id(mask) in values for values in _STEP_VALUES)
+        if keras.backend.backend() == "jax" and private_api.in_stateless_scope() and not carried:
             raise RuntimeError(
                 "On the JAX backend a pruned model's trainer must carry the pruning state through its "
                 "train step: train with pruner.fit(...), or call pruner.prepare_trainer(trainer) before "
@@ -623,7 +624,9 @@ class Pruner:
         custom trainer) carry the pruning state through its train step. Only
         the JAX backend needs it (its train step is stateless); elsewhere it
         does nothing. `fit` does it for the trainer it runs; call it before
-        `trainer.fit(...)` with a trainer of your own.
+        `trainer.fit(...)` with a trainer of your own. On JAX a trainer
+        compiled with a `LossScaleOptimizer` (float16) is refused: its update
+        runs inside a `lax.cond` the pruning state cannot leave.
 
         Example:
         ```python
@@ -634,8 +637,15 @@ class Pruner:
         distiller.fit(texts, epochs=1)
         ```
         """
-        if keras.backend.backend() == "jax":
-            private_api.carry_jax_step_values(trainer, self.state.variables, _step_values)
+        if keras.backend.backend() != "jax":
+            return
+        if isinstance(getattr(trainer, "optimizer", None), keras.optimizers.LossScaleOptimizer):
+            # Its update (and so the constraints) runs inside a `lax.cond`, which the carried values cannot leave.
+            raise ValueError(
+                "Pruning on the JAX backend does not support a LossScaleOptimizer (a float16 model's) yet: "
+                "prune in float32 or bfloat16 there, or on the TensorFlow backend."
+            )
+        private_api.carry_jax_step_values(trainer, self.state.variables, _step_values)
 
     def _distiller_for(self, teacher, distillation):
         """The `Distiller` that trains the model from `teacher`, compiled with

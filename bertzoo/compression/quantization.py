@@ -17,6 +17,7 @@ import numpy as np
 from keras import ops
 
 from bertzoo.compression.calibration import calibration_batches
+from bertzoo.compression.distiller import PREDICTIONS_ONLY
 from bertzoo.compression.distiller import Distiller
 from bertzoo.compression.model_copy import copy_model
 from bertzoo.compression.model_copy import pruning_state
@@ -315,8 +316,7 @@ def quantization_aware_training(
     try:
         trainer = student
         if distill:
-            no_features = {"hidden_state_weight": 0.0, "attention_weight": 0.0, "embedding_weight": 0.0}
-            trainer = Distiller(model, student, alpha=alpha if y is not None else 0.0, **no_features)
+            trainer = Distiller(model, student, alpha=alpha if y is not None else 0.0, **PREDICTIONS_ONLY)
         trainer.compile(optimizer=bert_optimizer(learning_rate))
         trainer.fit(x, y, batch_size=batch_size, epochs=epochs, validation_data=validation_data, verbose=verbose)
     finally:
