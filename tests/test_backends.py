@@ -147,7 +147,7 @@ SCRIPT = textwrap.dedent(
     report["pruning"] = pruning_report(preset, features, labels)
 
     def train_round(copy):  # A lottery round fits the model itself, not through a Pruner.
-        copy.compile(optimizer=keras.optimizers.SGD(0.1), jit_compile=False)
+        copy.compile(optimizer=keras.optimizers.SGD(0.1))
         copy.fit(features, labels, batch_size=8, epochs=1, verbose=0)
 
     ticket = bertzoo.lottery_ticket(
