@@ -348,12 +348,18 @@ WITHOUT_TENSORFLOW = textwrap.dedent(
     """
     import json, sys
 
-    class NoTensorFlow:  # As on a machine where TensorFlow is not installed.
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in ("tensorflow", "tensorflow_text"):
-                raise ModuleNotFoundError(f"No module named {name!r}")
+    from importlib.machinery import PathFinder
 
-    sys.meta_path.insert(0, NoTensorFlow())
+    # As on a machine where TensorFlow is not installed: `import` raises
+    # ModuleNotFoundError and `importlib.util.find_spec` answers None (torch asks it).
+    path_find_spec = PathFinder.find_spec
+
+    def find_spec(name, path=None, target=None):
+        if name.split(".")[0] in ("tensorflow", "tensorflow_text"):
+            return None
+        return path_find_spec(name, path, target)
+
+    PathFinder.find_spec = find_spec
     import keras
     import numpy as np
     import bertzoo
