@@ -9,7 +9,8 @@ the schedule says, and (b) multiplies the weight by its mask. So pruned
 weights are exactly zero after every step, the forward pass needs no wrapper
 layer (the model's graph is unchanged), and pruning composes with any
 trainer that updates weights through a Keras optimizer: `model.fit`, a
-`bertzoo.Distiller`, or a custom `train_step`.
+`bertzoo.Distiller`, or a custom `train_step` (on JAX, whose train step is
+stateless, through `Pruner.prepare_trainer`, which `Pruner.fit` calls).
 
 The masks and step counters live in a `PruningState` layer attached to the
 model, so `model.save_weights()`, `ModelCheckpoint` and `BackupAndRestore`
