@@ -164,7 +164,6 @@ SCRIPT = textwrap.dedent(
             bertzoo.Pruner(half_model, bertzoo.ConstantSparsity(0.5, begin_step=0)).fit(features, labels, verbose=0)
         except ValueError as error:
             report["float16_pruning_error"] = str(error)
-    if keras.backend.backend() == "jax":
         model = bertzoo.BertClassifier.from_preset(preset)
         model.compile(optimizer=keras.optimizers.SGD(0.1))
         bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.5, begin_step=0))

@@ -198,7 +198,7 @@ class _MaskConstraint(keras.constraints.Constraint):
         mask = state.masks[self.index]
         step = state.steps[self.index]
         carried = any(id(mask) in values for values in _STEP_VALUES)
-        if keras.backend.backend() == "jax" and private_api.in_stateless_scope() and not carried:
+        if not carried and keras.backend.backend() == "jax" and private_api.in_stateless_scope():
             raise RuntimeError(
                 "On the JAX backend a pruned model's trainer must carry the pruning state through its "
                 "train step: train with pruner.fit(...), or call pruner.prepare_trainer(trainer) before "

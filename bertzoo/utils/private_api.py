@@ -330,7 +330,7 @@ def carry_jax_step_values(trainer, variables, values_scope):
 
     Example:
     ```python
-    carry_jax_step_values(model, [counter], lambda values: my_scope(values))
+    carry_jax_step_values(model, [counter], my_scope)  # my_scope(values): a context manager
     ```
     """
     key = tuple(id(v) for v in variables)
@@ -343,7 +343,7 @@ def carry_jax_step_values(trainer, variables, values_scope):
         if not (isinstance(state, (tuple, list)) and len(state) == 4):
             raise RuntimeError(
                 f"Keras {keras.__version__}'s JAX train step state is not (trainable, non_trainable, "
-                "optimizer, metrics): bertzoo cannot carry the pruning state through it."
+                "optimizer, metrics): bertzoo cannot carry its variables through it."
             )
         position = {id(v): i for i, v in enumerate(trainer.non_trainable_variables)}
         missing = [v.path for v in variables if id(v) not in position]
