@@ -89,15 +89,19 @@ def score_threshold(scores, sparsity):
     count = ops.cast(ops.round(ops.cast(sparsity, "float32") * size), "int32")
     bits = ops.view(flat, "int32")
     keys = ops.where(bits < 0, ops.bitwise_xor(bits, _LOW_BITS), bits)
-    low = ops.convert_to_tensor(-(2**31), "int32")  # count(keys <= low) = 0 < k
-    high = ops.max(keys)  # count(keys <= high) = n >= k
-    for _ in range(32):
+
+    def halve(_, bounds):
+        low, high = bounds
         # floor((low + high) / 2), which int32 cannot hold as a sum.
         middle = ops.right_shift(low, 1) + ops.right_shift(high, 1) + ops.bitwise_and(ops.bitwise_and(low, high), 1)
         enough = ops.sum(ops.cast(keys <= middle, "int32")) >= count
-        high = ops.where(enough, middle, high)
-        low = ops.where(enough, low, middle)
-    key = high
+        return ops.where(enough, low, middle), ops.where(enough, middle, high)
+
+    low = ops.convert_to_tensor(-(2**31), "int32")  # count(keys <= low) = 0 < k
+    high = ops.max(keys)  # count(keys <= high) = n >= k
+    # A loop, not 32 unrolled passes: a train step that prunes many kernels
+    # traces and compiles one small loop per kernel.
+    _, key = ops.fori_loop(0, 32, halve, (low, high))
     threshold = ops.view(ops.where(key < 0, ops.bitwise_xor(key, _LOW_BITS), key), "float32")
     return ops.where(count > 0, threshold, ops.convert_to_tensor(-np.inf, "float32"))
 
