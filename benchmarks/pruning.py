@@ -79,11 +79,15 @@ def main(argv=None):
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args(argv)
 
+    frequencies = args.frequencies.split(",")
+    if not all(f.isdigit() and int(f) > 0 for f in frequencies):
+        parser.error(f"--frequencies takes positive integers, got {args.frequencies!r}")
+    modes = args.xla.split(",")
+    if not set(modes) <= {"off", "on"}:
+        parser.error(f"--xla takes off and on, got {args.xla!r}")
     rows = []
-    for xla in args.xla.split(","):
-        if xla not in ("off", "on"):
-            parser.error(f"--xla takes off and on, got {xla!r}")
-        for frequency in args.frequencies.split(","):
+    for xla in modes:
+        for frequency in frequencies:
             row = measure(
                 args.preset,
                 args.batch_size,
