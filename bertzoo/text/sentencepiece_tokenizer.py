@@ -40,7 +40,6 @@ import binascii
 import os
 import re
 import struct
-import types
 from pathlib import Path
 
 import keras
@@ -315,8 +314,7 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
                 ".model file that came with the checkpoint."
             )
         self._proto = data
-        self._vocabulary = tuple(vocabulary)
-        self._token_to_id = types.MappingProxyType(token_to_id)
+        self._store_vocabulary(vocabulary, token_to_id)
         self.lowercase = lowercase
         self.strip_accents = strip_accents
         self.replace_quotes = replace_quotes
@@ -461,12 +459,6 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
         if ids.shape.rank == 1:
             return self._sentencepiece.detokenize(ids[tf.newaxis])[0]
         return self._sentencepiece.detokenize(ids)
-
-    def call(self, inputs):
-        return self.tokenize(inputs)
-
-    def compute_output_spec(self, inputs):
-        return keras.KerasTensor(tuple(inputs.shape) + (None,), dtype="int32", ragged=True)
 
     # --- Config -----------------------------------------------------------
     def get_config(self):

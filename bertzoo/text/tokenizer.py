@@ -21,7 +21,6 @@ of 100 characters. `tests/text/test_text_tokenizer.py` pins these cases.
 
 import os
 import re
-import types
 
 import keras
 
@@ -127,13 +126,12 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
             check_vocabulary(vocabulary, source)
         # Immutable containers: the WordPiece model below is built from this
         # list once, so later edits would silently desynchronize them.
-        self._vocabulary = tuple(vocabulary)
+        self._store_vocabulary(vocabulary, {t: i for i, t in enumerate(vocabulary)})
         self.lowercase = lowercase
         self.strip_accents = strip_accents
         self.max_chars_per_word = max_chars_per_word
         self.split_on_cjk = split_on_cjk
         self.special_tokens_in_strings = special_tokens_in_strings
-        self._token_to_id = types.MappingProxyType({t: i for i, t in enumerate(vocabulary)})
         for token in SPECIAL_TOKENS:
             if token not in self._token_to_id:
                 raise ValueError(
@@ -273,12 +271,6 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
         if ids.shape.rank == 1:
             return self._wordpiece.detokenize(ids[tf.newaxis])[0]
         return self._wordpiece.detokenize(ids)
-
-    def call(self, inputs):
-        return self.tokenize(inputs)
-
-    def compute_output_spec(self, inputs):
-        return keras.KerasTensor(tuple(inputs.shape) + (None,), dtype="int32", ragged=True)
 
     @classmethod
     def from_config(cls, config):
