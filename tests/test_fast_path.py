@@ -247,6 +247,10 @@ def test_the_key_changes_with_versions_device_and_model(model):
     # The same architecture built again has the same key (layer names differ).
     assert fast_path.cache_key(CPU, VERSIONS, fast_path.model_signature(tiny_classifier())) == key
     assert fast_path.cache_key(CPU, VERSIONS, fast_path.model_signature(tiny_classifier(hidden_dim=32))) != key
+    # A frozen backbone trains another step (only the head's gradient).
+    frozen = tiny_classifier()
+    frozen.backbone.trainable = False
+    assert fast_path.cache_key(CPU, VERSIONS, fast_path.model_signature(frozen)) != key
 
 
 def test_the_key_reads_the_layers_quantization_and_dtype_policy():
@@ -303,6 +307,17 @@ def test_a_corrupt_cache_is_ignored_with_a_warning_and_rewritten(cache_dir, mode
     assert choose(model, FakeTimer(XLA_FASTER_FOR_PREDICT)).source == "measured"
     fast_path.clear_memory_cache()
     assert choose(model, refuse).source == "cache"
+    # Bytes that are not UTF-8, and an entry of the wrong layout under the
+    # model's key: measured again and rewritten, not a failure.
+    key = choose(model, refuse).key
+    for damaged in (b'{"format": 1, "entries": {\xff', None):
+        if damaged is None:
+            entries = {key: {"modes": {"predict": "x", "train": {"chosen": True, "candidates": []}}}}
+            damaged = json.dumps({"format": 1, "entries": entries}).encode()
+        path.write_bytes(damaged)
+        fast_path.clear_memory_cache()
+        assert choose(model, FakeTimer(XLA_FASTER_FOR_PREDICT)).source == "measured"
+        assert json.loads(path.read_text())["entries"][key]["modes"]["predict"]["chosen"] is True
 
 
 def test_the_environment_variable_pins(cache_dir, model, monkeypatch):
@@ -317,6 +332,9 @@ def test_the_environment_variable_pins(cache_dir, model, monkeypatch):
     monkeypatch.setattr(fast_path, "wall_timer", refuse)
     assert default_jit_compile(model) is False  # float32 on CPU.
     assert fast_path.explain_fast_path(model).source == "rule"
+    unrecorded = tiny_classifier()  # Explaining a model compile() never saw measures nothing either.
+    report = fast_path.explain_fast_path(unrecorded)
+    assert report.source == "rule" and "BERTZOO_JIT_COMPILE=rule" in report.reason
     monkeypatch.setenv("BERTZOO_JIT_COMPILE", "sometimes")
     with pytest.raises(ValueError, match="use 0, 1, auto or rule"):
         choose(model, refuse)

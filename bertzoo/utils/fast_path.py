@@ -315,6 +315,8 @@ def model_signature(model, batch_size=DEFAULT_BATCH_SIZE, sequence_length=None):
     backbone = getattr(model, "backbone", None)
     layers = private_api.flatten_layers(model, include_self=True, recursive=True)
     weights = [(tuple(int(d) for d in w.shape), str(w.dtype)) for w in model.weights]
+    # What the training step differentiates (a frozen backbone is another step).
+    trainable = [(tuple(int(d) for d in w.shape), str(w.dtype)) for w in model.trainable_weights]
     return {
         "class": f"{type(model).__module__}.{type(model).__qualname__}",
         "backbone_class": f"{type(backbone).__module__}.{type(backbone).__qualname__}"
@@ -326,6 +328,7 @@ def model_signature(model, batch_size=DEFAULT_BATCH_SIZE, sequence_length=None):
         "quantization_mode": quantization_mode(model),
         "weights": hashlib.sha256(json.dumps(weights).encode()).hexdigest()[:16],
         "parameters": int(sum(int(np.prod(shape)) for shape, _ in weights)),
+        "trainable_weights": hashlib.sha256(json.dumps(trainable).encode()).hexdigest()[:16],
         "inputs": {
             name: [list(shape), dtype]
             for name, (shape, dtype) in input_shapes(model, batch_size, sequence_length).items()
@@ -354,24 +357,41 @@ def _read_cache(path):
     """`{key: entry}` from `path`; {} when missing, and when unreadable (with a
     logged warning: the file is rewritten at the next measurement)."""
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except FileNotFoundError:
         return {}
     except OSError as e:
         logger.warning("Ignoring the fast-path cache %s: %s.", path, e)
         return {}
     try:
-        data = json.loads(text)
+        data = json.loads(data)  # Bytes that are not UTF-8: a ValueError too.
         if (
             not isinstance(data, dict)
             or data.get("format") != CACHE_FORMAT
             or not isinstance(data.get("entries"), dict)
         ):
             raise ValueError(f"not a format-{CACHE_FORMAT} bertzoo fast-path cache")
-        return {k: v for k, v in data["entries"].items() if isinstance(v, dict) and isinstance(v.get("modes"), dict)}
+        return {k: v for k, v in data["entries"].items() if _valid_entry(v)}
     except ValueError as e:
         logger.warning("Ignoring the unreadable fast-path cache %s (%s); it will be rewritten.", path, e)
         return {}
+
+
+def _valid_entry(entry):
+    """Whether a cache entry has the layout `_to_entry` writes (a damaged or
+    hand-edited one is dropped, so that model is measured again)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("modes"), dict):
+        return False
+    fields = {field.name for field in dataclasses.fields(Candidate)}
+    for mode, decided in entry["modes"].items():
+        if mode not in MODES or not isinstance(decided, dict) or decided.get("chosen") not in (True, False, None):
+            return False
+        candidates = decided.get("candidates", [])
+        if not isinstance(candidates, list) or not all(
+            isinstance(c, dict) and {"mode", "jit_compile"} <= set(c) <= fields for c in candidates
+        ):
+            return False
+    return True
 
 
 def _write_cache(path, key, entry):
@@ -749,6 +769,9 @@ def choose_jit_compile(
         pinned = pinned_jit_compile()
         if pinned in (True, False):
             jit_compile, pin_reason = pinned, f"{PIN_ENV}={os.environ.get(PIN_ENV)}"
+        elif pinned == "rule":  # Not measured: `compile()` reads its rule (`auto_jit_compile`).
+            reason = f"{PIN_ENV}=rule: decided by the rule, nothing measured"
+            return _record(model, FastPathReport(model=name, source="rule", reason=reason))
     else:
         pin_reason = "jit_compile passed explicitly"
     if jit_compile in (True, False):
