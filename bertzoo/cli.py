@@ -31,7 +31,6 @@ from bertzoo.convert import convert_checkpoint
 from bertzoo.datasets.files import load_texts
 from bertzoo.models.bert_backbone import BertBackbone
 from bertzoo.models.listing import list_presets
-from bertzoo.saving.preset import VOCABULARY_FILE
 from bertzoo.saving.preset import Preset
 from bertzoo.version import __version__
 
@@ -181,12 +180,13 @@ def _quantize(args):
         calibration=calibration,
         smoothing=DEFAULT_SMOOTHING if args.smoothing is None else args.smoothing,
     )
+    before = gzip_size(args.preset)  # Before an --overwrite of the same directory.
     if preset.class_name == "BertBackbone":
-        has_vocabulary = (preset.directory / VOCABULARY_FILE).is_file()
-        quantized.save_to_preset(args.output, preprocessor=preset.build_preprocessor() if has_vocabulary else None)
+        preprocessor = preset.build_preprocessor() if preset.has_tokenizer_files else None
+        quantized.save_to_preset(args.output, preprocessor=preprocessor)
     else:
         quantized.save_to_preset(args.output)
-    before, after = gzip_size(args.preset), gzip_size(args.output)
+    after = gzip_size(args.output)
     print(f"Wrote {args.output} ({args.mode}): {after / 1e6:.1f} MB gzipped, was {before / 1e6:.1f} MB")
     return 0
 

@@ -288,6 +288,12 @@ def test_exports_atomically_and_refuses_to_replace_a_version(tmp_path, monkeypat
     monkeypatch.undo()
     assert (target / "saved_model.pb").read_bytes() == before
     assert sorted(p.name for p in target.parent.iterdir()) == ["1"]
+    # overwrite=True replaces a SavedModel, never another directory (it replaces the whole of it).
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "notes.txt").write_text("keep me")
+    with pytest.raises(FileExistsError, match="exists and is not a SavedModel"):
+        model.export(tmp_path / "work", overwrite=True)
+    assert (tmp_path / "work" / "notes.txt").read_text() == "keep me"
 
     with pytest.raises(ValueError, match="input_signature"):
         model.export(target, input_signature=[None])

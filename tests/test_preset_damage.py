@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 
 import bertzoo
+from bertzoo.saving.preset import vocabulary_checksum
 from bertzoo.text import BertPreprocessor
 from bertzoo.text import BertTokenizer
 from bertzoo.text.vocabulary import builtin_vocabulary
@@ -244,7 +245,8 @@ def vocabulary_rewritten(edit):
     def damage(d, clean):
         vocabulary_lines(edit)(d, clean)
         metadata = read_json(d / "metadata.json")
-        del metadata["vocabulary"]
+        lines = (d / "vocabulary.txt").read_text(encoding="utf-8").split("\n")
+        metadata["vocabulary"]["sha256"] = vocabulary_checksum(lines[:-1] if lines[-1] == "" else lines)
         write_json(d / "metadata.json", metadata)
 
     return damage
@@ -478,6 +480,11 @@ CASES += [
         ["vocabulary.txt", "checksum"],
     ),
     ("metadata-vocabulary-str", edit_metadata(lambda m: m.update(vocabulary="x")), ["metadata.json", "vocabulary"]),
+    (
+        "metadata-vocabulary-deleted",
+        edit_metadata(lambda m: m.pop("vocabulary")),
+        ["metadata.json", "no checksum of vocabulary.txt", "verify_checksums=False"],
+    ),
 ]
 
 # Harmless by design.

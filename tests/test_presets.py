@@ -153,3 +153,47 @@ def test_keras_internals_are_refused_like_foreign_classes():
     with pytest.raises(ValueError, match="file is refused"):
         check_config({"layer": {"activation": {**internal, "registered_name": "function"}}})
     check_config({"module": "keras.layers", "class_name": "Dense", "config": {}, "registered_name": None})
+
+
+def test_from_preset_arguments_keep_the_saved_head_or_are_refused(tmp_path):
+    model = bertzoo.BertClassifier.from_preset(
+        "tiny", load_weights=False, sequence_length=16, class_names=["neg", "pos"]
+    )
+    model.save_to_preset(tmp_path / "p")
+    texts = ["a fine day"]
+    expected = model.predict(texts, verbose=0)
+    # The model's own name and trainable flag, and class names as a tuple (saved as a JSON list),
+    # are no new head: the trained head loads.
+    for kwargs in ({"name": "sentiment"}, {"trainable": False}, {"class_names": ("neg", "pos")}):
+        loaded = bertzoo.BertClassifier.from_preset(tmp_path / "p", **kwargs)
+        np.testing.assert_array_equal(loaded.predict(texts, verbose=0), expected)
+    assert bertzoo.BertClassifier.from_preset(tmp_path / "p", name="sentiment").name == "sentiment"
+    assert not bertzoo.BertClassifier.from_preset(tmp_path / "p", trainable=False).trainable
+    # What no head takes (a typo, a tokenizer setting) is refused, not swallowed.
+    for kwargs in ({"num_clases": 3}, {"lowercase": False}):
+        with pytest.raises(TypeError, match=rf"unexpected keyword argument\(s\) \['{next(iter(kwargs))}'\]"):
+            bertzoo.BertClassifier.from_preset(tmp_path / "p", **kwargs)
+    with pytest.raises(TypeError, match=r"BertBackbone.from_preset got unexpected keyword argument\(s\) \['dropuot'\]"):
+        bertzoo.BertBackbone.from_preset(tmp_path / "p", dropuot=0.0)
+    assert bertzoo.BertBackbone.from_preset(tmp_path / "p", dropout=0.0).dropout == 0.0
+
+
+def test_metadata_cannot_replace_the_checksums_and_a_missing_vocabulary_checksum_is_refused(tmp_path):
+    model = bertzoo.BertClassifier.from_preset("tiny", load_weights=False, sequence_length=16)
+    for reserved in ({"vocabulary": "bert-base-uncased"}, {"files": {}}):
+        with pytest.raises(ValueError, match=rf"`metadata` may not set \['{next(iter(reserved))}'\]"):
+            model.save_to_preset(tmp_path / "p", metadata=reserved)
+        assert not (tmp_path / "p").exists()  # Refused before anything is written.
+    model.save_to_preset(tmp_path / "p", metadata={"notes": "mine"})
+    metadata = json.loads((tmp_path / "p" / "metadata.json").read_text())
+    assert metadata["notes"] == "mine" and "sha256" in metadata["vocabulary"]
+    # A changed vocabulary whose checksum entry was deleted too is not loaded silently.
+    tokens = (tmp_path / "p" / "vocabulary.txt").read_text().splitlines()
+    tokens[1000], tokens[1001] = tokens[1001], tokens[1000]
+    (tmp_path / "p" / "vocabulary.txt").write_text("\n".join(tokens) + "\n")
+    del metadata["vocabulary"]
+    (tmp_path / "p" / "metadata.json").write_text(json.dumps(metadata))
+    with pytest.raises(bertzoo.PresetError, match=r"records no checksum of vocabulary.txt.*verify_checksums=False"):
+        bertzoo.BertClassifier.from_preset(tmp_path / "p")
+    loaded = bertzoo.BertClassifier.from_preset(tmp_path / "p", verify_checksums=False)
+    assert loaded.preprocessor.tokenizer.id_to_token(1000) == tokens[1000]

@@ -146,6 +146,12 @@ def export_saved_model(
             f"{path} already exists. Pass overwrite=True to replace it, or export to a new "
             "version directory (e.g. .../2)."
         )
+    if path.is_dir() and not path.is_symlink() and any(path.iterdir()) and not (path / "saved_model.pb").is_file():
+        # The export replaces the whole directory: only ever a SavedModel.
+        raise FileExistsError(
+            f"{path} exists and is not a SavedModel; exporting replaces the whole directory, so it refuses "
+            "to delete what is there. Export to a new or empty directory (e.g. serving/my_model/1)."
+        )
 
     functions = serving_functions(model, preprocessor, pairs, **serving_options)
     # A plain trackable root: the signatures (also callable as attributes of

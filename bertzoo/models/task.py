@@ -1,5 +1,6 @@
 """Base class for task models: a backbone, a head, and raw-text handling."""
 
+import inspect
 import logging
 
 import keras
@@ -31,7 +32,18 @@ EAGER_PREPROCESS_LIMIT = 4096
 TRIM_MULTIPLE = 16
 _TOKENIZED_KEYS = ("token_ids", "segment_ids", "padding_mask")
 _NOT_HEAD_ARGUMENTS = ("name", "trainable", "dtype", "backbone", "preprocessor")
+# Keras Model arguments `from_preset` passes on (not compared with the saved head's).
+_MODEL_ARGUMENTS = ("name", "trainable")
 logger = logging.getLogger("bertzoo")
+
+
+def _as_saved(value):
+    """`value` as a config saved to JSON holds it (tuples become lists)."""
+    if isinstance(value, (list, tuple)):
+        return [_as_saved(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_saved(v) for k, v in value.items()}
+    return value
 
 
 def _int_features(data, trim=False):
@@ -285,11 +297,14 @@ class Task(DefaultCompileMixin, RawInputsMixin, EarlyAttributesMixin, keras.Mode
         preset = Preset.resolve(preset, verify_checksums=verify_checksums)
         same_task = preset.class_name == cls.__name__
         task_config = preset.head_config if same_task else {}
-        keeps_head = same_task and all(task_config.get(k) == v for k, v in kwargs.items())
+        cls._check_from_preset_arguments(kwargs, task_config)
+        # The model's own name and trainable flag are no head arguments: they keep the saved head.
+        model_kwargs = {k: kwargs.pop(k) for k in _MODEL_ARGUMENTS if k in kwargs}
+        keeps_head = same_task and all(_as_saved(task_config.get(k)) == _as_saved(v) for k, v in kwargs.items())
         if load_weights:
             preset.check_weights(task=keeps_head)  # Before building anything.
         if preset.config.get("task") is not None and not keeps_head:
-            changed = {k: v for k, v in kwargs.items() if same_task and task_config.get(k) != v}
+            changed = {k: v for k, v in kwargs.items() if same_task and _as_saved(task_config.get(k)) != _as_saved(v)}
             logger.warning(
                 "%s.from_preset(%r): the preset holds a %s%s; building a new, randomly initialized %s head on "
                 "its backbone (the saved head's weights are not used).",
@@ -303,7 +318,7 @@ class Task(DefaultCompileMixin, RawInputsMixin, EarlyAttributesMixin, keras.Mode
             task_config.pop("dtype", None)  # The old head's quantization.
             if "class_names" not in kwargs:
                 task_config.pop("class_names", None)  # Names of the old head's classes.
-        task_config.update(kwargs)
+        task_config.update(kwargs, **model_kwargs)
         if preprocessor == "auto":
             overrides = {"sequence_length": sequence_length} if sequence_length else {}
             preprocessor = preset.build_preprocessor(**overrides)
@@ -324,6 +339,23 @@ class Task(DefaultCompileMixin, RawInputsMixin, EarlyAttributesMixin, keras.Mode
                 model._load_preset_extras(preset)
         model.source_preset = preset.name
         return model
+
+    @classmethod
+    def _check_from_preset_arguments(cls, kwargs, saved_head_config):
+        """TypeError naming any `from_preset` keyword that is neither one of
+        this task's head arguments nor the model's `name`/`trainable` (the
+        constructor would otherwise swallow it, and a typo go unnoticed)."""
+        parameters = inspect.signature(cls.__init__).parameters.values()
+        head = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        head = (head | set(saved_head_config)) - {"self", "backbone", "preprocessor"}
+        unknown = sorted(set(kwargs) - head - set(_MODEL_ARGUMENTS))
+        if unknown:
+            raise TypeError(
+                f"{cls.__name__}.from_preset got unexpected keyword argument(s) {unknown}. It takes the "
+                f"head's arguments {sorted(head)}, `name`, `trainable`, and its own (`sequence_length`, "
+                "`dtype`, `preprocessor`, `load_weights`, `verify_checksums`); tokenizer settings belong to "
+                "the preprocessor: pass `preprocessor=` a BertPreprocessor built with them."
+            )
 
     def _load_preset_extras(self, preset):
         """Hook: loads head weights a preset keeps beside the backbone (e.g.

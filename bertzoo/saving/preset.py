@@ -49,6 +49,7 @@ import datetime
 import difflib
 import hashlib
 import importlib.resources
+import inspect
 import json
 import logging
 import warnings
@@ -64,6 +65,7 @@ from bertzoo.saving.serialization import policy_map_modes
 from bertzoo.saving.serialization import retarget_policy_map
 from bertzoo.saving.serialization import serialize
 from bertzoo.text import vocabulary as vocabulary_lib
+from bertzoo.text.preprocessor import BertPreprocessor
 from bertzoo.text.sentencepiece_tokenizer import SentencePieceTokenizer
 from bertzoo.text.tokenizer import BertTokenizer
 from bertzoo.utils.optional import installed
@@ -80,6 +82,22 @@ SENTENCEPIECE_FILE = "sentencepiece.model"
 METADATA_FILE = "metadata.json"
 PRETRAINING_HEADS_FILE = "pretraining_heads.safetensors"
 FORMAT_VERSION = 2
+# metadata.json entries save_preset writes; `files` and `vocabulary` hold the
+# checksums a load verifies.
+RESERVED_METADATA_KEYS = frozenset(
+    (
+        "bertzoo_version",
+        "keras_version",
+        "backend",
+        "class_name",
+        "parameter_count",
+        "backbone_parameter_count",
+        "source_preset",
+        "created",
+        "files",
+        "vocabulary",
+    )
+)
 
 _warned_random_init = set()
 logger = logging.getLogger("bertzoo")
@@ -284,9 +302,15 @@ class Preset:
         # PresetErrors naming the file); without them, or without TensorFlow
         # Text to build it with (the models alone run on JAX or torch), when
         # it is built.
-        has_files = any(self._file(name, required=False) is not None for name in (VOCABULARY_FILE, SENTENCEPIECE_FILE))
-        if has_files and installed("tensorflow_text"):
+        if self.has_tokenizer_files and installed("tensorflow_text"):
             self.build_preprocessor()
+
+    @property
+    def has_tokenizer_files(self):
+        """Whether the preset directory holds a vocabulary or SentencePiece model."""
+        if self.directory is None:
+            return False
+        return any(self._file(name, required=False) is not None for name in (VOCABULARY_FILE, SENTENCEPIECE_FILE))
 
     def _node_class(self, key, config_path):
         node = self.config[key]
@@ -436,6 +460,15 @@ class Preset:
         for key in ("name", "trainable"):
             config.pop(key, None)
         dtype = overrides.pop("dtype", None)
+        backbone_class = self._node_class("backbone", self.name)
+        parameters = inspect.signature(backbone_class.__init__).parameters.values()
+        known = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self"}
+        unknown = sorted(set(overrides) - known - {"name", "trainable"})
+        if unknown:  # The constructor would swallow them (a typo such as `dropuot=` lost silently).
+            raise TypeError(
+                f"{backbone_class.__name__}.from_preset got unexpected keyword argument(s) {unknown}; the "
+                f"config entries it can override are {sorted(known)}."
+            )
         if isinstance(saved_dtype, dict) and saved_dtype.get("class_name") == "DTypePolicyMap":
             policy_map = retarget_policy_map(deserialize(saved_dtype, f"{self.name}'s config"), dtype)
             config["dtype"] = keras.dtype_policies.serialize(policy_map)
@@ -466,6 +499,13 @@ class Preset:
                 f"vocabulary_size={size} rows: the vocabulary does not belong to this model."
             )
         recorded = self.metadata.get("vocabulary")
+        if self.verify_checksums and self.metadata and recorded is None and self.format_version >= 2:
+            # save_preset records it whenever it writes a vocabulary (format 1 did not).
+            raise PresetError(
+                f"{self.directory / METADATA_FILE} records no checksum of {VOCABULARY_FILE} (`vocabulary`), so "
+                "its tokens cannot be verified. Re-save the preset, or pass verify_checksums=False to from_preset "
+                "to load it unverified."
+            )
         if (
             self.verify_checksums
             and isinstance(recorded, dict)
@@ -713,6 +753,12 @@ def save_preset(
     `Preset.load_arrays`).
     """
     _check_replaceable(directory)
+    reserved = sorted(set(metadata or {}) & RESERVED_METADATA_KEYS)
+    if reserved:
+        raise ValueError(
+            f"`metadata` may not set {reserved}: bertzoo writes {sorted(RESERVED_METADATA_KEYS)} itself (the "
+            "checksums and versions loading relies on). Put your own entries under other names, e.g. 'notes'."
+        )
     model = task if task is not None else backbone
     config = {"format_version": FORMAT_VERSION, "backbone": serialize(backbone), "preprocessor": None, "task": None}
     preprocessor_node = None
@@ -723,6 +769,16 @@ def save_preset(
         preprocessor_node = task_config.pop("preprocessor", None)
     elif preprocessor is not None:
         preprocessor_node = serialize(preprocessor)
+    if preprocessor_node is None and isinstance(tokenizer, SentencePieceTokenizer):
+        # Its options are its own; format 1's text settings name a WordPiece vocabulary.
+        settings = dict(preprocessor_config or {})
+        misplaced = sorted(set(settings) & set(format1.TOKENIZER_KEYS))
+        if misplaced:
+            raise ValueError(
+                f"`preprocessor_config` sets {misplaced}, which a SentencePieceTokenizer takes itself: build "
+                "the tokenizer with them and pass it, with the packer's settings only (e.g. sequence_length)."
+            )
+        preprocessor_node = serialize(BertPreprocessor(tokenizer, **settings))
     if preprocessor_node is None and (tokenizer is not None or preprocessor_config):
         preprocessor_node = format1.preprocessor_node(preprocessor_config, tokenizer)
     vocabulary = sentencepiece = None

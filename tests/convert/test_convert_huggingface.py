@@ -340,3 +340,10 @@ def test_albert_sentencepiece_preset_distils_and_exports(ref, rng, tmp_path):
     exported = student.export(tmp_path / "serving" / "1")
     served = tf.saved_model.load(str(exported)).signatures["serving_default"](text=tf.constant(texts))
     np.testing.assert_allclose(served["logits"].numpy(), student.predict(texts, verbose=0), atol=1e-5)
+    # `bertzoo quantize` keeps the backbone preset's SentencePiece tokenizer.
+    from bertzoo import cli
+
+    assert cli.main(["quantize", str(preset), str(tmp_path / "int8")]) == 0
+    assert (tmp_path / "int8" / "sentencepiece.model").read_bytes() == (preset / "sentencepiece.model").read_bytes()
+    quantized = bertzoo.BertClassifier.from_preset(tmp_path / "int8", sequence_length=16)
+    assert quantized.predict(texts, verbose=0).shape == (4, 2)

@@ -476,6 +476,23 @@ def test_preprocessor_packs_with_sentencepiece(proto):
     assert batch["token_ids"].numpy()[0, -1] == 3 and batch["token_ids"].numpy()[1].tolist()[:3] == [2, 3, 0]
 
 
+def test_a_backbone_saved_with_a_sentencepiece_tokenizer_loads_with_it(proto, tmp_path):
+    tokenizer = SentencePieceTokenizer(proto, lowercase=False)
+    backbone = bertzoo.BertBackbone(
+        vocabulary_size=tokenizer.vocabulary_size(), num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16
+    )
+    backbone.save_to_preset(tmp_path / "p", tokenizer=tokenizer, preprocessor_config={"sequence_length": 12})
+    assert (tmp_path / "p" / "sentencepiece.model").is_file() and not (tmp_path / "p" / "vocabulary.txt").exists()
+    preprocessor = bertzoo.Preset.resolve(tmp_path / "p").build_preprocessor()
+    assert isinstance(preprocessor.tokenizer, SentencePieceTokenizer) and not preprocessor.tokenizer.lowercase
+    assert preprocessor.sequence_length == 12
+    text = "The Fox ran."
+    assert as_lists(preprocessor.tokenizer(text)) == as_lists(tokenizer(text))
+    with pytest.raises(ValueError, match=r"sets \['lowercase'\], which a SentencePieceTokenizer takes itself"):
+        backbone.save_to_preset(tmp_path / "q", tokenizer=tokenizer, preprocessor_config={"lowercase": True})
+    assert not (tmp_path / "q").exists()
+
+
 def test_tiny_albert_classifier_fits_raw_strings(proto):
     keras.utils.set_random_seed(0)
     tokenizer = SentencePieceTokenizer(proto, lowercase=True)
