@@ -142,12 +142,23 @@ def test_each_step_measures_only_its_own_mode(cache_dir, monkeypatch):
     model.predict(x, verbose=0)  # compile() left "auto": predict decides now.
     assert {name.split("/")[0] for name in timer.calls} == {"predict"}
     assert model.jit_compile is True
+    # Later calls reuse the predict function: nothing is decided (or logged) again.
+    from bertzoo.models import compile_defaults
+
+    decided = []
+    resolve = compile_defaults.resolve_jit_compile
+    monkeypatch.setattr(
+        compile_defaults, "resolve_jit_compile", lambda *a, **k: decided.append(k.get("mode")) or resolve(*a, **k)
+    )
+    model.predict(x, verbose=0)
+    assert decided == []
     assert fast_path.explain_fast_path(model).train is None  # Not measured: nothing trained.
     predict_cost = fast_path.explain_fast_path(model).cost_s
 
     calls = len(timer.calls)
     model.fit(x, np.array([0, 1, 0, 1]), verbose=0)
     assert {name.split("/")[0] for name in timer.calls[calls:]} == {"train"}
+    assert decided == ["train"]
     assert model.jit_compile is False
     report = fast_path.explain_fast_path(model)
     assert (report.predict, report.train) == (True, False)
@@ -288,6 +299,11 @@ def test_the_measured_shapes_follow_the_preprocessor_or_the_backbone(model):
         preprocessor = Preprocessor()
 
     assert fast_path.measurement_sequence_length(WithPreprocessor()) == 48
+    # A pre-trainer's masked positions: the slots its preprocessing fills (20 of 128), not 128.
+    pretrainer = bertzoo.BertPretrainer.from_preset("tiny", load_weights=False, sequence_length=128)
+    pretrainer_shapes = fast_path.input_shapes(pretrainer)
+    assert pretrainer_shapes["mask_positions"] == ((8, 20), "int32")
+    assert pretrainer_shapes["token_ids"] == ((8, 128), "int32")
     x = fast_path.example_inputs(shapes)
     assert x["padding_mask"].min() == 1 and x["token_ids"].max() == 0
 
@@ -301,6 +317,7 @@ def test_a_corrupt_cache_is_ignored_with_a_warning_and_rewritten(cache_dir, mode
     assert report.source == "measured"
     assert any("unreadable fast-path cache" in r.getMessage() for r in caplog.records)
     assert report.key in json.loads(path.read_text())["entries"]
+    assert path.stat().st_mode & 0o777 == 0o644  # Readable by the other users of a shared cache directory.
     # A readable file of the wrong shape is treated the same way.
     path.write_text("[1, 2, 3]")
     fast_path.clear_memory_cache()

@@ -173,6 +173,15 @@ def test_from_preset_arguments_keep_the_saved_head_or_are_refused(tmp_path):
     for kwargs in ({"num_clases": 3}, {"lowercase": False}):
         with pytest.raises(TypeError, match=rf"unexpected keyword argument\(s\) \['{next(iter(kwargs))}'\]"):
             bertzoo.BertClassifier.from_preset(tmp_path / "p", **kwargs)
+    for length, message in ((0, "positive integer"), (4096, "max_sequence_length=512")):
+        with pytest.raises(ValueError, match=message):
+            bertzoo.BertClassifier.from_preset(tmp_path / "p", sequence_length=length)
+    with pytest.raises(ValueError, match="with `preprocessor=` given it would be ignored"):
+        bertzoo.BertClassifier.from_preset(tmp_path / "p", sequence_length=8, preprocessor=None)
+    assert (
+        bertzoo.BertClassifier.from_preset(tmp_path / "p", sequence_length=np.int64(8)).preprocessor.sequence_length
+        == 8
+    )
     with pytest.raises(TypeError, match=r"BertBackbone.from_preset got unexpected keyword argument\(s\) \['dropuot'\]"):
         bertzoo.BertBackbone.from_preset(tmp_path / "p", dropuot=0.0)
     assert bertzoo.BertBackbone.from_preset(tmp_path / "p", dropout=0.0).dropout == 0.0
@@ -197,3 +206,13 @@ def test_metadata_cannot_replace_the_checksums_and_a_missing_vocabulary_checksum
         bertzoo.BertClassifier.from_preset(tmp_path / "p")
     loaded = bertzoo.BertClassifier.from_preset(tmp_path / "p", verify_checksums=False)
     assert loaded.preprocessor.tokenizer.id_to_token(1000) == tokens[1000]
+
+
+def test_a_preprocessor_of_another_class_is_a_preset_error(tmp_path):
+    model = bertzoo.BertClassifier.from_preset("tiny", load_weights=False, sequence_length=16)
+    model.save_to_preset(tmp_path / "p")
+    config = json.loads((tmp_path / "p" / "config.json").read_text())
+    config["preprocessor"] = config["preprocessor"]["config"]["tokenizer"]  # A registered bertzoo class, not a packer.
+    (tmp_path / "p" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(bertzoo.PresetError, match="must be a serialized BertPreprocessor with a `tokenizer`"):
+        bertzoo.BertClassifier.from_preset(tmp_path / "p", preprocessor=None)

@@ -171,6 +171,13 @@ class BertPretrainer(Task):
         self.max_predictions = max_predictions
         self.tie_weights = bool(tie_weights)
 
+    def measurement_lengths(self, sequence_length):
+        """`{input name: length}` of the inputs whose second dimension is not
+        the sequence (`bertzoo.utils.fast_path` measures with these): the
+        prediction slots the preprocessing gives at `sequence_length`."""
+        slots = self.max_predictions or default_max_selections(sequence_length, self.masking_rate)
+        return {"mask_positions": int(slots)}
+
     def get_config(self):
         return {
             **super().get_config(),

@@ -85,14 +85,19 @@ class DefaultCompileMixin:
             config = dict(config, jit_compile="auto")
         return config
 
+    # Keras calls these on every fit/evaluate/predict and reuses the function
+    # it built: decide only when one is about to be built.
     def make_train_function(self, force=False):
-        self._decide_jit_compile("train")
+        if force or getattr(self, "train_function", None) is None:
+            self._decide_jit_compile("train")
         return super().make_train_function(force)
 
     def make_test_function(self, force=False):
-        self._decide_jit_compile("test")
+        if force or getattr(self, "test_function", None) is None:
+            self._decide_jit_compile("test")
         return super().make_test_function(force)
 
     def make_predict_function(self, force=False):
-        self._decide_jit_compile("predict")
+        if force or getattr(self, "predict_function", None) is None:
+            self._decide_jit_compile("predict")
         return super().make_predict_function(force)

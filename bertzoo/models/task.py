@@ -2,6 +2,7 @@
 
 import inspect
 import logging
+import numbers
 
 import keras
 import numpy as np
@@ -319,8 +320,26 @@ class Task(DefaultCompileMixin, RawInputsMixin, EarlyAttributesMixin, keras.Mode
             if "class_names" not in kwargs:
                 task_config.pop("class_names", None)  # Names of the old head's classes.
         task_config.update(kwargs, **model_kwargs)
+        if sequence_length is not None:
+            longest = preset.backbone_config.get("max_sequence_length")
+            if (
+                isinstance(sequence_length, bool)
+                or not isinstance(sequence_length, numbers.Integral)
+                or sequence_length < 1
+            ):
+                raise ValueError(f"`sequence_length` must be a positive integer, got {sequence_length!r}.")
+            if longest is not None and sequence_length > longest:
+                raise ValueError(
+                    f"`sequence_length`={sequence_length} is longer than the backbone's "
+                    f"max_sequence_length={longest} (its position embeddings); use at most {longest}."
+                )
+            if preprocessor != "auto":
+                raise ValueError(
+                    "`sequence_length` sets the preset's preprocessor; with `preprocessor=` given it would be "
+                    "ignored: build that preprocessor with the length instead."
+                )
         if preprocessor == "auto":
-            overrides = {"sequence_length": sequence_length} if sequence_length else {}
+            overrides = {"sequence_length": int(sequence_length)} if sequence_length is not None else {}
             preprocessor = preset.build_preprocessor(**overrides)
         backbone = preset.build_backbone(**({"dtype": dtype} if dtype is not None else {}))
         try:

@@ -289,6 +289,15 @@ class Preset:
         self._validate_metadata()
         for filename in (BACKBONE_WEIGHTS_FILE, TASK_WEIGHTS_FILE):
             self._file(filename, required=False)  # Regular files if present.
+        preprocessor = config.get("preprocessor")
+        if preprocessor is not None and (
+            preprocessor.get("registered_name") != keras.saving.get_registered_name(BertPreprocessor)
+            or not isinstance(preprocessor["config"].get("tokenizer"), dict)
+        ):
+            raise PresetError(
+                f"{config_path}: `preprocessor` must be a serialized BertPreprocessor with a `tokenizer`, got "
+                f"class {preprocessor.get('class_name')!r}."
+            )
         # A tokenizer reads only the preset's own files: a vocabulary is the
         # preset's file name or a list of tokens, never another path.
         tokenizer = ((config.get("preprocessor") or {}).get("config") or {}).get("tokenizer")

@@ -278,16 +278,18 @@ def measurement_sequence_length(model):
 
 def input_shapes(model, batch_size=DEFAULT_BATCH_SIZE, sequence_length=None):
     """`{input name: (shape, dtype)}` the model is measured with: unknown
-    dimensions become `batch_size` (the first) and `sequence_length`."""
+    dimensions become `batch_size` (the first) and `sequence_length`, or
+    the length `model.measurement_lengths(sequence_length)` gives an input."""
     structure = _input_structure(model)
     if structure is None:
         raise ValueError(f"{type(model).__name__} has no symbolic inputs to measure with (build it first).")
     sequence_length = sequence_length or measurement_sequence_length(model)
+    # Inputs of another length (a pre-trainer's masked positions) say so.
+    lengths = model.measurement_lengths(sequence_length) if hasattr(model, "measurement_lengths") else {}
     shapes = {}
     for name, tensor in sorted(structure.items()):
-        shape = [
-            d if d is not None else (batch_size if i == 0 else sequence_length) for i, d in enumerate(tensor.shape)
-        ]
+        length = lengths.get(name, sequence_length)
+        shape = [d if d is not None else (batch_size if i == 0 else length) for i, d in enumerate(tensor.shape)]
         shapes[name] = (tuple(int(d) for d in shape), str(keras.backend.standardize_dtype(tensor.dtype)))
     return shapes
 
@@ -409,6 +411,8 @@ def _write_cache(path, key, entry):
                 del entries[old]
         descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
+            if hasattr(os, "fchmod"):  # mkstemp's 0600 would hide a shared $BERTZOO_CACHE_DIR's file from others.
+                os.fchmod(descriptor, 0o644)
             with os.fdopen(descriptor, "w") as f:
                 json.dump({"format": CACHE_FORMAT, "entries": entries}, f, indent=1, sort_keys=True)
             os.replace(temporary, path)
