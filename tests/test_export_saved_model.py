@@ -406,7 +406,8 @@ def test_built_in_tasks_serve_their_own_raw_inputs_and_outputs(kind, tmp_path):
         np.testing.assert_allclose(outputs["score"].numpy(), [e["score"] for e in expected], rtol=1e-5)
         assert "TFText>FastWordpieceDetokenize" in read_export_metadata(path)["custom_ops"]
     elif kind == "token_classifier":  # One label per word, as predict_words gives.
-        sentences = ["Anna visits Oslo today", "Olaf left", ""]
+        # Unicode spaces (no-break, ideographic) separate words in both, as in str.split().
+        sentences = ["Anna visits Oslo today", "Olaf\u00a0left\u3000", ""]
         expected = model.predict_words(sentences)
         assert len({label for row in expected for label in row}) > 1
         for outputs in (

@@ -284,9 +284,15 @@ def test_windows_cover_the_context_stride_apart(controlled):
     packed = controlled.preprocess((tf.constant([QUESTION]), tf.constant([CONTEXT])))
     for name in ("token_ids", "segment_ids", "padding_mask"):
         np.testing.assert_array_equal(features[name].numpy()[20], packed[name].numpy()[0])
-    # The question is cut to 16 - 3 - stride tokens.
-    features, _ = question_windows(tokenizer, tf.constant([QUESTION]), tf.constant([CONTEXT]), 16, 10)
-    assert features["token_ids"].numpy()[0][:5].tolist() == [2, 5, 16, 14, 3]
+    # Where the context needs several windows the question is cut to 16 - 3 - stride
+    # tokens; a pair that fits keeps it whole, as training packs it.
+    features, windows = question_windows(
+        tokenizer, tf.constant([QUESTION, QUESTION]), tf.constant([CONTEXT, context]), 16, 10
+    )
+    rows = features["token_ids"].numpy()
+    assert windows["example"].numpy().tolist()[:2] == [0, 1]
+    np.testing.assert_array_equal(rows[0], packed["token_ids"].numpy()[0])
+    assert rows[1][:5].tolist() == [2, 5, 16, 14, 3]
 
 
 def test_the_answer_in_a_late_window_wins(controlled):
@@ -302,6 +308,10 @@ def test_the_answer_in_a_late_window_wins(controlled):
         assert answer["text"] == context[answer["start"] : answer["end"]]
         assert answer["score"] == pytest.approx(2 * GOLD, abs=1e-3)  # Not "key" (2 * KEY), early in the context.
         assert answer["null_score"] == pytest.approx(2 * CLS_SCORE, abs=1e-3)
+
+
+def test_no_questions_get_no_answers(controlled):
+    assert controlled.predict_spans([], []) == []
 
 
 def test_answers_are_exact_substrings_of_the_context(controlled):

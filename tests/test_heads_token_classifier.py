@@ -172,6 +172,7 @@ def test_training_from_words_learns_the_tags(trained):
     flat_true = [CLASSES[t] for row in labels for t in row]
     flat_predicted = [p for row in predicted for p in row]
     assert np.mean(np.array(flat_true) == np.array(flat_predicted)) > 0.9
+    assert model.predict_words([]) == []  # No sentences, no labels (not Keras's error on zero rows).
 
 
 def test_preset_round_trip(trained, tmp_path):

@@ -185,10 +185,10 @@ def question_windows(tokenizer, questions, contexts, sequence_length, stride):
     Each example gives `1 + ceil(max(0, context_tokens - room) / stride)`
     windows `[CLS] question [SEP] context[k * stride : k * stride + room]
     [SEP]` (padded to `sequence_length`), where `room = sequence_length - 3 -
-    question_tokens` and the question is cut to `sequence_length - 3 -
-    stride` tokens (see `window_stride`). An example whose context fits
-    gets one window, packed as `BertPreprocessor` with waterfall truncation
-    packs it.
+    question_tokens` and, where the context needs more than one window, the
+    question is cut to `sequence_length - 3 - stride` tokens (see
+    `window_stride`). An example whose question and context fit gets one
+    window, packed as `BertPreprocessor` packs it.
 
     Args:
         tokenizer: the `BertTokenizer`.
@@ -204,10 +204,16 @@ def question_windows(tokenizer, questions, contexts, sequence_length, stride):
         the context) and `contexts` (the contexts the offsets count in).
     """
     contexts = valid_utf8(contexts)
-    question_ids = tokenizer.tokenize(questions)[:, : sequence_length - 3 - stride]
+    question_ids = tokenizer.tokenize(questions)
     context_ids, char_starts, char_ends = tokenizer.tokenize_with_offsets(contexts)
-    question_length = question_ids.row_lengths()
     context_length = context_ids.row_lengths()
+    # The question is cut only where the context needs several windows: an
+    # example that fits is packed whole, as training (`BertPreprocessor`) packs it.
+    full_length = question_ids.row_lengths()
+    fits = full_length + context_length + 3 <= sequence_length
+    question_length = tf.where(fits, full_length, tf.minimum(full_length, sequence_length - 3 - stride))
+    starts = question_ids.row_starts()
+    question_ids = tf.gather(question_ids.flat_values, tf.ragged.range(starts, starts + question_length))
     room = sequence_length - 3 - question_length
     extra = tf.maximum(context_length - room, 0)
     counts = 1 + (extra + stride - 1) // stride
@@ -488,6 +494,8 @@ class BertQuestionAnswerer(Task):
         questions, contexts = ([v] if isinstance(v, str) else list(v) for v in (questions, contexts))
         if len(questions) != len(contexts):
             raise ValueError(f"Got {len(questions)} questions but {len(contexts)} contexts; pass one per question.")
+        if not questions:
+            return []  # Keras's predict cannot run zero rows.
         questions = to_string_tensor(questions, "predict_spans (questions)")
         contexts = to_string_tensor(contexts, "predict_spans (contexts)")
         features, windows = question_windows(

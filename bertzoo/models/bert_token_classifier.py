@@ -18,6 +18,12 @@ from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.task import Task
 from bertzoo.utils.checks import check_rate
 from bertzoo.utils.optional import tf
+from bertzoo.utils.optional import tf_text
+
+# RE2: exactly the characters Python's `str.split()` splits on (`predict_words`),
+# so an exported model splits raw text into the same words (`\p{Z}` covers
+# U+00A0, U+3000 and the other Unicode spaces; `tf.strings.split` only ASCII).
+_WHITESPACE = r"[\t\n\x0b\x0c\r\x1c-\x1f\x{85}\p{Z}]+"
 
 
 def _split_sentences(words):
@@ -246,6 +252,8 @@ class BertTokenClassifier(Task):
         if self.preprocessor is None:
             raise ValueError("predict_words needs a preprocessor; this model takes tokenized inputs.")
         rows = _split_sentences(words)
+        if not rows:
+            return []  # Keras's predict cannot run zero rows.
         padded, _ = _pad_words(rows)
         features, word_at = self.preprocess(padded, _word_index(padded))
         features = {k: np.asarray(v) for k, v in features.items()}
@@ -298,7 +306,7 @@ class BertTokenClassifier(Task):
             return serving.finish(result)
 
         def sentences(text):
-            return words(tf.strings.split(tf.reshape(text, [-1])).to_tensor(""))
+            return words(tf_text.regex_split(tf.reshape(text, [-1]), _WHITESPACE).to_tensor(""))
 
         functions["serving_default"] = string_function(sentences, text=[None])
         functions["serving_words"] = string_function(words, words=[None, None])
