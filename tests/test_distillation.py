@@ -438,6 +438,14 @@ def test_bad_models(pair):
         Distiller(teacher, classifier(num_classes=3))
     with pytest.raises(ValueError, match="same model"):
         Distiller(teacher, teacher)
+    # A quantized student's integer kernels cannot train (only its biases would move);
+    # a quantized teacher is fine (it only predicts), but no student is copied from it.
+    quantized_teacher, quantized_student = bertzoo.quantize(teacher), bertzoo.quantize(student)
+    with pytest.raises(ValueError, match=r"The student is quantized \(int8\).*Distill into a float student"):
+        Distiller(teacher, quantized_student)
+    Distiller(quantized_teacher, student)
+    with pytest.raises(ValueError, match=r"The teacher is quantized \(int8\).*from the float teacher"):
+        bertzoo.init_student_from_teacher(quantized_teacher, {"num_layers": 1})
 
 
 def test_vocabulary_mismatch_is_a_clear_error(pair):

@@ -240,8 +240,10 @@ def test_fit_under_xla_on_raw_strings_then_strip_report_and_preset(tmp_path):
     # XLA (bertzoo's default on GPU/TPU), so the masks are checked inside a compiled step.
     pruner.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=True)
     assert model.jit_compile
-    history = pruner.fit(texts, labels, batch_size=8, epochs=1, verbose=0)  # 4 steps.
-    assert history.history["sparsity"][-1] == pytest.approx(0.75, abs=1e-3)
+    csv = tmp_path / "log.csv"  # The user's callbacks see `sparsity` too.
+    history = pruner.fit(texts, labels, batch_size=8, epochs=1, verbose=0, callbacks=[keras.callbacks.CSVLogger(csv)])
+    assert history.history["sparsity"][-1] == pytest.approx(0.75, abs=1e-3)  # 4 steps.
+    assert "sparsity" in csv.read_text().splitlines()[0].split(",")
     for path, w in numpy_of(encoder_kernels(model)).items():
         assert np.mean(w == 0) == pytest.approx(0.75, abs=1 / w.size), path
 

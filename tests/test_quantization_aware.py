@@ -151,6 +151,33 @@ def test_training_moves_the_weights_and_leaves_the_model_alone(classifier, disti
     assert q.predict(TEXTS[:4], verbose=0).shape == (4, 2)
 
 
+@pytest.mark.parametrize("distill", [True, False])
+def test_a_pruned_model_keeps_its_zeros_through_training(classifier, distill):
+    pruned = bertzoo.compression.model_copy.copy_model(classifier)
+    zeroed = {}
+    for layer in dense_layers(pruned.backbone):  # 80% of each encoder kernel set to zero, as strip() leaves it.
+        kernel = keras.ops.convert_to_numpy(layer.kernel).copy()
+        kernel.flat[np.random.default_rng(0).random(kernel.size) < 0.8] = 0.0
+        layer.kernel.assign(kernel)
+        zeroed[layer.path] = kernel == 0
+    # A high rate: without masks every zero would move (see the fit's gradients).
+    q = bertzoo.quantization_aware_training(
+        pruned, TEXTS, LABELS, learning_rate=1e-2, batch_size=8, epochs=2, distill=distill, verbose=0
+    )
+    assert bertzoo.utils.quantization_mode(q) == "int8" and bertzoo.compression.model_copy.pruning_state(q) is None
+    kept = {
+        layer.path: keras.ops.convert_to_numpy(private_api.dense_kernel_variable(layer)) for layer in dense_layers(q)
+    }
+    moved = False
+    for path, was_zero in zeroed.items():
+        if path.startswith("pooler"):
+            continue  # Not a pruned encoder matrix.
+        assert np.all(kept[path][was_zero] == 0), path
+        moved |= bool(np.any(kept[path][~was_zero] != 0))
+    assert moved
+    assert q.predict(TEXTS[:4], verbose=0).shape == (4, 2)
+
+
 def test_bad_quantization_aware_training_requests(classifier):
     with pytest.raises(ValueError, match=r"Unknown quantization mode 'int4'.*quantization_aware_training supports"):
         bertzoo.quantization_aware_training(classifier, TEXTS, LABELS, mode="int4")

@@ -59,6 +59,7 @@ from bertzoo.models.raw_inputs import RawInputsMixin
 from bertzoo.models.task import Task
 from bertzoo.models.task import bert_optimizer
 from bertzoo.utils import private_api
+from bertzoo.utils import quantization_mode
 
 # `loss_terms` tokenizes raw inputs as one batch of at most this many examples.
 _ONE_BATCH = 1 << 30
@@ -272,6 +273,12 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         _check_task("student", student)
         if teacher is student:
             raise ValueError("The teacher and the student are the same model: pass two models.")
+        if quantization_mode(student):
+            raise ValueError(
+                f"The student is quantized ({quantization_mode(student)}): its integer kernels cannot train. "
+                "Distill into a float student, then quantize it (bertzoo.quantize or "
+                "bertzoo.quantization_aware_training)."
+            )
         _check_same_head(teacher, student)
         _check_same_tokens(teacher, student)
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:

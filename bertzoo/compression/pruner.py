@@ -609,7 +609,8 @@ class Pruner:
                 "pruner.compile(optimizer=..., loss=...) first (bertzoo tasks come compiled with their "
                 "fine-tuning defaults)."
             )
-        callbacks = list(callbacks or []) + [_SparsityLogger(self)]
+        # First, so the user's callbacks (CSVLogger, EarlyStopping(monitor="sparsity"), ...) see `sparsity`.
+        callbacks = [_SparsityLogger(self)] + list(callbacks or [])
         if teacher is None:
             if distillation is not None:
                 raise ValueError("`distillation` options need a `teacher`: pass teacher=... (e.g. the dense model).")

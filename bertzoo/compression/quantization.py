@@ -21,6 +21,7 @@ from bertzoo.compression.distiller import PREDICTIONS_ONLY
 from bertzoo.compression.distiller import Distiller
 from bertzoo.compression.model_copy import copy_model
 from bertzoo.compression.model_copy import pruning_state
+from bertzoo.compression.pruner import Pruner
 from bertzoo.layers.attention import SelfAttentionBlock
 from bertzoo.layers.dense import Dense
 from bertzoo.layers.dense import observe_inputs
@@ -311,16 +312,31 @@ def quantization_aware_training(
     simulated = [
         layer for layer in private_api.flatten_layers(student) if isinstance(layer, Dense) and network_layer(layer)
     ]
+    # A pruned (stripped) model keeps its zeros: fixed masks, or training would
+    # regrow them (exact zeros in a trained float kernel mean pruning).
+    pruner = None
+    if any(np.mean(ops.convert_to_numpy(layer.kernel) == 0) >= 0.01 for layer in simulated):
+        pruner = Pruner(student, schedule=None)
+        pruner.set_masks({t.path: ops.convert_to_numpy(t.variable) != 0 for t in pruner.targets})
     for layer in simulated:
         layer.simulate_int8 = True
     try:
-        trainer = student
-        if distill:
-            trainer = Distiller(model, student, alpha=alpha if y is not None else 0.0, **PREDICTIONS_ONLY)
-        trainer.compile(optimizer=bert_optimizer(learning_rate))
-        trainer.fit(x, y, batch_size=batch_size, epochs=epochs, validation_data=validation_data, verbose=verbose)
+        options = {"batch_size": batch_size, "epochs": epochs, "validation_data": validation_data, "verbose": verbose}
+        student_alpha = alpha if y is not None else 0.0
+        if pruner is not None:
+            pruner.compile(optimizer=bert_optimizer(learning_rate))
+            teacher = {"teacher": model, "distillation": {"alpha": student_alpha}} if distill else {}
+            pruner.fit(x, y, **options, **teacher)
+        else:
+            trainer = student
+            if distill:
+                trainer = Distiller(model, student, alpha=student_alpha, **PREDICTIONS_ONLY)
+            trainer.compile(optimizer=bert_optimizer(learning_rate))
+            trainer.fit(x, y, **options)
     finally:
         for layer in simulated:
             layer.simulate_int8 = False
+    if pruner is not None:
+        student = pruner.strip()
     _quantize_in_place(student, mode, _weight_layers(student, include_embeddings))
     return student

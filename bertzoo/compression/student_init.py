@@ -8,6 +8,7 @@ from bertzoo.compression.layer_maps import check_layer_index
 from bertzoo.models.bert_backbone import BertBackbone
 from bertzoo.models.task import Task
 from bertzoo.saving.preset import Preset
+from bertzoo.utils import quantization_mode
 
 _SHAPE_KEYS = ("vocabulary_size", "hidden_dim", "embedding_dim", "head_dim", "max_sequence_length", "num_segments")
 
@@ -80,6 +81,11 @@ def init_student_from_teacher(teacher, student, layers="every_k"):
         raise ValueError(
             f"`teacher` must be a bertzoo BertClassifier (or another task) or BertBackbone, got "
             f"{type(teacher).__name__}."
+        )
+    if quantization_mode(teacher):
+        raise ValueError(
+            f"The teacher is quantized ({quantization_mode(teacher)}): a student copied from it would be too, and "
+            "could not train. Initialize the student from the float teacher."
         )
     t_layers = backbone.num_layers
 
