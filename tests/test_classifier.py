@@ -53,6 +53,26 @@ def test_learns_a_separable_task_from_raw_strings(trained):
     assert accuracy > 0.9
 
 
+def test_class_names_are_labels_too(trained):
+    texts, labels = separable_task(64, seed=3)
+    named = ["neg", "pos"]
+    model = bertzoo.BertClassifier(trained.backbone, class_names=named, preprocessor=trained.preprocessor)
+    model.output_dense.set_weights(trained.output_dense.get_weights())
+    model.compile(jit_compile=False)
+    words = [named[label] for label in labels]
+    np.testing.assert_array_equal(model.label_ids(words), labels)
+    np.testing.assert_array_equal(model.label_ids(np.array(words, dtype=object)), labels)
+    assert model.label_ids(labels) is labels  # Ids pass through.
+    # evaluate (and fit) read the names: the same figures as with the ids.
+    np.testing.assert_allclose(model.evaluate(texts, words, verbose=0), model.evaluate(texts, labels, verbose=0))
+    history = model.fit(texts[:16], words[:16], batch_size=8, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    with pytest.raises(ValueError, match=r"Labels \['neutral'\] are not among the classifier's class_names"):
+        model.label_ids(["pos", "neutral"])
+    with pytest.raises(ValueError, match=r"labels are strings \('pos', \.\.\.\) but this classifier has no"):
+        trained.fit(texts[:2], ["pos", "neg"], verbose=0)
+
+
 def test_preset_round_trip_restores_identical_predictions(trained, tmp_path):
     texts, _ = separable_task(40, seed=2)
     before = trained.predict(texts, verbose=0)

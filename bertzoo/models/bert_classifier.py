@@ -1,6 +1,7 @@
 """Sentence and sentence-pair classification."""
 
 import keras
+import numpy as np
 
 from bertzoo.export.serving import classification_outputs
 from bertzoo.layers.dense import Dense
@@ -81,6 +82,35 @@ class BertClassifier(Task):
         check_classes(num_classes, class_names)
         check_rate("dropout", dropout)
         check_activation(activation)
+
+    def _raw_to_tensors(self, x, y):
+        return super()._raw_to_tensors(x, self.label_ids(y) if y is not None else None)
+
+    def label_ids(self, labels):
+        """`labels` as class ids: class names (strings, with `class_names`)
+        map to their index; ids pass through unchanged. `fit` and `evaluate`
+        call it on raw labels.
+
+        Example:
+        ```python
+        model = bertzoo.BertClassifier.from_preset("tiny", class_names=["neg", "pos"])
+        model.label_ids(["pos", "neg"])  # array([1, 0], dtype=int32)
+        ```
+        """
+        values = np.asarray(labels)
+        if values.dtype.kind not in "USO" or not any(isinstance(v, (str, bytes)) for v in values.ravel()):
+            return labels
+        names = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values.ravel()]
+        if self.class_names is None:
+            raise ValueError(
+                f"The labels are strings ({names[0]!r}, ...) but this classifier has no `class_names`: build it "
+                "with class_names=[...] (their order gives the ids), or pass integer class ids."
+            )
+        index = {str(name): i for i, name in enumerate(self.class_names)}
+        unknown = sorted(set(names) - set(index))
+        if unknown:
+            raise ValueError(f"Labels {unknown} are not among the classifier's class_names {list(self.class_names)}.")
+        return np.asarray([index[n] for n in names], "int32").reshape(values.shape)
 
     def get_config(self):
         return {
