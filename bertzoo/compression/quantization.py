@@ -321,18 +321,13 @@ def quantization_aware_training(
     for layer in simulated:
         layer.simulate_int8 = True
     try:
-        options = {"batch_size": batch_size, "epochs": epochs, "validation_data": validation_data, "verbose": verbose}
-        student_alpha = alpha if y is not None else 0.0
+        trainer = student
+        if distill:
+            trainer = Distiller(model, student, alpha=alpha if y is not None else 0.0, **PREDICTIONS_ONLY)
+        trainer.compile(optimizer=bert_optimizer(learning_rate))
         if pruner is not None:
-            pruner.compile(optimizer=bert_optimizer(learning_rate))
-            teacher = {"teacher": model, "distillation": {"alpha": student_alpha}} if distill else {}
-            pruner.fit(x, y, **options, **teacher)
-        else:
-            trainer = student
-            if distill:
-                trainer = Distiller(model, student, alpha=student_alpha, **PREDICTIONS_ONLY)
-            trainer.compile(optimizer=bert_optimizer(learning_rate))
-            trainer.fit(x, y, **options)
+            pruner.prepare_trainer(trainer)
+        trainer.fit(x, y, batch_size=batch_size, epochs=epochs, validation_data=validation_data, verbose=verbose)
     finally:
         for layer in simulated:
             layer.simulate_int8 = False

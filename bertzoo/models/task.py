@@ -1,6 +1,5 @@
 """Base class for task models: a backbone, a head, and raw-text handling."""
 
-import inspect
 import logging
 import numbers
 
@@ -22,6 +21,7 @@ from bertzoo.saving.preset import save_preset
 from bertzoo.saving.serialization import quantize_layers
 from bertzoo.saving.serialization import quantized_policy_map
 from bertzoo.utils.checks import check_config_keys
+from bertzoo.utils.checks import constructor_arguments
 from bertzoo.utils.optional import is_tf_dataset
 from bertzoo.utils.optional import tf
 from bertzoo.utils.private_api import flatten_layers
@@ -364,9 +364,7 @@ class Task(DefaultCompileMixin, RawInputsMixin, EarlyAttributesMixin, keras.Mode
         """TypeError naming any `from_preset` keyword that is neither one of
         this task's head arguments nor the model's `name`/`trainable` (the
         constructor would otherwise swallow it, and a typo go unnoticed)."""
-        parameters = inspect.signature(cls.__init__).parameters.values()
-        head = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-        head = (head | set(saved_head_config)) - {"self", "backbone", "preprocessor"}
+        head = (set(constructor_arguments(cls)) | set(saved_head_config)) - {"backbone", "preprocessor"}
         unknown = sorted(set(kwargs) - head - set(_MODEL_ARGUMENTS))
         if unknown:
             raise TypeError(

@@ -49,7 +49,6 @@ import datetime
 import difflib
 import hashlib
 import importlib.resources
-import inspect
 import json
 import logging
 import warnings
@@ -68,6 +67,7 @@ from bertzoo.text import vocabulary as vocabulary_lib
 from bertzoo.text.preprocessor import BertPreprocessor
 from bertzoo.text.sentencepiece_tokenizer import SentencePieceTokenizer
 from bertzoo.text.tokenizer import BertTokenizer
+from bertzoo.utils.checks import constructor_arguments
 from bertzoo.utils.optional import installed
 from bertzoo.utils.private_api import flatten_layers
 from bertzoo.utils.private_api import load_weights_only
@@ -470,8 +470,7 @@ class Preset:
             config.pop(key, None)
         dtype = overrides.pop("dtype", None)
         backbone_class = self._node_class("backbone", self.name)
-        parameters = inspect.signature(backbone_class.__init__).parameters.values()
-        known = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self"}
+        known = set(constructor_arguments(backbone_class))
         unknown = sorted(set(overrides) - known - {"name", "trainable"})
         if unknown:  # The constructor would swallow them (a typo such as `dropuot=` lost silently).
             raise TypeError(

@@ -37,19 +37,23 @@ def check_positive_number(name, value):
     return value
 
 
+def constructor_arguments(cls):
+    """`{name: inspect.Parameter}` of the arguments `cls.__init__` names
+    (not `self`, `*args` or `**kwargs`)."""
+    return {
+        name: p
+        for name, p in inspect.signature(cls.__init__).parameters.items()
+        if name != "self" and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
+
+
 def check_config_keys(cls, config, provided=(), common=("name", "trainable", "dtype")):
     """Raises ValueError unless `config` holds every required argument of
     `cls.__init__` (those without a default, less the `provided` ones) and no
     key `cls.__init__` (or `common`, the Keras base arguments) does not take."""
     if not isinstance(config, dict):
         raise ValueError(f"The {cls.__name__} config must be a JSON object, got {type(config).__name__}.")
-    parameters = dict(inspect.signature(cls.__init__).parameters)
-    parameters.pop("self", None)
-    named = {
-        name: p
-        for name, p in parameters.items()
-        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    }
+    named = constructor_arguments(cls)
     for name, p in named.items():
         if p.default is inspect.Parameter.empty and name not in provided and name not in config:
             raise ValueError(f"`{name}` is missing: {cls.__name__} requires it.")
