@@ -8,7 +8,10 @@ import tensorflow as tf
 import bertzoo
 from bertzoo.export import read_export_metadata
 from bertzoo.models.bert_question_answerer import DEFAULT_STRIDE
+from bertzoo.models.bert_question_answerer import answer_windows
+from bertzoo.models.bert_question_answerer import context_positions
 from bertzoo.models.bert_question_answerer import decode_spans
+from bertzoo.models.bert_question_answerer import max_context_positions
 from bertzoo.models.bert_question_answerer import question_windows
 from bertzoo.models.bert_question_answerer import window_stride
 from bertzoo.text import BertPreprocessor
@@ -69,6 +72,18 @@ def test_character_spans_become_token_positions():
     #   0    1    2   3    4      5      6   7    8    9    10    11     12  13  14  15
     assert features["token_ids"][0].tolist() == [2, 5, 16, 14, 15, 17, 10, 3, 14, 15, 16, 17, 18, 8, 9, 3]
     assert positions.tolist() == [[13, 13], [11, 13], [8, 9]]
+
+
+def test_spans_inside_words_take_the_pieces_that_hold_their_characters():
+    model = tiny_model()
+    context = "The golden key."
+    # [CLS] when was the tower finished ? [SEP] the gold ##en key . [SEP]
+    #   0    1    2   3    4      5      6   7    8    9    10   11  12  13
+    spans = [(5, 8), (8, 10), (4, 10), (6, 12), (3, 4), (4, 14), (14, 15)]
+    features, positions = labelled_batch(model, [QUESTION] * len(spans), [context] * len(spans), spans)
+    assert features["token_ids"][0][8:14].tolist() == [14, VOCAB.index("gold"), VOCAB.index("##en"), 13, 9, 3]
+    # "old" -> gold; "en" -> ##en; "golden"; "lden k" -> gold ##en key; " " (no token) -> [CLS]; "golden key"; "."
+    assert positions.tolist() == [[9, 9], [10, 10], [9, 10], [9, 11], [0, 0], [9, 11], [12, 12]]
 
 
 def test_truncation_keeps_the_question_and_drops_lost_answers():
@@ -308,6 +323,63 @@ def test_the_answer_in_a_late_window_wins(controlled):
         assert answer["text"] == context[answer["start"] : answer["end"]]
         assert answer["score"] == pytest.approx(2 * GOLD, abs=1e-3)  # Not "key" (2 * KEY), early in the context.
         assert answer["null_score"] == pytest.approx(2 * CLS_SCORE, abs=1e-3)
+
+
+def is_max_context(spans, index, position):
+    """BERT's `_check_is_max_context` (run_squad.py), written out: `spans`
+    are `(start, length)` of each window's context tokens."""
+    best_score, best_index = None, None
+    for span_index, (start, length) in enumerate(spans):
+        if not start <= position <= start + length - 1:
+            continue
+        score = min(position - start, start + length - 1 - position) + 0.01 * length
+        if best_score is None or score > best_score:
+            best_score, best_index = score, span_index
+    return best_index == index
+
+
+@pytest.mark.parametrize("stride", [1, 3, 4, 5])
+def test_starts_are_allowed_where_the_window_gives_most_context(controlled, stride):
+    tokenizer = controlled.preprocessor.tokenizer
+    questions = ["where is the gold?", QUESTION, "?"]
+    contexts = [long_context(), CONTEXT, " ".join(FILLER * 3)]
+    features, windows = question_windows(tokenizer, tf.constant(questions), tf.constant(contexts), 16, stride)
+    allowed = context_positions(features["padding_mask"], features["segment_ids"])
+    mask = max_context_positions(allowed, windows).numpy()
+    example = windows["example"].numpy()
+    offset, first, count = (windows[k].numpy() for k in ("offset", "context_first", "context_length"))
+    for e in range(len(questions)):
+        rows = np.flatnonzero(example == e)
+        spans = [(first[w], count[w]) for w in rows]
+        seen = {}
+        for index, w in enumerate(rows):
+            for position in np.flatnonzero(allowed.numpy()[w]):
+                token = position + offset[w]
+                assert mask[w, position] == is_max_context(spans, index, token), (e, w, position)
+                seen[token] = seen.get(token, 0) + int(mask[w, position])
+        assert sorted(seen) == list(range(max(seen) + 1)) and set(seen.values()) == {1}  # One window per token.
+    assert not mask[~allowed.numpy()].any()
+
+
+def test_a_span_starts_in_the_window_that_gives_its_start_most_context(controlled):
+    """The same token near the edge of one window and in the middle of the
+    next: a higher score at the edge does not win (BERT's SQuAD rule)."""
+    tokenizer = controlled.preprocessor.tokenizer
+    features, windows = question_windows(
+        tokenizer, tf.constant(["where is the gold?"]), tf.constant([long_context()]), 16, 4
+    )
+    offset = windows["offset"].numpy()
+    logits = np.zeros((len(offset), 2, 16), "float32")
+    logits[:, :, 0] = -10.0
+    # Context token 10 sits at position 7 + 2 of window 2 (two tokens of context to its
+    # left) and at 7 + 6 of window 1 (one token to its right); token 9 at 7 + 5 of window 1.
+    assert offset[1] + 13 == 10 and offset[2] + 9 == 10 and offset[1] + 12 == 9
+    logits[1, :, 13] = 5.0  # Token 10 in window 1: one token of right context, the best scores.
+    logits[2, :, 9] = 4.0  # Token 10 in window 2: its max-context window.
+    answers = answer_windows(tf.constant(logits), features, windows, max_answer_length=1)
+    token_start = windows["char_starts"].flat_values.numpy()[10]
+    assert int(answers["start"][0]) == token_start
+    assert float(answers["score"][0]) == pytest.approx(8.0)  # Window 2's span, not window 1's 10.0.
 
 
 def test_no_questions_get_no_answers(controlled):

@@ -65,14 +65,15 @@ class SpanLogits(keras.layers.Layer):
         return config
 
 
-def best_spans(span_logits, allowed, max_answer_length=MAX_ANSWER_LENGTH):
+def best_spans(span_logits, allowed, max_answer_length=MAX_ANSWER_LENGTH, allowed_starts=None):
     """Best answer span per example, as TensorFlow tensors: eagerly for
     `predict_spans` / `decode_spans`, in the graph of the exported signature.
 
     A span has `start <= end`, at most `max_answer_length` tokens and both
-    ends at `allowed` positions (bool `(batch, length)`), never at position
-    0 (`[CLS]`, "no answer"); the best maximizes `start_logit + end_logit`,
-    as BERT's SQuAD code does. Computed in the dtype of `span_logits`.
+    ends at `allowed` positions (bool `(batch, length)`; the start also at
+    `allowed_starts` when given), never at position 0 (`[CLS]`, "no
+    answer"); the best maximizes `start_logit + end_logit`, as BERT's SQuAD
+    code does. Computed in the dtype of `span_logits`.
 
     Returns:
         `(starts, ends, scores)` of shape `(batch,)` (int32, int32, the
@@ -84,9 +85,10 @@ def best_spans(span_logits, allowed, max_answer_length=MAX_ANSWER_LENGTH):
     length = tf.shape(starts)[1]
     positions = tf.range(length)
     allowed = tf.cast(allowed, tf.bool) & (positions > 0)[tf.newaxis]
+    starts_allowed = allowed if allowed_starts is None else allowed & tf.cast(allowed_starts, tf.bool)
     i, j = positions[:, tf.newaxis], positions[tf.newaxis]
     band = (j >= i) & (j - i < max_answer_length)
-    valid = band[tf.newaxis] & allowed[:, :, tf.newaxis] & allowed[:, tf.newaxis, :]
+    valid = band[tf.newaxis] & starts_allowed[:, :, tf.newaxis] & allowed[:, tf.newaxis, :]
     scores = tf.where(valid, starts[:, :, tf.newaxis] + ends[:, tf.newaxis, :], tf.cast(-np.inf, logits.dtype))
     flat = tf.reshape(scores, [tf.shape(scores)[0], -1])
     best = tf.argmax(flat, axis=1, output_type=tf.int32)
@@ -201,7 +203,9 @@ def question_windows(tokenizer, questions, contexts, sequence_length, stride):
         dict with `example` (the example of each window), `offset` (context
         token index = position in the window + offset), `char_starts`,
         `char_ends` (ragged `[example, context token]` character offsets in
-        the context) and `contexts` (the contexts the offsets count in).
+        the context), `contexts` (the contexts the offsets count in),
+        `context_first` and `context_length` (the first context token of each
+        window and how many it holds).
     """
     contexts = valid_utf8(contexts)
     question_ids = tokenizer.tokenize(questions)
@@ -242,7 +246,46 @@ def question_windows(tokenizer, questions, contexts, sequence_length, stride):
         "char_starts": char_starts,
         "char_ends": char_ends,
         "contexts": contexts,
+        "context_first": first,
+        "context_length": length,
     }
+
+
+def max_context_positions(allowed, windows):
+    """Where a span may start: each context token only in the window where it
+    has the most context (BERT's `token_is_max_context`).
+
+    A token seen by several windows counts in the one maximizing
+    `min(tokens left of it, tokens right of it) + 0.01 * window context
+    length` (the first such window on ties), so a span is not taken from a
+    window that sees only one side of it.
+
+    Args:
+        allowed: bool `(windows, length)`, the context positions of each
+            window (`context_positions`).
+        windows: the second output of `question_windows`.
+
+    Returns:
+        bool `(windows, length)`.
+    """
+    allowed = tf.cast(allowed, tf.bool)
+    offset, first = windows["offset"], windows["context_first"]
+    count = windows["context_length"]
+    token = tf.range(tf.shape(allowed, out_type=tf.int64)[1])[tf.newaxis] + offset[:, tf.newaxis]
+    window_starts = tf.gather(windows["char_starts"].row_starts(), windows["example"])
+    where = tf.where(allowed)
+    window = where[:, 0]
+    token = tf.gather_nd(token, where)
+    key = tf.gather(window_starts, window) + token  # The token's index among all examples' context tokens.
+    left, right = token - tf.gather(first, window), tf.gather(first + count - 1, window) - token
+    # 100 x BERT's score: an integer, so equal scores compare equal.
+    score = 100 * tf.minimum(left, right) + tf.gather(count, window)
+    tokens = tf.size(windows["char_starts"].flat_values, out_type=tf.int64)
+    best = tf.math.unsorted_segment_max(score, key, tokens)
+    last = tf.size(first, out_type=tf.int64)
+    chosen = tf.math.unsorted_segment_min(tf.where(score == tf.gather(best, key), window, last), key, tokens)
+    is_max = window == tf.gather(chosen, key)
+    return tf.scatter_nd(where, is_max, tf.shape(allowed, out_type=tf.int64))
 
 
 def answer_windows(span_logits, features, windows, max_answer_length=MAX_ANSWER_LENGTH, null_score_threshold=None):
@@ -250,9 +293,10 @@ def answer_windows(span_logits, features, windows, max_answer_length=MAX_ANSWER_
     `question_windows`), in TensorFlow ops (eagerly and in the exported
     graph).
 
-    In each window the best context span (`best_spans`); across an
-    example's windows the best span score (start + end logit, comparable
-    across windows) wins, the first window on ties. `null_score` is
+    In each window the best context span (`best_spans`) starting at a token
+    this window gives the most context (`max_context_positions`, as BERT's
+    SQuAD code); across an example's windows the best span score (start +
+    end logit, comparable across windows) wins, the first window on ties. `null_score` is
     `start_logit[CLS] + end_logit[CLS]`, the minimum over the windows (BERT
     paper, SQuAD 2.0). With `null_score_threshold` (tau) the answer is `""`
     when `null_score > score + tau`; None never answers `""` while a span
@@ -266,7 +310,7 @@ def answer_windows(span_logits, features, windows, max_answer_length=MAX_ANSWER_
     """
     logits = tf.cast(span_logits, tf.float32)
     allowed = context_positions(features["padding_mask"], features["segment_ids"])
-    starts, ends, scores = best_spans(logits, allowed, max_answer_length)
+    starts, ends, scores = best_spans(logits, allowed, max_answer_length, max_context_positions(allowed, windows))
     example = windows["example"]
     num_examples = tf.shape(windows["contexts"], out_type=tf.int64)[0]
     best = tf.math.unsorted_segment_max(scores, example, num_examples)
@@ -322,9 +366,9 @@ class BertQuestionAnswerer(Task):
     Labels for raw text: answer character spans `(start, end)` (end
     exclusive) in each context, e.g. SQuAD's `(answer_start, answer_start +
     len(text))`. They become token positions in `tf.data`; an answer cut
-    off by truncation points at `[CLS]` (position 0). Spans should begin and
-    end at word boundaries, as SQuAD's do. Tokenized inputs take token
-    positions `(start, end)` directly.
+    off by truncation points at `[CLS]` (position 0). A span that begins or
+    ends inside a word piece takes the whole piece. Tokenized inputs take
+    token positions `(start, end)` directly.
 
     Args:
         backbone: a `bertzoo.BertBackbone`.
@@ -411,24 +455,18 @@ class BertQuestionAnswerer(Task):
         tokenizer = preprocessor.tokenizer
         budget = preprocessor.sequence_length - 3
 
-        # Token counts of the question, the context, and the context up to the
-        # answer's start and end, from one tokenizer call.
-        spans = tf.cast(y, tf.int32)
-        zeros = tf.zeros_like(spans[:, 0])
-        texts = tf.concat(
-            [
-                questions,
-                contexts,
-                tf.strings.substr(contexts, zeros, spans[:, 0], unit="UTF8_CHAR"),
-                tf.strings.substr(contexts, zeros, spans[:, 1], unit="UTF8_CHAR"),
-            ],
-            axis=0,
-        )
-        counts = tf.cast(tf.reshape(tokenizer.tokenize(texts).row_lengths(), [4, -1]), tf.int32)
+        question_count = tf.cast(tokenizer.tokenize(questions).row_lengths(), tf.int32)
+        _, char_starts, char_ends = tokenizer.tokenize_with_offsets(contexts)
         # Waterfall packing: the question takes what it needs, the context the rest.
-        question_kept = tf.minimum(counts[0], budget)
-        context_kept = tf.minimum(counts[1], budget - question_kept)
-        before, through = counts[2], counts[3]
+        question_kept = tf.minimum(question_count, budget)
+        context_kept = tf.minimum(tf.cast(char_starts.row_lengths(), tf.int32), budget - question_kept)
+        # The answer's tokens: those holding one of its characters (a span that
+        # starts or ends inside a word takes the whole piece, as Hugging Face's
+        # offset mapping does). `before` tokens end before it starts; `through`
+        # start before it ends.
+        spans = tf.cast(y, tf.int64)
+        before = tf.reduce_sum(tf.cast(char_ends <= spans[:, :1], tf.int32), axis=1)
+        through = tf.reduce_sum(tf.cast(char_starts < spans[:, 1:], tf.int32), axis=1)
         kept = (through > before) & (through <= context_kept)
         offset = question_kept + 2  # [CLS] question [SEP]
         positions = tf.stack([tf.where(kept, offset + before, 0), tf.where(kept, offset + through - 1, 0)], axis=1)
