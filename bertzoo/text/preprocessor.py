@@ -124,10 +124,14 @@ class BertPreprocessor(keras.layers.Layer):
         shape = [self.sequence_length] if segments[0].shape.rank == 0 else [-1, self.sequence_length]
         token_ids = tf.reshape(tf.cast(token_ids, tf.int32), shape)
         segment_ids = tf.reshape(tf.cast(segment_ids, tf.int32), shape)
+        # Real tokens run up to the closing [SEP]; only what follows it is
+        # padding (a literal "[PAD]" read from the text, with
+        # `special_tokens_in_strings`, is a real token).
+        is_pad = tf.equal(token_ids, self.tokenizer.pad_token_id)
         features = {
             "token_ids": token_ids,
             "segment_ids": segment_ids,
-            "padding_mask": tf.not_equal(token_ids, self.tokenizer.pad_token_id),
+            "padding_mask": tf.math.cumsum(tf.cast(~is_pad, tf.int32), axis=-1, reverse=True) > 0,
         }
         return keras.utils.pack_x_y_sample_weight(features, y, sample_weight)
 

@@ -50,6 +50,14 @@ def test_pair(tokenizer, graph):
 
 
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+def test_a_literal_pad_in_the_text_is_a_real_token(graph):
+    tokenizer = BertTokenizer(VOCAB, special_tokens_in_strings=True)
+    out = _run(BertPreprocessor(tokenizer, sequence_length=9), tf.constant(["the [PAD] fox", "[PAD]"]), graph)
+    assert out["token_ids"] == [[CLS, THE, PAD, FOX, SEP, PAD, PAD, PAD, PAD], [CLS, PAD, SEP] + [PAD] * 6]
+    assert out["padding_mask"] == [[True] * 5 + [False] * 4, [True] * 3 + [False] * 6]
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
 def test_batch_of_pairs(tokenizer, graph):
     x = (tf.constant(["the fox", "dog"]), tf.constant(["a", "x y z"]))
     out = _run(BertPreprocessor(tokenizer, sequence_length=8), x, graph)
