@@ -3,6 +3,7 @@ and SavedModels, the trade-off report and chart, input files and their errors.""
 
 import csv
 import json
+import re
 
 import numpy as np
 import pytest
@@ -240,6 +241,11 @@ def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatc
     assert report["transfer_size"] == len(transfer)
     pruned = bertzoo.BertClassifier.from_preset(out / "2_prune_structured" / "preset")
     assert pruned.backbone.intermediate_dim == 16
+    # The structured stage trains the sparse model on, and keeps its zeros.
+    encoder = re.compile(r"(attention|feedforward)_\d+/\w+/kernel")
+    kernels = [np.asarray(w) for name, w in pruned.backbone.named_weights().items() if encoder.fullmatch(name)]
+    zeros = sum(int(np.sum(k == 0)) for k in kernels) / sum(k.size for k in kernels)
+    assert zeros >= 0.85, zeros
 
 
 def test_augmented_copies_join_the_transfer_set_of_every_stage_that_uses_it(workspace, monkeypatch):
@@ -317,6 +323,8 @@ def test_bad_inputs_give_clear_errors(workspace, tmp_path):
         bertzoo.compress(teacher, train, train, tmp_path / "a", qat_epochs=-1, verbose=0)
     with pytest.raises(ValueError, match=r"`smoothing` must be a number in \[0, 1\] \(SmoothQuant's alpha\) or None"):
         bertzoo.compress(teacher, train, train, tmp_path / "a", smoothing=2, verbose=0)
+    with pytest.raises(ValueError, match=r"`sparsity` must be a sparsity in \[0, 1\).*got 1.5"):
+        bertzoo.compress(teacher, train, train, tmp_path / "a", stages="distill,prune", sparsity=1.5, verbose=0)
     with pytest.raises(ValueError, match=r"'int8' must be the last stage"):
         bertzoo.compress(teacher, train, train, tmp_path / "a", stages=("int8", "prune"), verbose=0)
     (tmp_path / "taken").mkdir()

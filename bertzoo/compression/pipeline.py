@@ -54,6 +54,7 @@ from bertzoo.compression.recipes import distill
 from bertzoo.compression.recipes import transfer_pool
 from bertzoo.compression.report import gzip_size
 from bertzoo.compression.report import sparsity_report
+from bertzoo.compression.schedules import check_sparsity
 from bertzoo.compression.schedules import ramp_schedule
 from bertzoo.compression.structured import prune_heads_and_neurons
 from bertzoo.compression.student_init import init_student_from_teacher
@@ -232,8 +233,11 @@ def _measure(name, model, preset_dir, eval_data, batches, batch_size, repeats):
     }
 
 
-def _fit_distilling(teacher, student, train, epochs, batch_size, verbose, validation, distiller_options):
+def _fit_distilling(teacher, student, train, epochs, batch_size, verbose, validation, distiller_options, pruner):
     distiller = Distiller(teacher, student, **distiller_options)
+    if pruner is not None:
+        distiller.compile()
+        pruner.prepare_trainer(distiller)
     distiller.fit(*train, validation_data=validation, epochs=epochs, batch_size=batch_size, verbose=verbose)
     return student
 
@@ -347,6 +351,8 @@ def compress(
     if isinstance(qat_epochs, bool) or not isinstance(qat_epochs, int) or qat_epochs < 0:
         raise ValueError(f"`qat_epochs` must be an integer >= 0 (0: post-training int8), got {qat_epochs!r}.")
     check_smoothing(smoothing, allow_none=True)
+    if "prune" in stages:
+        check_sparsity("sparsity", sparsity)
     if isinstance(augment, bool) or not isinstance(augment, int) or augment < 0:
         raise ValueError(f"`augment` must be an integer >= 0 (perturbed copies of each text), got {augment!r}.")
     if recipe is not None and recipe not in RECIPES:
@@ -388,9 +394,14 @@ def compress(
 
     def train_student(teacher, student, stage_recipe):
         """A `distill` recipe on the training plus transfer texts, or (None)
-        one `Distiller` with `distiller_options` on the training texts."""
+        one `Distiller` with `distiller_options` on the training texts.
+        Returns the trained student; a pruned one (a stage after `prune`)
+        keeps its zeros."""
+        pruner = Pruner.holding_zeros(student)
         if stage_recipe is None:
-            _fit_distilling(teacher, student, train_data, epochs, batch_size, verbose, validation, distiller_options)
+            _fit_distilling(
+                teacher, student, train_data, epochs, batch_size, verbose, validation, distiller_options, pruner
+            )
         else:
             distill(
                 teacher,
@@ -403,15 +414,17 @@ def compress(
                 batch_size=batch_size,
                 validation_data=validation,
                 verbose=verbose,
+                pruner=pruner,
             )
+        return student if pruner is None else pruner.strip()
 
     for index, stage in enumerate(stages, start=1):
         say(f"Stage {index}/{len(stages)}: {stage}")
         parent = model
         if stage == "distill":
             layers = student_layers(parent.backbone.num_layers, target_speedup)
-            model = init_student_from_teacher(parent, {"num_layers": len(layers)}, layers=layers)
-            train_student(parent, model, recipe)
+            student = init_student_from_teacher(parent, {"num_layers": len(layers)}, layers=layers)
+            model = train_student(parent, student, recipe)
         elif stage == "prune":
             student = copy_model(parent)
             # Soft targets of the dense input on the transfer set, when there is one.
@@ -435,9 +448,9 @@ def compress(
                 fraction = 0.5 if target_speedup is None or "distill" in stages else 1.0 / target_speedup
                 heads = [max(1, int(round(h * fraction))) for h in _per_layer(parent.backbone, "num_heads")]
                 ratio = fraction
-            model = prune_heads_and_neurons(parent, heads_to_keep=heads, ffn_keep_ratio=ratio, data=train_data)
+            student = prune_heads_and_neurons(parent, heads_to_keep=heads, ffn_keep_ratio=ratio, data=train_data)
             # The input's predictions on the transfer set recover far more than the labelled texts alone.
-            train_student(parent, model, "hinton" if transfer or augment else None)
+            model = train_student(parent, student, "hinton" if transfer or augment else None)
         elif qat_epochs:  # "int8", trained
             model = quantization_aware_training(
                 parent,

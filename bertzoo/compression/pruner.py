@@ -383,6 +383,33 @@ class Pruner:
         # Steps traced before the constraints existed would not prune.
         model.train_function = None
 
+    @classmethod
+    def holding_zeros(cls, model, min_sparsity=0.01):
+        """A `Pruner` with fixed masks that keep a pruned model's zeros while
+        it trains on (distillation, quantization-aware training, a structured
+        stage after an unstructured one), or None for a dense model.
+
+        The model counts as pruned when one of its encoder kernels is at
+        least `min_sparsity` exact zeros (a trained float kernel has almost
+        none otherwise). Train with the returned pruner attached (on JAX,
+        `prepare_trainer` on the trainer), then `strip()` it.
+
+        Example:
+        ```python
+        pruner = bertzoo.Pruner.holding_zeros(pruned)  # None if `pruned` is dense
+        pruned.fit(texts, labels, epochs=1)  # The zeros stay zeros.
+        pruned = pruner.strip()
+        ```
+        """
+        backbone = getattr(model, "backbone", model)
+        named = backbone.named_weights() if hasattr(backbone, "named_weights") else {}
+        kernels = [v for name, v in named.items() if _ENCODER_KERNELS.fullmatch(name)]
+        if not any(np.mean(ops.convert_to_numpy(v) == 0) >= min_sparsity for v in kernels):
+            return None
+        pruner = cls(model, schedule=None)
+        pruner.set_masks({t.path: ops.convert_to_numpy(t.variable) != 0 for t in pruner.targets})
+        return pruner
+
     # --- Selection --------------------------------------------------------
     @staticmethod
     def _encoder_and_embedding_paths(model, candidates):

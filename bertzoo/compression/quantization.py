@@ -314,10 +314,7 @@ def quantization_aware_training(
     ]
     # A pruned (stripped) model keeps its zeros: fixed masks, or training would
     # regrow them (exact zeros in a trained float kernel mean pruning).
-    pruner = None
-    if any(np.mean(ops.convert_to_numpy(layer.kernel) == 0) >= 0.01 for layer in simulated):
-        pruner = Pruner(student, schedule=None)
-        pruner.set_masks({t.path: ops.convert_to_numpy(t.variable) != 0 for t in pruner.targets})
+    pruner = Pruner.holding_zeros(student)
     for layer in simulated:
         layer.simulate_int8 = True
     try:

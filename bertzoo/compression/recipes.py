@@ -149,6 +149,7 @@ def distill(
     validation_data=None,
     seed=0,
     verbose="auto",
+    pruner=None,
 ):
     """Distills `teacher` into `student` with a named recipe; returns the histories.
 
@@ -174,6 +175,9 @@ def distill(
         validation_data: `(texts, labels)` evaluated after every epoch.
         seed: the seed of the transfer set's order and augmentation.
         verbose: Keras's `fit` verbosity (progress bars by default).
+        pruner: a `bertzoo.Pruner` attached to `student` (e.g.
+            `Pruner.holding_zeros(student)`, to keep a pruned student's
+            zeros): every stage's trainer carries it (`prepare_trainer`).
 
     Example:
     ```python
@@ -206,6 +210,8 @@ def distill(
             options["alpha"], data = 0.5, labelled
         distiller = Distiller(teacher, student, **options)
         distiller.compile(optimizer=bert_optimizer(learning_rate))
+        if pruner is not None:
+            pruner.prepare_trainer(distiller)
         histories[name] = distiller.fit(
             *data, epochs=stage_epochs, batch_size=batch_size, validation_data=validation_data, verbose=verbose
         ).history

@@ -14,7 +14,7 @@ from keras import ops
 from bertzoo.utils.checks import check_positive_int
 
 
-def _check_sparsity(name, value):
+def check_sparsity(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
         raise ValueError(f"`{name}` must be a sparsity in [0, 1) (the fraction of weights set to zero), got {value!r}.")
     return float(value)
@@ -94,8 +94,8 @@ class PolynomialDecay(PruningSchedule):
     """
 
     def __init__(self, initial_sparsity, final_sparsity, begin_step, end_step, power=3, frequency=100):
-        self.initial_sparsity = _check_sparsity("initial_sparsity", initial_sparsity)
-        self.final_sparsity = _check_sparsity("final_sparsity", final_sparsity)
+        self.initial_sparsity = check_sparsity("initial_sparsity", initial_sparsity)
+        self.final_sparsity = check_sparsity("final_sparsity", final_sparsity)
         _check_steps(begin_step, end_step, frequency, allow_no_end=False)
         if isinstance(power, bool) or not isinstance(power, (int, float)) or power <= 0:
             raise ValueError(f"`power` must be a positive number, got {power!r}.")
@@ -134,7 +134,7 @@ class ConstantSparsity(PruningSchedule):
     """
 
     def __init__(self, target_sparsity, begin_step, end_step=-1, frequency=100):
-        self.target_sparsity = _check_sparsity("target_sparsity", target_sparsity)
+        self.target_sparsity = check_sparsity("target_sparsity", target_sparsity)
         _check_steps(begin_step, end_step, frequency, allow_no_end=True)
         self.begin_step = begin_step
         self.end_step = end_step
@@ -170,7 +170,7 @@ def ramp_schedule(steps, final_sparsity, prunings=10):
     schedule.end_step, schedule.frequency   # (750, 75): 90% from step 750 on
     ```
     """
-    final_sparsity = _check_sparsity("final_sparsity", final_sparsity)
+    final_sparsity = check_sparsity("final_sparsity", final_sparsity)
     steps = check_positive_int("steps", steps)
     prunings = check_positive_int("prunings", prunings)
     ramp = (2 * steps) // 3
