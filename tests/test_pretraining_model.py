@@ -1,6 +1,7 @@
 """BertPretrainer: masked-LM and sentence heads against NumPy, tied decoder,
 losses, presets and a short training run."""
 
+import json
 import math
 
 import keras
@@ -9,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 import bertzoo
+from bertzoo import PresetError
 from bertzoo.text import BertPreprocessor
 from bertzoo.text import BertTokenizer
 
@@ -201,6 +203,29 @@ def test_errors(preprocessor):
     arrays = {"mlm/transform/kernel": np.zeros((32, 32), "float32")}
     with pytest.raises(ValueError, match="mlm/output_bias: missing"):
         model.load_pretraining_heads(arrays)
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("masking_rate", 1.5, "`masking_rate` must be a number in \\[0, 1\\]"),
+        ("mask_token_rate", 0.95, "`mask_token_rate` \\+ `random_token_rate` = 1.05"),
+        ("max_predictions", -3, "`max_predictions` must be a positive integer or None"),
+        ("max_predictions", 0, "`max_predictions` must be a positive integer or None"),
+        ("sentence_objective", "mlm", "Unknown `sentence_objective` 'mlm'"),
+        ("tie_weights", "yes", "`tie_weights` must be True or False"),
+    ],
+)
+def test_bad_head_arguments_are_refused_in_the_constructor_and_in_a_preset(preprocessor, tmp_path, key, value, message):
+    for tokenized in (None, preprocessor):
+        with pytest.raises(ValueError, match=message):
+            bertzoo.BertPretrainer(tiny_backbone(), tokenized, **{key: value})
+    bertzoo.BertPretrainer(tiny_backbone(), preprocessor).save_to_preset(tmp_path / "pre")
+    config = json.loads((tmp_path / "pre" / "config.json").read_text())
+    config["task"]["config"][key] = value
+    (tmp_path / "pre" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PresetError, match=f"config.json(.|\\n)*{message}"):
+        bertzoo.BertPretrainer.from_preset(tmp_path / "pre")
 
 
 def test_int8_quantized_model_decodes_with_the_dequantized_table(rng):

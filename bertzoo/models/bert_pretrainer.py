@@ -14,6 +14,7 @@ from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.task import Task
 from bertzoo.text.pretraining import SENTENCE_OBJECTIVES
 from bertzoo.text.pretraining import BertMaskGenerator
+from bertzoo.text.pretraining import check_masking
 from bertzoo.text.pretraining import default_max_selections
 
 _MLM_ARRAYS = (
@@ -108,11 +109,9 @@ class BertPretrainer(Task):
         tie_weights=True,
         **kwargs,
     ):
-        if sentence_objective is not None and sentence_objective not in SENTENCE_OBJECTIVES:
-            raise ValueError(
-                f"Unknown `sentence_objective` {sentence_objective!r}: use 'nsp' (BERT), 'sop' (ALBERT) "
-                "or None (masked LM only)."
-            )
+        self.check_head_arguments(
+            sentence_objective, masking_rate, mask_token_rate, random_token_rate, max_predictions, tie_weights
+        )
         self.masker = None
         if preprocessor is not None:
             tokenizer = preprocessor.tokenizer
@@ -133,7 +132,7 @@ class BertPretrainer(Task):
                 selection_rate=masking_rate,
                 mask_token_rate=mask_token_rate,
                 random_token_rate=random_token_rate,
-                max_selections=max_predictions or default_max_selections(preprocessor.sequence_length, masking_rate),
+                max_selections=self._slots(max_predictions, masking_rate, preprocessor.sequence_length),
                 name="masker",
             )
         policy = backbone.dtype_policy
@@ -171,12 +170,42 @@ class BertPretrainer(Task):
         self.max_predictions = max_predictions
         self.tie_weights = bool(tie_weights)
 
+    @classmethod
+    def check_head_arguments(
+        cls,
+        sentence_objective="nsp",
+        masking_rate=0.15,
+        mask_token_rate=0.8,
+        random_token_rate=0.1,
+        max_predictions=None,
+        tie_weights=True,
+    ):
+        if sentence_objective is not None and sentence_objective not in SENTENCE_OBJECTIVES:
+            raise ValueError(
+                f"Unknown `sentence_objective` {sentence_objective!r}: use 'nsp' (BERT), 'sop' (ALBERT) "
+                "or None (masked LM only)."
+            )
+        check_masking(
+            masking_rate,
+            mask_token_rate,
+            random_token_rate,
+            max_predictions,
+            names={"selection_rate": "masking_rate", "max_selections": "max_predictions"},
+        )
+        if not isinstance(tie_weights, bool):
+            raise ValueError(f"`tie_weights` must be True or False, got {tie_weights!r}.")
+
+    @staticmethod
+    def _slots(max_predictions, masking_rate, sequence_length):
+        if max_predictions is None:
+            return default_max_selections(sequence_length, masking_rate)
+        return max_predictions
+
     def measurement_lengths(self, sequence_length):
         """`{input name: length}` of the inputs whose second dimension is not
         the sequence (`bertzoo.utils.fast_path` measures with these): the
         prediction slots the preprocessing gives at `sequence_length`."""
-        slots = self.max_predictions or default_max_selections(sequence_length, self.masking_rate)
-        return {"mask_positions": int(slots)}
+        return {"mask_positions": int(self._slots(self.max_predictions, self.masking_rate, sequence_length))}
 
     def get_config(self):
         return {

@@ -28,6 +28,28 @@ def _check_rate(name, value):
     return float(value)
 
 
+def check_masking(selection_rate, mask_token_rate, random_token_rate, max_selections, names=None):
+    """Checks masked-LM settings, raising ValueError naming the bad one:
+    rates in [0, 1] whose replacement shares sum to at most 1, and
+    `max_selections` a positive integer (None allowed: the default). `names`
+    maps the argument names to the caller's (e.g. `masking_rate`)."""
+    names = {"selection_rate": "selection_rate", "max_selections": "max_selections", **(names or {})}
+    _check_rate(names["selection_rate"], selection_rate)
+    _check_rate("mask_token_rate", mask_token_rate)
+    _check_rate("random_token_rate", random_token_rate)
+    if mask_token_rate + random_token_rate > 1 + 1e-9:
+        raise ValueError(
+            f"`mask_token_rate` + `random_token_rate` = {mask_token_rate + random_token_rate} "
+            "exceeds 1; the remainder is the share of chosen tokens left unchanged."
+        )
+    if max_selections is not None and (
+        isinstance(max_selections, bool) or not isinstance(max_selections, int) or max_selections < 1
+    ):
+        raise ValueError(
+            f"`{names['max_selections']}` must be a positive integer or None (the default), got {max_selections!r}."
+        )
+
+
 @keras.saving.register_keras_serializable(package="bertzoo")
 class BertMaskGenerator(keras.layers.Layer):
     """Masks packed token ids for masked-LM training, by BERT's rule.
@@ -90,16 +112,12 @@ class BertMaskGenerator(keras.layers.Layer):
             raise ValueError(f"`vocabulary_size` must be a positive integer, got {vocabulary_size!r}.")
         if not 0 <= int(mask_token_id) < vocabulary_size:
             raise ValueError(f"`mask_token_id`={mask_token_id} is outside [0, {vocabulary_size}).")
-        if isinstance(max_selections, bool) or not isinstance(max_selections, int) or max_selections < 1:
-            raise ValueError(f"`max_selections` must be a positive integer, got {max_selections!r}.")
-        self.selection_rate = _check_rate("selection_rate", selection_rate)
-        self.mask_token_rate = _check_rate("mask_token_rate", mask_token_rate)
-        self.random_token_rate = _check_rate("random_token_rate", random_token_rate)
-        if self.mask_token_rate + self.random_token_rate > 1 + 1e-9:
-            raise ValueError(
-                f"`mask_token_rate` + `random_token_rate` = {self.mask_token_rate + self.random_token_rate} "
-                "exceeds 1; the remainder is the share of chosen tokens left unchanged."
-            )
+        if max_selections is None:
+            raise ValueError("`max_selections` must be a positive integer, got None.")
+        check_masking(selection_rate, mask_token_rate, random_token_rate, max_selections)
+        self.selection_rate = float(selection_rate)
+        self.mask_token_rate = float(mask_token_rate)
+        self.random_token_rate = float(random_token_rate)
         self.vocabulary_size = vocabulary_size
         self.mask_token_id = int(mask_token_id)
         self.unselectable_token_ids = sorted(int(i) for i in unselectable_token_ids)
