@@ -1,16 +1,24 @@
 """Labelled text files: TSV, CSV or JSON Lines with named text and label columns.
 
 `load_labelled_texts` reads one file into `(texts, labels)` with the labels
-as read (ints or strings); `label_ids` maps labels to class ids by sorted
+as read (numbers or strings); `label_ids` maps labels to class ids by sorted
 order (numbers numerically, otherwise as strings) and returns the classes,
 so the mapping can be recorded and applied to another file.
+
+Files are read as UTF-8, with or without a byte-order mark (Excel's "CSV
+UTF-8", Notepad); any other encoding is a `ValueError` naming the line.
 """
 
 import csv
+import functools
 import json
+import math
+import sys
 from pathlib import Path
 
 FORMATS = {".tsv": "tsv", ".tab": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
+# "utf-8-sig" reads UTF-8 and drops a leading byte-order mark, if any.
+ENCODING = "utf-8-sig"
 
 
 def _format_of(path):
@@ -23,32 +31,68 @@ def _format_of(path):
     return kind
 
 
+@functools.cache
+def allow_long_csv_fields():
+    """Lifts the `csv` module's 131072-character field limit (a long text is
+    no error), once per process, to the largest the platform accepts."""
+    limit = min(sys.maxsize, 2**31 - 1)  # A C long: 32 bits on Windows.
+    if csv.field_size_limit() < limit:
+        csv.field_size_limit(limit)
+
+
+def not_utf8_error(path):
+    """The `ValueError` for a file that does not decode as UTF-8: names the
+    first bad line and byte, and the fix."""
+    with open(path, "rb") as f:
+        for line_number, line in enumerate(f, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                utf16 = " (it looks like UTF-16)" if line_number == 1 and line[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+                return ValueError(
+                    f"{path}:{line_number}: not UTF-8 text (byte 0x{line[e.start]:02x}){utf16}. "
+                    'Save the file as UTF-8 (in Excel: "CSV UTF-8"), or convert it, e.g. `iconv -f latin1 -t utf-8`.'
+                )
+    return ValueError(f"{path}: not UTF-8 text. Save the file as UTF-8.")
+
+
 def _rows(path, kind):
-    """Yields `(line_number, columns, row dict)`; `columns` is the header."""
-    with open(path, newline="", encoding="utf-8") as f:
-        if kind == "jsonl":
-            columns = None
-            for line_number, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{line_number}: not valid JSON ({e.msg}).") from None
-                if not isinstance(row, dict):
-                    raise ValueError(
-                        f"{path}:{line_number}: expected a JSON object per line, got {type(row).__name__}."
-                    )
-                if columns is None:
-                    columns = list(row)
-                yield line_number, columns, row
-            return
-        # TSV files are read as plain tab-separated fields (no quoting), as GLUE's are.
-        if kind == "tsv":
-            reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        else:
-            reader = csv.reader(f)
-        columns = None
+    """Yields `(line_number, columns, row dict)`; `columns` is the header
+    (for JSONL, the keys of that line's object)."""
+    allow_long_csv_fields()
+    with open(path, newline="", encoding=ENCODING) as f:
+        rows = _json_rows(f, path) if kind == "jsonl" else _delimited_rows(f, path, kind)
+        try:
+            yield from rows
+        except UnicodeDecodeError:
+            raise not_utf8_error(path) from None
+
+
+def _json_rows(f, path):
+    """JSON Lines: one object per line, blank lines skipped."""
+    for line_number, line in enumerate(f, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{line_number}: not valid JSON ({e.msg}).") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{line_number}: expected a JSON object per line, got {type(row).__name__}.")
+        yield line_number, list(row), row
+
+
+def _delimited_rows(f, path, kind):
+    """CSV or TSV rows under a header line; a row with more fields than the header is an error."""
+    # TSV files are read as plain tab-separated fields (no quoting), as GLUE's are.
+    if kind == "tsv":
+        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        hint = "a tab inside a text? TSV fields cannot be quoted: remove the tab, or save as CSV and quote that field"
+    else:
+        reader = csv.reader(f)
+        hint = 'a comma inside a text? Quote the fields that contain one: "hello, world",1'
+    columns = None
+    try:
         for row in reader:
             if columns is None:
                 if not row or not any(cell.strip() for cell in row):
@@ -57,18 +101,27 @@ def _rows(path, kind):
                 continue
             if not row:
                 continue
+            if len(row) > len(columns):
+                raise ValueError(
+                    f"{path}:{reader.line_num}: {len(row)} fields, the header has {len(columns)} ({hint})."
+                )
             yield reader.line_num, columns, dict(zip(columns, row))
-        if columns is not None:
-            yield None, columns, None  # A header with no rows.
+    except csv.Error as e:
+        raise ValueError(f"{path}:{reader.line_num}: not valid {kind.upper()} ({e}).") from None
+    if columns is not None:
+        yield None, columns, None  # A header with no rows.
 
 
 def load_labelled_texts(path, text_column="text", label_column="label"):
     """Returns `(texts, labels)` from a TSV, CSV or JSONL file.
 
-    TSV and CSV files need a header line naming the columns; JSONL files hold
-    one object per line. Labels are returned as read: ints stay ints, and
-    strings that all spell integers become ints. A missing column, an empty
-    file or a row without a label is a `ValueError` naming the file.
+    TSV and CSV files need a header line naming the columns, and no row may
+    have more fields than the header; JSONL files hold one object per line.
+    Labels are returned as read: numbers stay numbers, and strings that all
+    spell numbers become numbers; a whole number is an int (`1.0` is `1`),
+    so `1` and `1.0` are one class. A missing column, an empty file, a row
+    without a label or a label that is NaN or infinite is a `ValueError`
+    naming the file.
 
     Example:
     ```python
@@ -76,7 +129,7 @@ def load_labelled_texts(path, text_column="text", label_column="label"):
     ```
     """
     path, texts, labels = _read_columns(path, text_column, label_column)
-    return texts, _as_ints_if_possible(labels, path)
+    return texts, _as_numbers_if_possible(labels, path)
 
 
 def load_texts(path, text_column="text"):
@@ -104,10 +157,7 @@ def _read_columns(path, text_column, label_column):
     for line_number, columns, row in _rows(path, kind):
         for role, name in wanted:
             if name not in columns:
-                raise ValueError(
-                    f"{path}: no {role} column {name!r}; columns found: {columns}. "
-                    f"Name the right one with --{role}-column (Python: {role}_column=...)."
-                )
+                raise _missing_column(path, kind, line_number, role, name, columns)
         if row is None:
             break
         text = row.get(text_column)
@@ -126,19 +176,51 @@ def _read_columns(path, text_column, label_column):
     return path, texts, labels
 
 
-def _as_ints_if_possible(labels, path):
+def _missing_column(path, kind, line_number, role, name, columns):
+    """The `ValueError` for a column the header (CSV, TSV) or one line's
+    object (JSONL, whose lines may differ) does not have."""
+    fix = f"Name the right one with --{role}-column (Python: {role}_column=...)."
+    if kind == "jsonl":
+        return ValueError(
+            f"{path}:{line_number}: no value in the {role} column {name!r}; the keys on this line are {columns}. "
+            f"Give every line a {name!r}, or {fix[0].lower()}{fix[1:]}"
+        )
+    return ValueError(f"{path}: no {role} column {name!r}; columns found: {columns}. {fix}")
+
+
+def _as_numbers_if_possible(labels, path):
+    """The labels as numbers (whole ones as ints) when they all are or spell
+    numbers, as ints when they are all bools, otherwise as strings."""
     for label in labels:
         if isinstance(label, (dict, list)) or label is None:
-            raise ValueError(f"{path}: labels must be ints or strings, got {label!r}.")
+            raise ValueError(f"{path}: labels must be numbers or strings, got {label!r}.")
     if all(isinstance(label, bool) for label in labels):
         return [int(label) for label in labels]
-    if all(isinstance(label, int) and not isinstance(label, bool) for label in labels):
-        return labels
-    strings = [str(label) for label in labels]
+    numbers = [_number(label) for label in labels]
+    if any(n is None for n in numbers):
+        return [str(label) for label in labels]
+    for label, number in zip(labels, numbers):
+        if not math.isfinite(number):
+            raise ValueError(
+                f"{path}: label {label!r} is not a finite number; give every row a numeric label (or a class name)."
+            )
+    return [int(n) if isinstance(n, float) and n.is_integer() else n for n in numbers]
+
+
+def _number(label):
+    """`label` as an int or float, or None if it is not (and does not spell) one."""
+    if isinstance(label, bool):
+        return None
+    if isinstance(label, (int, float)):
+        return label
     try:
-        return [int(s) for s in strings]
+        return int(label)
     except ValueError:
-        return strings
+        pass
+    try:
+        return float(label)
+    except ValueError:
+        return None
 
 
 def label_ids(labels, classes=None, source=None):
@@ -161,7 +243,8 @@ def label_ids(labels, classes=None, source=None):
 def threshold_labels(texts, labels, threshold, source=None):
     """Binary labels from numeric ratings: 1 above `threshold`, 0 below; rows
     rated exactly `threshold` are dropped (SST-2 style). Returns `(texts,
-    labels)`; a label that is not a number is a `ValueError` naming `source`.
+    labels)`; a label that is not a finite number is a `ValueError` naming
+    `source`.
 
     Example:
     ```python
@@ -169,14 +252,16 @@ def threshold_labels(texts, labels, threshold, source=None):
     ```
     """
     kept_texts, kept_labels = [], []
+    where = f"{source}: " if source else ""
     for text, label in zip(texts, labels):
         try:
             value = float(label)
         except (TypeError, ValueError):
-            where = f"{source}: " if source else ""
             raise ValueError(
                 f"{where}label {label!r} is not a number: a label threshold needs numeric ratings."
             ) from None
+        if not math.isfinite(value):
+            raise ValueError(f"{where}label {label!r} is not a finite number: a label threshold needs numeric ratings.")
         if value != threshold:
             kept_texts.append(text)
             kept_labels.append(int(value > threshold))

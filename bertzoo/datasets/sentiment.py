@@ -2,7 +2,8 @@
 
 `load_rated_sentences` reads tab-separated `id<TAB>rating<TAB>text` files with
 one header line (the layout of the VADER ground-truth files), labelling
-`rating > 0` as positive and dropping neutral (`rating == 0`) rows.
+`rating > 0` as positive and dropping neutral (`rating == 0`) rows. The text
+is the rest of the line: a tab inside it is kept, not an error.
 
 `synthetic_sentiment` generates a labelled set from small word lists, so
 examples run offline on a fresh machine with no data at all. It is easy on
@@ -10,14 +11,24 @@ purpose (the label follows from the words); use real data for real figures.
 """
 
 import csv
+import math
 import os
 from pathlib import Path
 
 import numpy as np
 
+from bertzoo.datasets.files import ENCODING
+from bertzoo.datasets.files import allow_long_csv_fields
+from bertzoo.datasets.files import not_utf8_error
+
 
 def load_rated_sentences(path, max_rows=None):
     """Returns `(texts, labels)` from a rated-sentences TSV file.
+
+    The file is UTF-8 (a byte-order mark is allowed), its header line is
+    `id<TAB>rating<TAB>text`, and blank lines are skipped. The text is the
+    rest of the line, so a tab inside it is kept. A rating that is not a
+    finite number is a `ValueError` naming the line.
 
     Example:
     ```python
@@ -27,23 +38,45 @@ def load_rated_sentences(path, max_rows=None):
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: expected a TSV file id<TAB>rating<TAB>text.")
+    allow_long_csv_fields()
     texts, labels = [], []
-    with open(path, newline="", encoding="utf-8") as f:
+    with open(path, newline="", encoding=ENCODING) as f:
         reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        header = next(reader, None)
-        if header is None or [h.strip().lower() for h in header[:3]] != ["id", "rating", "text"]:
-            raise ValueError(f"{path}: expected a header line 'id<TAB>rating<TAB>text', got {header!r}.")
-        for line_number, row in enumerate(reader, start=2):
-            if len(row) < 3:
-                raise ValueError(f"{path}:{line_number}: expected 3 tab-separated fields, got {len(row)}.")
-            rating = float(row[1])
-            if rating == 0:
-                continue
-            texts.append("\t".join(row[2:]).strip())
-            labels.append(int(rating > 0))
-            if max_rows and len(texts) >= max_rows:
-                break
+        try:
+            header = next(reader, None)
+            if header is None or [h.strip().lower() for h in header[:3]] != ["id", "rating", "text"]:
+                raise ValueError(f"{path}: expected a header line 'id<TAB>rating<TAB>text', got {header!r}.")
+            for row in reader:
+                if not any(cell.strip() for cell in row):
+                    continue  # A blank line, e.g. at the end of the file.
+                if len(row) < 3:
+                    raise ValueError(f"{path}:{reader.line_num}: expected 3 tab-separated fields, got {len(row)}.")
+                rating = _rating(row[1], path, reader.line_num)
+                if rating == 0:
+                    continue
+                texts.append("\t".join(row[2:]).strip())
+                labels.append(int(rating > 0))
+                if max_rows and len(texts) >= max_rows:
+                    break
+        except UnicodeDecodeError:
+            raise not_utf8_error(path) from None
+        except csv.Error as e:
+            raise ValueError(f"{path}:{reader.line_num}: not valid TSV ({e}).") from None
     return texts, np.asarray(labels, dtype="int32")
+
+
+def _rating(field, path, line_number):
+    """The rating in `field` as a float; a `ValueError` naming the line if it is not a finite number."""
+    try:
+        rating = float(field)
+    except ValueError:
+        rating = None
+    if rating is None or not math.isfinite(rating):
+        raise ValueError(
+            f"{path}:{line_number}: the rating {field!r} is not a finite number; "
+            "expected id<TAB>rating<TAB>text with a rating such as -1.5 or 2."
+        )
+    return rating
 
 
 def split(texts, labels, test_fraction=0.2, seed=0):

@@ -1,0 +1,188 @@
+"""`bertzoo.datasets` file readers: encodings (a UTF-8 byte-order mark, a
+file that is not UTF-8), rows with too many fields, numeric labels, long CSV
+fields, JSONL lines without a column and the rated-sentences TSV."""
+
+import csv
+import json
+
+import pytest
+
+from bertzoo.datasets import label_ids
+from bertzoo.datasets import load_labelled_texts
+from bertzoo.datasets import load_rated_sentences
+from bertzoo.datasets import load_texts
+from bertzoo.datasets import threshold_labels
+
+
+def write(path, text, encoding="utf-8"):
+    path.write_text(text, encoding=encoding, newline="")
+    return path
+
+
+def jsonl(path, *objects):
+    return write(path, "".join(json.dumps(o) + "\n" for o in objects))
+
+
+def labels_of(path):
+    return load_labelled_texts(path)[1]
+
+
+def test_a_utf8_byte_order_mark_is_read_as_utf8(tmp_path):
+    # Excel's "CSV UTF-8" and Notepad write one; it is not part of the first column's name.
+    for name, body in [("a.csv", "text,label\nhéllo,1\n"), ("a.tsv", "text\tlabel\nhéllo\t1\n")]:
+        assert load_labelled_texts(write(tmp_path / name, body, "utf-8-sig")) == (["héllo"], [1])
+    bom = write(tmp_path / "a.jsonl", '{"text": "héllo", "label": 1}\n', "utf-8-sig")
+    assert load_labelled_texts(bom) == (["héllo"], [1])
+    assert load_texts(bom) == ["héllo"]
+    rated = write(tmp_path / "rated.tsv", "id\trating\ttext\n1\t1.5\tgood\n", "utf-8-sig")
+    texts, labels = load_rated_sentences(rated)
+    assert texts == ["good"] and labels.tolist() == [1]
+
+
+def test_a_file_that_is_not_utf8_is_a_value_error_naming_the_line_and_the_fix(tmp_path):
+    latin1 = tmp_path / "latin1.csv"
+    latin1.write_bytes(b"text,label\nok,0\nh\xe9llo,1\n")
+    fix = r'Save the file as UTF-8 \(in Excel: "CSV UTF-8"\)'
+    with pytest.raises(ValueError, match=rf"latin1\.csv:3: not UTF-8 text \(byte 0xe9\)\. {fix}") as raised:
+        load_labelled_texts(latin1)
+    assert not isinstance(raised.value, UnicodeDecodeError)
+    (tmp_path / "latin1.jsonl").write_bytes(b'{"text": "h\xe9llo"}\n')
+    with pytest.raises(ValueError, match=rf"latin1\.jsonl:1: not UTF-8 text \(byte 0xe9\)\. {fix}"):
+        load_texts(tmp_path / "latin1.jsonl")
+    write(tmp_path / "utf16.tsv", "text\tlabel\nhi\t1\n", "utf-16")  # Excel's "Unicode Text".
+    with pytest.raises(ValueError, match=r"utf16\.tsv:1: not UTF-8 text \(byte 0xff\) \(it looks like UTF-16\)"):
+        load_texts(tmp_path / "utf16.tsv")
+    (tmp_path / "rated.tsv").write_bytes(b"id\trating\ttext\n1\t1\tcaf\xe9\n")
+    with pytest.raises(ValueError, match=rf"rated\.tsv:2: not UTF-8 text \(byte 0xe9\)\. {fix}"):
+        load_rated_sentences(tmp_path / "rated.tsv")
+
+
+def test_a_row_with_more_fields_than_the_header_is_an_error(tmp_path):
+    # An unquoted comma used to split "hello, world" into the text 'hello' and the label ' world'.
+    unquoted = write(tmp_path / "t.csv", "text,label\nbye,0\nhello, world,1\n")
+    with pytest.raises(
+        ValueError,
+        match=r"t\.csv:3: 3 fields, the header has 2 \(a comma inside a text\? Quote the fields that contain one",
+    ):
+        load_labelled_texts(unquoted)
+    with pytest.raises(ValueError, match=r"t\.csv:3: 3 fields, the header has 2"):
+        load_texts(unquoted)  # The text column comes first, but the row is still ambiguous.
+    quoted = write(tmp_path / "q.csv", 'text,label\n"hello, world",1\n')
+    assert load_labelled_texts(quoted) == (["hello, world"], [1])
+    tab = write(tmp_path / "t.tsv", "label\ttext\n0\tbad\n1\tgreat\tfilm\n")
+    with pytest.raises(
+        ValueError, match=r"t\.tsv:3: 3 fields, the header has 2 \(a tab inside a text\? TSV fields cannot be quoted"
+    ):
+        load_labelled_texts(tab)
+    # A line after a quoted multi-line field is named by its own line number.
+    multiline = write(tmp_path / "m.csv", 'text,label\n"two\nlines",1\na,b,c\n')
+    with pytest.raises(ValueError, match=r"m\.csv:4: 3 fields, the header has 2"):
+        load_labelled_texts(multiline)
+    # Fewer fields than the header: the missing value is named, as before.
+    short = write(tmp_path / "s.csv", "text,label\nhello\n")
+    with pytest.raises(ValueError, match=r"s\.csv:2: no value in the label column 'label'\."):
+        load_labelled_texts(short)
+    # A trailing delimiter on every line is an empty last column, not an extra field.
+    assert load_labelled_texts(write(tmp_path / "e.csv", "text,label,\nhi,1,\n")) == (["hi"], [1])
+
+
+def test_numeric_labels_are_numbers_and_whole_ones_are_ints(tmp_path):
+    scores = jsonl(
+        tmp_path / "r.jsonl", {"text": "a", "label": 0.5}, {"text": "b", "label": 10}, {"text": "c", "label": 2}
+    )
+    assert labels_of(scores) == [0.5, 10, 2]
+    assert label_ids(labels_of(scores)) == ([0, 2, 1], [0.5, 2, 10])  # Numerically, not as text.
+    floats = write(tmp_path / "f.csv", "text,label\na,2.5\nb,10.0\nc,2.0\n")
+    assert labels_of(floats) == [2.5, 10, 2] and label_ids(labels_of(floats))[1] == [2, 2.5, 10]
+    assert [type(label) for label in labels_of(floats)] == [float, int, int]
+    one = write(tmp_path / "one.csv", "text,label\na,0\nb,1\nc,1.0\nd, 1e0 \n")
+    assert labels_of(one) == [0, 1, 1, 1] and label_ids(labels_of(one)) == ([0, 1, 1, 1], [0, 1])
+    whole = jsonl(
+        tmp_path / "w.jsonl", {"text": "a", "label": 1.0}, {"text": "b", "label": "1"}, {"text": "c", "label": 0}
+    )
+    assert labels_of(whole) == [1, 1, 0] and all(type(label) is int for label in labels_of(whole))
+    # An eval file that spells a class differently still maps onto the training classes.
+    assert label_ids(labels_of(whole), classes=label_ids(labels_of(one))[1]) == ([1, 1, 0], [0, 1])
+    # Unchanged: ints, bools, strings spelling ints, class names; one non-number makes them all strings.
+    assert labels_of(jsonl(tmp_path / "i.jsonl", {"text": "a", "label": 3}, {"text": "b", "label": -1})) == [3, -1]
+    assert labels_of(jsonl(tmp_path / "b.jsonl", {"text": "a", "label": True}, {"text": "b", "label": False})) == [1, 0]
+    assert labels_of(write(tmp_path / "s.tsv", "text\tlabel\na\t 10 \nb\t2\n")) == [10, 2]
+    assert labels_of(write(tmp_path / "n.csv", "text,label\na,pos\nb,neg\n")) == ["pos", "neg"]
+    mixed = write(tmp_path / "m.csv", "text,label\na,1\nb,1.5\nc,other\nd,nan\n")
+    assert labels_of(mixed) == ["1", "1.5", "other", "nan"]
+    assert label_ids(labels_of(mixed))[1] == ["1", "1.5", "nan", "other"]
+
+
+def test_a_numeric_label_that_is_nan_or_infinite_is_an_error(tmp_path):
+    for name, value in [("nan.csv", "nan"), ("inf.csv", "-inf"), ("big.csv", "1e999")]:
+        path = write(tmp_path / name, f"text,label\na,1\nb,{value}\n")
+        with pytest.raises(ValueError, match=rf"{name}: label '{value}' is not a finite number"):
+            load_labelled_texts(path)
+    with pytest.raises(ValueError, match=r"j\.jsonl: label nan is not a finite number"):
+        load_labelled_texts(write(tmp_path / "j.jsonl", '{"text": "a", "label": NaN}\n{"text": "b", "label": 1}\n'))
+    with pytest.raises(ValueError, match=r"r\.tsv: label 'nan' is not a finite number: a label threshold needs"):
+        threshold_labels(["a", "b"], ["1.5", "nan"], 0.0, source="r.tsv")
+    assert threshold_labels(["a", "b", "c"], [2.5, 0, -1], 0.0) == (["a", "c"], [1, 0])
+
+
+def test_a_csv_field_longer_than_the_csv_modules_default_limit_is_read(tmp_path):
+    long_text = "word " * 30_000  # 150,000 characters, over csv's default 131,072.
+    path = write(tmp_path / "long.csv", f'text,label\n"{long_text}",1\nshort,0\n')
+    assert load_labelled_texts(path) == ([long_text, "short"], [1, 0])
+    assert load_texts(write(tmp_path / "long.tsv", f"text\n{long_text}\n")) == [long_text]
+    rated = write(tmp_path / "rated.tsv", f"id\trating\ttext\n1\t-2\t{long_text}\n")
+    assert load_rated_sentences(rated)[0] == [long_text.strip()]
+    # Any csv.Error (here a field over a limit set lower on purpose) is a ValueError naming the line.
+    previous = csv.field_size_limit(1000)
+    try:
+        with pytest.raises(ValueError, match=r"long\.csv:2: not valid CSV \(field larger than field limit \(1000\)\)"):
+            load_texts(path)
+        with pytest.raises(ValueError, match=r"rated\.tsv:2: not valid TSV \(field larger than field limit \(1000\)\)"):
+            load_rated_sentences(rated)
+    finally:
+        csv.field_size_limit(previous)
+
+
+def test_a_jsonl_line_without_a_column_is_named_by_its_line(tmp_path):
+    # The first object used to stand for the whole file's columns.
+    first = jsonl(tmp_path / "x.jsonl", {"text": "a"}, {"text": "b", "label": 1}, {"text": "c", "label": 0})
+    with pytest.raises(
+        ValueError, match=r"x\.jsonl:1: no value in the label column 'label'; the keys on this line are \['text'\]\."
+    ):
+        load_labelled_texts(first)
+    assert load_texts(first) == ["a", "b", "c"]
+    later = jsonl(tmp_path / "y.jsonl", {"text": "a", "label": 1}, {"label": 0, "sentence": "b"})
+    with pytest.raises(ValueError, match=r"y\.jsonl:2: no value in the text column 'text'; the keys on this line are"):
+        load_labelled_texts(later)
+    # A misnamed column fails on the first line, with the way to name the right one.
+    misnamed = jsonl(tmp_path / "z.jsonl", {"text": "a", "stars": 1})
+    with pytest.raises(
+        ValueError, match=r"z\.jsonl:1: .*Give every line a 'label', or name the right one with --label-column"
+    ):
+        load_labelled_texts(misnamed)
+    assert load_labelled_texts(misnamed, label_column="stars") == (["a"], [1])
+    # Blank lines are skipped and do not shift the line numbers.
+    blank = write(tmp_path / "w.jsonl", '{"text": "a", "label": 1}\n\n{"text": "b", "label": null}\n')
+    with pytest.raises(ValueError, match=r"w\.jsonl:3: no value in the label column 'label'\."):
+        load_labelled_texts(blank)
+    # CSV and TSV keep the whole-file message: their header names the columns.
+    with pytest.raises(ValueError, match=r"h\.csv: no label column 'label'; columns found: \['text', 'stars'\]"):
+        load_labelled_texts(write(tmp_path / "h.csv", "text,stars\na,1\n"))
+
+
+def test_rated_sentences_skip_blank_lines_and_name_bad_ratings(tmp_path):
+    blank = write(tmp_path / "blank.tsv", "id\trating\ttext\n1\t1.5\tgood\n\n2\t-0.5\tbad \n3\t0\tmeh\n\n")
+    texts, labels = load_rated_sentences(blank)
+    assert texts == ["good", "bad"] and labels.tolist() == [1, 0]
+    # The text is the rest of the line (documented): a tab inside it is kept.
+    tabbed = write(tmp_path / "tab.tsv", "id\trating\ttext\n1\t2\tgreat\tfilm\n")
+    assert load_rated_sentences(tabbed)[0] == ["great\tfilm"]
+    with pytest.raises(ValueError, match=r"bad\.tsv:3: the rating 'n/a' is not a finite number; expected id<TAB>"):
+        load_rated_sentences(write(tmp_path / "bad.tsv", "id\trating\ttext\n1\t1\tok\n2\tn/a\tgood\n"))
+    for value in ["nan", "inf", "-Infinity"]:
+        with pytest.raises(ValueError, match=rf"nan\.tsv:2: the rating '{value}' is not a finite number"):
+            load_rated_sentences(write(tmp_path / "nan.tsv", f"id\trating\ttext\n1\t{value}\tgood\n2\t1\tok\n"))
+    with pytest.raises(ValueError, match=r"short\.tsv:3: expected 3 tab-separated fields, got 2\."):
+        load_rated_sentences(write(tmp_path / "short.tsv", "id\trating\ttext\n\n1\t1\n"))
+    with pytest.raises(ValueError, match=r"header\.tsv: expected a header line 'id<TAB>rating<TAB>text'"):
+        load_rated_sentences(write(tmp_path / "header.tsv", "rating\ttext\n1\tgood\n"))
