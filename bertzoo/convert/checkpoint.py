@@ -1,6 +1,5 @@
 """`convert_checkpoint`: recognise a checkpoint's layout and write a preset."""
 
-import json
 import os
 from pathlib import Path
 
@@ -8,6 +7,7 @@ from bertzoo.convert import huggingface
 from bertzoo.convert import keras_hub
 from bertzoo.convert import tf1
 from bertzoo.convert.common import ConversionError
+from bertzoo.convert.common import read_json_object
 from bertzoo.convert.common import write_preset
 
 FORMATS = ("huggingface", "tf1", "keras_hub")
@@ -21,26 +21,20 @@ _LAYOUTS = (
 )
 
 
-def _read_json(path):
-    try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConversionError(f"{path} is not valid JSON ({e}).") from e
-
-
 def detect_format(path):
     """Returns "huggingface", "tf1" or "keras_hub" for a checkpoint directory.
 
-    Raises `ConversionError` when the directory is none of these.
+    Raises `ConversionError` when the directory is none of these, or its
+    `config.json` is not a JSON object.
     """
     path = Path(path)
     if (path / "config.json").is_file():
-        config = _read_json(path / "config.json")
+        config = read_json_object(path / "config.json")
         if keras_hub.is_keras_hub_config(config):
             return "keras_hub"
         if huggingface.is_huggingface_config(config):
             return "huggingface"
-        if isinstance(config, dict) and "format_version" in config and "backbone" in config:
+        if "format_version" in config and "backbone" in config:
             raise ConversionError(
                 f"{path} is already a bertzoo preset: load it with from_preset(), no conversion needed."
             )

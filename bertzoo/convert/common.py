@@ -20,6 +20,7 @@ Pre-training heads, kept beside the model in `pretraining_heads.safetensors`:
 
 import dataclasses
 import datetime
+import json
 import re
 from pathlib import Path
 
@@ -323,10 +324,94 @@ def map_activation(name, table, origin):
     return table[name]
 
 
-def require_keys(config, keys, origin):
-    missing = [key for key in keys if key not in config]
-    if missing:
-        raise ConversionError(f"{origin} lacks the required entries {missing}.")
+# The entries of google-research/bert's (and /albert's) config, which Hugging
+# Face kept, and the JSON type of each.
+BERT_CONFIG_KINDS = {
+    "vocab_size": int,
+    "hidden_size": int,
+    "num_hidden_layers": int,
+    "num_attention_heads": int,
+    "intermediate_size": int,
+    "hidden_act": str,
+    "hidden_dropout_prob": float,
+    "attention_probs_dropout_prob": float,
+    "max_position_embeddings": int,
+    "type_vocab_size": int,
+    "initializer_range": float,
+    "embedding_size": int,
+    "num_hidden_groups": int,
+    "inner_group_num": int,
+}
+
+# kind -> (what a value must be, test). JSON true/false are Python bools,
+# which are ints too: they are neither integers nor numbers here.
+_KINDS = {
+    int: ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    float: ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
+    str: ("a string", lambda v: isinstance(v, str)),
+    bool: ("true or false", lambda v: isinstance(v, bool)),
+}
+_JSON_TYPES = {
+    bool: "a boolean",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    list: "a list",
+    dict: "an object",
+}
+
+
+def describe_json(value):
+    """`value` as JSON with its JSON type, for error messages: `"30522" (a string)`."""
+    if value is None:
+        return "null"
+    text = json.dumps(value)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return f"{text} ({_JSON_TYPES.get(type(value), type(value).__name__)})"
+
+
+def read_json_object(path):
+    """The JSON object stored in the file `path`, as a dict.
+
+    Raises `ConversionError` naming the file when it is not valid JSON or
+    holds something other than an object (`{...}`).
+    """
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors.
+        raise ConversionError(f"{path} is not valid JSON ({e}).") from e
+    if not isinstance(value, dict):
+        raise ConversionError(f"{path} holds {describe_json(value)}; expected a JSON object ({{...}}) of settings.")
+    return value
+
+
+def read_config(raw, kinds, defaults, origin):
+    """`{key: value}` for every key of `kinds`, read from the config `raw`.
+
+    `kinds` maps a key to the JSON type its value must have: int, float (an
+    integer or a decimal number, returned as a float), str or bool. An
+    absent key takes its value from `defaults`; a key without a default is
+    required. Raises `ConversionError` listing every missing entry and every
+    value of the wrong type at once.
+    """
+    values, missing, wrong = {}, [], []
+    for key, kind in kinds.items():
+        if key not in raw:
+            if key in defaults:
+                values[key] = defaults[key]
+            else:
+                missing.append(key)
+            continue
+        expected, test = _KINDS[kind]
+        if test(raw[key]):
+            values[key] = kind(raw[key])
+        else:
+            wrong.append(f"{key} is {describe_json(raw[key])}, expected {expected}")
+    lines = [f"{origin} lacks the required entries {missing}."] if missing else []
+    lines += _listing(f"{origin} has entries of the wrong type", wrong)
+    if lines:
+        raise ConversionError("\n".join(lines))
+    return values
 
 
 def albert_layout(num_layers, num_groups, inner_group_num, origin):

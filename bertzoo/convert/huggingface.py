@@ -4,11 +4,11 @@ Weights are read with the safetensors NumPy API, so no PyTorch is needed.
 PyTorch `nn.Linear` weights are stored `[out, in]` and are transposed.
 """
 
-import json
 from pathlib import Path
 
 import numpy as np
 
+from bertzoo.convert.common import BERT_CONFIG_KINDS
 from bertzoo.convert.common import HF_ACTIVATIONS
 from bertzoo.convert.common import ConversionError
 from bertzoo.convert.common import SourceModel
@@ -16,14 +16,50 @@ from bertzoo.convert.common import albert_layout
 from bertzoo.convert.common import check_vocabulary_size
 from bertzoo.convert.common import default_sequence_length
 from bertzoo.convert.common import dense_rules
+from bertzoo.convert.common import describe_json
 from bertzoo.convert.common import map_activation
 from bertzoo.convert.common import norm_rules
-from bertzoo.convert.common import require_keys
+from bertzoo.convert.common import read_config
+from bertzoo.convert.common import read_json_object
 from bertzoo.text import albert_tokenizer_options
 from bertzoo.text import load_vocabulary
 
 SUPPORTED_MODEL_TYPES = ("bert", "albert")
 _BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
+
+CONFIG_KINDS = {
+    **BERT_CONFIG_KINDS,
+    "layer_norm_eps": float,
+    "position_embedding_type": str,
+    "is_decoder": bool,
+    "add_cross_attention": bool,
+}
+
+# Options under which Hugging Face's BERT is not a bidirectional encoder
+# (its ALBERT ignores them): option -> what it does there.
+_DECODER_OPTIONS = {
+    "is_decoder": "applies a causal mask (each token attends only to earlier ones)",
+    "add_cross_attention": "adds cross-attention layers over an encoder's outputs",
+}
+
+
+def _defaults(albert):
+    """Hugging Face's defaults for the optional config entries."""
+    return {
+        "hidden_act": "gelu_new" if albert else "gelu",
+        "hidden_dropout_prob": 0.0 if albert else 0.1,
+        "attention_probs_dropout_prob": 0.0 if albert else 0.1,
+        "max_position_embeddings": 512,
+        "type_vocab_size": 2,
+        "initializer_range": 0.02,
+        "layer_norm_eps": 1e-12,
+        "position_embedding_type": "absolute",
+        "is_decoder": False,
+        "add_cross_attention": False,
+        "embedding_size": 128,
+        "num_hidden_groups": 1,
+        "inner_group_num": 1,
+    }
 
 
 def _linear(canonical, source):
@@ -99,16 +135,38 @@ def is_huggingface_config(config):
     return isinstance(config, dict) and "model_type" in config
 
 
-def _load_tensors(path):
+def _load_safetensors(file):
+    """The arrays of one safetensors file; a `ConversionError` naming it when it is damaged."""
+    from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
+    try:
+        return load_file(str(file))
+    except SafetensorError as e:
+        raise ConversionError(
+            f"{file} ({file.stat().st_size:,} bytes) is not a readable safetensors file: {e}. It is truncated "
+            "or damaged (an interrupted download?): download or save it again."
+        ) from e
+
+
+def _shard_files(index):
+    """The safetensors files that `model.safetensors.index.json` lists."""
+    weight_map = read_json_object(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not all(isinstance(name, str) for name in weight_map.values()):
+        raise ConversionError(
+            f"{index}: weight_map is {describe_json(weight_map)}; expected an object mapping "
+            "each tensor name to the .safetensors file holding it."
+        )
+    return [index.parent / name for name in sorted(set(weight_map.values()))]
+
+
+def _load_tensors(path):
     single = path / "model.safetensors"
     index = path / "model.safetensors.index.json"
     if single.is_file():
         files = [single]
     elif index.is_file():
-        weight_map = json.loads(index.read_text()).get("weight_map", {})
-        files = [path / name for name in sorted(set(weight_map.values()))]
+        files = _shard_files(index)
     else:
         others = [n for n in ("pytorch_model.bin", "tf_model.h5", "flax_model.msgpack") if (path / n).is_file()]
         found = f" It has {', '.join(others)}, which bertzoo does not read (no PyTorch/Flax)." if others else ""
@@ -121,7 +179,7 @@ def _load_tensors(path):
     for file in files:
         if not file.is_file():
             raise ConversionError(f"{file} is listed in {index.name} but missing.")
-        tensors.update(load_file(str(file)))
+        tensors.update(_load_safetensors(file))
     return tensors
 
 
@@ -144,44 +202,52 @@ def _normalise(names, model_type):
     return mapping
 
 
-def read(path):
-    """Reads a Hugging Face BERT or ALBERT directory into a `SourceModel`."""
-    path = Path(path)
-    origin = f"{path / 'config.json'}"
-    hf = json.loads((path / "config.json").read_text())
-    model_type = hf.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ConversionError(
-            f"{origin} has model_type {model_type!r}; bertzoo converts {list(SUPPORTED_MODEL_TYPES)}."
-        )
-    require_keys(
-        hf,
-        ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"],
-        origin,
-    )
-    albert = model_type == "albert"
-    if hf.get("position_embedding_type", "absolute") != "absolute":
+def _check_encoder(hf, albert, origin):
+    """Refuses configs under which Hugging Face's model is not the encoder bertzoo builds."""
+    if hf["position_embedding_type"] != "absolute":
         raise ConversionError(
             f"{origin}: position_embedding_type={hf['position_embedding_type']!r} is not supported "
             "(bertzoo models use learned absolute positions)."
         )
+    for option, effect in _DECODER_OPTIONS.items():
+        if hf[option] and not albert:
+            raise ConversionError(
+                f"{origin}: {option}=true is not supported: Hugging Face's BERT then {effect}, while "
+                f"bertzoo models are bidirectional encoders. bertzoo cannot convert a decoder; if these are an "
+                f"encoder's weights, set {option} to false in config.json."
+            )
+
+
+def read(path):
+    """Reads a Hugging Face BERT or ALBERT directory into a `SourceModel`."""
+    path = Path(path)
+    origin = f"{path / 'config.json'}"
+    raw = read_json_object(path / "config.json")
+    model_type = raw.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ConversionError(
+            f"{origin} has model_type {model_type!r}; bertzoo converts {list(SUPPORTED_MODEL_TYPES)}."
+        )
+    albert = model_type == "albert"
+    hf = read_config(raw, CONFIG_KINDS, _defaults(albert), origin)
+    _check_encoder(hf, albert, origin)
     config = {
         "vocabulary_size": hf["vocab_size"],
         "num_layers": hf["num_hidden_layers"],
         "hidden_dim": hf["hidden_size"],
         "num_heads": hf["num_attention_heads"],
         "intermediate_dim": hf["intermediate_size"],
-        "activation": map_activation(hf.get("hidden_act", "gelu_new" if albert else "gelu"), HF_ACTIVATIONS, origin),
-        "dropout": float(hf.get("hidden_dropout_prob", 0.0 if albert else 0.1)),
-        "attention_dropout": float(hf.get("attention_probs_dropout_prob", 0.0 if albert else 0.1)),
-        "max_sequence_length": hf.get("max_position_embeddings", 512),
-        "num_segments": hf.get("type_vocab_size", 2),
-        "layer_norm_epsilon": float(hf.get("layer_norm_eps", 1e-12)),
-        "initializer_range": float(hf.get("initializer_range", 0.02)),
+        "activation": map_activation(hf["hidden_act"], HF_ACTIVATIONS, origin),
+        "dropout": hf["hidden_dropout_prob"],
+        "attention_dropout": hf["attention_probs_dropout_prob"],
+        "max_sequence_length": hf["max_position_embeddings"],
+        "num_segments": hf["type_vocab_size"],
+        "layer_norm_epsilon": hf["layer_norm_eps"],
+        "initializer_range": hf["initializer_range"],
     }
     index_fields = None
     if albert:
-        embedding_dim = hf.get("embedding_size", 128)
+        embedding_dim = hf["embedding_size"]
         if embedding_dim == hf["hidden_size"]:
             raise ConversionError(
                 f"{origin}: embedding_size equals hidden_size ({embedding_dim}); Hugging Face ALBERT "
@@ -189,7 +255,7 @@ def read(path):
                 "projection when embedding_dim == hidden_dim) cannot hold."
             )
         layers, groups, index_fields = albert_layout(
-            hf["num_hidden_layers"], hf.get("num_hidden_groups", 1), hf.get("inner_group_num", 1), origin
+            hf["num_hidden_layers"], hf["num_hidden_groups"], hf["inner_group_num"], origin
         )
         config.update(num_layers=layers, num_groups=groups, shared_sublayers="all", embedding_dim=embedding_dim)
 
@@ -220,7 +286,7 @@ def read(path):
 
     tokenizer_config = {}
     if (path / "tokenizer_config.json").is_file():
-        tokenizer_config = json.loads((path / "tokenizer_config.json").read_text())
+        tokenizer_config = read_json_object(path / "tokenizer_config.json")
     vocabulary, sentencepiece, sentencepiece_options, notes = None, None, {}, []
     if (path / "vocab.txt").is_file():
         vocabulary = load_vocabulary(path / "vocab.txt")

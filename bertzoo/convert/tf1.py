@@ -1,15 +1,16 @@
 """Reads original TF1 checkpoints of google-research/bert and /albert.
 
 A directory holds `bert_config.json` (or `albert_config.json`), a checkpoint
-(`bert_model.ckpt.index` + `.data-*`, or any single `*.index`) and, for BERT,
-`vocab.txt`. Kernels are already `[in, out]`. Optimizer slots (`adam_m`,
+(`bert_model.ckpt.index` + `.data-*`: the one its `checkpoint` file names, or
+else its single `*.index`) and, for BERT, `vocab.txt`. Kernels are already `[in, out]`. Optimizer slots (`adam_m`,
 `adam_v`) and `global_step` are skipped; the masked-LM and next-sentence
 (ALBERT: sentence-order) heads under `cls/` are kept.
 """
 
-import json
+import contextlib
 from pathlib import Path
 
+from bertzoo.convert.common import BERT_CONFIG_KINDS
 from bertzoo.convert.common import TF1_ACTIVATIONS
 from bertzoo.convert.common import ConversionError
 from bertzoo.convert.common import SourceModel
@@ -19,13 +20,28 @@ from bertzoo.convert.common import default_sequence_length
 from bertzoo.convert.common import dense_rules
 from bertzoo.convert.common import map_activation
 from bertzoo.convert.common import norm_rules
-from bertzoo.convert.common import require_keys
+from bertzoo.convert.common import read_config
+from bertzoo.convert.common import read_json_object
 from bertzoo.text import albert_tokenizer_options
 from bertzoo.text import load_vocabulary
 from bertzoo.utils.optional import tf
 
 CONFIG_FILES = ("bert_config.json", "albert_config.json")
 OPTIMIZER_SLOTS = ("adam_m", "adam_v")
+CONFIG_KINDS = {**BERT_CONFIG_KINDS, "net_structure_type": int}
+# The defaults of google-research/bert's BertConfig (and /albert's AlbertConfig).
+CONFIG_DEFAULTS = {
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1,
+    "max_position_embeddings": 512,
+    "type_vocab_size": 16,
+    "initializer_range": 0.02,
+    "embedding_size": None,  # ALBERT: the hidden size.
+    "num_hidden_groups": 1,
+    "inner_group_num": 1,
+    "net_structure_type": 0,
+}
 
 _EMBEDDINGS = {
     "embeddings/token": ("bert/embeddings/word_embeddings", None),
@@ -84,11 +100,17 @@ def find_config(path):
 
 
 def find_checkpoint(path):
-    """The checkpoint prefix in `path`, or None when there is none."""
+    """The checkpoint prefix in `path`, or None when there is none.
 
-    latest = tf.train.latest_checkpoint(str(path))
-    if latest:
-        return latest
+    A `checkpoint` file (TF's Saver writes one) names the prefix. The Saver
+    records it as an absolute path, which in a copied or moved directory is
+    the original's: then the prefix of the same name in `path` is used.
+    A checkpoint outside `path` is never read.
+    """
+
+    recorded = _recorded_prefix(path)
+    if recorded is not None:
+        return _prefix_in(path, recorded)
     indexes = sorted(path.glob("*.index"))
     if len(indexes) > 1:
         raise ConversionError(
@@ -96,6 +118,62 @@ def find_checkpoint(path):
             "keep one, or add a `checkpoint` file naming the one to convert."
         )
     return str(indexes[0])[: -len(".index")] if indexes else None
+
+
+def _recorded_prefix(path):
+    """The prefix that the `checkpoint` file in `path` names (joined to `path`
+    when relative), or None when there is no such file (or TF ignores it)."""
+    if not (path / "checkpoint").is_file():
+        return None
+    try:
+        state = tf.train.get_checkpoint_state(str(path))
+    except ValueError as e:  # No model_checkpoint_path, or not text (UnicodeDecodeError).
+        raise ConversionError(
+            f"{path / 'checkpoint'} is not a TF checkpoint state file naming a checkpoint ({e}). Correct it, "
+            f"or delete it: then bertzoo converts the one *.index checkpoint in {path}."
+        ) from e
+    return Path(state.model_checkpoint_path) if state else None
+
+
+def _prefix_in(path, recorded):
+    """`recorded` when it lies in `path`, else the prefix of the same name in `path`.
+
+    Raises `ConversionError` when `path` has no such checkpoint.
+    """
+    inside = recorded.resolve().is_relative_to(path.resolve())
+    prefix = recorded if inside else path / recorded.name
+    if Path(f"{prefix}.index").is_file():
+        return str(prefix)
+    record = path / "checkpoint"
+    if inside:
+        problem = f"{record} names the checkpoint {recorded}, but {recorded}.index does not exist."
+    else:
+        problem = (
+            f"{record} names the checkpoint {recorded}, outside {path} (the directory was copied or moved "
+            f"from where it was saved), and {path} has no {recorded.name}.index of its own; bertzoo reads "
+            f"only checkpoints inside {path}."
+        )
+    found = ", ".join(p.name for p in sorted(path.glob("*.index"))) or "none"
+    raise ConversionError(
+        f"{problem} Checkpoints in {path}: {found}. Put the checkpoint's .index and .data-* files in {path}, "
+        f"or correct or delete {record} so that it names one there."
+    )
+
+
+@contextlib.contextmanager
+def _damage_reported(prefix):
+    """Turns TF's errors on reading a damaged checkpoint into a `ConversionError` naming its files."""
+    try:
+        yield
+    except tf.errors.OpError as e:
+        prefix = Path(prefix)
+        shards = sorted(p.name for p in prefix.parent.glob(f"{prefix.name}.data-*"))
+        files = ", ".join([f"{prefix.name}.index", *shards]) if shards else f"{prefix.name}.index, no .data-* shard"
+        raise ConversionError(
+            f"Cannot read the TF checkpoint {prefix} ({files}): {e.message}. Its files are damaged or "
+            "incomplete (a truncated copy or download, or a missing shard); a complete checkpoint has its "
+            ".index file and every .data-NNNNN-of-NNNNN shard: copy them again."
+        ) from e
 
 
 def read(path):
@@ -112,14 +190,11 @@ def read(path):
             f"{path} has {config_path.name} but no TF checkpoint (e.g. bert_model.ckpt.index "
             "and bert_model.ckpt.data-00000-of-00001)."
         )
-    raw = json.loads(config_path.read_text())
-    require_keys(
-        raw,
-        ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"],
-        origin,
-    )
-    reader = tf.train.load_checkpoint(prefix)
-    shapes = reader.get_variable_to_shape_map()
+    raw = read_json_object(config_path)
+    values = read_config(raw, CONFIG_KINDS, CONFIG_DEFAULTS, origin)
+    with _damage_reported(prefix):
+        reader = tf.train.load_checkpoint(prefix)
+        shapes = reader.get_variable_to_shape_map()
     if any(name.endswith(".ATTRIBUTES/VARIABLE_VALUE") for name in shapes):
         raise ConversionError(
             f"{prefix} is an object-based TF2 checkpoint (e.g. TF Model Garden), not an original "
@@ -131,43 +206,44 @@ def read(path):
         or "embedding_size" in raw
         or any(name.startswith("bert/encoder/transformer/") for name in shapes)
     )
-    if raw.get("net_structure_type", 0) != 0:
-        raise ConversionError(f"{origin}: net_structure_type={raw['net_structure_type']} is not supported.")
+    if values["net_structure_type"] != 0:
+        raise ConversionError(f"{origin}: net_structure_type={values['net_structure_type']} is not supported.")
     config = {
-        "vocabulary_size": raw["vocab_size"],
-        "num_layers": raw["num_hidden_layers"],
-        "hidden_dim": raw["hidden_size"],
-        "num_heads": raw["num_attention_heads"],
-        "intermediate_dim": raw["intermediate_size"],
-        "activation": map_activation(raw.get("hidden_act", "gelu"), TF1_ACTIVATIONS, origin),
-        "dropout": float(raw.get("hidden_dropout_prob", 0.1)),
-        "attention_dropout": float(raw.get("attention_probs_dropout_prob", 0.1)),
-        "max_sequence_length": raw.get("max_position_embeddings", 512),
-        "num_segments": raw.get("type_vocab_size", 16),
+        "vocabulary_size": values["vocab_size"],
+        "num_layers": values["num_hidden_layers"],
+        "hidden_dim": values["hidden_size"],
+        "num_heads": values["num_attention_heads"],
+        "intermediate_dim": values["intermediate_size"],
+        "activation": map_activation(values["hidden_act"], TF1_ACTIVATIONS, origin),
+        "dropout": values["hidden_dropout_prob"],
+        "attention_dropout": values["attention_probs_dropout_prob"],
+        "max_sequence_length": values["max_position_embeddings"],
+        "num_segments": values["type_vocab_size"],
         # tf.contrib.layers.layer_norm, used by both code bases, fixes epsilon at 1e-12.
         "layer_norm_epsilon": 1e-12,
-        "initializer_range": float(raw.get("initializer_range", 0.02)),
+        "initializer_range": values["initializer_range"],
     }
     index_fields = None
     if albert:
-        embedding_dim = raw.get("embedding_size", raw["hidden_size"])
+        embedding_dim = values["hidden_size"] if values["embedding_size"] is None else values["embedding_size"]
         layers, groups, index_fields = albert_layout(
-            raw["num_hidden_layers"], raw.get("num_hidden_groups", 1), raw.get("inner_group_num", 1), origin
+            values["num_hidden_layers"], values["num_hidden_groups"], values["inner_group_num"], origin
         )
         config.update(
             num_layers=layers,
             num_groups=groups,
             shared_sublayers="all",
             # ALBERT's code adds embedding_hidden_mapping_in only when E != H.
-            embedding_dim=None if embedding_dim == raw["hidden_size"] else embedding_dim,
+            embedding_dim=None if embedding_dim == values["hidden_size"] else embedding_dim,
         )
 
     tensors, slots = {}, []
-    for name in sorted(shapes):
-        if name == "global_step" or name.rsplit("/", 1)[-1] in OPTIMIZER_SLOTS:
-            slots.append(name)
-        else:
-            tensors[name] = reader.get_tensor(name)
+    with _damage_reported(prefix):
+        for name in sorted(shapes):
+            if name == "global_step" or name.rsplit("/", 1)[-1] in OPTIMIZER_SLOTS:
+                slots.append(name)
+            else:
+                tensors[name] = reader.get_tensor(name)
     skipped = {}
     if slots:
         skipped[f"{len(slots)} optimizer variables (*/adam_m, */adam_v, global_step)"] = (

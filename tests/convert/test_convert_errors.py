@@ -112,6 +112,12 @@ def test_pretraining_head_with_a_wrong_shape(tmp_path, ref, tiny):
         ({"position_embedding_type": "relative_key"}, r"position_embedding_type='relative_key'"),
         ({"num_attention_heads": 3}, r"not a valid BertBackbone config.*not divisible"),
         ({"vocab_size": None}, r"lacks the required entries \['vocab_size'\]"),
+        # Hugging Face's BERT is then a decoder (causal mask) or has cross-attention layers.
+        (
+            {"is_decoder": True},
+            r"config\.json: is_decoder=true is not supported.*causal mask(.|\n)*set is_decoder to false",
+        ),
+        ({"add_cross_attention": True}, r"add_cross_attention=true is not supported.*cross-attention layers"),
     ],
 )
 def test_bad_hugging_face_configs(tmp_path, ref, tiny, change, match):
@@ -150,3 +156,89 @@ def test_albert_inner_groups_that_bertzoo_cannot_express(tmp_path, ref, rng):
 def test_keras_hub_objects_of_other_architectures():
     with pytest.raises(ConversionError, match="keras-hub BertBackbone and AlbertBackbone models, got object"):
         bertzoo.convert.read_checkpoint(object())
+
+
+def test_decoder_options_do_not_matter_to_albert(ref, rng, tmp_path):
+    # Hugging Face's ALBERT ignores is_decoder / add_cross_attention: always a bidirectional encoder.
+    model = ref.random_model(rng, num_layers=1, embedding=8)
+    config = ref.hf_config(model, "albert", is_decoder=True, add_cross_attention=True)
+    source = ref.write_hf(tmp_path / "hf", config, ref.hf_albert_arrays(model))
+    assert bertzoo.convert.read_checkpoint(source).config["embedding_dim"] == 8
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"vocab_size": "40"}, r'vocab_size is "40" \(a string\), expected an integer'),
+        ({"num_hidden_layers": True}, r"num_hidden_layers is true \(a boolean\), expected an integer"),
+        ({"hidden_size": 16.0}, r"hidden_size is 16.0 \(a number\), expected an integer"),
+        ({"layer_norm_eps": None}, r"layer_norm_eps is null, expected a number"),
+        ({"hidden_dropout_prob": None}, r"hidden_dropout_prob is null, expected a number"),
+        ({"hidden_act": ["gelu"]}, r'hidden_act is \["gelu"\] \(a list\), expected a string'),
+        ({"is_decoder": "false"}, r'is_decoder is "false" \(a string\), expected true or false'),
+    ],
+)
+def test_hugging_face_config_values_of_the_wrong_type(tmp_path, ref, tiny, change, match):
+    source = ref.write_hf(tmp_path / "hf", ref.hf_config(tiny, **change), ref.hf_bert_arrays(tiny, heads=False))
+    convert_fails(source, tmp_path / "out", r"hf/config\.json has entries of the wrong type \(1\):\n  - " + match)
+
+
+def test_every_bad_config_value_is_listed_at_once(tmp_path, ref, tiny):
+    config = ref.tf1_config(tiny, vocab_size="40", attention_probs_dropout_prob="0.1")
+    del config["hidden_size"]
+    source = ref.write_tf1(tmp_path / "tf1", config, ref.tf1_arrays(tiny, optimizer_slots=False))
+    convert_fails(
+        source,
+        tmp_path / "out",
+        r"tf1/bert_config\.json lacks the required entries \['hidden_size'\]\.\n"
+        r".*tf1/bert_config\.json has entries of the wrong type \(2\):\n"
+        r'  - vocab_size is "40" \(a string\), expected an integer\n'
+        r'  - attention_probs_dropout_prob is "0.1" \(a string\), expected a number$',
+    )
+
+
+@pytest.mark.parametrize(
+    "text, found", [("[1, 2]", r"\[1, 2\] \(a list\)"), ("null", "null"), ('"bert"', r'"bert" \(a string\)')]
+)
+def test_config_json_that_is_not_an_object(tmp_path, text, found):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "config.json").write_text(text)
+    convert_fails(
+        tmp_path / "src", tmp_path / "out", rf"src/config\.json holds {found}; expected a JSON object \(\{{...\}}\)"
+    )
+
+
+@pytest.mark.parametrize("name", ["config.json", "tokenizer_config.json", "bert_config.json"])
+def test_invalid_json_names_its_file(tmp_path, ref, tiny, name):
+    if name == "bert_config.json":
+        source = ref.write_tf1(tmp_path / "src", ref.tf1_config(tiny), ref.tf1_arrays(tiny, optimizer_slots=False))
+    else:
+        source = ref.write_hf(tmp_path / "src", ref.hf_config(tiny), ref.hf_bert_arrays(tiny), tokenizer_config={})
+    (source / name).write_text("{not json")
+    convert_fails(source, tmp_path / "out", rf"src/{name} is not valid JSON \(Expecting property name")
+
+
+@pytest.mark.parametrize("size", [0, 100])
+def test_truncated_safetensors_names_its_file(tmp_path, ref, tiny, size):
+    source = ref.write_hf(tmp_path / "hf", ref.hf_config(tiny), ref.hf_bert_arrays(tiny))
+    weights = source / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:size])
+    convert_fails(
+        source,
+        tmp_path / "out",
+        rf"hf/model\.safetensors \({size} bytes\) is not a readable safetensors file: .*truncated or damaged",
+    )
+
+
+def test_safetensors_index_without_a_weight_map(tmp_path, ref, tiny):
+    source = ref.write_hf(tmp_path / "hf", ref.hf_config(tiny), ref.hf_bert_arrays(tiny))
+    (source / "model.safetensors").rename(source / "model-00001-of-00001.safetensors")
+    (source / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": ["model-00001-of-00001.safetensors"]})
+    )
+    convert_fails(
+        source,
+        tmp_path / "out",
+        r'model\.safetensors\.index\.json: weight_map is \["model-00001-of-00001\.safetensors"\] \(a list\); '
+        r"expected an object mapping each tensor name",
+    )

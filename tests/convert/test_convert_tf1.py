@@ -1,8 +1,12 @@
 """Original TF1 BERT / ALBERT checkpoints -> bertzoo presets, against NumPy."""
 
+import shutil
+
 import numpy as np
+import pytest
 
 import bertzoo
+from bertzoo.convert import ConversionError
 from bertzoo.convert import read_checkpoint
 from bertzoo.saving.preset import Preset
 
@@ -84,3 +88,87 @@ def test_tf1_cased_directory_keeps_case(ref, rng, tmp_path):
         vocabulary=ref.tiny_vocabulary(40),
     )
     assert read_checkpoint(source).preprocessor["lowercase"] is False
+
+
+# --- A `checkpoint` file naming the prefix (TF's Saver writes an absolute path) --
+
+
+def saved_with_saver(ref, model, directory):
+    """A TF1 BERT directory whose `checkpoint` file names its prefix by absolute path, as a Saver writes it."""
+    source = ref.write_tf1(directory, ref.tf1_config(model), ref.tf1_arrays(model, heads=False, optimizer_slots=False))
+    prefix = source.resolve() / "bert_model.ckpt"
+    (source / "checkpoint").write_text(f'model_checkpoint_path: "{prefix}"\nall_model_checkpoint_paths: "{prefix}"\n')
+    return source
+
+
+def test_tf1_copied_directory_converts_its_own_checkpoint(ref, rng, tmp_path):
+    first = ref.random_model(rng, num_layers=1)
+    original = saved_with_saver(ref, first, tmp_path / "original")
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy)
+    # The copy's weights then change (same names); its `checkpoint` file still names the original.
+    second = ref.random_model(rng, num_layers=1)
+    ref.write_tf1(copy, ref.tf1_config(second), ref.tf1_arrays(second, heads=False, optimizer_slots=False))
+    assert str(original.resolve()) in (copy / "checkpoint").read_text()
+
+    model = read_checkpoint(copy)
+    np.testing.assert_array_equal(model.tensors["bert/embeddings/word_embeddings"], second["word"])
+    assert model.path == str(copy.resolve())
+    # The original still reads its own.
+    np.testing.assert_array_equal(read_checkpoint(original).tensors["bert/embeddings/word_embeddings"], first["word"])
+
+
+def test_tf1_copy_without_its_checkpoint_files_is_refused(ref, rng, tmp_path):
+    original = saved_with_saver(ref, ref.random_model(rng, num_layers=1), tmp_path / "original")
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy)
+    for file in copy.glob("bert_model.ckpt.*"):
+        file.unlink()
+    with pytest.raises(ConversionError) as error:
+        read_checkpoint(copy)
+    message = str(error.value)
+    # Both paths, and what to do.
+    assert (
+        f"{copy / 'checkpoint'} names the checkpoint {original.resolve() / 'bert_model.ckpt'}, outside {copy}"
+        in message
+    )
+    assert f"{copy} has no bert_model.ckpt.index of its own" in message
+    assert "Checkpoints in" in message and ": none." in message
+    assert "Put the checkpoint's .index and .data-* files in" in message and "correct or delete" in message
+
+
+def test_tf1_checkpoint_file_naming_a_missing_prefix_is_refused(ref, rng, tmp_path):
+    source = saved_with_saver(ref, ref.random_model(rng, num_layers=1), tmp_path / "tf1")
+    (source / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-500"\n')
+    with pytest.raises(
+        ConversionError,
+        match=r"names the checkpoint .*model\.ckpt-500, but .*model\.ckpt-500\.index does not exist\. "
+        r"Checkpoints in .*: bert_model\.ckpt\.index\.",
+    ):
+        read_checkpoint(source)
+
+
+def test_tf1_unreadable_checkpoint_file_is_refused(ref, rng, tmp_path):
+    source = saved_with_saver(ref, ref.random_model(rng, num_layers=1), tmp_path / "tf1")
+    (source / "checkpoint").write_bytes(b"\xff\xfe garbage")
+    with pytest.raises(
+        ConversionError, match=r"tf1/checkpoint is not a TF checkpoint state file .*Correct it, or delete it"
+    ):
+        read_checkpoint(source)
+
+
+@pytest.mark.parametrize("damage", ["index", "data"])
+def test_tf1_damaged_checkpoint_names_its_files(ref, rng, tmp_path, damage):
+    source = saved_with_saver(ref, ref.random_model(rng, num_layers=1), tmp_path / "tf1")
+    if damage == "index":
+        (source / "bert_model.ckpt.index").write_bytes(b"garbage" * 10)
+        found = r"bert_model\.ckpt\.index, bert_model\.ckpt\.data-00000-of-00001\): not an sstable"
+    else:
+        (source / "bert_model.ckpt.data-00000-of-00001").unlink()
+        found = r"bert_model\.ckpt\.index, no \.data-\* shard\)"
+    with pytest.raises(
+        ConversionError,
+        match=rf"Cannot read the TF checkpoint .*tf1/bert_model\.ckpt \({found}(.|\n)*damaged or incomplete",
+    ):
+        bertzoo.convert_checkpoint(source, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
