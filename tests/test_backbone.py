@@ -421,6 +421,27 @@ def test_backbone_outputs_only_sequence_and_pooled(tiny_inputs):
     np.testing.assert_allclose(n(outputs["pooled_output"]), pooled, rtol=1e-5, atol=1e-6)
 
 
+def test_inputs_with_other_keys_are_refused_not_read_by_position(tiny_inputs):
+    """Keras's functional model would match `labels` to an input by position
+    (sorted first, it would be read as `padding_mask`), with only a warning."""
+    model = BertBackbone(**TINY)
+    classifier = bertzoo.BertClassifier(model, num_classes=2)
+    extra = dict(tiny_inputs, labels=np.ones_like(tiny_inputs["token_ids"]))
+    for call in (model, classifier, lambda x: classifier.predict(x, verbose=0)):
+        with pytest.raises(ValueError, match=r"got inputs it does not take: \['labels'\].*\{k: x\[k\] for k in"):
+            call(extra)
+    missing = {k: v for k, v in tiny_inputs.items() if k != "segment_ids"}
+    with pytest.raises(ValueError, match=r"Missing data for input \"segment_ids\""):  # Keras's own check.
+        model(missing)
+    np.testing.assert_array_equal(
+        n(model({k: extra[k] for k in model.input})["pooled_output"]), n(model(tiny_inputs)["pooled_output"])
+    )
+    # The check keeps Keras passing `training` through: dropout is on in training only.
+    dropped = bertzoo.BertClassifier(BertBackbone(**dict(TINY, dropout=0.5)), num_classes=2)
+    np.testing.assert_array_equal(n(dropped(tiny_inputs)), n(dropped(tiny_inputs, training=False)))
+    assert not np.allclose(n(dropped(tiny_inputs, training=True)), n(dropped(tiny_inputs, training=False)))
+
+
 def test_feature_extractor_hidden_states_and_attention_probabilities(tiny_inputs, rng):
     model = BertBackbone(**dict(TINY, num_layers=3))
     randomize(model, rng)
