@@ -12,7 +12,7 @@
 
 Each subcommand is a function decorated with `@command(...)` that receives
 the parsed arguments and returns an exit status; its options are declared
-with `argument(...)`. Commands import what they need when they run.
+with `argument(...)`.
 """
 
 import argparse

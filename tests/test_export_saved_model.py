@@ -481,7 +481,7 @@ def test_cli_export_prints_the_signatures_and_reports_errors(cli_export, tmp_pat
     assert f"SavedModel at {out}" in printed
     assert "serving_default(text: string[-1])" in printed and "label_names: string[-1]" in printed
     assert cli.main(["export", str(preset), str(out)]) == 1
-    assert "already exists" in capsys.readouterr().err
+    assert "already exists. Pass overwrite=True (CLI: --overwrite)" in capsys.readouterr().err
     assert cli.main(["export", "tiny", str(tmp_path / "other")]) == 1
     assert "built-in preset definition" in capsys.readouterr().err
     assert cli.main(["export", str(tmp_path / "missing"), str(tmp_path / "other")]) == 1

@@ -103,7 +103,9 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
         suffix = PORTABLE_FORMATS[format]["suffix"]
         raise IsADirectoryError(f"{path} is a directory; {format} export writes one file (e.g. model{suffix}).")
     if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} already exists. Pass overwrite=True to replace it, or choose a new path.")
+        raise FileExistsError(
+            f"{path} already exists. Pass overwrite=True (CLI: --overwrite) to replace it, or choose a new path."
+        )
     # The model's own inputs, the token axis of the BERT inputs free (None) or fixed.
     signature = [
         {

@@ -143,7 +143,7 @@ def export_saved_model(
     # Fail before the (slow) tracing when the target is taken.
     if path.exists() and not overwrite:
         raise FileExistsError(
-            f"{path} already exists. Pass overwrite=True to replace it, or export to a new "
+            f"{path} already exists. Pass overwrite=True (CLI: --overwrite) to replace it, or export to a new "
             "version directory (e.g. .../2)."
         )
     if path.is_dir() and not path.is_symlink() and any(path.iterdir()) and not (path / "saved_model.pb").is_file():

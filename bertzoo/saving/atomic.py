@@ -150,7 +150,9 @@ def atomic_directory(target, overwrite=True):
     target.parent.mkdir(parents=True, exist_ok=True)
     clean_leftovers(target)
     if target.exists() and not overwrite:
-        raise FileExistsError(f"{target} already exists. Pass overwrite=True to replace it, or choose a new path.")
+        raise FileExistsError(
+            f"{target} already exists. Pass overwrite=True (CLI: --overwrite) to replace it, or choose a new path."
+        )
     tmp = _hidden_sibling(target, "tmp")
     try:
         yield tmp
