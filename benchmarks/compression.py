@@ -482,10 +482,24 @@ def latencies(models, test_x, runs, xla_modes):
 
 
 def mean_std(values):
+    """`(mean, standard deviation)`; the deviation is None for a single value."""
     values = [v for v in values if v is not None]
     if not values:
         return None, None
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def measured_runs(rows, method):
+    """The rows of `method` that are separate measurements: a seed-independent
+    method (`UNSEEDED`) is measured once per file and recorded for every seed,
+    so only its first seed's row counts."""
+    mine = [r for r in rows if r["method"] == method]
+    if method not in UNSEEDED:
+        return mine
+    first = {}
+    for r in sorted(mine, key=lambda r: r["seed"]):
+        first.setdefault(r["file"], r)
+    return list(first.values())
 
 
 def aggregate(rows, files):
@@ -501,7 +515,7 @@ def aggregate(rows, files):
     optionally speedup_b1, speedup_b32, parameters, encoder_parameters."""
     summary = []
     for method in [m for m in METHODS if any(r["method"] == m for r in rows)]:
-        mine = [r for r in rows if r["method"] == method]
+        mine = measured_runs(rows, method)
         entry = {"method": method, "files": {}, "goal": GOALS[method]}
         for name in files:
             found = [r for r in mine if r["file"] == name]
@@ -586,6 +600,8 @@ def _pm(pair, scale=1.0, digits=1, suffix=""):
     mean, std = pair
     if mean is None:
         return "-"
+    if std is None:  # One measurement.
+        return f"{scale * mean:.{digits}f}{suffix}"
     return f"{scale * mean:.{digits}f} ± {scale * std:.{digits}f}{suffix}"
 
 
@@ -673,7 +689,7 @@ def file_table(rows, teachers):
             }
         )
         for method in METHODS:
-            found = [r for r in rows if r["file"] == name and r["method"] == method]
+            found = [r for r in measured_runs(rows, method) if r["file"] == name]
             if not found:
                 continue
             first = min(found, key=lambda r: r["seed"])
@@ -747,7 +763,9 @@ def chart(summary, path, title):
     fig, ax = plt.subplots(figsize=(7, 4.8))
     for e in summary:
         x = e["speedup_b32"] if e["speedup_b32"] is not None else float("nan")
-        ax.errorbar(x, e["percent"][0], yerr=e["percent"][1], fmt=markers[e["method"]], capsize=4, label=e["method"])
+        ax.errorbar(
+            x, e["percent"][0], yerr=e["percent"][1] or 0.0, fmt=markers[e["method"]], capsize=4, label=e["method"]
+        )
         ax.annotate(f" {e['method']}", (x, e["percent"][0]), fontsize=8)
     ax.scatter([1.0], [100.0], marker="*", s=120, color="black", label="teacher")
     ax.axhline(97, color="grey", linewidth=0.8, linestyle="--")

@@ -31,7 +31,9 @@ from bertzoo.datasets import synthetic_sentiment
 
 
 class EpochTimer(keras.callbacks.Callback):
-    """Wall time of each epoch (the first one includes graph compilation)."""
+    """Training time of each epoch, up to its last training batch: not the
+    validation Keras runs before `on_epoch_end` (the first epoch includes
+    graph compilation)."""
 
     def on_train_begin(self, logs=None):
         self.seconds = []
@@ -39,8 +41,11 @@ class EpochTimer(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         self._start = time.perf_counter()
 
+    def on_train_batch_end(self, batch, logs=None):
+        self._last_batch_end = time.perf_counter()
+
     def on_epoch_end(self, epoch, logs=None):
-        self.seconds.append(time.perf_counter() - self._start)
+        self.seconds.append(self._last_batch_end - self._start)
 
 
 def parse_args(argv):

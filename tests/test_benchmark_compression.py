@@ -72,7 +72,7 @@ def test_the_mean_over_files_uses_only_seeds_every_file_has():
     ]
     entry = by_method(compression.aggregate(rows, ["amazon", "tweets"]))["prune90"]
     # Seed 1 has no tweets row: over files, seed 0 alone, (0.88 + 0.80) / 2.
-    assert entry["accuracy"][0] == pytest.approx(0.84) and entry["accuracy"][1] == 0
+    assert entry["accuracy"][0] == pytest.approx(0.84) and entry["accuracy"][1] is None  # One value: no spread.
     # Per file, every seed of that file counts.
     assert entry["files"]["amazon"]["accuracy"][0] == pytest.approx(0.87)
     assert entry["files"]["amazon"]["seeds"] == 2
@@ -114,11 +114,15 @@ def test_goal_verdicts():
 
 def test_readme_section_replaces_only_the_compression_table(tmp_path):
     rows = [row("amazon", "int8", s, 0.898, b1=2.0, b32=1.9) for s in (0, 1)]
+    rows += [row("amazon", "prune90", s, a, b1=1.0, b32=1.0) for s, a in ((0, 0.88), (1, 0.86))]
     section = compression.readme_section(compression.aggregate(rows, ["amazon"]), ["amazon"], "Measured here.")
     lines = section.splitlines()
     assert lines[0] == "Measured here."
+    # int8 is seed-independent: its rows for seeds 0 and 1 are one measurement, shown without a spread.
     int8 = next(line for line in lines if line.startswith("| int8 |"))
-    assert "89.8 ± 0.0 (99.8%, n=2)" in int8 and "2.00x" in int8 and "1.90x" in int8 and int8.endswith("| yes |")
+    assert "| 89.8 (99.8%, n=1) |" in int8 and "2.00x" in int8 and "1.90x" in int8 and int8.endswith("| yes |")
+    prune = next(line for line in lines if line.startswith("| prune90 |"))
+    assert "| 87.0 ± 1.4 (96.7%, n=2) |" in prune
 
     readme = tmp_path / "README.md"
     other = "<!-- benchmarks.run:start -->\nrun table\n<!-- benchmarks.run:end -->\n"
