@@ -84,6 +84,15 @@ def test_spans_inside_words_take_the_pieces_that_hold_their_characters():
     assert features["token_ids"][0][8:14].tolist() == [14, VOCAB.index("gold"), VOCAB.index("##en"), 13, 9, 3]
     # "old" -> gold; "en" -> ##en; "golden"; "lden k" -> gold ##en key; " " (no token) -> [CLS]; "golden key"; "."
     assert positions.tolist() == [[9, 9], [10, 10], [9, 10], [9, 11], [0, 0], [9, 11], [12, 12]]
+    # A tokenizer whose offsets tokenize otherwise (special tokens read from the text): the
+    # labels count the features' own tokens.
+    model.preprocessor = BertPreprocessor(
+        BertTokenizer(VOCAB, special_tokens_in_strings=True), sequence_length=16, truncate="waterfall"
+    )
+    context = "the [SEP] tower was finished in 1889."
+    start = context.index("1889")
+    features, positions = labelled_batch(model, ["when?"], [context], [(start, start + 4)])
+    assert features["token_ids"][0][positions[0][0]] == VOCAB.index("1889") and positions[0][0] == positions[0][1]
 
 
 def test_truncation_keeps_the_question_and_drops_lost_answers():

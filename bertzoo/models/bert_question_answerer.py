@@ -455,18 +455,34 @@ class BertQuestionAnswerer(Task):
         tokenizer = preprocessor.tokenizer
         budget = preprocessor.sequence_length - 3
 
-        question_count = tf.cast(tokenizer.tokenize(questions).row_lengths(), tf.int32)
+        # Token counts of the question, the context, and the context up to the
+        # answer's start and end, from one tokenizer call (the features' own
+        # tokenization).
+        spans = tf.cast(y, tf.int32)
+        zeros = tf.zeros_like(spans[:, 0])
+        texts = tf.concat(
+            [
+                questions,
+                contexts,
+                tf.strings.substr(contexts, zeros, spans[:, 0], unit="UTF8_CHAR"),
+                tf.strings.substr(contexts, zeros, spans[:, 1], unit="UTF8_CHAR"),
+            ],
+            axis=0,
+        )
+        counts = tf.cast(tf.reshape(tokenizer.tokenize(texts).row_lengths(), [4, -1]), tf.int32)
+        before, through = counts[2], counts[3]
+        # A span that starts or ends inside a word: the tokens holding one of
+        # its characters (as Hugging Face's offset mapping), from the offsets,
+        # where they tokenize the context as `tokenize` does (not with
+        # `special_tokens_in_strings` or ALBERT's quote replacement).
         _, char_starts, char_ends = tokenizer.tokenize_with_offsets(contexts)
+        same = tf.cast(char_starts.row_lengths(), tf.int32) == counts[1]
+        wide = tf.cast(spans, tf.int64)
+        before = tf.where(same, tf.reduce_sum(tf.cast(char_ends <= wide[:, :1], tf.int32), axis=1), before)
+        through = tf.where(same, tf.reduce_sum(tf.cast(char_starts < wide[:, 1:], tf.int32), axis=1), through)
         # Waterfall packing: the question takes what it needs, the context the rest.
-        question_kept = tf.minimum(question_count, budget)
-        context_kept = tf.minimum(tf.cast(char_starts.row_lengths(), tf.int32), budget - question_kept)
-        # The answer's tokens: those holding one of its characters (a span that
-        # starts or ends inside a word takes the whole piece, as Hugging Face's
-        # offset mapping does). `before` tokens end before it starts; `through`
-        # start before it ends.
-        spans = tf.cast(y, tf.int64)
-        before = tf.reduce_sum(tf.cast(char_ends <= spans[:, :1], tf.int32), axis=1)
-        through = tf.reduce_sum(tf.cast(char_starts < spans[:, 1:], tf.int32), axis=1)
+        question_kept = tf.minimum(counts[0], budget)
+        context_kept = tf.minimum(counts[1], budget - question_kept)
         kept = (through > before) & (through <= context_kept)
         offset = question_kept + 2  # [CLS] question [SEP]
         positions = tf.stack([tf.where(kept, offset + before, 0), tf.where(kept, offset + through - 1, 0)], axis=1)
