@@ -219,6 +219,30 @@ def test_embeddings_are_pruned_only_on_request_and_layers_can_be_listed():
     assert [t.path for t in chosen.targets] == ["pooler"]
 
 
+def test_holding_zeros_keeps_a_pruned_models_zeros_and_ignores_a_dense_one():
+    assert bertzoo.Pruner.holding_zeros(tiny_classifier()) is None  # Dense: nothing to hold.
+    model = tiny_classifier()
+    table = model.backbone.embeddings.token_embedding.embeddings
+    query = encoder_kernels(model)["attention_0/query"]
+    rng = np.random.default_rng(0)
+    for variable in (table, query):
+        value = keras.ops.convert_to_numpy(variable).copy()
+        value[rng.random(value.shape) < 0.5] = 0.0
+        variable.assign(value)
+    before = {name: keras.ops.convert_to_numpy(v).copy() for name, v in (("table", table), ("query", query))}
+    pruner = bertzoo.Pruner.holding_zeros(model)
+    assert "embeddings/token_embedding" in [t.path for t in pruner.targets]
+    apply_steps(model, 3, learning_rate=0.5)
+    stripped = pruner.strip()
+    after = {
+        "table": keras.ops.convert_to_numpy(stripped.backbone.embeddings.token_embedding.embeddings),
+        "query": keras.ops.convert_to_numpy(encoder_kernels(stripped)["attention_0/query"]),
+    }
+    for name, value in before.items():
+        assert np.all(after[name][value == 0] == 0), name  # Held at zero,
+        assert np.all(after[name][value != 0] != value[value != 0]), name  # while the others train.
+
+
 def test_shared_albert_weights_are_pruned_once_per_step():
     model = tiny_classifier(layers=2, num_groups=1)  # Both layers use one set of weights.
     pruner = bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.5, begin_step=0))

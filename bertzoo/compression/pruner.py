@@ -389,9 +389,10 @@ class Pruner:
         it trains on (distillation, quantization-aware training, a structured
         stage after an unstructured one), or None for a dense model.
 
-        The model counts as pruned when one of its encoder kernels is at
-        least `min_sparsity` exact zeros (a trained float kernel has almost
-        none otherwise). Train with the returned pruner attached (on JAX,
+        The model counts as pruned when one of its encoder kernels (or
+        embedding tables: then they are held too) is at least
+        `min_sparsity` exact zeros (a trained float weight has almost none
+        otherwise). Train with the returned pruner attached (on JAX,
         `prepare_trainer` on the trainer), then `strip()` it.
 
         Example:
@@ -403,10 +404,14 @@ class Pruner:
         """
         backbone = getattr(model, "backbone", model)
         named = backbone.named_weights() if hasattr(backbone, "named_weights") else {}
-        kernels = [v for name, v in named.items() if _ENCODER_KERNELS.fullmatch(name)]
-        if not any(np.mean(ops.convert_to_numpy(v) == 0) >= min_sparsity for v in kernels):
+
+        def pruned(names):
+            return any(np.mean(ops.convert_to_numpy(v) == 0) >= min_sparsity for n, v in named.items() if n in names)
+
+        tables = pruned(_EMBEDDING_TABLES)
+        if not (tables or pruned([n for n in named if _ENCODER_KERNELS.fullmatch(n)])):
             return None
-        pruner = cls(model, schedule=None)
+        pruner = cls(model, schedule=None, include_embeddings=tables)
         pruner.set_masks({t.path: ops.convert_to_numpy(t.variable) != 0 for t in pruner.targets})
         return pruner
 
