@@ -207,6 +207,18 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path):
         train(classifier(0), backup, x=texts, y=labels)
     with pytest.raises(ValueError, match=r"ResumableTraining runs whole passes"):
         train(classifier(0), backup, steps_per_epoch=2)
+    # Other optimizer settings: a new peak learning rate, another weight decay.
+    for optimizer, changed in ((bert_optimizer(0.5), "peak_learning_rate"), (bert_optimizer(1e-2), "weight_decay")):
+        if changed == "weight_decay":
+            optimizer.weight_decay = 0.5
+        other = classifier(0)
+        other.compile(optimizer=optimizer)
+        with pytest.raises(ValueError, match=rf"other optimizer settings: \S*{changed}=.*Compile with the interrupted"):
+            train(other, backup)
+    spe = classifier(0)
+    spe.compile(steps_per_execution=2)
+    with pytest.raises(ValueError, match=r"needs steps_per_execution=1 \(this model was compiled with 2\)"):
+        train(spe, backup)
     # A leftover of a save killed mid-write (its process is gone) is removed.
     leftover = backup / f".{CHECKPOINT_NAME}.tmp-999999999-x"
     leftover.write_bytes(b"partial")

@@ -137,6 +137,26 @@ def _fingerprint(whole, batch_size):
     return digest.hexdigest()
 
 
+def _optimizer_settings(optimizer):
+    """The optimizer's settings, flattened to `{"dotted.key": value}`: its
+    config and its learning-rate schedule's, less what is state rather than
+    a setting (a float learning rate, a variable that callbacks change and
+    the checkpoint restores; the schedule's `total_steps`, which fit sets)."""
+    flat = {}
+
+    def walk(value, prefix):
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key in ("name", "total_steps") or (key == "learning_rate" and not isinstance(item, dict)):
+                    continue
+                walk(item, f"{prefix}{key}.")
+        else:
+            flat[prefix[:-1]] = json.loads(json.dumps(value, default=str))
+
+    walk(optimizer.get_config(), "")
+    return flat
+
+
 def _state_variables(model):
     """The variables a checkpoint holds: every variable of `model` (weights,
     pruning state, `SeedGenerator` states), except a frozen distillation
@@ -266,6 +286,7 @@ class ResumableTraining(keras.callbacks.Callback):
             "shuffle": run["shuffle"],
             "num_examples": run["num_examples"],
             "fingerprint": run["fingerprint"],
+            "optimizer": run["optimizer"],
             "schedule_total_steps": getattr(schedule, "total_steps", None),
             "variables": _describe(variables),
             "optimizer_variables": _describe(slots),
@@ -336,6 +357,13 @@ class ResumableTraining(keras.callbacks.Callback):
                 "ResumableTraining runs whole passes over the data: leave `steps_per_epoch` unset (it "
                 "counts the batches itself)."
             )
+        if getattr(model, "steps_per_execution", 1) != 1:
+            # Keras runs whole executions, past an epoch's last batch and over
+            # a resume point, so batches would be trained twice or skipped.
+            raise ValueError(
+                f"ResumableTraining needs steps_per_execution=1 (this model was compiled with "
+                f"{model.steps_per_execution}): it checkpoints between batches. Compile without it."
+            )
         if not isinstance(epochs, int) or epochs < 1:
             raise ValueError(f"`epochs` must be an integer >= 1, got {epochs!r}.")
         if model.optimizer is None:
@@ -377,7 +405,22 @@ class ResumableTraining(keras.callbacks.Callback):
             "steps_per_epoch": order.steps_per_epoch,
             "num_examples": order.num_examples,
             "fingerprint": order.fingerprint,
+            "optimizer": _optimizer_settings(model.optimizer),
         }
+        if meta is not None and "optimizer" in meta:
+            changed = sorted(
+                k
+                for k in set(meta["optimizer"]) | set(run["optimizer"])
+                if meta["optimizer"].get(k) != run["optimizer"].get(k)
+            )
+            if changed:
+                was = ", ".join(f"{k}={meta['optimizer'].get(k)!r}" for k in changed)
+                now = ", ".join(f"{k}={run['optimizer'].get(k)!r}" for k in changed)
+                raise ValueError(
+                    f"The training checkpoint {self.checkpoint_path!r} was written with other optimizer "
+                    f"settings: {was}; this fit has {now}. Compile with the interrupted run's settings to "
+                    "resume, or delete the checkpoint to start over."
+                )
         if meta is not None:
             for key, what in (
                 ("epochs", "epochs"),
