@@ -137,9 +137,13 @@ def test_default_compile_uses_bert_fine_tuning_recipe():
     history = model.fit(texts, labels, batch_size=16, epochs=2, verbose=0, validation_data=(texts[:8], labels[:8]))
     assert len(history.history["val_accuracy"]) == 2  # Raw-string validation data works.
     assert schedule.total_steps == 8  # 4 batches x 2 epochs, filled in by fit().
-    assert float(schedule(0)) == 0.0
-    assert float(schedule(1)) == pytest.approx(5e-5)  # Warm-up is 10% of 8 -> 1 step.
+    # 10% of 8 steps is no whole warm-up step (BERT's int(0.1 * 8)): the first step trains at the peak.
+    assert float(schedule(0)) == pytest.approx(5e-5)
+    assert float(schedule(4)) == pytest.approx(2.5e-5)
     assert float(schedule(8)) == 0.0
+    longer = bertzoo.WarmupLinearDecay(5e-5, warmup_fraction=0.1, total_steps=25)  # int(2.5) = 2 warm-up steps.
+    assert [float(longer(step)) for step in (0, 1, 2)] == pytest.approx([0.0, 2.5e-5, 5e-5])
+    assert float(longer(13.5)) == pytest.approx(2.5e-5) and float(longer(25)) == 0.0
     # A second fit() extends the schedule from the current step instead of
     # training at rate zero.
     model.fit(texts, labels, batch_size=16, epochs=1, verbose=0)

@@ -8,7 +8,9 @@ from keras import ops
 class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     """Linear warm-up to `peak_learning_rate`, then linear decay to zero.
 
-    BERT's fine-tuning schedule. `total_steps` may be left unset: bertzoo task
+    BERT's fine-tuning schedule: `floor(warmup_fraction * total_steps)`
+    warm-up steps from 0 (none in a run too short for one), then linear
+    decay to 0 at `total_steps`. `total_steps` may be left unset: bertzoo task
     models fill it in from the dataset when `fit()` starts (it is a variable,
     so a second `fit()` with another length updates it without re-tracing).
     While unset, the rate stays at the peak after warm-up.
@@ -47,8 +49,10 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         total = self._total_steps
         known = total > 0
         total = ops.maximum(total, 1.0)
-        warmup = ops.maximum(total * self.warmup_fraction, 1.0)
-        warm = ops.minimum(step / warmup, 1.0)
+        # Whole warm-up steps, as BERT's `int(num_train_steps * warmup_proportion)`:
+        # a run of fewer than 1 / warmup_fraction steps starts at the peak.
+        warmup = ops.floor(total * self.warmup_fraction)
+        warm = step / ops.maximum(warmup, 1.0)
         decay = ops.clip((total - step) / ops.maximum(total - warmup, 1.0), 0.0, 1.0)
         factor = ops.where(step < warmup, warm, ops.where(known, decay, 1.0))
         return self.peak_learning_rate * factor
