@@ -16,6 +16,7 @@ from bertzoo.text.pretraining import SENTENCE_OBJECTIVES
 from bertzoo.text.pretraining import BertMaskGenerator
 from bertzoo.text.pretraining import check_masking
 from bertzoo.text.pretraining import default_max_selections
+from bertzoo.utils.checks import constructor_arguments
 
 _MLM_ARRAYS = (
     "mlm/transform/kernel",
@@ -27,6 +28,17 @@ _MLM_ARRAYS = (
 _SENTENCE_ARRAYS = ("nsp/kernel", "nsp/bias")
 # Preprocessor -> its copy that reads special tokens in text (`predict_masked`).
 _FILL_MASK_PREPROCESSORS = weakref.WeakKeyDictionary()
+
+
+# The constructor arguments `check_head_arguments` checks.
+_HEAD_ARGUMENTS = (
+    "sentence_objective",
+    "masking_rate",
+    "mask_token_rate",
+    "random_token_rate",
+    "max_predictions",
+    "tie_weights",
+)
 
 
 def pretraining_head_shapes(config):
@@ -110,7 +122,12 @@ class BertPretrainer(Task):
         **kwargs,
     ):
         self.check_head_arguments(
-            sentence_objective, masking_rate, mask_token_rate, random_token_rate, max_predictions, tie_weights
+            sentence_objective=sentence_objective,
+            masking_rate=masking_rate,
+            mask_token_rate=mask_token_rate,
+            random_token_rate=random_token_rate,
+            max_predictions=max_predictions,
+            tie_weights=tie_weights,
         )
         self.masker = None
         if preprocessor is not None:
@@ -171,25 +188,21 @@ class BertPretrainer(Task):
         self.tie_weights = bool(tie_weights)
 
     @classmethod
-    def check_head_arguments(
-        cls,
-        sentence_objective="nsp",
-        masking_rate=0.15,
-        mask_token_rate=0.8,
-        random_token_rate=0.1,
-        max_predictions=None,
-        tie_weights=True,
-    ):
+    def check_head_arguments(cls, **arguments):
+        """Checks the head's constructor arguments (absent ones take the constructor's defaults)."""
+        defaults = {name: p.default for name, p in constructor_arguments(cls).items() if name in _HEAD_ARGUMENTS}
+        arguments = {**defaults, **arguments}
+        sentence_objective, tie_weights = arguments["sentence_objective"], arguments["tie_weights"]
         if sentence_objective is not None and sentence_objective not in SENTENCE_OBJECTIVES:
             raise ValueError(
                 f"Unknown `sentence_objective` {sentence_objective!r}: use 'nsp' (BERT), 'sop' (ALBERT) "
                 "or None (masked LM only)."
             )
         check_masking(
-            masking_rate,
-            mask_token_rate,
-            random_token_rate,
-            max_predictions,
+            arguments["masking_rate"],
+            arguments["mask_token_rate"],
+            arguments["random_token_rate"],
+            arguments["max_predictions"],
             names={"selection_rate": "masking_rate", "max_selections": "max_predictions"},
         )
         if not isinstance(tie_weights, bool):
