@@ -108,6 +108,11 @@ def test_numeric_labels_are_numbers_and_whole_ones_are_ints(tmp_path):
     assert labels_of(jsonl(tmp_path / "b.jsonl", {"text": "a", "label": True}, {"text": "b", "label": False})) == [1, 0]
     assert labels_of(write(tmp_path / "s.tsv", "text\tlabel\na\t 10 \nb\t2\n")) == [10, 2]
     assert labels_of(write(tmp_path / "n.csv", "text,label\na,pos\nb,neg\n")) == ["pos", "neg"]
+    # Only ASCII numbers: "1_11" and Arabic-Indic digits stay text (int() would merge them with 111 and 1).
+    quirks = write(tmp_path / "q.csv", "text,label\na,1_11\nb,111\nc,\u0661\nd,1\n")
+    assert labels_of(quirks) == ["1_11", "111", "\u0661", "1"]
+    with pytest.raises(ValueError, match=r"labels mix true/false with numbers"):
+        labels_of(jsonl(tmp_path / "tb.jsonl", {"text": "a", "label": True}, {"text": "b", "label": 0}))
     mixed = write(tmp_path / "m.csv", "text,label\na,1\nb,1.5\nc,other\nd,nan\n")
     assert labels_of(mixed) == ["1", "1.5", "other", "nan"]
     assert label_ids(labels_of(mixed))[1] == ["1", "1.5", "nan", "other"]

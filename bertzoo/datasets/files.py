@@ -13,6 +13,7 @@ import csv
 import functools
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -196,6 +197,12 @@ def _as_numbers_if_possible(labels, path):
             raise ValueError(f"{path}: labels must be numbers or strings, got {label!r}.")
     if all(isinstance(label, bool) for label in labels):
         return [int(label) for label in labels]
+    if any(isinstance(label, bool) for label in labels) and any(
+        isinstance(label, (int, float)) and not isinstance(label, bool) for label in labels
+    ):
+        raise ValueError(
+            f"{path}: labels mix true/false with numbers; use one kind (0 and 1, or true and false) in every row."
+        )
     numbers = [_number(label) for label in labels]
     if any(n is None for n in numbers):
         return [str(label) for label in labels]
@@ -207,20 +214,25 @@ def _as_numbers_if_possible(labels, path):
     return [int(n) if isinstance(n, float) and n.is_integer() else n for n in numbers]
 
 
+# A number as people write one in a data file: ASCII digits, an optional
+# sign, decimals and exponent, "nan" and "inf" (Python's int() and float()
+# also take "1_000" and other scripts' digits, which would merge classes).
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|inf|infinity)", re.IGNORECASE)
+
+
 def _number(label):
     """`label` as an int or float, or None if it is not (and does not spell) one."""
     if isinstance(label, bool):
         return None
     if isinstance(label, (int, float)):
         return label
-    try:
-        return int(label)
-    except ValueError:
-        pass
-    try:
-        return float(label)
-    except ValueError:
+    text = str(label).strip()
+    if not _NUMBER.fullmatch(text):
         return None
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
 
 
 def label_ids(labels, classes=None, source=None):
