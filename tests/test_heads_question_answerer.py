@@ -355,11 +355,11 @@ def test_starts_are_allowed_where_the_window_gives_most_context(controlled, stri
     features, windows = question_windows(tokenizer, tf.constant(questions), tf.constant(contexts), 16, stride)
     allowed = context_positions(features["padding_mask"], features["segment_ids"])
     mask = max_context_positions(allowed, windows).numpy()
-    example = windows["example"].numpy()
-    offset, first, count = (windows[k].numpy() for k in ("offset", "context_first", "context_length"))
+    example, offset, context = windows["example"].numpy(), windows["offset"].numpy(), allowed.numpy()
     for e in range(len(questions)):
         rows = np.flatnonzero(example == e)
-        spans = [(first[w], count[w]) for w in rows]
+        # Each window's context tokens: (first token, how many).
+        spans = [(np.argmax(context[w]) + offset[w], context[w].sum()) for w in rows]
         seen = {}
         for index, w in enumerate(rows):
             for position in np.flatnonzero(allowed.numpy()[w]):

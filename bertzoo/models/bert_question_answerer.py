@@ -203,9 +203,7 @@ def question_windows(tokenizer, questions, contexts, sequence_length, stride):
         dict with `example` (the example of each window), `offset` (context
         token index = position in the window + offset), `char_starts`,
         `char_ends` (ragged `[example, context token]` character offsets in
-        the context), `contexts` (the contexts the offsets count in),
-        `context_first` and `context_length` (the first context token of each
-        window and how many it holds).
+        the context) and `contexts` (the contexts the offsets count in).
     """
     contexts = valid_utf8(contexts)
     question_ids = tokenizer.tokenize(questions)
@@ -246,8 +244,6 @@ def question_windows(tokenizer, questions, contexts, sequence_length, stride):
         "char_starts": char_starts,
         "char_ends": char_ends,
         "contexts": contexts,
-        "context_first": first,
-        "context_length": length,
     }
 
 
@@ -269,15 +265,15 @@ def max_context_positions(allowed, windows):
         bool `(windows, length)`.
     """
     allowed = tf.cast(allowed, tf.bool)
-    offset, first = windows["offset"], windows["context_first"]
-    count = windows["context_length"]
-    token = tf.range(tf.shape(allowed, out_type=tf.int64)[1])[tf.newaxis] + offset[:, tf.newaxis]
+    # Each window's context: `count` positions from `first` on.
+    count = tf.reduce_sum(tf.cast(allowed, tf.int64), axis=1)
+    first = tf.argmax(tf.cast(allowed, tf.int32), axis=1, output_type=tf.int64)
     window_starts = tf.gather(windows["char_starts"].row_starts(), windows["example"])
     where = tf.where(allowed)
-    window = where[:, 0]
-    token = tf.gather_nd(token, where)
-    key = tf.gather(window_starts, window) + token  # The token's index among all examples' context tokens.
-    left, right = token - tf.gather(first, window), tf.gather(first + count - 1, window) - token
+    window, position = where[:, 0], where[:, 1]
+    # The token's index among all examples' context tokens.
+    key = tf.gather(window_starts + windows["offset"], window) + position
+    left, right = position - tf.gather(first, window), tf.gather(first + count - 1, window) - position
     # 100 x BERT's score: an integer, so equal scores compare equal.
     score = 100 * tf.minimum(left, right) + tf.gather(count, window)
     tokens = tf.size(windows["char_starts"].flat_values, out_type=tf.int64)

@@ -13,7 +13,7 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     decay to 0 at `total_steps`. `total_steps` may be left unset: bertzoo task
     models fill it in from the dataset when `fit()` starts (it is a variable,
     so a second `fit()` with another length updates it without re-tracing).
-    While unset, the rate stays at the peak after warm-up.
+    While unset, the rate is the peak (no warm-up).
 
     Example:
     ```python
