@@ -1,0 +1,133 @@
+"""TensorFlow's `TF_ONEDNN_ASSUME_FROZEN_WEIGHTS` switch, measured on bertzoo.
+
+    python -m benchmarks.frozen_weights [--dtypes float32,bfloat16] [--repeats 3] [--runs 7]
+
+bertzoo's Dense layers run, without XLA on TensorFlow's x86 CPU build, as
+oneDNN inner products (`_FusedMatMul`: matmul, bias and activation in one
+kernel). TensorFlow hands oneDNN a variable's kernel in its plain layout,
+and on an Intel Xeon with AMX oneDNN then picks a kernel without AMX
+(`x64:gemm:jit` in `ONEDNN_VERBOSE`). With the environment variable
+`TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1` (read once, when TensorFlow first builds
+such a kernel) the kernel is reordered into oneDNN's blocked layout, the AMX
+kernel runs, and the reordered copy is kept: TensorFlow then no longer reads
+the variable, so a process that changes its weights (training, `set_weights`,
+loading) computes with the old ones.
+
+Each (dtype, setting) runs BERT-base inference (batch 8 x 128, no XLA, the
+`base` preset's shape, random weights; `--preset` for another) in a fresh process, `--repeats`
+times, alternating the settings; each process reports the median of
+`--runs` calls, the table the median over processes. Each process also
+gives one kernel new random entries after timing and checks whether the
+same compiled function still returns what it returned before ("stale
+outputs").
+Rows are appended to `benchmarks/results.jsonl`.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+from benchmarks.harness import ROOT
+from benchmarks.harness import append_results
+from benchmarks.harness import command_line
+from benchmarks.harness import machine
+from benchmarks.harness import print_table
+from benchmarks.harness import time_interleaved
+from benchmarks.harness import token_batch
+
+SWITCH = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
+SETTINGS = ("unset", "1")
+
+
+def worker(preset, dtype, runs, batch, length):
+    """Times one process's inference and checks for stale outputs; prints one JSON line."""
+    import numpy as np
+    import tensorflow as tf
+
+    import bertzoo
+
+    backbone = bertzoo.BertBackbone.from_preset(preset, dtype=dtype)
+    inputs = {k: tf.constant(v) for k, v in token_batch(batch, length, backbone.vocabulary_size).items()}
+
+    function = tf.function(lambda x: backbone(x, training=False)["sequence_output"], jit_compile=False)
+
+    def infer():
+        return function(inputs).numpy()
+
+    timing = time_interleaved({"inference": infer}, runs=runs, warmup=2)["inference"]
+    # A change no rounding hides (not a shift LayerNorm would remove): new
+    # random entries, 50x the initializer's scale, in a kernel that feeds the residual stream.
+    kernel = backbone.get_layer("attention_0").output_dense.kernel
+    before = infer()
+    kernel.assign(tf.cast(np.random.default_rng(1).standard_normal(kernel.shape), kernel.dtype))
+    stale = np.allclose(infer().astype("float32"), before.astype("float32"), atol=1e-2, rtol=1e-2)
+    print(json.dumps({"median_ms": 1000.0 * timing["median_s"], "stale": bool(stale)}), flush=True)
+
+
+def run_worker(dtype, setting, args):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop(SWITCH, None)
+    if setting != "unset":
+        env[SWITCH] = setting
+    command = [sys.executable, "-m", "benchmarks.frozen_weights", "--worker", dtype]
+    command += ["--preset", args.preset, "--runs", str(args.runs), "--batch-size", str(args.batch_size)]
+    command += ["--sequence-length", str(args.length)]
+    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise SystemExit(f"worker {dtype} {SWITCH}={setting} failed:\n{done.stderr[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dtypes", default="float32,bfloat16", help="comma list of Keras dtype policies")
+    parser.add_argument("--repeats", type=int, default=3, help="processes per (dtype, setting)")
+    parser.add_argument("--runs", type=int, default=7, help="timed calls per process (median)")
+    parser.add_argument("--preset", default="base", help="bertzoo preset giving the model shape")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--sequence-length", dest="length", type=int, default=128)
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    if args.worker:
+        return worker(args.preset, args.worker, args.runs, args.batch_size, args.length)
+    if args.repeats < 1 or args.runs < 1:
+        raise SystemExit("--repeats and --runs must be positive.")
+    print(f"{machine()}; {args.preset} inference, batch {args.batch_size} x {args.length}, no XLA", flush=True)
+    rows = []
+    for dtype in [d.strip() for d in args.dtypes.split(",") if d.strip()]:
+        results = {setting: [] for setting in SETTINGS}
+        for repeat in range(args.repeats):
+            for setting in SETTINGS if repeat % 2 == 0 else SETTINGS[::-1]:
+                result = run_worker(dtype, setting, args)
+                print(
+                    f"  {dtype} {SWITCH}={setting}: {result['median_ms']:.1f} ms, stale {result['stale']}", flush=True
+                )
+                results[setting].append(result)
+        medians = {s: statistics.median(r["median_ms"] for r in results[s]) for s in SETTINGS}
+        for setting in SETTINGS:
+            rows.append(
+                {
+                    "dtype": dtype,
+                    "setting": f"{SWITCH}={setting}",
+                    "median_ms": round(medians[setting], 1),
+                    "process_medians_ms": [round(r["median_ms"], 1) for r in results[setting]],
+                    "speedup_vs_unset": round(medians["unset"] / medians[setting], 3),
+                    "stale_outputs": any(r["stale"] for r in results[setting]),
+                    "preset": args.preset,
+                    "batch_size": args.batch_size,
+                    "sequence_length": args.length,
+                }
+            )
+    print_table(rows, ["dtype", "setting", "median_ms", "process_medians_ms", "speedup_vs_unset", "stale_outputs"])
+    append_results("frozen_weights", rows, command=command_line("benchmarks.frozen_weights", argv))
+    print("appended", len(rows), "lines to benchmarks/results.jsonl")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

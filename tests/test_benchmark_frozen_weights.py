@@ -1,0 +1,35 @@
+"""benchmarks.frozen_weights: TensorFlow's frozen-weights switch, timed and checked for stale outputs."""
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from benchmarks import frozen_weights
+from bertzoo.utils.onednn import onednn_int8_available
+
+
+def _args():
+    return argparse.Namespace(preset="tiny", runs=1, batch_size=2, length=8)
+
+
+def _has_amx():
+    cpuinfo = Path("/proc/cpuinfo")
+    return cpuinfo.exists() and "amx_bf16" in cpuinfo.read_text().split()
+
+
+def test_a_process_without_the_switch_sees_weight_changes():
+    result = frozen_weights.run_worker("bfloat16", "unset", _args())
+    assert result["median_ms"] > 0
+    assert result["stale"] is False
+
+
+@pytest.mark.skipif(
+    not (onednn_int8_available() and _has_amx()),
+    reason="measured on AMX CPUs only: elsewhere oneDNN may keep the plain layout, and then nothing is cached",
+)
+def test_the_switch_keeps_the_first_weights_which_the_readme_warns_about():
+    # README, Performance: with the switch a process that changes its weights
+    # computes with the old ones. If a TensorFlow release stops caching the
+    # reordered kernel, this fails and the README's warning must change.
+    assert frozen_weights.run_worker("bfloat16", "1", _args())["stale"] is True
