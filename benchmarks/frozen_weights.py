@@ -28,14 +28,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 
-from benchmarks.harness import ROOT
 from benchmarks.harness import append_results
 from benchmarks.harness import command_line
 from benchmarks.harness import machine
 from benchmarks.harness import print_table
+from benchmarks.harness import run_module
 from benchmarks.harness import time_interleaved
 from benchmarks.harness import token_batch
 
@@ -82,10 +81,8 @@ def run_worker(dtype, setting, args):
     env.pop(SWITCH, None)
     if setting != "unset":
         env[SWITCH] = setting
-    command = [sys.executable, "-m", "benchmarks.frozen_weights", "--worker", dtype]
-    command += ["--preset", args.preset, "--runs", str(args.runs), "--batch-size", str(args.batch_size)]
-    command += ["--sequence-length", str(args.length)]
-    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    arguments = ["--worker", dtype, "--preset", args.preset, "--runs", args.runs, "--batch-size", args.batch_size]
+    done = run_module("benchmarks.frozen_weights", [*arguments, "--sequence-length", args.length], env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         raise SystemExit(f"worker {dtype} {SWITCH}={setting} failed:\n{done.stderr[-2000:]}")

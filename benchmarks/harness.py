@@ -39,6 +39,7 @@ import platform
 import shutil
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -48,6 +49,24 @@ OUT = ROOT / "benchmarks" / "out"
 SHARED_ENV = "BERTZOO_SHARED"
 MINILM = Path("models") / "all-MiniLM-L6-v2"
 VERSIONED = ("bertzoo", "keras", "tensorflow", "keras-hub", "numpy", "torch", "transformers")
+
+
+# --- Worker processes -----------------------------------------------------------
+
+
+def run_module(module, arguments, env=None, timeout=None):
+    """Runs `python -m module arguments...` from the repository root in a
+    fresh process (a benchmark's worker: its own TensorFlow state and
+    environment); returns the `subprocess.CompletedProcess` (text output
+    captured; `env` replaces the environment when given).
+
+    Example:
+    ```python
+    done = run_module("benchmarks.peers", ["--library", "bertzoo"], timeout=600)
+    ```
+    """
+    command = [sys.executable, "-m", module, *map(str, arguments)]
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout, check=False)
 
 
 # --- Timing -------------------------------------------------------------------

@@ -46,12 +46,12 @@ from pathlib import Path
 
 from benchmarks.harness import OUT
 from benchmarks.harness import RESULTS_FILE
-from benchmarks.harness import ROOT
 from benchmarks.harness import append_results
 from benchmarks.harness import command_line
 from benchmarks.harness import cpu_features
 from benchmarks.harness import machine
 from benchmarks.harness import print_table
+from benchmarks.harness import run_module
 from benchmarks.harness import wait_for_load
 from benchmarks.harness import write_between_markers
 from benchmarks.peers import DEFAULT_DTYPES
@@ -110,12 +110,12 @@ def encoder_flops(config, batch, length, mode):
 
 def run_worker(args, **worker_args):
     """Runs one `benchmarks.peers` worker; returns (rows, error or None)."""
-    command = [sys.executable, "-m", "benchmarks.peers"]
+    arguments = []
     for key, value in worker_args.items():
-        command += [f"--{key.replace('_', '-')}", str(value)]
+        arguments += [f"--{key.replace('_', '-')}", value]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore"}
     try:
-        done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=args.worker_timeout)
+        done = run_module("benchmarks.peers", arguments, env=env, timeout=args.worker_timeout)
     except subprocess.TimeoutExpired:
         return [], f"timed out after {args.worker_timeout} s"
     rows = [json.loads(line[6:]) for line in done.stdout.splitlines() if line.startswith("BENCH ")]
