@@ -55,6 +55,8 @@ fi
 python3 -c "import keras, jax; print('keras', keras.__version__, 'jax', jax.__version__, jax.devices())"
 python3 -c "import torch, transformers; print('torch', torch.__version__, torch.cuda.is_available(), 'transformers', transformers.__version__)" 2>&1 | tail -1
 probe jax 60
+step 120 python3 -m benchmarks.call_overhead --preset "$PRESET" --batches 32,256 --dtypes bfloat16 --runs 10 \
+    --results "$OUT/results.jsonl"
 bench 150 --models bertzoo_jax,keras_hub_jax,transformers --modes inference --dtypes float32,bfloat16
 bench 100 --models bertzoo_jax,keras_hub_jax,transformers --modes training --dtypes bfloat16
 probe torch 60

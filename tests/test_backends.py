@@ -136,6 +136,34 @@ SCRIPT = textwrap.dedent(
             report["cudnn_layout_check"] = cudnn_layout_check(query, key, value, mask)
             report["cudnn_layout_check_key_mask"] = cudnn_layout_check(query, key, value, mask[:, :, :1, :])
 
+        # bertzoo's predict_on_batch (bertzoo.models.jax_predict) against Keras's own: before and
+        # after fit, and from a callback while fit holds the variables purged.
+        lean_model = bertzoo.BertClassifier.from_preset(preset)
+        weights = [np.array(w) for w in lean_model.get_weights()]
+        lean = lean_model.predict_on_batch(features)
+        unchanged = all(np.array_equal(a, b) for a, b in zip(weights, lean_model.get_weights()))
+        keras_before = keras.Model.predict_on_batch(lean_model, features)
+        in_fit = []
+
+        class PredictEachBatch(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                in_fit.append(self.model.predict_on_batch(features))
+
+        lean_model.compile(optimizer=keras.optimizers.SGD(0.5))
+        lean_model.fit(features, labels, batch_size=8, epochs=1, verbose=0, callbacks=[PredictEachBatch()])
+        trained = lean_model.predict_on_batch(features)
+        report["jax_predict"] = {
+            # A task's preprocessor (never called here) does not send it to Keras's path.
+            "own_path_used": getattr(lean_model, "_jitted_forward", None) is not None,
+            "before_fit_diff": float(np.abs(lean - keras_before).max()),
+            "weights_unchanged": unchanged,
+            "after_fit_diff": float(np.abs(trained - keras.Model.predict_on_batch(lean_model, features)).max()),
+            "moved_by_fit": float(np.abs(trained - lean).max()),
+            "in_fit_batches": len(in_fit),
+            "last_in_fit_diff": float(np.abs(in_fit[-1] - trained).max()),
+            "first_in_fit_moved": float(np.abs(in_fit[0] - lean).max()),
+        }
+
     def train():
         model = bertzoo.BertClassifier.from_preset(preset)
         model.compile(optimizer=keras.optimizers.SGD(0.5))
@@ -331,6 +359,17 @@ def test_jax_attention_mask_has_the_shape_cudnn_attention_accepts(backend_run):
         pytest.skip("this JAX has no jax._src.cudnn.fused_attention_stablehlo to check against")
     assert backend_run["cudnn_layout_check"] == "accepted"
     assert "Bias must have same seq length" in backend_run["cudnn_layout_check_key_mask"]
+
+
+def test_jax_predict_on_batch_matches_keras_and_follows_training(backend_run):
+    if backend_run["backend"] != "jax":
+        pytest.skip("bertzoo's own predict_on_batch runs on JAX only")
+    found = backend_run["jax_predict"]
+    assert found["own_path_used"] and found["weights_unchanged"], json.dumps(found)
+    assert found["before_fit_diff"] == 0.0 and found["after_fit_diff"] == 0.0
+    assert found["moved_by_fit"] > 1e-4  # Training changed the outputs, and predict_on_batch saw it.
+    # Called from a callback while fit holds the variables: each batch's current weights.
+    assert found["in_fit_batches"] == 2 and found["last_in_fit_diff"] == 0.0 and found["first_in_fit_moved"] > 1e-4
 
 
 def test_jax_data_parallel_on_two_devices_matches_one_device(backend_run):

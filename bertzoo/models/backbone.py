@@ -4,6 +4,7 @@ import keras
 
 from bertzoo.models.early_attributes import EarlyAttributesMixin
 from bertzoo.models.input_keys import DeclaredInputsMixin
+from bertzoo.models.jax_predict import JaxPredictOnBatchMixin
 from bertzoo.saving.preset import Preset
 from bertzoo.saving.preset import save_preset
 from bertzoo.saving.serialization import quantized_policy_map
@@ -11,7 +12,7 @@ from bertzoo.utils.checks import check_config_keys
 from bertzoo.utils.private_api import flatten_layers
 
 
-class Backbone(DeclaredInputsMixin, EarlyAttributesMixin, keras.Model):
+class Backbone(DeclaredInputsMixin, EarlyAttributesMixin, JaxPredictOnBatchMixin, keras.Model):
     """A functional encoder whose constructor arguments are its config.
 
     Subclasses build their graph in `__init__` and list their constructor

@@ -13,6 +13,7 @@ from bertzoo.export.serving import trim_padding
 from bertzoo.models.compile_defaults import DefaultCompileMixin
 from bertzoo.models.early_attributes import EarlyAttributesMixin
 from bertzoo.models.input_keys import DeclaredInputsMixin
+from bertzoo.models.jax_predict import JaxPredictOnBatchMixin
 from bertzoo.models.optimizers import bert_optimizer
 from bertzoo.models.raw_inputs import DEFAULT_BATCH_SIZE
 from bertzoo.models.raw_inputs import RawInputsMixin
@@ -88,7 +89,9 @@ def _is_empty_batch(x):
     return isinstance(x, tuple) and bool(x) and all(isinstance(v, (list, tuple)) and not v for v in x)
 
 
-class Task(DefaultCompileMixin, RawInputsMixin, DeclaredInputsMixin, EarlyAttributesMixin, keras.Model):
+class Task(
+    DefaultCompileMixin, RawInputsMixin, DeclaredInputsMixin, EarlyAttributesMixin, JaxPredictOnBatchMixin, keras.Model
+):
     """A functional model around a backbone, with an optional preprocessor.
 
     With a preprocessor attached, `fit`, `evaluate` and `predict` accept raw
