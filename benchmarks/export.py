@@ -23,7 +23,8 @@ and measures:
   padded `sequence_length`, so on short sentences the text rows differ
   mostly by that; the ids rows compare the same padded work.
 
-`--variants float32,int8,mixed_bfloat16` repeats everything for the int8
+`--data tweets` serves another ../shared sentiment file's sentences (default
+amazon). `--variants float32,int8,mixed_bfloat16` repeats everything for the int8
 (`model.quantize("int8")`) and bfloat16 versions of the same weights.
 
 Usage:
@@ -58,6 +59,7 @@ from benchmarks.harness import sentiment_path
 from benchmarks.harness import time_interleaved
 from bertzoo.datasets import load_rated_sentences
 from bertzoo.datasets import synthetic_sentiment
+from bertzoo.export import read_export_metadata
 
 LOAD_SCRIPT = """
 import json, sys, time
@@ -132,10 +134,11 @@ def main(argv=None):
     parser.add_argument("--batches", default="1,32")
     parser.add_argument("--variants", default="float32", help="comma-separated: float32, int8, mixed_bfloat16")
     parser.add_argument("--output", type=Path, default=RESULTS_FILE, help="JSON lines file to append to")
+    parser.add_argument("--data", default="amazon", help="the ../shared sentiment file whose sentences are served")
     args = parser.parse_args(argv)
     batches = [int(b) for b in args.batches.split(",")]
 
-    sentiment = sentiment_path("amazon", required=False)
+    sentiment = sentiment_path(args.data, required=False)
     texts = (
         load_rated_sentences(sentiment, max_rows=max(batches))[0] if sentiment else synthetic_sentiment(max(batches))[0]
     )
@@ -150,6 +153,7 @@ def main(argv=None):
             start = time.perf_counter()
             path = bertzoo.export_saved_model(model, workdir / "export" / kind)
             export_s = time.perf_counter() - start
+            exported = read_export_metadata(path)
             size = directory_size(path)
             loads = fresh_loads(path, args.loads)
             served = tf.saved_model.load(str(path))
@@ -176,6 +180,9 @@ def main(argv=None):
                             "sequence_length": args.sequence_length,
                             "mean_tokens": round(float(ids["padding_mask"].sum(1).mean()), 1),
                             "keras_jit_compile": bool(model.jit_compile),
+                            "data": args.data if sentiment else "synthetic",
+                            "export_jit_compile": exported.get("jit_compile"),
+                            "export_int8_kernels": exported.get("int8_kernels"),
                             "runs": args.runs,
                             "warmup": args.warmup,
                             "tensorflow": tf.__version__,
@@ -205,7 +212,9 @@ def main(argv=None):
         flat,
         [
             "model",
+            "data",
             "variant",
+            "export_jit_compile",
             "batch",
             "mean_tokens",
             "saved_model_mb",

@@ -375,6 +375,39 @@ def test_int8_exports_run_the_fused_kernel_where_predict_does(trained, tmp_path)
         bertzoo.export_saved_model(model, tmp_path / "x", int8_kernels="fast")
 
 
+@pytest.mark.filterwarnings("ignore:Layer .* does not have a `quantize` method")
+def test_int8_exports_serve_under_xla_where_predict_runs_xla(trained, tmp_path, monkeypatch):
+    model = _variant("int8", trained)
+    sentences = serving_batch()
+    # "auto" follows the fast-path choice for predict: pinned to XLA here.
+    monkeypatch.setenv("BERTZOO_JIT_COMPILE", "1")
+    path = bertzoo.export_saved_model(model, tmp_path / "xla", pairs=False)
+    metadata = read_export_metadata(path)
+    assert metadata["jit_compile"] is True and metadata["xla_length_multiple"] == 16
+    assert metadata["int8_kernels"] == "portable" and "_QuantizedMatMul" not in (metadata["custom_ops"] or [])
+    assert b"_XlaMustCompile" in (path / "saved_model.pb").read_bytes()
+    model.compile(jit_compile=True)  # What predict runs when the measurement picks XLA.
+    reference = model.predict(sentences, verbose=0)
+    served = tf.saved_model.load(str(path))
+    outputs = {k: v.numpy() for k, v in served.signatures["serving_default"](text=tf.constant(sentences)).items()}
+    assert_serves_like(outputs, reference, atol=1e-4)
+    tokenized = model.preprocessor(sentences[:3])
+    ids = {k: tf.cast(v, tf.int32) for k, v in tokenized.items()}
+    np.testing.assert_allclose(
+        served.signatures["serving_tokenized"](**ids)["logits"].numpy(), reference[:3], atol=1e-4
+    )
+    # A float model is served without XLA unless asked; bad combinations are refused.
+    assert (
+        read_export_metadata(bertzoo.export_saved_model(trained, tmp_path / "float", pairs=False))["jit_compile"]
+        is False
+    )
+    with pytest.raises(ValueError, match="cannot be combined with jit_compile=True"):
+        bertzoo.export_saved_model(model, tmp_path / "x", int8_kernels="onednn", jit_compile=True)
+    with pytest.raises(ValueError, match="`jit_compile` must be True, False or 'auto'"):
+        bertzoo.export_saved_model(model, tmp_path / "x", jit_compile="yes")
+    assert not (tmp_path / "x").exists()
+
+
 def _built_in_task(kind):
     keras.utils.set_random_seed(4)
     backbone, preprocessor = small_backbone(), small_preprocessor()

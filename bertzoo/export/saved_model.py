@@ -38,12 +38,15 @@ from pathlib import Path
 
 import keras
 
+from bertzoo.export.serving import XLA_LENGTH_MULTIPLE
 from bertzoo.export.serving import serving_functions
+from bertzoo.export.serving import xla_serving
 from bertzoo.layers.dense import portable_kernels
 from bertzoo.saving.atomic import atomic_directory
 from bertzoo.text.preprocessor import BertPreprocessor
 from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
+from bertzoo.utils.device import default_jit_compile
 from bertzoo.utils.onednn import fused_int8_status
 from bertzoo.utils.onednn import onednn_int8_available
 from bertzoo.utils.optional import tf
@@ -61,6 +64,7 @@ def export_saved_model(
     preprocessor="auto",
     verbose=False,
     int8_kernels="auto",
+    jit_compile="auto",
     **serving_options,
 ):
     """Writes `model` as a TensorFlow SavedModel for serving (tokenizer included).
@@ -95,6 +99,17 @@ def export_saved_model(
             builds with oneDNN (the default Linux and Windows builds).
             `"auto"`: `"onednn"` when this machine can run it, else
             `"portable"`. Recorded in the metadata; float models ignore it.
+            Under `jit_compile` the int8 layers are Keras's standard int8
+            ops, compiled by XLA.
+        jit_compile: run the model in the serving graph as one XLA-compiled
+            function (`tf.function(jit_compile=True)`, kept in the
+            SavedModel; the serving process compiles it once per input
+            shape it meets, and text batches are cut to multiples of 16
+            tokens to keep those few). `"auto"`: for quantized models, XLA when
+            bertzoo's fast-path measurement on this machine picks it for the
+            model's `predict` (`bertzoo.explain_fast_path(model)`), so the
+            export serves the path `predict` runs; float models serve
+            without XLA. True/False pin it. Recorded in the metadata.
         **serving_options: export-time settings of the model's own
             `serving_signatures` (e.g. `BertQuestionAnswerer`'s `stride`,
             `max_answer_length`, `null_score_threshold`); recorded in the
@@ -128,7 +143,10 @@ def export_saved_model(
     if int8_kernels not in ("auto", "portable", "onednn"):
         raise ValueError(f"`int8_kernels` must be 'auto', 'portable' or 'onednn', got {int8_kernels!r}.")
     quantized = quantization_mode(model)
-    if int8_kernels == "auto":
+    jit_compile = _serving_jit_compile(model, jit_compile, quantized, int8_kernels)
+    if jit_compile:
+        int8_kernels = "portable"  # The fused kernel never runs under XLA.
+    elif int8_kernels == "auto":
         int8_kernels = (
             "onednn" if quantized and "int8" in quantized.split("+") and onednn_int8_available() else "portable"
         )
@@ -153,21 +171,23 @@ def export_saved_model(
             "to delete what is there. Export to a new or empty directory (e.g. serving/my_model/1)."
         )
 
-    functions = serving_functions(model, preprocessor, pairs, **serving_options)
+    # Unknown serving options fail here, before the directory is touched.
+    serving_functions(model, preprocessor, pairs, **serving_options)
     # A plain trackable root: the signatures (also callable as attributes of
     # the loaded object) and the model's variables, nothing Keras-specific.
     root = tf.Module()
     root.model_variables = list(model.weights)
     if preprocessor is not None:  # E.g. a SentencePiece model, a resource the graph refers to.
         root.text_resources = list(preprocessor.tokenizer.export_resources())
-    for name, function in functions.items():
-        setattr(root, name, function)
 
     with atomic_directory(path, overwrite=overwrite) as tmp:
         # Tracing happens here, once per signature; with standard ops only,
         # so that the SavedModel serves on any TensorFlow build.
         kernels = portable_kernels() if int8_kernels == "portable" else contextlib.nullcontext()
-        with kernels:
+        with kernels, xla_serving() if jit_compile else contextlib.nullcontext():
+            functions = serving_functions(model, preprocessor, pairs, **serving_options)
+            for name, function in functions.items():
+                setattr(root, name, function)
             tf.saved_model.save(root, str(tmp), signatures=functions)
         signatures = _signature_specs(tmp)
         ops = custom_ops(tmp)
@@ -180,6 +200,8 @@ def export_saved_model(
             "dtype_policy": backbone.dtype_policy.name,
             "quantization": quantized.split("+") if quantized else None,
             "int8_kernels": int8_kernels if quantized else None,
+            "jit_compile": jit_compile,
+            "xla_length_multiple": XLA_LENGTH_MULTIPLE if jit_compile else None,
             "class_names": getattr(model, "class_names", None),
             "sequence_length": preprocessor.sequence_length if preprocessor is not None else None,
             "truncate": preprocessor.truncate if preprocessor is not None else None,
@@ -194,6 +216,22 @@ def export_saved_model(
     if verbose:
         print(describe_export(path))
     return path
+
+
+def _serving_jit_compile(model, jit_compile, quantized, int8_kernels):
+    """`jit_compile` resolved for an export (see `export_saved_model`)."""
+    if jit_compile not in (True, False, "auto"):
+        raise ValueError(f"`jit_compile` must be True, False or 'auto', got {jit_compile!r}.")
+    if jit_compile is True and quantized and int8_kernels == "onednn":
+        raise ValueError(
+            "int8_kernels='onednn' cannot be combined with jit_compile=True: the fused oneDNN kernel does not "
+            "run under XLA. Pass one of them (int8_kernels='auto' follows jit_compile)."
+        )
+    if jit_compile != "auto":
+        return jit_compile
+    if not quantized or int8_kernels != "auto":
+        return False
+    return bool(default_jit_compile(model, mode="predict"))
 
 
 def read_export_metadata(path):

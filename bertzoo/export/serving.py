@@ -13,13 +13,60 @@ signatures are built from (`TextServing`, `string_function`,
 Every export has `serving_tokenized`, the model's own inputs (names, ranks and
 dtypes as the model declares them), and a `serving_default`. Floating outputs
 are float32.
+
+Signatures call the model through `serving_call`; inside `xla_serving()` that
+call is one XLA-compiled function (compiled per input shape by the serving
+process), and text batches are cut to a multiple of `XLA_LENGTH_MULTIPLE`
+tokens so that few shapes arise.
 """
 
+import contextlib
 import inspect
+import threading
 
 from bertzoo.utils.optional import tf
 
 TOKENIZED_KEYS = ("token_ids", "segment_ids", "padding_mask")
+# Text batches that XLA compiles keep a multiple of this many tokens (few
+# shapes to compile: at most 8 lengths per batch size for 128-token inputs),
+# in XLA serving graphs and in `Task.predict`'s trimmed batches alike.
+XLA_LENGTH_MULTIPLE = 16
+
+_tracing = threading.local()
+
+
+@contextlib.contextmanager
+def xla_serving(length_multiple=XLA_LENGTH_MULTIPLE):
+    """Serving graphs traced inside run each model call as one XLA-compiled
+    function (`tf.function(jit_compile=True)`, kept as such in a SavedModel)
+    and trim text batches to a multiple of `length_multiple` tokens.
+
+    Example:
+    ```python
+    with xla_serving():
+        tf.saved_model.save(root, path, signatures=serving_functions(model, preprocessor))
+    ```
+    """
+    previous = getattr(_tracing, "xla", None)
+    _tracing.xla = {"length_multiple": length_multiple, "functions": {}}
+    try:
+        yield
+    finally:
+        _tracing.xla = previous
+
+
+def serving_call(model, features):
+    """`model(features, training=False)` in a serving graph; inside
+    `xla_serving()` through one XLA-compiled function per model, shared by
+    all the signatures traced there."""
+    state = getattr(_tracing, "xla", None)
+    if state is None:
+        return model(features, training=False)
+    function = state["functions"].get(id(model))
+    if function is None:
+        function = tf.function(lambda inputs: model(inputs, training=False), jit_compile=True, autograph=False)
+        state["functions"][id(model)] = function
+    return function(features)
 
 
 def classification_outputs(outputs, class_names=None, activation=None):
@@ -169,7 +216,7 @@ class TextServing:
         """Preprocessed features -> the outputs dict, with the padding no row
         uses cut off first (see `trim_padding`)."""
         features = trim_padding(as_int32(features))
-        return self.finish(self.outputs(self.model(features, training=False), features))
+        return self.finish(self.outputs(serving_call(self.model, features), features))
 
     def tokenized_function(self):
         """`serving_tokenized`: the model's own inputs, checked at run time."""
@@ -185,7 +232,7 @@ class TextServing:
             features = {k: tf.identity(v) for k, v in inputs.items()}
         if "padding_mask" in features:
             features["padding_mask"] = tf.cast(tf.not_equal(features["padding_mask"], 0), tf.int32)
-        return self.finish(self.outputs(self.model(features, training=False), features))
+        return self.finish(self.outputs(serving_call(self.model, features), features))
 
     def finish(self, result):
         if not isinstance(result, dict) or not result:
@@ -243,15 +290,19 @@ def as_int32(features):
     return {k: tf.cast(features[k], tf.int32) for k in TOKENIZED_KEYS}
 
 
-def trim_padding(features, *others, multiple=1):
+def trim_padding(features, *others, multiple=None):
     """Drops the trailing padding columns no row uses (last axis).
 
     Position embeddings are absolute and padding is masked, so predictions do
     not change; the compute shrinks to the longest text in the batch. The `1`
     keeps `[CLS]` when the batch is empty. `others` (e.g. per-token labels)
     are cut the same way. `multiple`: keep a multiple of this many columns
-    (at most all of them), so a compiler (XLA) sees few distinct lengths.
+    (at most all of them), so a compiler (XLA) sees few distinct lengths;
+    default 1, or `xla_serving`'s `length_multiple` inside it.
     """
+    if multiple is None:
+        state = getattr(_tracing, "xla", None)
+        multiple = state["length_multiple"] if state is not None else 1
     lengths = tf.reshape(tf.reduce_sum(tf.cast(features["padding_mask"], tf.int32), axis=-1), [-1])
     longest = tf.reduce_max(tf.concat([lengths, [1]], axis=0))
     if multiple > 1:

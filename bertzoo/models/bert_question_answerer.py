@@ -7,6 +7,7 @@ from keras import ops
 from bertzoo.export.serving import TextServing
 from bertzoo.export.serving import as_int32
 from bertzoo.export.serving import same_size
+from bertzoo.export.serving import serving_call
 from bertzoo.export.serving import string_function
 from bertzoo.export.serving import trim_padding
 from bertzoo.layers.dense import Dense
@@ -641,7 +642,7 @@ class BertQuestionAnswerer(Task):
             question, context = same_size(tf.reshape(question, [-1]), tf.reshape(context, [-1]), "question", "context")
             features, windows = question_windows(tokenizer, question, context, preprocessor.sequence_length, stride)
             features = trim_padding(as_int32(features))
-            logits = self(features, training=False)
+            logits = serving_call(self, features)
             return serving.finish(answer_windows(logits, features, windows, max_answer_length, null_score_threshold))
 
         functions["serving_default"] = string_function(answer, question=[None], context=[None])

@@ -6,6 +6,7 @@ import numpy as np
 from bertzoo.export.serving import TextServing
 from bertzoo.export.serving import as_int32
 from bertzoo.export.serving import classification_outputs
+from bertzoo.export.serving import serving_call
 from bertzoo.export.serving import string_function
 from bertzoo.export.serving import trim_padding
 from bertzoo.layers.dense import Dense
@@ -286,7 +287,7 @@ class BertTokenClassifier(Task):
         def words(words):
             features, word_at = self.preprocess(words, _word_index(words), preprocessor=preprocessor)
             features, word_at = trim_padding(as_int32(features), word_at)
-            per_token = classification_outputs(self(features, training=False), self.class_names)
+            per_token = classification_outputs(serving_call(self, features), self.class_names)
             # Each word takes the prediction of its first sub-token (as
             # `predict_words` does); words cut off by the sequence length, and
             # padding, get label -1.

@@ -23,7 +23,7 @@ import numpy as np
 
 
 def _applies(model):
-    if keras.backend.backend() != "jax" or model.run_eagerly or not model.jit_compile:
+    if model.run_eagerly or not model.jit_compile:
         return False
     if keras.distribution.distribution() is not None:
         return False
@@ -49,6 +49,8 @@ class JaxPredictOnBatchMixin:
         return super().make_predict_function(force)
 
     def predict_on_batch(self, x):
+        if keras.backend.backend() != "jax":
+            return super().predict_on_batch(x)
         self.make_predict_function()  # Resolves "auto" compile choices first.
         if not _applies(self):
             return super().predict_on_batch(x)

@@ -7,6 +7,7 @@ import keras
 import numpy as np
 
 from bertzoo.export import export_model
+from bertzoo.export.serving import XLA_LENGTH_MULTIPLE
 from bertzoo.export.serving import TextServing
 from bertzoo.export.serving import named_outputs
 from bertzoo.export.serving import trim_padding
@@ -31,8 +32,6 @@ from bertzoo.utils.private_api import flatten_layers
 # `predict` tokenizes inputs up to this many examples eagerly, larger ones
 # stream through tf.data (see `Task._preprocess_in_memory`).
 EAGER_PREPROCESS_LIMIT = 4096
-# Trimmed raw-text batches keep a multiple of this many tokens (few shapes to compile).
-TRIM_MULTIPLE = 16
 _TOKENIZED_KEYS = ("token_ids", "segment_ids", "padding_mask")
 _NOT_HEAD_ARGUMENTS = ("name", "trainable", "dtype", "backbone", "preprocessor")
 # Keras Model arguments `from_preset` passes on (not compared with the saved head's).
@@ -55,11 +54,11 @@ def _int_features(data, trim=False):
     strategy Keras builds the model from the first batch averaged across
     replicas, which TensorFlow cannot do for bool tensors. With `trim`, the
     padding columns no row of the batch uses are dropped (`trim_padding`,
-    in steps of `TRIM_MULTIPLE`)."""
+    in steps of `XLA_LENGTH_MULTIPLE`)."""
 
     def cast(features):
         features = tf.nest.map_structure(lambda t: tf.cast(t, tf.int32) if t.dtype == tf.bool else t, features)
-        return trim_padding(features, multiple=TRIM_MULTIPLE) if trim else features
+        return trim_padding(features, multiple=XLA_LENGTH_MULTIPLE) if trim else features
 
     if isinstance(data, tuple):
         return (cast(data[0]),) + data[1:]
