@@ -1,7 +1,7 @@
 """The `bertzoo` command line (also `python -m bertzoo`).
 
     bertzoo convert SRC DEST [--overwrite]   checkpoint -> bertzoo preset
-    bertzoo export PRESET_DIR OUT_DIR [--overwrite]
+    bertzoo export PRESET_DIR OUT_DIR [--overwrite] [--jit-compile auto|true|false]
                                              preset -> SavedModel for serving
     bertzoo quantize PRESET_DIR OUT_DIR [--mode int8]
                                              float preset -> quantized preset
@@ -95,6 +95,13 @@ def _convert(args):
             "--sequence-length", type=int, default=None, help="tokens per text (default: the preset's sequence_length)"
         ),
         argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists"),
+        argument(
+            "--jit-compile",
+            default="auto",
+            choices=("auto", "true", "false"),
+            help="SavedModel: run the model as one XLA-compiled function (default auto: for quantized models, "
+            "where bertzoo's fast-path measurement picks XLA for predict)",
+        ),
     ),
 )
 def _export(args):
@@ -105,6 +112,10 @@ def _export(args):
             "directory (a fine-tuned task written by save_to_preset, or a converted checkpoint)."
         )
     extra = {}
+    if args.format == "tf_saved_model":
+        extra["jit_compile"] = {"auto": "auto", "true": True, "false": False}[args.jit_compile]
+    elif args.jit_compile != "auto":
+        raise ValueError("--jit-compile applies to --format tf_saved_model only.")
     if preset.class_name == "BertBackbone":  # Serves features (sequence/pooled outputs).
         model = BertBackbone.from_preset(preset)
         if args.format == "tf_saved_model":

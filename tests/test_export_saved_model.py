@@ -386,6 +386,7 @@ def test_int8_exports_serve_under_xla_where_predict_runs_xla(trained, tmp_path, 
     assert metadata["jit_compile"] is True and metadata["xla_length_multiple"] == 16
     assert metadata["int8_kernels"] == "portable" and "_QuantizedMatMul" not in (metadata["custom_ops"] or [])
     assert b"_XlaMustCompile" in (path / "saved_model.pb").read_bytes()
+    assert "XLA-compiled function" in describe_export(path) and "multiples of 16 tokens" in describe_export(path)
     model.compile(jit_compile=True)  # What predict runs when the measurement picks XLA.
     reference = model.predict(sentences, verbose=0)
     served = tf.saved_model.load(str(path))
@@ -406,6 +407,10 @@ def test_int8_exports_serve_under_xla_where_predict_runs_xla(trained, tmp_path, 
     with pytest.raises(ValueError, match="`jit_compile` must be True, False or 'auto'"):
         bertzoo.export_saved_model(model, tmp_path / "x", jit_compile="yes")
     assert not (tmp_path / "x").exists()
+    # The command line pins it too ("auto" would follow the pin above: XLA).
+    model.save_to_preset(tmp_path / "int8_preset")
+    assert cli.main(["export", str(tmp_path / "int8_preset"), str(tmp_path / "cli"), "--jit-compile", "false"]) == 0
+    assert read_export_metadata(tmp_path / "cli")["jit_compile"] is False
 
 
 def _built_in_task(kind):

@@ -262,6 +262,11 @@ def describe_export(path):
             f"  needs TensorFlow plus {metadata['custom_ops_package']} ops: {', '.join(metadata['custom_ops'])}"
             " (in Python: `import tensorflow_text` before tf.saved_model.load)"
         )
+    if metadata.get("jit_compile"):
+        lines.append(
+            "  the model runs as one XLA-compiled function: the serving process compiles it once per input "
+            f"shape (text batches cut to multiples of {metadata['xla_length_multiple']} tokens)"
+        )
     return "\n".join(lines)
 
 
