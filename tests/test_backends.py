@@ -152,6 +152,26 @@ SCRIPT = textwrap.dedent(
         lean_model.compile(optimizer=keras.optimizers.SGD(0.5))
         lean_model.fit(features, labels, batch_size=8, epochs=1, verbose=0, callbacks=[PredictEachBatch()])
         trained = lean_model.predict_on_batch(features)
+
+        # A model whose inference assigns a variable keeps Keras's path (which writes it back).
+        from bertzoo.models.jax_predict import JaxPredictOnBatchMixin
+
+        class CountCalls(keras.layers.Layer):
+            def build(self, shape):
+                self.calls = self.add_weight(shape=(), initializer="zeros", trainable=False)
+
+            def call(self, x):
+                self.calls.assign(self.calls + 1.0)
+                return x
+
+        class Counting(JaxPredictOnBatchMixin, keras.Model):
+            pass
+
+        probe_input = keras.Input((4,))
+        counting = Counting(probe_input, CountCalls()(probe_input))
+        counting.compile(jit_compile=True)
+        for _ in range(2):
+            counting.predict_on_batch(np.ones((2, 4), "float32"))
         report["jax_predict"] = {
             # A task's preprocessor (never called here) does not send it to Keras's path.
             "own_path_used": getattr(lean_model, "_jitted_forward", None) is not None,
@@ -162,6 +182,8 @@ SCRIPT = textwrap.dedent(
             "in_fit_batches": len(in_fit),
             "last_in_fit_diff": float(np.abs(in_fit[-1] - trained).max()),
             "first_in_fit_moved": float(np.abs(in_fit[0] - lean).max()),
+            "writable": bool(trained.flags.writeable),
+            "updating_model_calls": float(keras.ops.convert_to_numpy(counting.layers[-1].calls)),
         }
 
     def train():
@@ -370,6 +392,8 @@ def test_jax_predict_on_batch_matches_keras_and_follows_training(backend_run):
     assert found["moved_by_fit"] > 1e-4  # Training changed the outputs, and predict_on_batch saw it.
     # Called from a callback while fit holds the variables: each batch's current weights.
     assert found["in_fit_batches"] == 2 and found["last_in_fit_diff"] == 0.0 and found["first_in_fit_moved"] > 1e-4
+    assert found["writable"]  # NumPy copies, as Keras returns.
+    assert found["updating_model_calls"] == 2.0  # Both calls' updates kept: Keras's path ran.
 
 
 def test_jax_data_parallel_on_two_devices_matches_one_device(backend_run):

@@ -25,8 +25,9 @@ def export_model(model, path, format="tf_saved_model", overwrite=False, sequence
     """Exports `model` in `format` (`"tf_saved_model"`, `"onnx"` or `"litert"`).
 
     `"tf_saved_model"`: `export_saved_model` (raw-text and tokenized
-    signatures; `kwargs`: `pairs`, `preprocessor` and the model's serving
-    options, e.g. a question answerer's `stride`). `"onnx"` / `"litert"`:
+    signatures; `kwargs`: `pairs`, `preprocessor`, `int8_kernels`,
+    `jit_compile` and the model's serving options, e.g. a question
+    answerer's `stride`). `"onnx"` / `"litert"`:
     `export_portable` (tokenized inputs of any length; `kwargs` go to
     Keras's exporter).
 

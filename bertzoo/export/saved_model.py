@@ -103,9 +103,12 @@ def export_saved_model(
             ops, compiled by XLA.
         jit_compile: run the model in the serving graph as one XLA-compiled
             function (`tf.function(jit_compile=True)`, kept in the
-            SavedModel; the serving process compiles it once per input
-            shape it meets, and text batches are cut to multiples of 16
-            tokens to keep those few). `"auto"`: for quantized models, XLA when
+            SavedModel). The serving process compiles it once per input
+            shape it meets: text batches are cut to multiples of 16 tokens
+            (at most 8 lengths for 128-token inputs), but each batch size,
+            and each `serving_tokenized` length, is a shape of its own; pad
+            requests to a few batch sizes (e.g. TensorFlow Serving's
+            `allowed_batch_sizes`). `"auto"`: for quantized models, XLA when
             bertzoo's fast-path measurement on this machine picks it for the
             model's `predict` (`bertzoo.explain_fast_path(model)`), so the
             export serves the path `predict` runs; float models serve
@@ -142,15 +145,15 @@ def export_saved_model(
     preprocessor = _packing_preprocessor(preprocessor, sequence_length, backbone)
     if int8_kernels not in ("auto", "portable", "onednn"):
         raise ValueError(f"`int8_kernels` must be 'auto', 'portable' or 'onednn', got {int8_kernels!r}.")
+    if not (isinstance(jit_compile, bool) or jit_compile == "auto"):
+        raise ValueError(f"`jit_compile` must be True, False or 'auto', got {jit_compile!r}.")
     quantized = quantization_mode(model)
-    jit_compile = _serving_jit_compile(model, jit_compile, quantized, int8_kernels)
-    if jit_compile:
-        int8_kernels = "portable"  # The fused kernel never runs under XLA.
-    elif int8_kernels == "auto":
-        int8_kernels = (
-            "onednn" if quantized and "int8" in quantized.split("+") and onednn_int8_available() else "portable"
+    if jit_compile is True and quantized and int8_kernels == "onednn":
+        raise ValueError(
+            "int8_kernels='onednn' cannot be combined with jit_compile=True: the fused oneDNN kernel does not "
+            "run under XLA. Pass one of them (int8_kernels='auto' follows jit_compile)."
         )
-    elif int8_kernels == "onednn" and not onednn_int8_available():
+    if int8_kernels == "onednn" and not onednn_int8_available():
         raise ValueError(
             "int8_kernels='onednn' needs TensorFlow's fused oneDNN int8 kernel, which this machine cannot run "
             f"({fused_int8_status()[1]}). Export with int8_kernels='portable'."
@@ -171,23 +174,23 @@ def export_saved_model(
             "to delete what is there. Export to a new or empty directory (e.g. serving/my_model/1)."
         )
 
-    # Unknown serving options fail here, before the directory is touched.
-    serving_functions(model, preprocessor, pairs, **serving_options)
+    # Measured (seconds) only now that the target is known to be free.
+    jit_compile, int8_kernels = _serving_kernels(model, quantized, jit_compile, int8_kernels)
+    functions = serving_functions(model, preprocessor, pairs, **serving_options)
     # A plain trackable root: the signatures (also callable as attributes of
     # the loaded object) and the model's variables, nothing Keras-specific.
     root = tf.Module()
     root.model_variables = list(model.weights)
     if preprocessor is not None:  # E.g. a SentencePiece model, a resource the graph refers to.
         root.text_resources = list(preprocessor.tokenizer.export_resources())
+    for name, function in functions.items():
+        setattr(root, name, function)
 
     with atomic_directory(path, overwrite=overwrite) as tmp:
         # Tracing happens here, once per signature; with standard ops only,
         # so that the SavedModel serves on any TensorFlow build.
         kernels = portable_kernels() if int8_kernels == "portable" else contextlib.nullcontext()
         with kernels, xla_serving() if jit_compile else contextlib.nullcontext():
-            functions = serving_functions(model, preprocessor, pairs, **serving_options)
-            for name, function in functions.items():
-                setattr(root, name, function)
             tf.saved_model.save(root, str(tmp), signatures=functions)
         signatures = _signature_specs(tmp)
         ops = custom_ops(tmp)
@@ -218,20 +221,19 @@ def export_saved_model(
     return path
 
 
-def _serving_jit_compile(model, jit_compile, quantized, int8_kernels):
-    """`jit_compile` resolved for an export (see `export_saved_model`)."""
-    if jit_compile not in (True, False, "auto"):
-        raise ValueError(f"`jit_compile` must be True, False or 'auto', got {jit_compile!r}.")
-    if jit_compile is True and quantized and int8_kernels == "onednn":
-        raise ValueError(
-            "int8_kernels='onednn' cannot be combined with jit_compile=True: the fused oneDNN kernel does not "
-            "run under XLA. Pass one of them (int8_kernels='auto' follows jit_compile)."
-        )
-    if jit_compile != "auto":
-        return jit_compile
-    if not quantized or int8_kernels != "auto":
-        return False
-    return bool(default_jit_compile(model, mode="predict"))
+def _serving_kernels(model, quantized, jit_compile, int8_kernels):
+    """`(jit_compile, int8_kernels)` resolved for an export (see
+    `export_saved_model`; the arguments are checked already)."""
+    if jit_compile == "auto":
+        # Quantized models serve the path `predict` takes here (measured, or cached).
+        measured = bool(quantized) and int8_kernels == "auto"
+        jit_compile = measured and bool(default_jit_compile(model, mode="predict"))
+    if jit_compile:
+        return True, "portable"  # The fused kernel never runs under XLA.
+    if int8_kernels == "auto":
+        fused = quantized and "int8" in quantized.split("+") and onednn_int8_available()
+        int8_kernels = "onednn" if fused else "portable"
+    return False, int8_kernels
 
 
 def read_export_metadata(path):
@@ -265,7 +267,8 @@ def describe_export(path):
     if metadata.get("jit_compile"):
         lines.append(
             "  the model runs as one XLA-compiled function: the serving process compiles it once per input "
-            f"shape (text batches cut to multiples of {metadata['xla_length_multiple']} tokens)"
+            f"shape (text batches cut to multiples of {metadata['xla_length_multiple']} tokens; each batch size "
+            "is a shape of its own)"
         )
     return "\n".join(lines)
 

@@ -58,7 +58,13 @@ def xla_serving(length_multiple=XLA_LENGTH_MULTIPLE):
 def serving_call(model, features):
     """`model(features, training=False)` in a serving graph; inside
     `xla_serving()` through one XLA-compiled function per model, shared by
-    all the signatures traced there."""
+    all the signatures traced there.
+
+    Example (inside a signature's body):
+    ```python
+    logits = serving_call(model, trim_padding(as_int32(features)))
+    ```
+    """
     state = getattr(_tracing, "xla", None)
     if state is None:
         return model(features, training=False)

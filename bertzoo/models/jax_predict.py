@@ -9,26 +9,35 @@ bookkeeping costs more than the forward pass itself at small batches
 32 x 128: 13.9 ms per `predict_on_batch` against 5.9 ms for the compiled
 forward pass alone).
 
-Inference changes no variable (no dropout, no statistics), so bertzoo's
-models run `predict_on_batch` there as one cached `jax.jit` of
+bertzoo's models run `predict_on_batch` there as one cached `jax.jit` of
 `stateless_call(..., training=False)` that reads the variables' current
 values and returns the outputs only: the same numbers as Keras's step, the
 variables left as they are. Keras's own path still runs whenever this one
 might differ: another backend, `run_eagerly`, `jit_compile=False`, a
-distribution (sharded state), or a layer not built yet.
+distribution (sharded state), a layer not built yet, a subclass with its
+own `predict_step`, or a model whose inference updates a variable (found
+when the forward is traced).
 """
 
 import keras
 import numpy as np
 
+from bertzoo.utils import private_api
+
 
 def _applies(model):
-    if model.run_eagerly or not model.jit_compile:
+    if model.run_eagerly or not model.jit_compile or getattr(model, "_jitted_forward", None) is False:
         return False
     if keras.distribution.distribution() is not None:
         return False
+    if type(model).predict_step is not keras.Model.predict_step:
+        return False
     # The layers the forward pass runs (a task's preprocessor is not one of them).
     return model.built and all(layer.built for layer in model.layers)
+
+
+class _UpdatesVariables(Exception):
+    """Raised while tracing a forward pass that assigns a variable."""
 
 
 class JaxPredictOnBatchMixin:
@@ -56,16 +65,24 @@ class JaxPredictOnBatchMixin:
             return super().predict_on_batch(x)
         import jax
 
-        # Variables purged during `fit` (a callback predicting) come back first.
-        self.jax_state_sync()
+        if private_api.jax_variables_held_by_trainer(self):
+            self.jax_state_sync()  # A callback predicting during `fit`.
         forward = getattr(self, "_jitted_forward", None)
         if forward is None:
 
             def stateless_forward(trainable, non_trainable, inputs):
-                return self.stateless_call(trainable, non_trainable, inputs, training=False)[0]
+                outputs, updated = self.stateless_call(trainable, non_trainable, inputs, training=False)
+                if any(new is not old for new, old in zip(updated, non_trainable)):
+                    raise _UpdatesVariables()
+                return outputs
 
             forward = self._jitted_forward = jax.jit(stateless_forward)
-        outputs = forward(
-            [v.value for v in self.trainable_variables], [v.value for v in self.non_trainable_variables], x
-        )
-        return keras.tree.map_structure(np.asarray, outputs)
+        try:
+            outputs = forward(
+                [v.value for v in self.trainable_variables], [v.value for v in self.non_trainable_variables], x
+            )
+        except _UpdatesVariables:
+            self._jitted_forward = False  # Keras's path from now on: it assigns the updates.
+            return super().predict_on_batch(x)
+        # Writable copies, as Keras returns (`np.asarray` would give read-only views).
+        return keras.tree.map_structure(np.array, outputs)

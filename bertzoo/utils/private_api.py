@@ -310,6 +310,18 @@ def in_stateless_scope():
     return bool(active())
 
 
+def jax_variables_held_by_trainer(model):
+    """Whether Keras's JAX trainer holds `model`'s variable values (during
+    `fit`/`evaluate`/`predict` it moves them out of the variables to save
+    memory; `jax_state_sync()` puts them back).
+
+    Private: `KerasVariable._value` (None while moved out). Fallback: False
+    (the variables are read as they are).
+    """
+    variables = model.trainable_variables or model.non_trainable_variables
+    return bool(variables) and getattr(variables[0], "_value", 0) is None
+
+
 def carry_jax_step_values(trainer, variables, values_scope):
     """Threads `variables` (non-trainable variables of `trainer`) through
     `trainer`'s JAX train step: the step runs inside `values_scope(values)`,
