@@ -25,6 +25,7 @@ from bertzoo.datasets import synthetic_sentiment
 from bertzoo.export import custom_ops
 from bertzoo.export import describe_export
 from bertzoo.export import read_export_metadata
+from bertzoo.export.serving import batch_bucket
 from bertzoo.layers.dense import portable_kernels
 from bertzoo.text import BertPreprocessor
 from bertzoo.text import BertTokenizer
@@ -387,6 +388,17 @@ def test_int8_exports_serve_under_xla_where_predict_runs_xla(trained, tmp_path, 
     assert metadata["int8_kernels"] == "portable" and "_QuantizedMatMul" not in (metadata["custom_ops"] or [])
     assert b"_XlaMustCompile" in (path / "saved_model.pb").read_bytes()
     assert "XLA-compiled function" in describe_export(path) and "multiples of 16 tokens" in describe_export(path)
+    assert [int(batch_bucket(tf.constant(n))) for n in (0, 1, 3, 8, 9, 24, 32, 33, 100)] == [
+        1,
+        1,
+        4,
+        8,
+        16,
+        32,
+        32,
+        64,
+        128,
+    ]
     model.compile(jit_compile=True)  # What predict runs when the measurement picks XLA.
     reference = model.predict(sentences, verbose=0)
     served = tf.saved_model.load(str(path))
@@ -397,6 +409,10 @@ def test_int8_exports_serve_under_xla_where_predict_runs_xla(trained, tmp_path, 
     np.testing.assert_allclose(
         served.signatures["serving_tokenized"](**ids)["logits"].numpy(), reference[:3], atol=1e-4
     )
+    # Batches run padded to their bucket (24 -> 32 above, 3 -> 4 here); the padding rows are dropped.
+    three = served.signatures["serving_default"](text=tf.constant(sentences[:3]))["logits"].numpy()
+    np.testing.assert_allclose(three, reference[:3], atol=1e-4)
+    assert served.signatures["serving_default"](text=tf.constant([], tf.string))["logits"].shape == (0, 2)
     # A float model is served without XLA unless asked; bad combinations are refused.
     assert (
         read_export_metadata(bertzoo.export_saved_model(trained, tmp_path / "float", pairs=False))["jit_compile"]

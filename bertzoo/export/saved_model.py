@@ -104,11 +104,12 @@ def export_saved_model(
         jit_compile: run the model in the serving graph as one XLA-compiled
             function (`tf.function(jit_compile=True)`, kept in the
             SavedModel). The serving process compiles it once per input
-            shape it meets: text batches are cut to multiples of 16 tokens
-            (at most 8 lengths for 128-token inputs), but each batch size,
-            and each `serving_tokenized` length, is a shape of its own; pad
-            requests to a few batch sizes (e.g. TensorFlow Serving's
-            `allowed_batch_sizes`). `"auto"`: for quantized models, XLA when
+            shape it meets, so shapes are bucketed: batches are padded to
+            1, 2, 4, ..., 32 rows, then multiples of 32
+            (`bertzoo.export.serving.batch_bucket`), and text batches cut to
+            multiples of 16 tokens (at most 8 lengths for 128-token inputs;
+            `serving_tokenized` keeps the length it is sent). `"auto"`: for
+            quantized models, XLA when
             bertzoo's fast-path measurement on this machine picks it for the
             model's `predict` (`bertzoo.explain_fast_path(model)`), so the
             export serves the path `predict` runs; float models serve
@@ -267,8 +268,8 @@ def describe_export(path):
     if metadata.get("jit_compile"):
         lines.append(
             "  the model runs as one XLA-compiled function: the serving process compiles it once per input "
-            f"shape (text batches cut to multiples of {metadata['xla_length_multiple']} tokens; each batch size "
-            "is a shape of its own)"
+            f"shape (batches padded to 1, 2, 4, ..., 32 rows, then multiples of 32; text batches cut to "
+            f"multiples of {metadata['xla_length_multiple']} tokens)"
         )
     return "\n".join(lines)
 

@@ -16,8 +16,8 @@ are float32.
 
 Signatures call the model through `serving_call`; inside `xla_serving()` that
 call is one XLA-compiled function (compiled per input shape by the serving
-process), and text batches are cut to a multiple of `XLA_LENGTH_MULTIPLE`
-tokens so that few shapes arise.
+process): batches are padded to `batch_bucket` rows and text batches cut to
+a multiple of `XLA_LENGTH_MULTIPLE` tokens, so that few shapes arise.
 """
 
 import contextlib
@@ -72,7 +72,35 @@ def serving_call(model, features):
     if function is None:
         function = tf.function(lambda inputs: model(inputs, training=False), jit_compile=True, autograph=False)
         state["functions"][id(model)] = function
-    return function(features)
+    # Each batch size is a shape XLA compiles for: rows of zeros (padding
+    # only) fill the batch up to `batch_bucket`, and their outputs are dropped.
+    batch = tf.shape(tf.nest.flatten(features)[0])[0]
+    extra = batch_bucket(batch) - batch
+
+    def pad(t):
+        return tf.pad(t, tf.concat([[[0, extra]], tf.zeros([tf.rank(t) - 1, 2], tf.int32)], axis=0))
+
+    outputs = function(tf.nest.map_structure(pad, features))
+    return tf.nest.map_structure(lambda t: t[:batch], outputs)
+
+
+def batch_bucket(batch):
+    """The batch size an XLA serving call runs `batch` rows as: the next
+    power of two up to 32, then the next multiple of 32 (so a server
+    compiles for few batch sizes; at most 2x the rows below 32, a few
+    percent above).
+
+    Example:
+    ```python
+    [int(batch_bucket(tf.constant(n))) for n in (1, 3, 24, 33)]
+    # [1, 4, 32, 64]
+    ```
+    """
+    batch = tf.maximum(batch, 1)
+    power = tf.cast(2.0 ** tf.math.ceil(tf.math.log(tf.cast(batch, tf.float32)) / tf.math.log(2.0)), tf.int32)
+    # Guards the float rounding of exact powers (e.g. log2(8) = 3.0000002).
+    power = tf.where(power // 2 >= batch, power // 2, power)
+    return tf.where(batch <= 32, power, (batch + 31) // 32 * 32)
 
 
 def classification_outputs(outputs, class_names=None, activation=None):
