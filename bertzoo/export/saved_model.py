@@ -227,8 +227,8 @@ def _serving_kernels(model, quantized, jit_compile, int8_kernels):
     `export_saved_model`; the arguments are checked already)."""
     if jit_compile == "auto":
         # Quantized models serve the path `predict` takes here (measured, or cached).
-        measured = bool(quantized) and int8_kernels == "auto"
-        jit_compile = measured and bool(default_jit_compile(model, mode="predict"))
+        follows_predict = bool(quantized) and int8_kernels == "auto"
+        jit_compile = follows_predict and bool(default_jit_compile(model, mode="predict"))
     if jit_compile:
         return True, "portable"  # The fused kernel never runs under XLA.
     if int8_kernels == "auto":

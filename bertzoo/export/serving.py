@@ -96,11 +96,10 @@ def batch_bucket(batch):
     # [1, 4, 32, 64]
     ```
     """
-    batch = tf.maximum(batch, 1)
-    power = tf.cast(2.0 ** tf.math.ceil(tf.math.log(tf.cast(batch, tf.float32)) / tf.math.log(2.0)), tf.int32)
-    # Guards the float rounding of exact powers (e.g. log2(8) = 3.0000002).
-    power = tf.where(power // 2 >= batch, power // 2, power)
-    return tf.where(batch <= 32, power, (batch + 31) // 32 * 32)
+    powers = tf.constant([1, 2, 4, 8, 16, 32])
+    batch = tf.maximum(tf.cast(batch, tf.int32), 1)
+    smallest_power = tf.gather(powers, tf.minimum(tf.searchsorted(powers, tf.reshape(batch, [1]))[0], 5))
+    return tf.where(batch <= 32, smallest_power, (batch + 31) // 32 * 32)
 
 
 def classification_outputs(outputs, class_names=None, activation=None):
