@@ -430,10 +430,11 @@ WITHOUT_TENSORFLOW = textwrap.dedent(
     features = {k: np.asarray(v, "int32") for k, v in features.items()}
     backbone = bertzoo.BertBackbone.from_preset(preset)
     report = {"sequence_output": np.asarray(backbone.predict_on_batch(features)["sequence_output"]).tolist()}
+    keras.utils.set_random_seed(0)  # The head's initial weights and the dropout masks.
     model = bertzoo.BertClassifier(backbone, 2, preprocessor=None)
     model.compile(optimizer=keras.optimizers.Adam(1e-3))
     labels = np.arange(len(features["token_ids"])) % 2
-    report["losses"] = model.fit(features, labels, batch_size=8, epochs=3, shuffle=False, verbose=0).history["loss"]
+    report["losses"] = model.fit(features, labels, batch_size=8, epochs=8, shuffle=False, verbose=0).history["loss"]
     report["int8_logits"] = bertzoo.quantize(model, "int8").predict(features, verbose=0).tolist()
     smoothed = bertzoo.quantize(model, "int8", calibration=features)  # Calibrated on token ids.
     report["smoothed_logits"] = smoothed.predict(features, verbose=0).tolist()
@@ -489,7 +490,7 @@ def test_models_run_without_tensorflow_installed(backend, tensorflow_run, tmp_pa
     np.testing.assert_allclose(
         np.asarray(report["sequence_output"]), tensorflow_run["outputs"]["sequence_output"], atol=2e-5, rtol=1e-4
     )
-    assert report["losses"][-1] < report["losses"][0]
+    assert report["losses"][-1] < report["losses"][0] - 0.05, report["losses"]  # It learns, not drifts.
     for key in ("int8_logits", "smoothed_logits"):
         assert np.isfinite(report[key]).all() and np.shape(report[key]) == (len(TEXTS), 2)
     assert "`tensorflow_text` is not installed" in report["tokenizer_error"]

@@ -36,6 +36,7 @@ SCRIPT = textwrap.dedent(
     import numpy as np
     import bertzoo
     import bertzoo.utils.device
+    from bertzoo.models.optimizers import AdamW
 
     preset, out = sys.argv[1], sys.argv[2]
     texts = [f"review number {i} was {'great' if i % 2 else 'awful'}" for i in range(16)]
@@ -60,6 +61,21 @@ SCRIPT = textwrap.dedent(
     two = tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"])
     report["one"] = train(tf.distribute.get_strategy())
     report["two"] = train(two)
+
+    # Clipping by global norm: a bound small enough to clip every step. The
+    # largest weight difference between one device and two replicas, for
+    # bertzoo's AdamW and for Keras's (which clips each replica's share).
+    def clipped_weights(strategy, optimizer_class):
+        with strategy.scope():
+            model = bertzoo.BertClassifier.from_preset(preset)
+            optimizer = optimizer_class(1e-3, weight_decay=0.01, global_clipnorm=1e-3)
+            model.compile(optimizer=optimizer, jit_compile=False)
+        model.fit(texts, labels, batch_size=8, epochs=1, shuffle=False, verbose=0)
+        return model.get_weights()
+
+    for name, optimizer_class in (("bertzoo", AdamW), ("keras", keras.optimizers.AdamW)):
+        pairs = zip(clipped_weights(tf.distribute.get_strategy(), optimizer_class), clipped_weights(two, optimizer_class))
+        report[f"clipped_{name}"] = max(float(np.max(np.abs(a - b))) for a, b in pairs)
 
     # bertzoo's policy under the strategy.
     records = []
@@ -132,6 +148,14 @@ def test_two_logical_cpu_replicas_follow_the_single_device_loss_trajectory(mirro
     assert np.ptp(losses_one) > 1e-3
     for a, b in zip(head_one, head_two):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-6)
+
+
+def test_global_norm_clipping_under_two_replicas_clips_the_summed_gradient(mirrored):
+    # bertzoo's AdamW (what `bert_optimizer` builds) takes the same steps on
+    # two replicas as on one device; Keras's own AdamW, which clips each
+    # replica's gradient before the replicas are summed, does not.
+    assert mirrored["clipped_bertzoo"] < 1e-6
+    assert mirrored["clipped_keras"] > 1e-4
 
 
 def test_auto_turns_xla_off_under_two_replicas_with_a_logged_reason(mirrored):

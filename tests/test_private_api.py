@@ -125,6 +125,24 @@ def test_route_gradient_application_runs_the_step_or_hands_it_back():
     assert int(optimizer.iterations.numpy()) == 2
 
 
+def test_route_gradient_clipping_clips_or_hands_it_back():
+    def clip(optimizer, grads):
+        return [g * 0.0 for g in grads] if optimizer.mine else None
+
+    @private_api.route_gradient_clipping(clip)
+    class Routed(keras.optimizers.SGD):
+        mine = True
+
+    variable = keras.Variable(np.ones(3, "float32"))
+    optimizer = Routed(0.5, global_clipnorm=1.0)
+    optimizer.apply_gradients([(np.full(3, 4.0, "float32"), variable)])
+    np.testing.assert_allclose(variable.numpy(), 1.0)  # The routed clipping zeroed the gradient.
+    Routed.mine = False
+    optimizer.apply_gradients([(np.full(3, 4.0, "float32"), variable)])
+    # Keras's clipping: the gradient (norm 4 * sqrt(3)) scaled to norm 1.
+    np.testing.assert_allclose(variable.numpy(), 1.0 - 0.5 / np.sqrt(3), rtol=1e-6)
+
+
 def test_in_stateless_scope_only_inside_one():
     assert not private_api.in_stateless_scope()
     with keras.StatelessScope():

@@ -57,6 +57,36 @@ def _apply_fused_step(optimizer, grads, variables):
     return True
 
 
+def _clip_across_replicas(optimizer, grads):
+    """Global-norm clipping of the gradient summed over `tf.distribute`
+    replicas, what one device computes; None (Keras's clipping) elsewhere.
+
+    Keras clips each replica's gradient before the replicas' gradients are
+    summed, so under `MirroredStrategy` `global_clipnorm=1` bounds each
+    replica's share, not the step. Here the replicas' gradients are summed
+    first (one extra all-reduce of the gradients, only when clipping by
+    global norm under several replicas), Keras's clip factor is computed from
+    the sum's norm, and every replica's gradient is multiplied by that one
+    factor: Keras's own all-reduce then sums them to the clipped sum."""
+    if keras.backend.backend() != "tensorflow" or not optimizer.global_clipnorm:
+        return None
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync < 2:
+        return None
+    present = [g for g in grads if g is not None]
+    summed = context.all_reduce(tf.distribute.ReduceOp.SUM, present)
+    # Keras's clip_by_global_norm on the sum: an embedding's sparse gradient
+    # squared slice by slice (the replicas' slices side by side), min(1,
+    # clipnorm / norm), NaN for a non-finite norm.
+    parts = [g.values if isinstance(g, tf.IndexedSlices) else g for g in summed]
+    norm = tf.sqrt(tf.reduce_sum(tf.stack([tf.reduce_sum(tf.square(tf.cast(p, tf.float32))) for p in parts])))
+    clip = optimizer.global_clipnorm
+    scale = clip * tf.minimum(1.0 / norm, 1.0 / clip) + (norm - norm)
+
+    # As Keras's clipping does, `gradient * scale`: a sparse gradient becomes dense.
+    return [g * tf.cast(scale, g.dtype) if g is not None else None for g in grads]
+
+
 def _tf_variable(variable):
     return variable.value if isinstance(variable, keras.Variable) else variable
 
@@ -103,6 +133,7 @@ def _adamw_kernel(optimizer):
     return adamw_step
 
 
+@private_api.route_gradient_clipping(clip=_clip_across_replicas)
 @private_api.route_gradient_application(apply_step=_apply_fused_step)
 @keras.saving.register_keras_serializable(package="bertzoo")
 class AdamW(keras.optimizers.AdamW):
@@ -127,6 +158,10 @@ class AdamW(keras.optimizers.AdamW):
     release exposes what it needs (`private_api.route_gradient_application`,
     `adam_moments`, `weight_decay_applies`); everything else (JAX, torch,
     replicas, other dtypes and options) runs Keras's step unchanged.
+
+    Under a `tf.distribute` strategy with several replicas, `global_clipnorm`
+    clips the gradient summed over the replicas, as on one device (Keras
+    clips each replica's share; `_clip_across_replicas`).
 
     Example:
     ```python

@@ -295,6 +295,39 @@ def route_gradient_application(apply_step):
     return decorate
 
 
+def route_gradient_clipping(clip):
+    """A class decorator for Keras optimizers: each step's gradient clipping
+    goes through `clip(optimizer, grads)`, which returns the clipped
+    gradients, or None to hand the clipping back to Keras's own code.
+
+    Private: `BaseOptimizer._clip_gradients`, which Keras's step calls on the
+    gradients (per replica, under a `tf.distribute` strategy) before the
+    weight decay and the update. Fallback: with a Keras that has no such
+    method the class is left unchanged (Keras's own clipping), logged once.
+
+    Example:
+    ```python
+    @route_gradient_clipping(my_clip)
+    class MyAdamW(keras.optimizers.AdamW): ...
+    ```
+    """
+    hook = "_clip_gradients"
+
+    def decorate(optimizer_class):
+        if not callable(getattr(keras.optimizers.Optimizer, hook, None)):
+            logger.info("Keras has no Optimizer.%s: %s keeps Keras's own clipping.", hook, optimizer_class.__name__)
+            return optimizer_class
+
+        def clip_gradients(self, grads):
+            clipped = clip(self, grads)
+            return getattr(super(optimizer_class, self), hook)(grads) if clipped is None else clipped
+
+        setattr(optimizer_class, hook, clip_gradients)
+        return optimizer_class
+
+    return decorate
+
+
 def in_stateless_scope():
     """Whether Keras is inside a `keras.StatelessScope` (as in a JAX train
     step), where assigning a variable records the new value instead of
