@@ -31,6 +31,7 @@ import re
 import sys
 
 LIBRARIES = ("bertzoo", "keras_hub")
+MEASURES = ("train_on_batch", "train_on_batch_default", "gradients", "gradients_no_dropout", "forward")
 
 
 def program_summary(compiled):
@@ -49,10 +50,10 @@ def program_summary(compiled):
     }
 
 
-def gradient_candidates(library, model, inputs, labels):
+def gradient_candidates(library, model, inputs, labels, measures=MEASURES):
     """`(candidates, summaries)`: jitted forward and forward+backward
-    passes of `model`'s loss on device-resident inputs, and what each
-    gradient program compiled to."""
+    passes of `model`'s loss on device-resident inputs (those of `measures`),
+    and what each gradient program compiled to."""
     import jax
     import keras
 
@@ -80,6 +81,8 @@ def gradient_candidates(library, model, inputs, labels):
 
     candidates, summaries = {}, {}
     for measure, function in programs.items():
+        if measure not in measures:
+            continue
         compiled = function.lower(trainable, frozen, x, y).compile()
         if measure.startswith("gradients"):
             summaries[measure] = program_summary(compiled)
@@ -94,6 +97,7 @@ def main(argv=None):
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--dtype", default="bfloat16", help="float32, bfloat16 or float16")
     parser.add_argument("--libraries", default=",".join(LIBRARIES), help=f"any of {', '.join(LIBRARIES)}")
+    parser.add_argument("--measures", default=",".join(MEASURES), help=f"any of {', '.join(MEASURES)}")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--results", default=None, help="results file (default: benchmarks/results.jsonl)")
@@ -111,6 +115,9 @@ def main(argv=None):
     unknown = sorted(set(libraries) - set(LIBRARIES))
     if unknown or not libraries:
         raise SystemExit(f"--libraries {args.libraries!r}: choose from {list(LIBRARIES)}.")
+    measures = [name for name in args.measures.split(",") if name]
+    if sorted(set(measures) - set(MEASURES)) or not measures:
+        raise SystemExit(f"--measures {args.measures!r}: choose from {list(MEASURES)}.")
     os.environ["KERAS_BACKEND"] = "jax"
 
     import numpy as np
@@ -128,10 +135,11 @@ def main(argv=None):
         library = library_classes[name]()
         model = library.prepare("training", args.dtype, config)[1]
         shared_recipe(model, True)
-        candidates[f"{name} train_on_batch"] = lambda m=model: m.train_on_batch(inputs, labels)
-        found, summaries[name] = gradient_candidates(name, model, inputs, labels)
+        if "train_on_batch" in measures:
+            candidates[f"{name} train_on_batch"] = lambda m=model: m.train_on_batch(inputs, labels)
+        found, summaries[name] = gradient_candidates(name, model, inputs, labels, measures)
         candidates.update(found)
-        if name == "bertzoo":
+        if name == "bertzoo" and "train_on_batch_default" in measures:
             default = library.prepare("training", args.dtype, config)[1]
             library.compile_for_training(default, True)  # bertzoo's own defaults.
             candidates["bertzoo train_on_batch_default"] = lambda m=default: m.train_on_batch(inputs, labels)
