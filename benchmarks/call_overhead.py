@@ -159,24 +159,11 @@ def main(argv=None):
             if torch_model is not None:
                 candidates.update(torch_candidates(torch_model, inputs, torch_peer))
             timings = harness.time_interleaved(candidates, runs=args.runs, warmup=args.warmup)
-            timed = []
-            for name, timing in timings.items():
-                library, measure = name.split(" ")
-                timed.append(
-                    {
-                        "library": library,
-                        "measure": measure,
-                        "dtype": dtype,
-                        "device": device,
-                        "preset": args.preset,
-                        "batch": batch,
-                        "length": args.length,
-                        "median_ms": round(1000 * timing["median_s"], 2),
-                        "min_ms": round(1000 * timing["min_s"], 2),
-                        "runs": args.runs,
-                        **({"int8_matmuls": hlo[library]} if library in hlo else {}),
-                    }
-                )
+            fields = {"dtype": dtype, "device": device, "preset": args.preset, "batch": batch, "length": args.length}
+            timed = harness.library_measure_rows(timings, args.runs, **fields)
+            for row in timed:
+                if row["library"] in hlo:
+                    row["int8_matmuls"] = hlo[row["library"]]
             # Recorded as soon as timed: a run cut off keeps what it finished.
             harness.append_results("call_overhead", timed, command, path=path)
             harness.print_table(timed, ["dtype", "batch", "library", "measure", "median_ms", "min_ms"])

@@ -59,8 +59,8 @@ step 120 python3 -m benchmarks.call_overhead --preset "$PRESET" --batches 32,256
     --results "$OUT/results.jsonl"
 bench 150 --models bertzoo_jax,keras_hub_jax,transformers --modes inference --dtypes float32,bfloat16
 bench 100 --models bertzoo_jax,keras_hub_jax,transformers --modes training --dtypes bfloat16
-step 150 python3 -m benchmarks.training_gap --preset "$PRESET" --batch 32 --dtype bfloat16 --runs 10 \
-    --results "$OUT/results.jsonl"
+step 200 python3 -m benchmarks.training_gap --preset "$PRESET" --batch 32 --dtype bfloat16 --runs 10 \
+    --measures train_on_batch,train_on_batch_default,gradients --results "$OUT/results.jsonl"
 probe torch 60
 bench 100 --models bertzoo_torch --modes inference,training --dtypes bfloat16
 bench 70 --models bertzoo_jax,keras_hub_jax --modes inference --dtypes int8

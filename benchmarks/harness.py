@@ -127,6 +127,33 @@ def time_interleaved(candidates, runs=5, warmup=2, on_warm=None):
     }
 
 
+def library_measure_rows(timings, runs, **fields):
+    """Rows for `time_interleaved` results named "library measure": each
+    row's library and measure, then `fields`, the median and fastest call in
+    ms and the number of timed runs.
+
+    Example:
+    ```python
+    rows = library_measure_rows({"bertzoo forward": {"median_s": 0.01, "min_s": 0.009}}, runs=5, batch=8)
+    # [{"library": "bertzoo", "measure": "forward", "batch": 8, "median_ms": 10.0, "min_ms": 9.0, "runs": 5}]
+    ```
+    """
+    rows = []
+    for name, timing in timings.items():
+        library, measure = name.split(" ")
+        rows.append(
+            {
+                "library": library,
+                "measure": measure,
+                **fields,
+                "median_ms": round(1000 * timing["median_s"], 2),
+                "min_ms": round(1000 * timing["min_s"], 2),
+                "runs": runs,
+            }
+        )
+    return rows
+
+
 def median_ms(timings):
     """`{name: median milliseconds}` of `time_interleaved`'s result."""
     return {name: 1000.0 * t["median_s"] for name, t in timings.items()}

@@ -3,9 +3,9 @@ classifier against keras-hub's (same configuration and weights), step by
 step, so a gap between the two can be placed.
 
 For each library, timed interleaved in one process (`harness.time_interleaved`):
-- `train_on_batch`: Keras's whole step with the peer benchmark's shared
-  recipe (Keras's AdamW, weight decay 0.01, global-norm clipping at 1, each
-  library's default accuracy metric), what `benchmarks.run` times;
+- `train_on_batch`: Keras's whole step with the recipe `benchmarks.run`
+  gives keras-hub (Keras's AdamW, weight decay 0.01, global-norm clipping
+  at 1, each library's default accuracy metric), for both libraries;
 - `gradients`: the model's forward and backward pass alone, one jitted
   `jax.value_and_grad` of the loss over `stateless_call(training=True)`
   (dropout on), inputs already on the device: no optimizer, no metric, no
@@ -14,10 +14,13 @@ For each library, timed interleaved in one process (`harness.time_interleaved`):
   training-only layer, so this is the step without dropout);
 - `forward`: the loss alone, `training=True`;
 and for bertzoo also `train_on_batch_default`: its own default recipe
-(`bert_optimizer`, warm-up schedule).
+(`bert_optimizer`: the same AdamW with a warm-up schedule), what
+`benchmarks.run` times for bertzoo.
 
 For each gradient program it records what XLA compiled: its own cost
-estimate (FLOPs, bytes accessed), the library calls it made (cuBLAS(Lt)
+estimate (FLOPs, bytes accessed) of the operations it emits itself (library
+calls such as cuBLAS GEMMs and cuDNN attention are not counted, so compare
+it only between programs with the same library calls), the library calls it made (cuBLAS(Lt)
 GEMMs, cuDNN attention; `call_overhead.hlo_matmul_summary`) and the number
 of fusions. Rows go to `benchmarks/results.jsonl` (benchmark "training_gap").
 
@@ -146,24 +149,10 @@ def main(argv=None):
 
     device = peers.BertzooJax().device()
     timings = harness.time_interleaved(candidates, runs=args.runs, warmup=args.warmup)
-    rows = []
-    for name, timing in timings.items():
-        library, measure = name.split(" ")
-        rows.append(
-            {
-                "library": library,
-                "measure": measure,
-                "dtype": args.dtype,
-                "device": device,
-                "preset": args.preset,
-                "batch": args.batch,
-                "length": args.length,
-                "median_ms": round(1000 * timing["median_s"], 2),
-                "min_ms": round(1000 * timing["min_s"], 2),
-                "runs": args.runs,
-                **summaries[library].get(measure, {}),
-            }
-        )
+    fields = {"dtype": args.dtype, "device": device, "preset": args.preset, "batch": args.batch, "length": args.length}
+    rows = harness.library_measure_rows(timings, args.runs, **fields)
+    for row in rows:
+        row.update(summaries[row["library"]].get(row["measure"], {}))
     path = args.results or harness.RESULTS_FILE
     command = harness.command_line("benchmarks.training_gap", sys.argv[1:] if argv is None else argv)
     harness.append_results("training_gap", rows, command, path=path)

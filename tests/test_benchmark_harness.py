@@ -42,6 +42,34 @@ def test_no_warmup_has_no_first_call_time_and_runs_must_be_positive():
         harness.time_interleaved({"f": lambda: None}, runs=0)
 
 
+def test_library_measure_rows_split_the_names_and_round_to_milliseconds():
+    timings = {
+        "bertzoo forward": {"median_s": 0.0123456, "min_s": 0.01},
+        "keras_hub forward": {"median_s": 0.02, "min_s": 0.015},
+    }
+    rows = harness.library_measure_rows(timings, 7, batch=8, dtype="bfloat16")
+    assert rows == [
+        {
+            "library": "bertzoo",
+            "measure": "forward",
+            "batch": 8,
+            "dtype": "bfloat16",
+            "median_ms": 12.35,
+            "min_ms": 10.0,
+            "runs": 7,
+        },
+        {
+            "library": "keras_hub",
+            "measure": "forward",
+            "batch": 8,
+            "dtype": "bfloat16",
+            "median_ms": 20.0,
+            "min_ms": 15.0,
+            "runs": 7,
+        },
+    ]
+
+
 def test_token_batch_is_full_length_with_two_segments():
     batch = harness.token_batch(3, 8, 50)
     assert {k: v.shape for k, v in batch.items()} == {k: (3, 8) for k in ("token_ids", "segment_ids", "padding_mask")}

@@ -153,7 +153,9 @@ def test_short_nsp_training_lowers_the_loss(preprocessor):
     model = bertzoo.BertPretrainer(tiny_backbone(), preprocessor, sentence_objective="nsp")
     model.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=False)
     first, second, labels = bertzoo.sentence_pairs(DOCUMENTS, "nsp", seed=0)
-    history = model.fit((first, second), labels, batch_size=16, epochs=4, verbose=0).history
+    # 6 epochs: the masks drawn in tf.data follow the seeds of earlier tests in
+    # the same process, and after 4 the MLM loss had fallen 0.48-0.7 (0.8-1.0 after 6).
+    history = model.fit((first, second), labels, batch_size=16, epochs=6, verbose=0).history
     assert history["mlm_loss"][-1] < history["mlm_loss"][0] - 0.5
     assert history["loss"][-1] < history["loss"][0] - 0.5
     assert 0 <= history["mlm_accuracy"][-1] <= 1

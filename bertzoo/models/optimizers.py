@@ -68,7 +68,7 @@ def _clip_across_replicas(optimizer, grads):
     global norm under several replicas), Keras's clip factor is computed from
     the sum's norm, and every replica's gradient is multiplied by that one
     factor: Keras's own all-reduce then sums them to the clipped sum."""
-    if keras.backend.backend() != "tensorflow" or not optimizer.global_clipnorm:
+    if keras.backend.backend() != "tensorflow" or not (optimizer.global_clipnorm or 0) > 0:
         return None
     context = tf.distribute.get_replica_context()
     if context is None or context.num_replicas_in_sync < 2:
@@ -157,9 +157,8 @@ class AdamW(keras.optimizers.AdamW):
     `clipnorm` or `clipvalue`, gradient accumulation or EMA, when this Keras
     release exposes what it needs (`private_api.route_gradient_application`,
     `adam_moments`, `weight_decay_applies`); everything else (JAX, torch,
-    replicas, other dtypes and options) runs Keras's step unchanged.
-
-    Under a `tf.distribute` strategy with several replicas, `global_clipnorm`
+    replicas, other dtypes and options) runs Keras's step, with one change
+    under a `tf.distribute` strategy of several replicas: `global_clipnorm`
     clips the gradient summed over the replicas, as on one device (Keras
     clips each replica's share; `_clip_across_replicas`).
 

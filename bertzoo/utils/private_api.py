@@ -303,7 +303,8 @@ def route_gradient_clipping(clip):
     Private: `BaseOptimizer._clip_gradients`, which Keras's step calls on the
     gradients (per replica, under a `tf.distribute` strategy) before the
     weight decay and the update. Fallback: with a Keras that has no such
-    method the class is left unchanged (Keras's own clipping), logged once.
+    method the class is left unchanged (Keras's own clipping, per replica
+    under a strategy: a warning, since results then differ there).
 
     Example:
     ```python
@@ -315,7 +316,11 @@ def route_gradient_clipping(clip):
 
     def decorate(optimizer_class):
         if not callable(getattr(keras.optimizers.Optimizer, hook, None)):
-            logger.info("Keras has no Optimizer.%s: %s keeps Keras's own clipping.", hook, optimizer_class.__name__)
+            logger.warning(
+                "Keras has no Optimizer.%s: %s keeps Keras's own clipping (per replica under a tf.distribute strategy).",
+                hook,
+                optimizer_class.__name__,
+            )
             return optimizer_class
 
         def clip_gradients(self, grads):
