@@ -82,7 +82,6 @@ def _clip_across_replicas(optimizer, grads):
     norm = tf.sqrt(tf.reduce_sum(tf.stack([tf.reduce_sum(tf.square(tf.cast(p, tf.float32))) for p in parts])))
     clip = optimizer.global_clipnorm
     scale = clip * tf.minimum(1.0 / norm, 1.0 / clip) + (norm - norm)
-
     # As Keras's clipping does, `gradient * scale`: a sparse gradient becomes dense.
     return [g * tf.cast(scale, g.dtype) if g is not None else None for g in grads]
 

@@ -262,6 +262,26 @@ def adam_moments(optimizer, variable):
         return None
 
 
+def _override_optimizer_method(hook, routed, fallback_log):
+    """A class decorator replacing Keras optimizer method `hook` with
+    `routed(optimizer, keras_method, *args)` (`keras_method`: Keras's own,
+    bound), or, where this Keras has no such method, leaving the class as it
+    is and calling `fallback_log(hook, class_name)` once."""
+
+    def decorate(optimizer_class):
+        if not callable(getattr(keras.optimizers.Optimizer, hook, None)):
+            fallback_log(hook, optimizer_class.__name__)
+            return optimizer_class
+
+        def method(self, *args):
+            return routed(self, getattr(super(optimizer_class, self), hook), *args)
+
+        setattr(optimizer_class, hook, method)
+        return optimizer_class
+
+    return decorate
+
+
 def route_gradient_application(apply_step):
     """A class decorator for Keras optimizers: each step's clipping, weight
     decay and update go through `apply_step(optimizer, grads, variables)`,
@@ -278,21 +298,16 @@ def route_gradient_application(apply_step):
     class MyAdamW(keras.optimizers.AdamW): ...
     ```
     """
-    hook = "_backend_apply_gradients"
 
-    def decorate(optimizer_class):
-        if not callable(getattr(keras.optimizers.Optimizer, hook, None)):
-            logger.info("Keras has no Optimizer.%s: %s keeps Keras's own step.", hook, optimizer_class.__name__)
-            return optimizer_class
+    def routed(optimizer, keras_step, grads, variables):
+        if not apply_step(optimizer, grads, variables):
+            keras_step(grads, variables)
 
-        def apply_gradients(self, grads, trainable_variables):
-            if not apply_step(self, grads, trainable_variables):
-                return getattr(super(optimizer_class, self), hook)(grads, trainable_variables)
-
-        setattr(optimizer_class, hook, apply_gradients)
-        return optimizer_class
-
-    return decorate
+    return _override_optimizer_method(
+        "_backend_apply_gradients",
+        routed,
+        lambda hook, name: logger.info("Keras has no Optimizer.%s: %s keeps Keras's own step.", hook, name),
+    )
 
 
 def route_gradient_clipping(clip):
@@ -312,25 +327,20 @@ def route_gradient_clipping(clip):
     class MyAdamW(keras.optimizers.AdamW): ...
     ```
     """
-    hook = "_clip_gradients"
 
-    def decorate(optimizer_class):
-        if not callable(getattr(keras.optimizers.Optimizer, hook, None)):
-            logger.warning(
-                "Keras has no Optimizer.%s: %s keeps Keras's own clipping (per replica under a tf.distribute strategy).",
-                hook,
-                optimizer_class.__name__,
-            )
-            return optimizer_class
+    def routed(optimizer, keras_clip, grads):
+        clipped = clip(optimizer, grads)
+        return keras_clip(grads) if clipped is None else clipped
 
-        def clip_gradients(self, grads):
-            clipped = clip(self, grads)
-            return getattr(super(optimizer_class, self), hook)(grads) if clipped is None else clipped
-
-        setattr(optimizer_class, hook, clip_gradients)
-        return optimizer_class
-
-    return decorate
+    return _override_optimizer_method(
+        "_clip_gradients",
+        routed,
+        lambda hook, name: logger.warning(
+            "Keras has no Optimizer.%s: %s keeps Keras's own clipping (per replica under a tf.distribute strategy).",
+            hook,
+            name,
+        ),
+    )
 
 
 def in_stateless_scope():
