@@ -6,6 +6,12 @@ BERT with and without the copy of its output to NumPy. Two batch sizes
 show whether a row is bound by per-call overhead (the times barely grow
 with the batch) or by the arithmetic.
 
+With `--kernels N` it also profiles N calls of each candidate that runs on
+the device (JAX's profiler for the Keras models, PyTorch's for its BERT) and
+adds to each row the accelerator's kernel time per call, by kind of kernel
+(`benchmarks.kernel_trace`): whether a gap in wall time is device work or
+time the device sits idle between kernels.
+
 For int8 models it also summarises the compiled program's matmuls (which
 library kernels the int8 products became: cuBLAS(Lt) custom calls, Triton
 GEMM fusions, or plain XLA dots), the question behind "int8 is slower than
@@ -17,6 +23,7 @@ to `benchmarks/results.jsonl` (benchmark "call_overhead").
 
 Usage (from the repository root; it sets `KERAS_BACKEND=jax` itself):
     python -m benchmarks.call_overhead --preset base --batches 32,256 --dtypes bfloat16,int8
+    python -m benchmarks.call_overhead --batches 32 --dtypes bfloat16 --kernels 5   # on a GPU
 """
 
 import argparse
@@ -106,6 +113,28 @@ def torch_candidates(model, inputs, peer):
     return {"transformers eager_to_numpy": to_numpy, "transformers eager_on_device": on_device}
 
 
+def kernel_fields(name, candidate, calls):
+    """The `kernel_trace.summarize` fields of `calls` profiled calls of a
+    candidate named "library measure", or `{}` when the trace has no
+    accelerator kernels (a CPU) or the profiler fails (the reason printed)."""
+    from benchmarks import kernel_trace
+
+    try:
+        if name.startswith("transformers "):
+            kernels = kernel_trace.profile_torch(candidate, calls)
+        else:
+            kernels = kernel_trace.profile_jax(candidate, calls)
+    except Exception as error:  # A profiler missing a library (CUPTI) must not lose the timings.
+        print(f"{name}: no kernel profile ({type(error).__name__}: {error})", flush=True)
+        return {}
+    if not kernels:
+        print(f"{name}: no accelerator kernels in the trace (a CPU run)", flush=True)
+        return {}
+    summary = kernel_trace.summarize(kernels, calls)
+    print(f"{name}: top kernels (name, ms per call, launches per call): {summary['top_kernels']}", flush=True)
+    return summary
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="base")
@@ -115,18 +144,33 @@ def main(argv=None):
     parser.add_argument("--libraries", default=",".join(LIBRARIES), help=f"any of {', '.join(LIBRARIES)}")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument(
+        "--kernels",
+        type=int,
+        default=0,
+        help="profile this many calls of each candidate and record the accelerator's kernel time (0: off)",
+    )
     parser.add_argument("--results", default=None, help="results file (default: benchmarks/results.jsonl)")
     args = parser.parse_args(argv)
+    if args.kernels < 0:
+        raise SystemExit(f"--kernels must be 0 (off) or a number of calls to profile, got {args.kernels}.")
+    libraries = [name for name in args.libraries.split(",") if name]
+    unknown = sorted(set(libraries) - set(LIBRARIES))
+    if unknown:
+        raise SystemExit(f"Unknown libraries {unknown}: choose from {list(LIBRARIES)}.")
+    if args.kernels and "transformers" in libraries and len(libraries) > 1:
+        # Seen on an H100: after PyTorch's profiler has run, JAX's fails
+        # ("CUPTI call error") for the rest of the process.
+        raise SystemExit(
+            "--kernels profiles PyTorch and JAX in separate runs (PyTorch's profiler keeps the GPU's "
+            "tracing library from JAX's): run `--libraries transformers` and `--libraries bertzoo,keras_hub` apart."
+        )
     if "keras" in sys.modules and os.environ.get("KERAS_BACKEND") != "jax":
         raise SystemExit(
             "Run this benchmark in its own process (python -m benchmarks.call_overhead): it needs Keras on JAX."
         )
     os.environ["KERAS_BACKEND"] = "jax"
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # PyTorch shares the GPU.
-    libraries = [name for name in args.libraries.split(",") if name]
-    unknown = sorted(set(libraries) - set(LIBRARIES))
-    if unknown:
-        raise SystemExit(f"Unknown libraries {unknown}: choose from {list(LIBRARIES)}.")
 
     from benchmarks import harness
     from benchmarks import peers
@@ -160,13 +204,22 @@ def main(argv=None):
                 candidates.update(torch_candidates(torch_model, inputs, torch_peer))
             timings = harness.time_interleaved(candidates, runs=args.runs, warmup=args.warmup)
             fields = {"dtype": dtype, "device": device, "preset": args.preset, "batch": batch, "length": args.length}
+            if os.environ.get("XLA_FLAGS"):
+                fields["xla_flags"] = os.environ["XLA_FLAGS"]
             timed = harness.library_measure_rows(timings, args.runs, **fields)
             for row in timed:
                 if row["library"] in hlo:
                     row["int8_matmuls"] = hlo[row["library"]]
+                if args.kernels:
+                    name = f"{row['library']} {row['measure']}"
+                    row.update(kernel_fields(name, candidates[name], args.kernels))
             # Recorded as soon as timed: a run cut off keeps what it finished.
             harness.append_results("call_overhead", timed, command, path=path)
-            harness.print_table(timed, ["dtype", "batch", "library", "measure", "median_ms", "min_ms"])
+            columns = ["dtype", "batch", "library", "measure", "median_ms", "min_ms"]
+            if any("device_ms_per_call" in row for row in timed):
+                columns += ["device_ms_per_call", "kernels_per_call", "short_gaps_ms_per_call", "long_gaps_ms_per_call"]
+                columns += ["matmul_ms", "attention_ms", "copy_ms", "other_ms"]
+            harness.print_table(timed, columns)
             rows.extend(timed)
     print(f"{len(rows)} rows appended to {path}")
     return 0

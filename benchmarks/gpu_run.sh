@@ -57,6 +57,11 @@ python3 -c "import torch, transformers; print('torch', torch.__version__, torch.
 probe jax 60
 step 120 python3 -m benchmarks.call_overhead --preset "$PRESET" --batches 32,256 --dtypes bfloat16 --runs 10 \
     --results "$OUT/results.jsonl"
+# The GPU's kernel time per call (PyTorch's profiler in its own run: it blocks JAX's).
+step 80 python3 -m benchmarks.call_overhead --preset "$PRESET" --batches 32 --dtypes bfloat16 --runs 10 --kernels 5 \
+    --libraries bertzoo,keras_hub --results "$OUT/results.jsonl"
+step 40 python3 -m benchmarks.call_overhead --preset "$PRESET" --batches 32 --dtypes bfloat16 --runs 10 --kernels 5 \
+    --libraries transformers --results "$OUT/results.jsonl"
 bench 150 --models bertzoo_jax,keras_hub_jax,transformers --modes inference --dtypes float32,bfloat16
 bench 100 --models bertzoo_jax,keras_hub_jax,transformers --modes training --dtypes bfloat16
 step 200 python3 -m benchmarks.training_gap --preset "$PRESET" --batch 32 --dtype bfloat16 --runs 10 \

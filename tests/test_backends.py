@@ -152,6 +152,15 @@ SCRIPT = textwrap.dedent(
         lean_model.compile(optimizer=keras.optimizers.SGD(0.5))
         lean_model.fit(features, labels, batch_size=8, epochs=1, verbose=0, callbacks=[PredictEachBatch()])
         trained = lean_model.predict_on_batch(features)
+        keras_trained = keras.Model.predict_on_batch(lean_model, features)
+        # Freezing a layer after the forward pass is traced moves its variables out of
+        # trainable_variables (no retrace: the same number of values): a changed frozen
+        # weight must still reach the layer it belongs to.
+        embeddings = lean_model.backbone.embeddings
+        embeddings.trainable = False
+        table = embeddings.token_embedding.embeddings
+        table.assign(table * 3.0)
+        frozen = lean_model.predict_on_batch(features)
 
         # A model whose inference assigns a variable keeps Keras's path (which writes it back).
         from bertzoo.models.jax_predict import JaxPredictOnBatchMixin
@@ -177,12 +186,14 @@ SCRIPT = textwrap.dedent(
             "own_path_used": getattr(lean_model, "_jitted_forward", None) is not None,
             "before_fit_diff": float(np.abs(lean - keras_before).max()),
             "weights_unchanged": unchanged,
-            "after_fit_diff": float(np.abs(trained - keras.Model.predict_on_batch(lean_model, features)).max()),
+            "after_fit_diff": float(np.abs(trained - keras_trained).max()),
             "moved_by_fit": float(np.abs(trained - lean).max()),
             "in_fit_batches": len(in_fit),
             "last_in_fit_diff": float(np.abs(in_fit[-1] - trained).max()),
             "first_in_fit_moved": float(np.abs(in_fit[0] - lean).max()),
             "writable": bool(trained.flags.writeable),
+            "frozen_diff": float(np.abs(frozen - keras.Model.predict_on_batch(lean_model, features)).max()),
+            "moved_by_frozen_change": float(np.abs(frozen - trained).max()),
             "updating_model_calls": float(keras.ops.convert_to_numpy(counting.layers[-1].calls)),
         }
 
@@ -393,6 +404,8 @@ def test_jax_predict_on_batch_matches_keras_and_follows_training(backend_run):
     # Called from a callback while fit holds the variables: each batch's current weights.
     assert found["in_fit_batches"] == 2 and found["last_in_fit_diff"] == 0.0 and found["first_in_fit_moved"] > 1e-4
     assert found["writable"]  # NumPy copies, as Keras returns.
+    # A layer frozen after tracing: its changed weight is read into the right place.
+    assert found["frozen_diff"] == 0.0 and found["moved_by_frozen_change"] > 1e-3
     assert found["updating_model_calls"] == 2.0  # Both calls' updates kept: Keras's path ran.
 
 

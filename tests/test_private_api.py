@@ -149,6 +149,20 @@ def test_in_stateless_scope_only_inside_one():
         assert private_api.in_stateless_scope()
 
 
+def test_jax_variable_values_are_what_value_reads_with_a_fallback():
+    variables = [keras.Variable(np.arange(3.0), name="a"), keras.Variable(2.0, name="b")]
+    values = private_api.jax_variable_values(variables)
+    assert len(values) == 2
+    for value, variable in zip(values, variables):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(value), keras.ops.convert_to_numpy(variable.value))
+
+    class PublicOnly:  # A variable without the private attribute: read through `.value`.
+        value = np.float32(5.0)
+
+    assert private_api.jax_variable_values([variables[1], PublicOnly()])[1] == 5.0
+    assert private_api.jax_variables_held_by_trainer(None, variables) is False
+
+
 def test_carry_jax_step_values_threads_the_values_through_the_step_state():
     # A stand-in for Keras's JAX trainer: train_step(state, data) -> (logs, state),
     # state = (trainable, non_trainable, optimizer, metrics) values.

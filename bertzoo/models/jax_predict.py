@@ -12,7 +12,11 @@ forward pass alone).
 bertzoo's models run `predict_on_batch` there as one cached `jax.jit` of
 `stateless_call(..., training=False)` that reads the variables' current
 values and returns the outputs only: the same numbers as Keras's step, the
-variables left as they are. Keras's own path still runs whenever this one
+variables left as they are. The host work per call is one walk of the
+layers (`model.variables`, in an order that does not change when a layer
+is frozen) and one read of each variable's array; the split into trainable
+and non-trainable values that `stateless_call` wants is made once, when
+the forward pass is traced. Keras's own path still runs whenever this one
 might differ: another backend, `run_eagerly`, `jit_compile=False`, a
 distribution (sharded state), a layer not built yet, a subclass with its
 own `predict_step`, or a model whose inference updates a variable (found
@@ -65,12 +69,17 @@ class JaxPredictOnBatchMixin:
             return super().predict_on_batch(x)
         import jax
 
-        if private_api.jax_variables_held_by_trainer(self):
+        variables = self.variables
+        if private_api.jax_variables_held_by_trainer(self, variables):
             self.jax_state_sync()  # A callback predicting during `fit`.
         forward = getattr(self, "_jitted_forward", None)
         if forward is None:
 
-            def stateless_forward(trainable, non_trainable, inputs):
+            def stateless_forward(values, inputs):
+                # Runs when traced: the values come in `self.variables`' order.
+                position = {id(v): i for i, v in enumerate(self.variables)}
+                trainable = [values[position[id(v)]] for v in self.trainable_variables]
+                non_trainable = [values[position[id(v)]] for v in self.non_trainable_variables]
                 outputs, updated = self.stateless_call(trainable, non_trainable, inputs, training=False)
                 if any(new is not old for new, old in zip(updated, non_trainable)):
                     raise _UpdatesVariables()
@@ -78,9 +87,7 @@ class JaxPredictOnBatchMixin:
 
             forward = self._jitted_forward = jax.jit(stateless_forward)
         try:
-            outputs = forward(
-                [v.value for v in self.trainable_variables], [v.value for v in self.non_trainable_variables], x
-            )
+            outputs = forward(private_api.jax_variable_values(variables), x)
         except _UpdatesVariables:
             self._jitted_forward = False  # Keras's path from now on: it assigns the updates.
             return super().predict_on_batch(x)

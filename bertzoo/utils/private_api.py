@@ -358,16 +358,33 @@ def in_stateless_scope():
     return bool(active())
 
 
-def jax_variables_held_by_trainer(model):
+def jax_variables_held_by_trainer(model, variables=None):
     """Whether Keras's JAX trainer holds `model`'s variable values (during
     `fit`/`evaluate`/`predict` it moves them out of the variables to save
-    memory; `jax_state_sync()` puts them back).
+    memory; `jax_state_sync()` puts them back). `variables`: the model's
+    variables when the caller has them (saves walking its layers).
 
     Private: `KerasVariable._value` (None while moved out). Fallback: False
     (the variables are read as they are).
     """
-    variables = model.trainable_variables or model.non_trainable_variables
+    if variables is None:
+        variables = model.trainable_variables or model.non_trainable_variables
     return bool(variables) and getattr(variables[0], "_value", 0) is None
+
+
+def jax_variable_values(variables):
+    """The arrays `variables` hold now, as `[v.value for v in variables]`
+    gives them outside any scope, without the public property's per-read
+    checks (about 1 us each; BERT-base has 236 variables read per
+    `predict_on_batch`).
+
+    Private: `KerasVariable._value`. Fallback: `.value`, for a variable
+    without it or with it moved out (None).
+    """
+    values = [getattr(v, "_value", None) for v in variables]
+    if any(value is None for value in values):
+        return [v.value for v in variables]
+    return values
 
 
 def carry_jax_step_values(trainer, variables, values_scope):
