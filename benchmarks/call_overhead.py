@@ -23,7 +23,8 @@ to `benchmarks/results.jsonl` (benchmark "call_overhead").
 
 Usage (from the repository root; it sets `KERAS_BACKEND=jax` itself):
     python -m benchmarks.call_overhead --preset base --batches 32,256 --dtypes bfloat16,int8
-    python -m benchmarks.call_overhead --batches 32 --dtypes bfloat16 --kernels 5   # on a GPU
+    python -m benchmarks.call_overhead --batches 32 --dtypes bfloat16 --kernels 5 --libraries bertzoo,keras_hub
+    python -m benchmarks.call_overhead --batches 32 --dtypes bfloat16 --kernels 5 --libraries transformers
 """
 
 import argparse

@@ -40,7 +40,9 @@ _COPY = re.compile(r"memcpy|memset|copy", re.IGNORECASE)
 def category(name):
     """The group a kernel's name falls in: "attention", "matmul", "copy" or
     "other" (tested in that order: cuDNN's attention kernels also name
-    their matmul tiles).
+    their matmul tiles). "copy" is host-device transfers and memsets, and
+    also on-device kernels named copy (XLA's layout-changing copies,
+    PyTorch's casting `direct_copy_kernel`).
 
     Example:
     ```python
@@ -101,10 +103,16 @@ SHORT_GAP_US = 50.0
 
 def summarize(kernels, calls, top=8):
     """Per-call figures for the kernels of `calls` profiled calls: how many
-    kernels, their device time in ms, the device's idle time between
-    kernels (gaps under `SHORT_GAP_US`, and the longer ones with their
-    count), the kernel time by `category` ("matmul_ms" ...), and the `top`
-    kernels by time as `[name, ms per call, launches per call]`.
+    kernels, their device time in ms (summed over streams: kernels that
+    overlap count twice), the time no kernel runs (gaps under
+    `SHORT_GAP_US`, and the longer ones with their count), the kernel time
+    by `category` ("matmul_ms" ...), and the `top` kernels by time as
+    `[name, ms per call, launches per call]`.
+
+    The gaps are measured under the profiler, which slows the host: they
+    are longer than in an unprofiled call. Short gaps are launch latency
+    between kernels; long ones are the host preparing a call, or a call
+    waiting for the host (eager PyTorch has many of those inside a call).
 
     Example:
     ```python
@@ -124,9 +132,7 @@ def summarize(kernels, calls, top=8):
         by_name[name][0] += microseconds
         by_name[name][1] += 1
     ranked = sorted(by_name.items(), key=lambda item: -item[1][0])[:top]
-    # Idle device time between one kernel's end and the next one's start:
-    # short gaps are launch latency inside a call; long ones are the host
-    # preparing a call (or stalling in one).
+    # Time no kernel runs, from the kernels sorted by start (streams overlap).
     short_gaps = long_gaps = 0.0
     long_count = 0
     busy_until = None

@@ -153,18 +153,29 @@ SCRIPT = textwrap.dedent(
         lean_model.fit(features, labels, batch_size=8, epochs=1, verbose=0, callbacks=[PredictEachBatch()])
         trained = lean_model.predict_on_batch(features)
         keras_trained = keras.Model.predict_on_batch(lean_model, features)
-        # Freezing a layer after the forward pass is traced moves its variables out of
-        # trainable_variables (no retrace: the same number of values): a changed frozen
-        # weight must still reach the layer it belongs to.
-        embeddings = lean_model.backbone.embeddings
-        embeddings.trainable = False
-        table = embeddings.token_embedding.embeddings
-        table.assign(table * 3.0)
-        frozen = lean_model.predict_on_batch(features)
 
-        # A model whose inference assigns a variable keeps Keras's path (which writes it back).
+        # Two layers with weights of one shape: freezing the first after the forward pass is
+        # traced moves its variables to the end of trainable + non-trainable (no retrace, the
+        # shapes line up), so values passed in that order would land in the wrong layer.
         from bertzoo.models.jax_predict import JaxPredictOnBatchMixin
 
+        class Plain(JaxPredictOnBatchMixin, keras.Model):
+            pass
+
+        plain_input = keras.Input((3,))
+        first, second = keras.layers.Dense(3), keras.layers.Dense(3)
+        plain = Plain(plain_input, second(first(plain_input)))
+        plain.compile(jit_compile=True)
+        ones = np.ones((2, 3), "float32")
+        traced = plain.predict_on_batch(ones)
+        first.trainable = False
+        first.kernel.assign(first.kernel * 3.0)
+        frozen = plain.predict_on_batch(ones)
+        # Inside a StatelessScope the variables read the scope's values.
+        with keras.StatelessScope(state_mapping=[(second.kernel, np.zeros((3, 3), "float32"))]):
+            in_scope = plain.predict_on_batch(ones)
+
+        # A model whose inference assigns a variable keeps Keras's path (which writes it back).
         class CountCalls(keras.layers.Layer):
             def build(self, shape):
                 self.calls = self.add_weight(shape=(), initializer="zeros", trainable=False)
@@ -192,8 +203,9 @@ SCRIPT = textwrap.dedent(
             "last_in_fit_diff": float(np.abs(in_fit[-1] - trained).max()),
             "first_in_fit_moved": float(np.abs(in_fit[0] - lean).max()),
             "writable": bool(trained.flags.writeable),
-            "frozen_diff": float(np.abs(frozen - keras.Model.predict_on_batch(lean_model, features)).max()),
-            "moved_by_frozen_change": float(np.abs(frozen - trained).max()),
+            "frozen_diff": float(np.abs(frozen - keras.Model.predict_on_batch(plain, ones)).max()),
+            "moved_by_frozen_change": float(np.abs(frozen - traced).max()),
+            "in_scope": float(np.abs(in_scope).max()),  # Zero kernel, zero bias.
             "updating_model_calls": float(keras.ops.convert_to_numpy(counting.layers[-1].calls)),
         }
 
@@ -406,6 +418,7 @@ def test_jax_predict_on_batch_matches_keras_and_follows_training(backend_run):
     assert found["writable"]  # NumPy copies, as Keras returns.
     # A layer frozen after tracing: its changed weight is read into the right place.
     assert found["frozen_diff"] == 0.0 and found["moved_by_frozen_change"] > 1e-3
+    assert found["in_scope"] == 0.0
     assert found["updating_model_calls"] == 2.0  # Both calls' updates kept: Keras's path ran.
 
 

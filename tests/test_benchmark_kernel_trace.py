@@ -73,25 +73,28 @@ def test_torch_kernels_are_its_kernel_and_copy_events(tmp_path):
 
 
 def test_summarize_per_call_by_hand():
-    # Two calls. Call 1: gemm 0-1000 us, fusion 1010-1510 (a 10 us launch gap).
-    # Call 2 starts 2510 (a 1000 us host gap): gemm 2510-3510, flash 3500-3700 on
-    # another stream (overlaps: no gap), copy 3720-3740 (a 20 us gap).
+    # Two calls. Call 1: gemm 0-1000 us, a fusion 1010-1510 (a 10 us launch gap).
+    # Call 2 starts 2510 (a 1000 us host gap): gemm 2510-3510; on another stream a
+    # flash kernel 2600-2700 inside it (no gap, and the device stays busy until 3510,
+    # not 2700) and one 3500-3700 overlapping its end; a copy 3720-3740 (a 20 us gap).
+    # Listed out of order, as streams interleave in a trace.
     kernels = [
-        (GEMM, 0.0, 1000.0),
-        ("loop_add_fusion", 1010.0, 500.0),
-        (GEMM, 2510.0, 1000.0),
-        (FLASH, 3500.0, 200.0),
         ("MemcpyD2H", 3720.0, 20.0),
+        (FLASH, 2600.0, 100.0),
+        (GEMM, 2510.0, 1000.0),
+        ("loop_add_fusion", 1010.0, 500.0),
+        (FLASH, 3500.0, 200.0),
+        (GEMM, 0.0, 1000.0),
     ]
     summary = kernel_trace.summarize(kernels, calls=2, top=2)
     assert summary == {
-        "kernels_per_call": 2.5,
-        "device_ms_per_call": 1.36,  # (1000 + 500 + 1000 + 200 + 20) / 2 us
+        "kernels_per_call": 3.0,
+        "device_ms_per_call": 1.41,  # (1000 + 500 + 1000 + 100 + 200 + 20) / 2 us, overlaps counted twice
         "short_gaps_ms_per_call": 0.015,  # (10 + 20) / 2 us
         "long_gaps_ms_per_call": 0.5,  # 1000 / 2 us
         "long_gaps_per_call": 0.5,
         "matmul_ms": 1.0,
-        "attention_ms": 0.1,
+        "attention_ms": 0.15,
         "copy_ms": 0.01,
         "other_ms": 0.25,
         "top_kernels": [[GEMM, 1.0, 1.0], ["loop_add_fusion", 0.25, 0.5]],

@@ -151,15 +151,18 @@ def test_in_stateless_scope_only_inside_one():
 
 def test_jax_variable_values_are_what_value_reads_with_a_fallback():
     variables = [keras.Variable(np.arange(3.0), name="a"), keras.Variable(2.0, name="b")]
-    values = private_api.jax_variable_values(variables)
-    assert len(values) == 2
-    for value, variable in zip(values, variables):
+    assert not private_api.in_variable_scope()
+    for value, variable in zip(private_api.jax_variable_values(variables), variables):
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(value), keras.ops.convert_to_numpy(variable.value))
+    with keras.StatelessScope(state_mapping=[(variables[1], np.float32(7.0))]):
+        # `.value` reads the scope there, and so do they.
+        assert private_api.in_variable_scope()
+        assert float(keras.ops.convert_to_numpy(private_api.jax_variable_values(variables)[1])) == 7.0
 
     class PublicOnly:  # A variable without the private attribute: read through `.value`.
         value = np.float32(5.0)
 
-    assert private_api.jax_variable_values([variables[1], PublicOnly()])[1] == 5.0
+    assert private_api.jax_variable_values([PublicOnly()]) == [5.0]
     assert private_api.jax_variables_held_by_trainer(None, variables) is False
 
 

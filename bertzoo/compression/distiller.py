@@ -562,6 +562,11 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
     def _as_dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
         return self._text_model()._as_dataset(x, y, sample_weight, batch_size, shuffle=shuffle)
 
+    def _variables_complete(self):
+        # Keras calls a distiller built once it has run, but every variable
+        # it trains (the student's, the projections) exists from __init__.
+        return self.student.built and self.teacher.built
+
     def fit(self, *args, **kwargs):
         """Keras's `fit` (raw text too), with the teacher frozen meanwhile."""
         self.teacher.trainable = False

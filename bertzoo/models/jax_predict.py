@@ -20,7 +20,9 @@ the forward pass is traced. Keras's own path still runs whenever this one
 might differ: another backend, `run_eagerly`, `jit_compile=False`, a
 distribution (sharded state), a layer not built yet, a subclass with its
 own `predict_step`, or a model whose inference updates a variable (found
-when the forward is traced).
+when the forward is traced). Inside a `keras.StatelessScope` it reads the
+scope's values, as Keras's step does (whose write-back there would leave
+the variables holding the buffers it donated).
 """
 
 import keras

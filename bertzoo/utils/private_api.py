@@ -373,18 +373,37 @@ def jax_variables_held_by_trainer(model, variables=None):
 
 
 def jax_variable_values(variables):
-    """The arrays `variables` hold now, as `[v.value for v in variables]`
-    gives them outside any scope, without the public property's per-read
-    checks (about 1 us each; BERT-base has 236 variables read per
-    `predict_on_batch`).
+    """`[v.value for v in variables]`, without the public property's
+    per-read checks where they cannot change the answer (about 1 us each;
+    BERT-base has 236 variables read per `predict_on_batch`): outside a
+    `keras.StatelessScope` or an autocast scope each variable's stored array
+    is read directly; inside one, `.value` (the scope's value, or a cast).
+    Values moved out by Keras's JAX trainer (None) must be put back first
+    (`jax_variables_held_by_trainer`).
 
     Private: `KerasVariable._value`. Fallback: `.value`, for a variable
-    without it or with it moved out (None).
+    without the attribute.
     """
-    values = [getattr(v, "_value", None) for v in variables]
-    if any(value is None for value in values):
+    if in_variable_scope():
         return [v.value for v in variables]
-    return values
+    try:
+        return [v._value for v in variables]
+    except AttributeError:
+        return [v.value for v in variables]
+
+
+def in_variable_scope():
+    """Whether reading a variable's `.value` could give something other than
+    what it stores: inside a `keras.StatelessScope` or an autocast scope.
+
+    Private: `keras.src.backend.common.variables.get_autocast_scope`, beside
+    `in_stateless_scope`. Fallback: True (callers read `.value`).
+    """
+    try:
+        from keras.src.backend.common.variables import get_autocast_scope
+    except ImportError:
+        return True
+    return in_stateless_scope() or get_autocast_scope() is not None
 
 
 def carry_jax_step_values(trainer, variables, values_scope):

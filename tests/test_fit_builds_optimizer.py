@@ -1,0 +1,93 @@
+"""`fit` creates the optimizer's variables before Keras traces the first
+training step (`bertzoo.models.raw_inputs.build_optimizer_before_fit`): the
+variables Keras would create in the step, for a task, a task with a frozen
+backbone and a Distiller (whose teacher gets none). Training under
+`MirroredStrategy` goes through the same `fit` (tests/test_distribute_mirrored.py)."""
+
+import keras
+import numpy as np
+import pytest
+
+import bertzoo
+from bertzoo.models import raw_inputs
+
+FEATURES = {
+    "token_ids": np.random.default_rng(0).integers(5, 60, (8, 8)).astype("int32"),
+    "segment_ids": np.zeros((8, 8), "int32"),
+    "padding_mask": np.ones((8, 8), "int32"),
+}
+LABELS = np.arange(8) % 2
+
+
+def classifier(seed=0, hidden_dim=16):
+    keras.utils.set_random_seed(seed)
+    backbone = bertzoo.BertBackbone(
+        vocabulary_size=64,
+        num_layers=1,
+        hidden_dim=hidden_dim,
+        num_heads=2,
+        intermediate_dim=2 * hidden_dim,
+        max_sequence_length=8,
+        dropout=0.0,
+    )
+    model = bertzoo.BertClassifier(backbone, 2, preprocessor=None, dropout=0.0)
+    model.compile(optimizer=keras.optimizers.AdamW(1e-2))
+    return model
+
+
+class BuiltAtStart(keras.callbacks.Callback):
+    """Whether the optimizer had its variables when training began (after
+    Keras made its train function, before the first step is traced)."""
+
+    def on_train_begin(self, logs=None):
+        self.built = self.model.optimizer.built
+
+
+def optimizer_state(trainer):
+    """The optimizer's variables by path (less the optimizer's own name) and shape."""
+    return sorted((v.path.split("/", 1)[-1], tuple(v.shape)) for v in trainer.optimizer.variables)
+
+
+def fit(trainer, lazily, monkeypatch):
+    """One epoch; `lazily`: as Keras alone does it (variables made in the step)."""
+    with monkeypatch.context() as patch:
+        if lazily:
+            patch.setattr(raw_inputs, "build_optimizer_before_fit", lambda model: None)
+        start = BuiltAtStart()
+        trainer.fit(FEATURES, LABELS, batch_size=4, epochs=1, shuffle=False, verbose=0, callbacks=[start])
+    return start.built
+
+
+@pytest.mark.parametrize("frozen_backbone", [False, True])
+def test_a_task_has_keras_optimizer_variables_before_its_first_step(monkeypatch, frozen_backbone):
+    eager, lazy = classifier(), classifier()
+    for model in (eager, lazy):
+        model.backbone.trainable = not frozen_backbone
+        model.compile(optimizer=keras.optimizers.AdamW(1e-2))
+    assert fit(eager, lazily=False, monkeypatch=monkeypatch) is True
+    assert fit(lazy, lazily=True, monkeypatch=monkeypatch) is False  # The check can tell.
+    assert optimizer_state(eager) == optimizer_state(lazy)
+    # Adam's two moments for each trained weight, and nothing for a frozen backbone's.
+    moments = [path for path, _ in optimizer_state(eager) if path.endswith(("_momentum", "_velocity"))]
+    assert len(moments) == 2 * len(eager.trainable_variables)
+    assert (len(moments) < 2 * len(classifier().trainable_variables)) == frozen_backbone
+    for a, b in zip(eager.get_weights(), lazy.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_distiller_builds_for_the_student_only(monkeypatch):
+    def distiller():
+        trainer = bertzoo.Distiller(classifier(seed=1, hidden_dim=32), classifier(), temperature=2.0, alpha=0.5)
+        trainer.compile(optimizer=keras.optimizers.AdamW(1e-2))
+        return trainer
+
+    eager, lazy = distiller(), distiller()
+    assert fit(eager, lazily=False, monkeypatch=monkeypatch) is True
+    assert fit(lazy, lazily=True, monkeypatch=monkeypatch) is False
+    assert optimizer_state(eager) == optimizer_state(lazy)
+    moments = [path for path, _ in optimizer_state(eager) if path.endswith(("_momentum", "_velocity"))]
+    # The student's weights and the projections (widths 16 -> 32); not the teacher's.
+    projections = [eager.hidden_projection, eager.embedding_projection]
+    trained = len(eager.student.trainable_variables) + sum(len(p.trainable_variables) for p in projections)
+    assert len(moments) == 2 * trained
+    assert eager.teacher.trainable  # Frozen only while it fits.
