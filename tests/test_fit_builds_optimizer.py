@@ -91,3 +91,33 @@ def test_a_distiller_builds_for_the_student_only(monkeypatch):
     trained = len(eager.student.trainable_variables) + sum(len(p.trainable_variables) for p in projections)
     assert len(moments) == 2 * trained
     assert eager.teacher.trainable  # Frozen only while it fits.
+
+
+def test_a_pruner_distilling_from_a_wider_teacher_still_builds_for_the_projections():
+    model, teacher = classifier(), classifier(seed=1, hidden_dim=32)
+    pruner = bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.5, begin_step=0))
+    pruner.fit(
+        FEATURES, LABELS, batch_size=4, epochs=1, verbose=0, teacher=teacher, distillation={"hidden_state_weight": 1.0}
+    )
+    assert pruner.sparsity() == pytest.approx(0.5, abs=1e-3)
+    # Once the model has trained alone, its optimizer knows no projection: refused, with the fix.
+    other = classifier()
+    other.fit(FEATURES, LABELS, batch_size=4, epochs=1, verbose=0)
+    other_pruner = bertzoo.Pruner(other, bertzoo.ConstantSparsity(0.5, begin_step=0))
+    with pytest.raises(ValueError, match=r"optimizer was not built for .*pruner.compile\(optimizer="):
+        other_pruner.fit(FEATURES, LABELS, verbose=0, teacher=teacher, distillation={"hidden_state_weight": 1.0})
+
+
+def test_a_refused_fit_and_a_frozen_model_leave_the_optimizer_unbuilt(tmp_path):
+    model = classifier()
+    with pytest.raises(ValueError, match=r"`epochs` must be an integer >= 1"):
+        model.fit(FEATURES, LABELS, epochs=0, callbacks=[bertzoo.ResumableTraining(tmp_path / "backup")])
+    assert not model.optimizer.built
+    model.trainable = False  # Nothing to train: Keras's step never builds the optimizer.
+    model.fit(FEATURES, LABELS, batch_size=4, epochs=1, verbose=0)
+    assert not model.optimizer.built
+    model.trainable = True  # Unfrozen, it trains (an optimizer built for nothing could not).
+    model.compile(optimizer=model.optimizer)  # Keras reads `trainable` when it compiles.
+    before = [keras.ops.convert_to_numpy(v).copy() for v in model.trainable_variables]
+    model.fit(FEATURES, LABELS, batch_size=4, epochs=1, verbose=0)
+    assert any(not np.allclose(a, keras.ops.convert_to_numpy(v)) for a, v in zip(before, model.trainable_variables))

@@ -88,8 +88,13 @@ class JaxPredictOnBatchMixin:
                 return outputs
 
             forward = self._jitted_forward = jax.jit(stateless_forward)
+        values = private_api.jax_variable_values(variables)
+        if any(value is None for value in values):
+            # Values another model's trainer holds (this model inside a
+            # distiller that is fitting): read as Keras's own step reads them.
+            return super().predict_on_batch(x)
         try:
-            outputs = forward(private_api.jax_variable_values(variables), x)
+            outputs = forward(values, x)
         except _UpdatesVariables:
             self._jitted_forward = False  # Keras's path from now on: it assigns the updates.
             return super().predict_on_batch(x)

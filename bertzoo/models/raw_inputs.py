@@ -39,15 +39,17 @@ def build_optimizer_before_fit(model):
     model's variables may not all exist yet (`model._variables_complete()`,
     else `model.built`).
 
-    Keras's TensorFlow trainer otherwise creates them while it traces the
-    first training step, where each variable costs a lifted initializer
-    (about 25 ms each on a 2-core CPU: 1.4 s of a tiny classifier's 4-6 s
-    first `fit`, 8 s of BERT-base's 18 s). Under a `tf.distribute` strategy
-    they are created in its scope, as the step would.
+    Keras's TensorFlow trainer (without a strategy) otherwise creates them
+    while it traces the first training step: `python -m benchmarks.first_fit`
+    on a 2-core CPU, a first `fit` of 4.33 s against 2.75 s (`tiny`), 17.2 s
+    against 7.6 s (BERT-base). Its JAX and torch trainers, and TensorFlow's
+    under a strategy, build eagerly already; here, under a `tf.distribute`
+    strategy, in its scope as they do. Nothing to train (a frozen model):
+    left to Keras, whose step then never builds it.
     """
     optimizer = getattr(model, "optimizer", None)
     complete = getattr(model, "_variables_complete", lambda: model.built)()
-    if optimizer is None or optimizer.built or not complete:
+    if optimizer is None or optimizer.built or not complete or not model.trainable_variables:
         return
     strategy = getattr(model, "distribute_strategy", None)  # TensorFlow's trainer only.
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
@@ -78,14 +80,21 @@ class RawInputsMixin:
         if validation_data is not None:
             parts = validation_data if isinstance(validation_data, tuple) else (validation_data,)
             validation_data = self._as_dataset(*parts) or validation_data
-        build_optimizer_before_fit(self)
+        keras_fit = super().fit
+
+        def fit_with_built_optimizer(*args, **kwargs):
+            # Once the inputs have been checked: a fit refused for its
+            # arguments leaves the optimizer as it was.
+            build_optimizer_before_fit(self)
+            return keras_fit(*args, **kwargs)
+
         callbacks = kwargs.get("callbacks")
         callbacks = getattr(callbacks, "callbacks", callbacks) or []
         resumable = [c for c in callbacks if callable(getattr(c, "run_fit", None))]
         if resumable:  # `bertzoo.ResumableTraining` runs the fit (and checkpoints it).
             return resumable[0].run_fit(
                 self,
-                super().fit,
+                fit_with_built_optimizer,
                 x=x,
                 y=y,
                 batch_size=batch_size,
@@ -101,7 +110,7 @@ class RawInputsMixin:
             x, y, sample_weight, batch_size, shuffle = dataset, None, None, None, False
         if self.optimizer is not None:
             set_schedule_length(self.optimizer, x, batch_size, epochs, steps_per_epoch)
-        return super().fit(
+        return fit_with_built_optimizer(
             x=x,
             y=y,
             batch_size=batch_size,
