@@ -25,8 +25,8 @@ from benchmarks.harness import append_results
 from benchmarks.harness import command_line
 from benchmarks.harness import machine
 from benchmarks.harness import print_table
-from benchmarks.harness import run_module
 from benchmarks.harness import token_batch
+from benchmarks.harness import worker_result
 
 SETTINGS = ("before_the_step", "inside_the_step")
 
@@ -67,11 +67,7 @@ def worker(preset, setting, batch, length):
 def run_worker(setting, args):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow", BERTZOO_JIT_COMPILE="rule")
     arguments = ["--worker", setting, "--preset", args.preset, "--batch-size", args.batch_size]
-    done = run_module("benchmarks.first_fit", [*arguments, "--sequence-length", args.length], env=env)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise SystemExit(f"worker {setting} failed:\n{done.stderr[-2000:]}")
-    return json.loads(lines[-1])
+    return worker_result("benchmarks.first_fit", [*arguments, "--sequence-length", args.length], env, setting)
 
 
 def main(argv=None):

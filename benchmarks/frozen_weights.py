@@ -34,9 +34,9 @@ from benchmarks.harness import append_results
 from benchmarks.harness import command_line
 from benchmarks.harness import machine
 from benchmarks.harness import print_table
-from benchmarks.harness import run_module
 from benchmarks.harness import time_interleaved
 from benchmarks.harness import token_batch
+from benchmarks.harness import worker_result
 
 SWITCH = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
 SETTINGS = ("unset", "1")
@@ -82,11 +82,8 @@ def run_worker(dtype, setting, args):
     if setting != "unset":
         env[SWITCH] = setting
     arguments = ["--worker", dtype, "--preset", args.preset, "--runs", args.runs, "--batch-size", args.batch_size]
-    done = run_module("benchmarks.frozen_weights", [*arguments, "--sequence-length", args.length], env=env)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise SystemExit(f"worker {dtype} {SWITCH}={setting} failed:\n{done.stderr[-2000:]}")
-    return json.loads(lines[-1])
+    arguments = [*arguments, "--sequence-length", args.length]
+    return worker_result("benchmarks.frozen_weights", arguments, env, f"{dtype} {SWITCH}={setting}")
 
 
 def main(argv=None):

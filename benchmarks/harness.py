@@ -19,6 +19,8 @@ the results log and the printed table.
   machine (CPU model and flags, cores, GPUs), library versions, load
   average and the command; `unrecorded(benchmark, rows)`: the rows not
   recorded there yet with the same figures.
+- `run_module(module, arguments)` / `worker_result(...)`: a benchmark's
+  worker in a fresh process, and the JSON line it printed.
 - `print_table(rows, columns)` / `markdown_table`: a Markdown table.
 - `write_between_markers(path, section, start, end)`: rewrites a README
   section between two marker lines (`benchmarks.run`, `benchmarks.compression`).
@@ -67,6 +69,23 @@ def run_module(module, arguments, env=None, timeout=None):
     """
     command = [sys.executable, "-m", module, *map(str, arguments)]
     return subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout, check=False)
+
+
+def worker_result(module, arguments, env, name):
+    """Runs a benchmark's worker (`run_module`) and returns the JSON object
+    of the last stdout line that starts with "{"; a worker that fails or
+    prints none ends the benchmark with its `name` and the end of its stderr.
+
+    Example:
+    ```python
+    result = worker_result("benchmarks.first_fit", ["--worker", "inside_the_step"], env, "inside_the_step")
+    ```
+    """
+    done = run_module(module, arguments, env=env)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise SystemExit(f"worker {name} failed:\n{done.stderr[-2000:]}")
+    return json.loads(lines[-1])
 
 
 # --- Timing -------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """benchmarks.harness: the one timing loop, the input batches, data paths and the results log."""
 
 import json
+import os
 
 import pytest
 
@@ -135,3 +136,14 @@ def test_benchmarks_import_the_examples_as_modules():
     assert distill_to_small.settings(train_size=0).train_size == 0
     with pytest.raises(TypeError, match="Unknown setting"):
         finetune_classifier.settings(no_such_flag=1)
+
+
+def test_worker_result_is_the_last_json_line_or_a_named_failure(tmp_path):
+    module = tmp_path / "fake_worker.py"
+    module.write_text(
+        'import sys\nprint("{\\"a\\": 1}")\nprint("noise")\nprint("{\\"a\\": 2}")\nsys.exit(int(sys.argv[1]))\n'
+    )
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    assert harness.worker_result("fake_worker", ["0"], env, "ok") == {"a": 2}
+    with pytest.raises(SystemExit, match=r"worker float32 setting=1 failed"):
+        harness.worker_result("fake_worker", ["3"], env, "float32 setting=1")
