@@ -378,8 +378,8 @@ def jax_variable_values(variables):
     BERT-base has 236 variables read per `predict_on_batch`): outside a
     `keras.StatelessScope` or an autocast scope each variable's stored array
     is read directly; inside one, `.value` (the scope's value, or a cast).
-    Values moved out by Keras's JAX trainer (None) must be put back first
-    (`jax_variables_held_by_trainer`).
+    A value Keras's JAX trainer has moved out comes back as None
+    (`jax_variables_held_by_trainer`, `jax_state_sync()`).
 
     Private: `KerasVariable._value`. Fallback: `.value`, for a variable
     without the attribute.
