@@ -216,3 +216,19 @@ def test_a_preprocessor_of_another_class_is_a_preset_error(tmp_path):
     (tmp_path / "p" / "config.json").write_text(json.dumps(config))
     with pytest.raises(bertzoo.PresetError, match="must be a serialized BertPreprocessor with a `tokenizer`"):
         bertzoo.BertClassifier.from_preset(tmp_path / "p", preprocessor=None)
+
+
+def test_each_preprocessor_built_from_a_preset_is_a_new_layer():
+    # `validate()` builds the tokenizer to check its files; the first build without
+    # overrides reuses that one, and no two callers ever get the same layer.
+    preset = Preset.resolve(FIXTURES / "format1_classifier")
+    unchecked = Preset.resolve(preset, verify_checksums=False)  # A copy, made before any build.
+    built = [preset.build_preprocessor(), unchecked.build_preprocessor(), preset.build_preprocessor()]
+    built.append(preset.build_preprocessor(sequence_length=8))
+    assert len({id(p) for p in built}) == 4
+    texts = ["a short film", "the film was good"]
+    first, *others = [{k: np.asarray(v) for k, v in p(texts).items()} for p in built[:3]]
+    for other in others:
+        for key, value in first.items():
+            np.testing.assert_array_equal(other[key], value)
+    assert built[3](texts)["token_ids"].shape[-1] == 8
