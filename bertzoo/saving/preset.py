@@ -533,7 +533,8 @@ class Preset:
         preset has none) with the preset's vocabulary; `overrides` replace its
         or its tokenizer's settings (`sequence_length`, `lowercase`, ...).
         Each call returns a new layer (the first may be the one `validate()`
-        built: building a tokenizer's vocabulary tables takes about 0.4 s)."""
+        built: building the tables of a 30k-token vocabulary takes 75-100 ms
+        on a 2-core CPU)."""
         if not overrides and self._unused_preprocessor is not None:
             preprocessor, self._unused_preprocessor = self._unused_preprocessor, None
             return preprocessor
