@@ -163,7 +163,7 @@ def test_jax_variable_values_are_what_value_reads_with_a_fallback():
         value = np.float32(5.0)
 
     assert private_api.jax_variable_values([PublicOnly()]) == [5.0]
-    assert private_api.jax_variables_held_by_trainer(None, variables) is False
+    assert private_api.jax_variables_held_by_trainer(variables) is False
 
 
 def test_carry_jax_step_values_threads_the_values_through_the_step_state():

@@ -72,7 +72,7 @@ class JaxPredictOnBatchMixin:
         import jax
 
         variables = self.variables
-        if private_api.jax_variables_held_by_trainer(self, variables):
+        if private_api.jax_variables_held_by_trainer(variables):
             self.jax_state_sync()  # A callback predicting during `fit`.
         forward = getattr(self, "_jitted_forward", None)
         if forward is None:

@@ -358,17 +358,14 @@ def in_stateless_scope():
     return bool(active())
 
 
-def jax_variables_held_by_trainer(model, variables=None):
-    """Whether Keras's JAX trainer holds `model`'s variable values (during
-    `fit`/`evaluate`/`predict` it moves them out of the variables to save
-    memory; `jax_state_sync()` puts them back). `variables`: the model's
-    variables when the caller has them (saves walking its layers).
+def jax_variables_held_by_trainer(variables):
+    """Whether Keras's JAX trainer holds the values of a model's `variables`
+    (during `fit`/`evaluate`/`predict` it moves them out of the variables to
+    save memory; the model's `jax_state_sync()` puts them back).
 
     Private: `KerasVariable._value` (None while moved out). Fallback: False
     (the variables are read as they are).
     """
-    if variables is None:
-        variables = model.trainable_variables or model.non_trainable_variables
     return bool(variables) and getattr(variables[0], "_value", 0) is None
 
 
