@@ -42,6 +42,11 @@ Keras inference is `predict_on_batch` on a model compiled with
 inference only: no library here trains int8 models. bertzoo's int8 model
 without XLA runs TensorFlow's fused oneDNN int8 kernel
 (`bertzoo.layers.dense`), keras-hub's Keras's own int8 ops.
+`int8_static` (bertzoo only) is `bertzoo.quantize(model, "int8",
+calibration=..., input_ranges="static")`, calibrated on another random batch
+of the timed shape (seed 1): each Dense layer's input range fixed instead of
+measured on every call. Its accuracy on real data is the compression
+benchmark's `int8st` row.
 """
 
 import argparse
@@ -57,10 +62,12 @@ from benchmarks.harness import library_versions
 from benchmarks.harness import time_interleaved
 from benchmarks.harness import token_batch
 
-DTYPES = ("float32", "bfloat16", "float16", "int8")
+DTYPES = ("float32", "bfloat16", "float16", "int8", "int8_static")
+# dtypes only bertzoo's libraries run (`benchmarks.run` skips the peers).
+BERTZOO_ONLY_DTYPES = ("int8_static",)
 # What `benchmarks.run` times unless told: float16 is a GPU format (CPUs
 # without AVX512-FP16 emulate it), so it is asked for by name.
-DEFAULT_DTYPES = ("float32", "bfloat16", "int8")
+DEFAULT_DTYPES = ("float32", "bfloat16", "int8", "int8_static")
 MODES = ("inference", "training")
 NUM_CLASSES = 2
 
@@ -159,9 +166,10 @@ class KerasLibrary:
             return dtype if mode == "inference" else f"mixed_{dtype}"
         return "float32"
 
-    def prepare(self, mode, dtype, config):
+    def prepare(self, mode, dtype, config, calibration=None):
         """Builds `(reference, model)`: the float32 model (None for training)
-        and the `dtype` model holding the same seeded weights."""
+        and the `dtype` model holding the same seeded weights (`int8_static`:
+        calibrated on `calibration`, a batch of model inputs)."""
         import keras
 
         keras.utils.set_random_seed(0)
@@ -170,6 +178,10 @@ class KerasLibrary:
         model = self.build(mode, self._policy(mode, dtype), config)
         if reference is not None:
             model.set_weights(reference.get_weights())
+        if dtype == "int8_static":
+            import bertzoo
+
+            model = bertzoo.quantize(model, "int8", calibration=calibration, input_ranges="static")
         if dtype == "int8":
             import warnings
 
@@ -343,7 +355,7 @@ class Transformers:
         torch.backends.cuda.matmul.allow_tf32 = variant.get("tf32", False)
         torch.backends.cudnn.allow_tf32 = variant.get("tf32", False)
 
-    def prepare(self, mode, dtype, config):
+    def prepare(self, mode, dtype, config, calibration=None):
         import copy
 
         import torch
@@ -459,7 +471,7 @@ def matmul_peak(size=2048, runs=10):
     a = rng.standard_normal((size, size)).astype("float32")
     b = rng.standard_normal((size, size)).astype("float32")
     peaks = {}
-    for dtype in DEFAULT_DTYPES:
+    for dtype in [d for d in DEFAULT_DTYPES if d not in BERTZOO_ONLY_DTYPES]:  # int8_static: int8's peak.
         best = {}
         for xla in (False, True):
             if dtype == "int8":
@@ -509,7 +521,8 @@ def run_worker(library, mode, dtype, preset, batch, length, runs, warmup):
     inputs = token_batch(batch, length, config["vocabulary_size"])
     labels = np.arange(batch) % NUM_CLASSES
     base = {"library": library, "mode": mode, "dtype": dtype, "versions": lib.versions(), "device": lib.device()}
-    reference, model = lib.prepare(mode, dtype, config)
+    calibration = token_batch(batch, length, config["vocabulary_size"], seed=1)
+    reference, model = lib.prepare(mode, dtype, config, calibration=calibration)
     check = None
     if reference is not None:
         check = _compare(lib.output(model, inputs), lib.output(reference, inputs))
@@ -555,6 +568,8 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=2)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if args.dtype in BERTZOO_ONLY_DTYPES and args.library not in OURS:
+        parser.error(f"--dtype {args.dtype} is bertzoo's only (libraries {', '.join(OURS)}).")
     backend = getattr(LIBRARIES.get(args.library), "backend", None)
     if backend:  # Before anything imports Keras, which reads it once.
         os.environ["KERAS_BACKEND"] = backend

@@ -4,8 +4,9 @@ Times BERT-base (the `base` preset's shape, seeded random weights) on a
 full-length batch (default 8 x 128) for bertzoo (also on Keras's JAX and
 torch backends, when installed), keras-hub's `BertBackbone` and, when
 installed, Hugging Face transformers' PyTorch `BertModel`, in
-float32, bfloat16 and int8 (inference only), with and without XLA for the
-Keras libraries. Every configuration runs in its own worker process
+float32, bfloat16 and int8 (inference only; bertzoo also with static int8
+input ranges, `int8_static`, which no peer here has), with and without XLA
+for the Keras libraries. Every configuration runs in its own worker process
 (`benchmarks.peers`); its figure is the median of `--runs` timed calls after
 warm-up, next to the process's CPU seconds per call (less sensitive to other
 processes on a shared machine). The same run measures a TensorFlow matmul
@@ -54,6 +55,7 @@ from benchmarks.harness import print_table
 from benchmarks.harness import run_module
 from benchmarks.harness import wait_for_load
 from benchmarks.harness import write_between_markers
+from benchmarks.peers import BERTZOO_ONLY_DTYPES
 from benchmarks.peers import DEFAULT_DTYPES
 from benchmarks.peers import DTYPES
 from benchmarks.peers import LIBRARIES
@@ -131,7 +133,7 @@ def row_figures(row, config, args, peaks):
     """Throughput, GFLOP/s and share of the matmul peak of one row (in place)."""
     row["seq_per_s"] = args.batch_size / row["median_s"]
     row["gflops"] = encoder_flops(config, args.batch_size, args.sequence_length, row["mode"]) / row["median_s"] / 1e9
-    peak = peaks.get(row["dtype"], {}).get("gflops")
+    peak = peaks.get("int8" if row["dtype"] == "int8_static" else row["dtype"], {}).get("gflops")
     row["peak_gflops"] = peak
     row["utilization"] = row["gflops"] / peak if peak else None
 
@@ -416,12 +418,14 @@ def main(argv=None):
     rows = []
     for mode in modes:
         for dtype in dtypes:
-            if mode == "training" and dtype == "int8":
+            if mode == "training" and dtype in ("int8", "int8_static"):
                 notes.append(
                     "int8 training skipped: the int8 paths here (Keras quantize, PyTorch dynamic quantization) are inference-only"
                 )
                 continue
             for name in available:
+                if dtype in BERTZOO_ONLY_DTYPES and name not in OURS:
+                    continue
                 print(f"... {mode} {dtype} {LABELS[name]}", flush=True)
                 found, error = run_worker(
                     args,

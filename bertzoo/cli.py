@@ -27,6 +27,7 @@ from bertzoo.compression import sparsity_report
 from bertzoo.compression.pipeline import DEFAULT_STAGES
 from bertzoo.compression.pipeline import STAGES
 from bertzoo.compression.quantization import DEFAULT_SMOOTHING
+from bertzoo.compression.quantization import INPUT_RANGES
 from bertzoo.convert import convert_checkpoint
 from bertzoo.datasets.files import load_texts
 from bertzoo.models.bert_backbone import BertBackbone
@@ -166,6 +167,13 @@ def _model_from_preset_directory(path):
             default=None,
             help=f"--calibration: SmoothQuant migration strength in [0, 1] (default: {DEFAULT_SMOOTHING})",
         ),
+        argument(
+            "--input-ranges",
+            choices=INPUT_RANGES,
+            default=None,
+            help="--calibration: 'dynamic' measures each Dense layer's inputs on every call, 'static' fixes "
+            "their int8 range from the calibration texts (default: dynamic)",
+        ),
         argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists"),
     ),
 )
@@ -178,6 +186,8 @@ def _quantize(args):
     calibration = None
     if args.smoothing is not None and args.calibration is None:
         raise ValueError("--smoothing sets how --calibration smooths the inputs: pass --calibration FILE too.")
+    if args.input_ranges is not None and args.calibration is None:
+        raise ValueError("--input-ranges sets how --calibration quantizes the inputs: pass --calibration FILE too.")
     if args.calibration is not None:
         if getattr(model, "preprocessor", None) is None:
             raise ValueError(
@@ -190,6 +200,7 @@ def _quantize(args):
         include_embeddings=not args.keep_embeddings,
         calibration=calibration,
         smoothing=DEFAULT_SMOOTHING if args.smoothing is None else args.smoothing,
+        input_ranges=args.input_ranges or "dynamic",
     )
     before = gzip_size(args.preset)  # Before an --overwrite of the same directory.
     if preset.class_name == "BertBackbone":
@@ -277,6 +288,13 @@ def _sparsity(args):
             help="post-training int8: SmoothQuant migration strength in [0, 1] for the Dense inputs, "
             "calibrated on the training texts, or 'none'; not used with --qat-epochs (default: %(default)s)",
         ),
+        argument(
+            "--input-ranges",
+            choices=INPUT_RANGES,
+            default="dynamic",
+            help="post-training int8 with --smoothing: 'dynamic' measures each Dense layer's inputs on every "
+            "call, 'static' fixes their int8 range from the same calibration texts (default: %(default)s)",
+        ),
         argument("--overwrite", action="store_true", help="replace a previous run's outputs in DIR"),
     ),
 )
@@ -300,6 +318,7 @@ def _compress(args):
         label_threshold=args.label_threshold,
         qat_epochs=args.qat_epochs,
         smoothing=args.smoothing,
+        input_ranges=args.input_ranges,
         overwrite=args.overwrite,
         verbose=1,
     )

@@ -88,20 +88,38 @@ SCRIPT = textwrap.dedent(
     query = smoothed.backbone.attention_blocks[0].query_dense
     report["smoothing_factors"] = (1.0 / keras.ops.convert_to_numpy(query.input_scale)).tolist()
     report["smoothed_logits"] = smoothed.predict(texts, batch_size=8, verbose=0).tolist()
+    static = bertzoo.quantize(model, "int8", calibration=texts, input_ranges="static")
+    report["static_range"] = float(keras.ops.convert_to_numpy(static.backbone.attention_blocks[0].query_dense.input_range))
+    report["static_logits"] = static.predict(texts, batch_size=8, verbose=0).tolist()
+    if keras.backend.backend() == "jax":
+        # Gradients pass the rounding straight through: for sum(y), the smoothing
+        # times the dequantized kernel's row sums (TensorFlow: test_quantization_static).
+        import jax
+
+        head = static.output_dense
+        x = np.full((2, head.input_scale.shape[0]), 0.1, "float32")
+        grad = jax.grad(lambda x: head(x, training=False).sum())(x)
+        kernel = keras.ops.convert_to_numpy(head._kernel) / keras.ops.convert_to_numpy(head.kernel_scale)
+        expected = keras.ops.convert_to_numpy(head.input_scale) * kernel.sum(axis=1)
+        report["static_grad_error"] = float(np.abs(np.asarray(grad) - expected[None, :]).max())
     if keras.backend.backend() == "torch":
         # Inference runs PyTorch's int8 matmul; with gradients on, Keras's path.
         import torch
-        from bertzoo.layers import dense
+        from bertzoo.utils import private_api
 
         used = []
-        fast_dense = dense._torch_int8_dense
-        dense._torch_int8_dense = lambda layer, inputs: used.append(layer.name) or fast_dense(layer, inputs)
+        int8_matmul = private_api.torch_int8_matmul
+        private_api.torch_int8_matmul = lambda: int8_matmul() and (lambda a, b: used.append(1) or int8_matmul()(a, b))
         tensors = {k: torch.from_numpy(v) for k, v in features.items()}
         with torch.no_grad():
             fast = int8_model.backbone(tensors)["sequence_output"].numpy()
         keras_path = int8_model.backbone(tensors)["sequence_output"].detach().numpy()
         report["torch_int8_matmul_layers"] = len(used)
         report["torch_int8_max_diff"] = float(np.abs(fast - keras_path).max())
+        with torch.no_grad():
+            static.backbone(tensors)
+        report["torch_static_int8_matmul_layers"] = len(used) - report["torch_int8_matmul_layers"]
+        private_api.torch_int8_matmul = int8_matmul
 
     if keras.backend.backend() == "jax":
         # The mask the attention blocks hand to ops.dot_product_attention, put through JAX's
@@ -274,6 +292,9 @@ def tensorflow_run(tmp_path_factory):
     smoothed = bertzoo.quantize(model, "int8", calibration=TEXTS)
     tf_factors = 1.0 / keras.ops.convert_to_numpy(smoothed.backbone.attention_blocks[0].query_dense.input_scale)
     tf_smoothed_logits = smoothed.predict(TEXTS, batch_size=8, verbose=0)
+    static = bertzoo.quantize(model, "int8", calibration=TEXTS, input_ranges="static")
+    tf_static_range = float(keras.ops.convert_to_numpy(static.backbone.attention_blocks[0].query_dense.input_range))
+    tf_static_logits = static.predict(TEXTS, batch_size=8, verbose=0)
     trained = bertzoo.BertClassifier.from_preset(tmp / "preset")
     trained.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=False)
     tf_losses = trained.fit(TEXTS, LABELS, batch_size=8, epochs=3, shuffle=False, verbose=0).history["loss"]
@@ -285,6 +306,8 @@ def tensorflow_run(tmp_path_factory):
         "int8_logits": tf_int8_logits,
         "smoothing_factors": tf_factors,
         "smoothed_logits": tf_smoothed_logits,
+        "static_range": tf_static_range,
+        "static_logits": tf_static_logits,
         "losses": tf_losses,
         "pruning": tf_pruning,
     }
@@ -349,10 +372,20 @@ def test_int8_smoothing_calibrates_and_runs_like_tensorflow(backend_run):
     np.testing.assert_allclose(smoothed, tf_smoothed, atol=2e-3, rtol=1e-2)
 
 
+def test_int8_static_input_ranges_calibrate_and_run_like_tensorflow(backend_run):
+    np.testing.assert_allclose(backend_run["static_range"], backend_run["tf"]["static_range"], rtol=1e-4)
+    static, tf_static = np.asarray(backend_run["static_logits"]), backend_run["tf"]["static_logits"]
+    assert not np.allclose(static, backend_run["tf"]["smoothed_logits"], atol=1e-6)  # Another rounding.
+    np.testing.assert_allclose(static, tf_static, atol=2e-3, rtol=1e-2)
+    if backend_run["backend"] == "jax":
+        assert backend_run["static_grad_error"] < 1e-5
+
+
 def test_torch_int8_inference_runs_pytorchs_int8_matmul_with_kerass_arithmetic(backend_run):
     if backend_run["backend"] != "torch":
         pytest.skip("the torch backend's int8 path")
     assert backend_run["torch_int8_matmul_layers"] == 2 * 6 + 1  # Every Dense of 2 layers, and the pooler.
+    assert backend_run["torch_static_int8_matmul_layers"] == 2 * 6 + 1  # Static ranges too.
     assert backend_run["torch_int8_max_diff"] == 0.0  # The same integers, the same float ops.
 
 

@@ -157,11 +157,14 @@ def test_cli_with_csv_and_string_labels(workspace, capsys):
     # An existing DIR is refused (a message, exit status 1), replaced with --overwrite.
     assert cli.main(argv) == 1
     assert "--overwrite" in capsys.readouterr().err
-    assert report["qat_epochs"] == 0 and report["smoothing"] == 0.8
+    assert report["qat_epochs"] == 0 and report["smoothing"] == 0.8 and report["input_ranges"] == "dynamic"
     assert cli.main(argv + ["--overwrite", "--smoothing", "none"]) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["smoothing"] is None
     assert bertzoo.BertClassifier.from_preset(out / "1_int8" / "preset").backbone.pooler.input_scale is None
+    assert cli.main(argv + ["--overwrite", "--input-ranges", "static"]) == 0
+    assert json.loads((out / "report.json").read_text())["input_ranges"] == "static"
+    assert bertzoo.BertClassifier.from_preset(out / "1_int8" / "preset").backbone.pooler.input_range is not None
     # The rerun trains the int8 stage quantization-aware first.
     assert cli.main(argv + ["--overwrite", "--qat-epochs", "1"]) == 0
     report = json.loads((out / "report.json").read_text())
@@ -323,6 +326,11 @@ def test_bad_inputs_give_clear_errors(workspace, tmp_path):
         bertzoo.compress(teacher, train, train, tmp_path / "a", qat_epochs=-1, verbose=0)
     with pytest.raises(ValueError, match=r"`smoothing` must be a number in \[0, 1\] \(SmoothQuant's alpha\) or None"):
         bertzoo.compress(teacher, train, train, tmp_path / "a", smoothing=2, verbose=0)
+    with pytest.raises(ValueError, match=r"`input_ranges` must be one of \['dynamic', 'static'\], got 'fixed'"):
+        bertzoo.compress(teacher, train, train, tmp_path / "a", input_ranges="fixed", verbose=0)
+    for settings in ({"smoothing": None}, {"qat_epochs": 1}):
+        with pytest.raises(ValueError, match=r"input_ranges=\"static\" is calibrated with the smoothing"):
+            bertzoo.compress(teacher, train, train, tmp_path / "a", input_ranges="static", verbose=0, **settings)
     with pytest.raises(ValueError, match=r"`sparsity` must be a sparsity in \[0, 1\).*got 1.5"):
         bertzoo.compress(teacher, train, train, tmp_path / "a", stages="distill,prune", sparsity=1.5, verbose=0)
     with pytest.raises(ValueError, match=r"'int8' must be the last stage"):

@@ -147,7 +147,15 @@ def test_command_line_quantize_and_sparsity(model, tmp_path, capsys):
     again = bertzoo.BertClassifier.from_preset(tmp_path / "smoothed")
     expected = bertzoo.quantize(model, calibration=TEXTS, smoothing=0.5)
     np.testing.assert_allclose(call(again, x), call(expected, x), atol=1e-6)
-    assert again.backbone.pooler.input_scale is not None
+    assert again.backbone.pooler.input_scale is not None and again.backbone.pooler.input_range is None
+    static_argv = argv[:2] + [str(tmp_path / "static")] + argv[3:] + ["--input-ranges", "static"]
+    assert cli.main(static_argv) == 0
+    again = bertzoo.BertClassifier.from_preset(tmp_path / "static")
+    expected = bertzoo.quantize(model, calibration=TEXTS, input_ranges="static")
+    np.testing.assert_allclose(call(again, x), call(expected, x), atol=1e-6)
+    assert again.backbone.pooler.input_range is not None
+    assert cli.main(argv[:2] + [str(tmp_path / "d"), "--input-ranges", "static"]) == 1
+    assert "--input-ranges sets how --calibration quantizes" in capsys.readouterr().err
     assert cli.main(argv[:2] + [str(tmp_path / "b"), "--calibration", str(tmp_path / "missing.tsv")]) == 1
     assert "missing.tsv does not exist" in capsys.readouterr().err
     assert cli.main(argv[:2] + [str(tmp_path / "c"), "--smoothing", "0.5"]) == 1

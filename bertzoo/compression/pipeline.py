@@ -45,6 +45,7 @@ from bertzoo.compression.distiller import Distiller
 from bertzoo.compression.model_copy import copy_model
 from bertzoo.compression.pruner import Pruner
 from bertzoo.compression.quantization import DEFAULT_SMOOTHING
+from bertzoo.compression.quantization import INPUT_RANGES
 from bertzoo.compression.quantization import check_smoothing
 from bertzoo.compression.quantization import quantization_aware_training
 from bertzoo.compression.quantization import quantize
@@ -269,6 +270,7 @@ def compress(
     label_threshold=None,
     qat_epochs=0,
     smoothing=DEFAULT_SMOOTHING,
+    input_ranges="dynamic",
     latency_repeats=10,
     overwrite=False,
     verbose=1,
@@ -330,6 +332,10 @@ def compress(
             calibration=...)`) calibrated on up to 512 training texts
             (a seeded sample); None quantizes without calibration. Not
             used with `qat_epochs` (recorded as None).
+        input_ranges: post-training int8 with `smoothing`: `"dynamic"`
+            (inputs measured on every call) or `"static"` (each layer's
+            input range fixed from the same calibration texts; see
+            `quantize`).
         verbose: Keras progress bars (0 silent, 1 bars, 2 one line per epoch).
 
     Returns the report: a dict with `rows` (the teacher, then one per stage,
@@ -351,6 +357,13 @@ def compress(
     if isinstance(qat_epochs, bool) or not isinstance(qat_epochs, int) or qat_epochs < 0:
         raise ValueError(f"`qat_epochs` must be an integer >= 0 (0: post-training int8), got {qat_epochs!r}.")
     check_smoothing(smoothing, allow_none=True)
+    if input_ranges not in INPUT_RANGES:
+        raise ValueError(f"`input_ranges` must be one of {list(INPUT_RANGES)}, got {input_ranges!r}.")
+    if input_ranges == "static" and (smoothing is None or qat_epochs):
+        raise ValueError(
+            'input_ranges="static" is calibrated with the smoothing of post-training int8: keep `smoothing` a '
+            'number and `qat_epochs` 0, or use input_ranges="dynamic".'
+        )
     if "prune" in stages:
         check_sparsity("sparsity", sparsity)
     if isinstance(augment, bool) or not isinstance(augment, int) or augment < 0:
@@ -464,7 +477,14 @@ def compress(
             model = quantize(parent, "int8")
         else:  # "int8", with the inputs smoothed
             calibration = calibration_sample(train_texts)
-            model = quantize(parent, "int8", calibration=calibration, smoothing=smoothing, calibration_steps=None)
+            model = quantize(
+                parent,
+                "int8",
+                calibration=calibration,
+                smoothing=smoothing,
+                calibration_steps=None,
+                input_ranges=input_ranges,
+            )
         stage_dir = out / f"{index}_{stage}"
         with atomic_directory(stage_dir) as tmp:
             model.save_to_preset(tmp / "preset")
@@ -495,6 +515,7 @@ def compress(
         "recipe": recipe if "distill" in stages else None,
         "qat_epochs": qat_epochs if "int8" in stages else None,
         "smoothing": smoothing if "int8" in stages and not qat_epochs else None,
+        "input_ranges": input_ranges if "int8" in stages and not qat_epochs and smoothing is not None else None,
         "transfer_size": len(transfer) if transfer is not None and uses_transfer_set else 0,
         "augment": augment if uses_transfer_set else 0,
         "label_threshold": label_threshold,

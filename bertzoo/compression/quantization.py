@@ -45,8 +45,17 @@ def _quantize_in_place(model, mode, select):
         model.quantize(mode, filters=select)
 
 
+INPUT_RANGES = ("dynamic", "static")
+
+
 def quantize(
-    model, mode="int8", include_embeddings=True, calibration=None, smoothing=DEFAULT_SMOOTHING, calibration_steps=16
+    model,
+    mode="int8",
+    include_embeddings=True,
+    calibration=None,
+    smoothing=DEFAULT_SMOOTHING,
+    calibration_steps=16,
+    input_ranges="dynamic",
 ):
     """Returns a copy of `model` with its weights quantized to `mode`.
 
@@ -68,6 +77,14 @@ def quantize(
     channels far larger than the rest no longer set the scale of the whole
     input, which the fused kernel quantizes with one scale per tensor.
 
+    With `input_ranges="static"` (needs `calibration`), each Dense layer also
+    keeps the largest smoothed input magnitude seen while calibrating and
+    quantizes its inputs with that fixed range (one scale per tensor, values
+    beyond it clipped) instead of measuring them on every call: less work
+    per call, at the risk of clipping inputs larger than any the calibration
+    texts produced (`bertzoo.layers.dense`). The README's compression table
+    (`int8st`) has its measured speed and accuracy.
+
     Args:
         model: a built bertzoo model (a task or a backbone), not quantized.
         mode: `"int8"` or `"int4"`.
@@ -81,6 +98,8 @@ def quantize(
             the inputs' range moves into the kernel (0.5: evenly; 0.8 kept
             fine-tuned MiniLMs closest to their float predictions).
         calibration_steps: batches of 32 to calibrate on (None: all).
+        input_ranges: `"dynamic"` (each call measures its inputs' range, as
+            Keras does) or `"static"` (the calibrated range, fixed).
 
     The result saves to a preset (`save_to_preset`) and loads back with
     `from_preset`, and exports like any model.
@@ -88,18 +107,26 @@ def quantize(
     Example:
     ```python
     q = bertzoo.quantize(model, "int8", calibration=train_texts[:512])
+    fixed = bertzoo.quantize(model, "int8", calibration=train_texts[:512], input_ranges="static")
     q.save_to_preset("runs/sentiment-int8")
     again = bertzoo.BertClassifier.from_preset("runs/sentiment-int8")
     ```
     """
     _check_quantizable(model, mode, MODES)
     check_smoothing(smoothing)
+    if input_ranges not in INPUT_RANGES:
+        raise ValueError(f"`input_ranges` must be one of {list(INPUT_RANGES)}, got {input_ranges!r}.")
+    if input_ranges == "static" and calibration is None:
+        raise ValueError(
+            'input_ranges="static" fixes each layer\'s input range from calibration data: pass `calibration` '
+            '(texts the model will see), or use the default input_ranges="dynamic".'
+        )
     if calibration is not None:
         _check_calibration(mode, calibration_steps)
     clone = copy_model(model)
     select = _weight_layers(clone, include_embeddings)
     if calibration is not None:
-        _smooth_inputs(clone, calibration, smoothing, calibration_steps, select)
+        _smooth_inputs(clone, calibration, smoothing, calibration_steps, select, static=input_ranges == "static")
         select = _not_yet_quantized(select)
     _quantize_in_place(clone, mode, select)
     if calibration is not None:
@@ -186,7 +213,7 @@ def smoothing_factors(input_peak, kernel_row_peak, smoothing):
     return np.clip(factors, 1e-5, 1e5).astype("float32")
 
 
-def _smooth_inputs(model, data, smoothing, steps, select):
+def _smooth_inputs(model, data, smoothing, steps, select, static=False):
     layers = [
         layer
         for layer in private_api.flatten_layers(model)
@@ -207,18 +234,39 @@ def _smooth_inputs(model, data, smoothing, steps, select):
     # Each layer quantizes as it is smoothed: one garbage collection for all (see `_quantize_in_place`).
     with private_api.one_garbage_collection():
         for members, group in groups:
-            _smooth_group(members, group, peaks, smoothing)
+            _smooth_group(members, group, peaks, smoothing, static)
 
 
-def _smooth_group(members, group, peaks, smoothing):
+def _smooth_group(members, group, peaks, smoothing, static):
     input_peak = np.max([peaks[member] for member in members], axis=0)
     kernel_row_peak = np.max(
         [np.max(np.abs(ops.convert_to_numpy(private_api.dense_kernel_variable(m))), axis=1) for m in members],
         axis=0,
     )
     factors = smoothing_factors(input_peak, kernel_row_peak, smoothing)
+    input_range = static_input_range(input_peak, factors) if static else None
     for member in members:
-        member.smooth_inputs(factors, group=group)
+        member.smooth_inputs(factors, group=group, input_range=input_range)
+
+
+def static_input_range(input_peak, factors):
+    """The largest magnitude of the smoothed inputs (`inputs / factors`)
+    given each input channel's peak: a layer's fixed int8 range under
+    `input_ranges="static"`; 1 when the inputs were all zero (any range
+    then quantizes them exactly).
+
+    Example:
+    ```python
+    static_input_range([4.0, 1.0], [2.0, 0.5])  # 2.0
+    ```
+    """
+    largest = float(np.max(np.asarray(input_peak, "float64") / np.asarray(factors, "float64")))
+    if not np.isfinite(largest):
+        raise ValueError(
+            f"The calibration inputs reached {largest} in a Dense layer's inputs: a static input range needs "
+            "finite activations (check the model's weights and the calibration data)."
+        )
+    return largest if largest > 0 else 1.0
 
 
 def _check_quantizable(model, mode, modes):

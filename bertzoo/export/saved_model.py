@@ -92,8 +92,9 @@ def export_saved_model(
             (e.g. a backbone), or None for tokenized signatures only.
         verbose: print the signatures written.
         int8_kernels: how int8-quantized layers run in the export.
-            `"portable"`: Keras's int8 ops, standard TensorFlow ops that serve
-            anywhere (slow on CPU without XLA). `"onednn"`: TensorFlow's fused
+            `"portable"`: Keras's int8 ops (with a layer's fixed scale when
+            it was quantized with static input ranges), standard TensorFlow
+            ops that serve anywhere (slow on CPU without XLA). `"onednn"`: TensorFlow's fused
             oneDNN int8 matmul, what `predict` runs on x86 CPUs (same outputs
             as `predict`, several times faster), served by x86 TensorFlow
             builds with oneDNN (the default Linux and Windows builds).

@@ -21,14 +21,17 @@ feed-forward matmul uses: its inputs are GELU outputs). Keras's own path
 uses one scale per token, so the two paths round differently, and with one
 scale per tensor an example's output also moves slightly with the other
 examples in its batch. Compile with `jit_compile=True` for Keras's
-per-token rounding.
+per-token rounding (layers with static input ranges, below, round with
+their fixed scale everywhere).
 
 On Keras's torch backend on the CPU, inference (no gradient recorded)
-keeps Keras's arithmetic (per-token input scales) but runs the int8 matmul
-as PyTorch's int8 kernel (`torch._int_mm`, VNNI/AMX) instead of the int32
-matmul Keras falls back to there: the same integers, so the same outputs.
+keeps Keras's arithmetic (per-token input scales, or the static range)
+but runs the int8 matmul as PyTorch's int8 kernel (`torch._int_mm`,
+VNNI/AMX) instead of the int32 matmul Keras falls back to there: the same
+integers, so the same outputs.
 
-Keras's own path is used wherever the fused kernel does not apply:
+Keras's own path (or, with static input ranges, its arithmetic with the
+fixed scale) is used wherever the fused kernel does not apply:
 - other backends, GPUs and TPUs, and TensorFlow builds without oneDNN;
 - a TensorFlow without the op, or whose op has another signature than the
   one bertzoo calls (checked once, reason logged: `fused_int8_status`);
@@ -51,6 +54,18 @@ evened out at the cost of the kernel's. Such a layer's dtype policy is an
 `InputSmoothingInt8Policy`, so presets and configs rebuild it with its
 `input_scale` weight (the factors' inverses).
 
+Calibration can also fix each layer's input range (`bertzoo.quantize(model,
+"int8", calibration=..., input_ranges="static")`): the largest smoothed
+input magnitude seen while calibrating becomes the layer's `input_range`
+weight, and inference quantizes with one scale for the whole tensor,
+`127 / input_range`, instead of measuring the inputs on every call (values
+beyond the range are clipped to it). That drops a reduction over the inputs
+from every int8 layer and lets XLA fuse the quantizing into the op that
+produces the inputs. Gradients pass the rounding straight through, as in
+Keras's int8 path (the inputs' gradient is the upstream one times the
+dequantized kernel); `training=True` calls and LoRA layers keep Keras's
+per-token path.
+
 For quantization-aware training a float `Dense` can also *simulate* int8
 (`simulate_int8 = True`, set by
 `bertzoo.compression.quantization_aware_training`): inputs and kernel are
@@ -64,6 +79,7 @@ import contextlib
 import threading
 
 import keras
+import numpy as np
 from keras import ops
 
 from bertzoo.layers.activations import _gelu_exact
@@ -125,21 +141,40 @@ def _torch_int8_matmul_applies(layer, inputs, training):
     return inputs.device.type == "cpu" and not torch.is_grad_enabled() and private_api.torch_int8_matmul() is not None
 
 
-def _torch_int8_dense(layer, inputs):
-    """Keras's int8 Dense arithmetic with PyTorch's int8 matmul; None when
-    PyTorch refuses the tensors (the caller then takes Keras's path)."""
-    quantized, inputs_scale = layer.inputs_quantizer(inputs, axis=-1)
-    kernel = ops.convert_to_tensor(private_api.dense_kernel_variable(layer))
-    flat = ops.reshape(quantized, (-1, quantized.shape[-1]))
-    try:
-        x = private_api.torch_int8_matmul()(flat.contiguous(), kernel)
-    except RuntimeError:
-        return None
-    x = ops.reshape(ops.cast(x, layer.compute_dtype), tuple(inputs.shape[:-1]) + (layer.units,))
-    x = ops.divide(x, ops.multiply(layer.kernel_scale, inputs_scale))
+def _int8_product(layer, quantized, inputs_scale, kernel, kernel_scale):
+    """Keras's int8 Dense product once the inputs are quantized:
+    `quantized @ kernel / (kernel_scale * inputs_scale)`, in the layer's
+    compute dtype. On PyTorch's CPU the matmul is PyTorch's int8 kernel when
+    it accepts the tensors (the same integers as the int32 matmul Keras
+    falls back to)."""
+    x = None
+    if keras.backend.backend() == "torch" and quantized.device.type == "cpu" and private_api.torch_int8_matmul():
+        flat = ops.reshape(quantized, (-1, quantized.shape[-1]))
+        try:
+            x = private_api.torch_int8_matmul()(flat.contiguous(), kernel)
+            x = ops.reshape(x, tuple(quantized.shape[:-1]) + (layer.units,))
+        except RuntimeError:
+            x = None
+    if x is None:
+        x = ops.matmul(quantized, kernel)
+    # Rescaled in float32 (the int32 sums do not fit bfloat16's 8 bits), then
+    # cast: Keras casts the sums to the compute dtype first; the same in float32.
+    x = ops.divide(ops.cast(x, "float32"), ops.cast(ops.multiply(kernel_scale, inputs_scale), "float32"))
+    return ops.cast(x, layer.compute_dtype)
+
+
+def _bias_and_activation(layer, x):
     if layer.bias is not None:
         x = ops.add(x, layer.bias)
     return layer.activation(x) if layer.activation is not None else x
+
+
+def _torch_int8_dense(layer, inputs):
+    """Keras's int8 Dense arithmetic (per-token input scales) with PyTorch's
+    int8 matmul, for inference without gradients."""
+    quantized, inputs_scale = layer.inputs_quantizer(inputs, axis=-1)
+    kernel = ops.convert_to_tensor(private_api.dense_kernel_variable(layer))
+    return _bias_and_activation(layer, _int8_product(layer, quantized, inputs_scale, kernel, layer.kernel_scale))
 
 
 @keras.saving.register_keras_serializable(package="bertzoo")
@@ -149,6 +184,8 @@ class InputSmoothingInt8Policy(keras.dtype_policies.QuantizedDTypePolicy):
     docstring): built under it, the layer holds an `input_scale` weight.
     `group` names layers that read the same inputs with the same factors
     (an attention block's query, key and value), which then smooth them once.
+    With `static_inputs` the layer also holds an `input_range` weight and
+    quantizes its (smoothed) inputs with that fixed range.
 
     Example:
     ```python
@@ -157,14 +194,16 @@ class InputSmoothingInt8Policy(keras.dtype_policies.QuantizedDTypePolicy):
     ```
     """
 
-    def __init__(self, mode="int8", source_name=None, group=None):
+    def __init__(self, mode="int8", source_name=None, group=None, static_inputs=False):
         if mode != "int8":
             raise ValueError(f"InputSmoothingInt8Policy is an int8 policy, got mode={mode!r}.")
         super().__init__(mode, source_name)
         self.group = group
+        # With static inputs the layer also holds `input_range` (module docstring).
+        self.static_inputs = bool(static_inputs)
 
     def get_config(self):
-        return {**super().get_config(), "group": self.group}
+        return {**super().get_config(), "group": self.group, "static_inputs": self.static_inputs}
 
 
 _observers = threading.local()
@@ -199,7 +238,19 @@ def _fused_int8_dense(layer, inputs):
     kernel = tf.convert_to_tensor(private_api.dense_kernel_variable(layer))
     scale = tf.cast(layer.kernel_scale, tf.float32)
     bias = tf.zeros([units], tf.float32) if layer.bias is None else tf.cast(layer.bias, tf.float32)
-    if layer.asymmetric_int8_inputs:
+    if layer.input_range is not None:
+        # The calibrated range: int8 over [-input_range, input_range], clipped.
+        largest = tf.cast(tf.reshape(layer.input_range, []), tf.float32)
+        quantized = tf.raw_ops.QuantizeV2(
+            input=x,
+            min_range=-largest,
+            max_range=largest,
+            T=tf.qint8,
+            mode="SCALED",
+            round_mode="HALF_TO_EVEN",
+            narrow_range=True,
+        )
+    elif layer.asymmetric_int8_inputs:
         # uint8 over [min(x, 0), max(x)]: x - low is quantized, and
         # low * (column sums of the kernel) goes into the bias.
         low = tf.minimum(tf.reduce_min(x), 0.0)
@@ -264,6 +315,29 @@ def _fused_int8_dense(layer, inputs):
     return tf.reshape(y, tf.concat([tf.shape(inputs)[:-1], [units]], axis=0))
 
 
+def _static_int8_dense(layer, inputs):
+    """Keras's int8 Dense arithmetic with the layer's calibrated input range
+    (one scale for the whole tensor) instead of a scale per token measured
+    on every call; gradients pass the rounding straight through, as in
+    Keras's int8 path."""
+
+    @ops.custom_gradient
+    def product(inputs, kernel, kernel_scale, input_range):
+        def grad_fn(*args, upstream=None):
+            if upstream is None:
+                (upstream,) = args
+            float_kernel = ops.divide(ops.cast(kernel, layer.compute_dtype), kernel_scale)
+            return ops.matmul(upstream, ops.transpose(float_kernel)), None, None, None
+
+        scale = ops.divide(127.0, ops.cast(input_range, "float32"))
+        quantized = ops.clip(ops.round(ops.multiply(ops.cast(inputs, "float32"), scale)), -127.0, 127.0)
+        return _int8_product(layer, ops.cast(quantized, "int8"), scale, kernel, kernel_scale), grad_fn
+
+    kernel = ops.convert_to_tensor(private_api.dense_kernel_variable(layer))
+    x = product(inputs, kernel, ops.convert_to_tensor(layer.kernel_scale), ops.convert_to_tensor(layer.input_range))
+    return _bias_and_activation(layer, x)
+
+
 def project_shared_input(layers, inputs, training=None):
     """`[layer(inputs) for layer in layers]` for bertzoo `Dense` layers that
     read the same inputs (an attention block's query, key and value): when
@@ -320,7 +394,9 @@ class Dense(keras.layers.Dense):
             False, symmetric int8 over `[-max|x|, max|x|]`; True, uint8 over
             `[min(x, 0), max(x)]`, twice the resolution for one-sided inputs
             such as GELU outputs (BERT's second feed-forward matmul), for a
-            column sum of the kernel per call. Keras's own int8 path ignores it.
+            column sum of the kernel per call. Keras's own int8 path ignores
+            it, and so do layers with a static input range (symmetric int8
+            over `[-input_range, input_range]` on every path).
         **kwargs: `keras.layers.Dense`'s arguments.
 
     Example:
@@ -337,8 +413,10 @@ class Dense(keras.layers.Dense):
         # Quantization-aware training (see this module's docstring); a
         # training-time switch, not part of the config.
         self.simulate_int8 = False
-        # Set by `_int8_build` under an `InputSmoothingInt8Policy`.
+        # Set by `_int8_build` under an `InputSmoothingInt8Policy` (the
+        # second with `static_inputs`).
         self.input_scale = None
+        self.input_range = None
 
     def call(self, inputs, training=None, inputs_smoothed=False):
         observer = getattr(_observers, "observer", None)
@@ -357,6 +435,10 @@ class Dense(keras.layers.Dense):
             self.input_scale = self.add_weight(
                 name="input_scale", shape=(kernel_shape[0],), initializer="ones", trainable=False, dtype="float32"
             )
+            if own_dtype_policy(self).static_inputs:
+                self.input_range = self.add_weight(
+                    name="input_range", shape=(), initializer="ones", trainable=False, dtype="float32"
+                )
 
     @property
     def input_smoothing_group(self):
@@ -375,6 +457,8 @@ class Dense(keras.layers.Dense):
         super().save_own_variables(store)
         if self.input_scale is not None:
             store["input_scale"] = self.input_scale
+        if self.input_range is not None:
+            store["input_range"] = self.input_range
 
     def load_own_variables(self, store):
         # Keras's loader checks that `store` holds one entry per variable,
@@ -382,17 +466,19 @@ class Dense(keras.layers.Dense):
         super().load_own_variables(store)
         if self.input_scale is not None:
             self.input_scale.assign(store["input_scale"])
+        if self.input_range is not None:
+            self.input_range.assign(store["input_range"])
 
     def _int8_call(self, inputs, training=None):
         if _fused_kernel_applies(self, inputs, training):
             return _fused_int8_dense(self, inputs)
+        if self.input_range is not None and not training and not self.lora_enabled:
+            return _static_int8_dense(self, inputs)
         if _torch_int8_matmul_applies(self, inputs, training):
-            outputs = _torch_int8_dense(self, inputs)
-            if outputs is not None:
-                return outputs
+            return _torch_int8_dense(self, inputs)
         return super()._int8_call(inputs, training=training)
 
-    def smooth_inputs(self, factors, group=None):
+    def smooth_inputs(self, factors, group=None, input_range=None):
         """Quantizes this float layer to int8 with smoothed inputs: its
         kernel rows are multiplied by `factors` (one per input channel,
         positive) before the kernel is quantized, and its inputs divided by
@@ -400,6 +486,10 @@ class Dense(keras.layers.Dense):
         docstring). The float product is unchanged. `group`: a name shared
         by layers that read the same inputs and get the same factors
         (`project_shared_input` then smooths the inputs once).
+        `input_range`: None (the inputs' range is measured on every call,
+        as Keras does), or the largest magnitude the smoothed inputs are
+        expected to reach, which then fixes their int8 scale (module
+        docstring).
 
         Example:
         ```python
@@ -419,16 +509,24 @@ class Dense(keras.layers.Dense):
             )
         if not bool(ops.all(ops.logical_and(factors > 0, ops.isfinite(factors)))):
             raise ValueError(f"Smoothing factors must be positive and finite (layer '{self.name}').")
+        if input_range is not None and not (np.isfinite(float(input_range)) and float(input_range) > 0):
+            raise ValueError(
+                f"`input_range` must be a positive finite number (layer '{self.name}'), got {input_range!r}."
+            )
         kernel.assign(ops.cast(ops.cast(kernel, "float32") * factors[:, None], kernel.dtype))
         # Setting a quantized policy quantizes a built layer (Keras), and
         # this policy makes `_int8_build` add `input_scale`.
-        self.dtype_policy = InputSmoothingInt8Policy(source_name=own_dtype_policy(self).name, group=group)
+        self.dtype_policy = InputSmoothingInt8Policy(
+            source_name=own_dtype_policy(self).name, group=group, static_inputs=input_range is not None
+        )
         if self.input_scale is None:  # Keras no longer builds int8 layers through `_int8_build`.
             raise RuntimeError(
                 f"Keras {keras.__version__} quantized layer '{self.name}' without calling Dense._int8_build, "
                 "so it has no input_scale: input smoothing needs a Keras version bertzoo supports (>=3.10)."
             )
         self.input_scale.assign(1.0 / factors)
+        if input_range is not None:
+            self.input_range.assign(float(input_range))
 
     def quantize(self, mode=None, type_check=True, config=None):
         # Keras quantizes only layers whose type is exactly `Dense` unless

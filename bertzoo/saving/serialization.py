@@ -147,7 +147,9 @@ def retarget_policy_map(policy_map, dtype):
     for path in policy_map_modes(policy_map):
         policy = policy_map[path]
         if isinstance(policy, InputSmoothingInt8Policy):
-            retargeted[path] = InputSmoothingInt8Policy(source_name=base.name, group=policy.group)
+            retargeted[path] = InputSmoothingInt8Policy(
+                source_name=base.name, group=policy.group, static_inputs=policy.static_inputs
+            )
             continue
         mode = policy.get_config()["mode"]  # With its details, e.g. "int4/128".
         retargeted[path] = keras.dtype_policies.get(f"{mode}_from_{base.name}")

@@ -631,9 +631,9 @@ def torch_int8_matmul():
 
     Keras's torch backend uses it on CUDA only; on the CPU it multiplies
     int8 tensors as int32 with a generic kernel (about 15x slower here).
-    Private: `torch._int_mm`. No fallback: None means "use Keras's path";
-    a tensor it refuses raises `RuntimeError`, which callers also take as
-    "use Keras's path".
+    Private: `torch._int_mm`. No fallback: None means "multiply with
+    `keras.ops.matmul`, as Keras does"; a tensor it refuses raises
+    `RuntimeError`, which callers take the same way.
     """
     import torch
 
