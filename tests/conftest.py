@@ -76,3 +76,21 @@ def random_classifier():
         return model
 
     return build
+
+
+@pytest.fixture(scope="session")
+def outlier_classifier(random_classifier):
+    """Factory: `random_classifier()` whose hidden states have two channels
+    (3 and 17) 40 times larger than the rest, as BERT's do: the case int8
+    input smoothing is for."""
+
+    def build():
+        model = random_classifier()
+        outliers = np.ones(32, "float32")
+        outliers[[3, 17]] = 40.0
+        backbone = model.backbone
+        for norm in [backbone.embeddings.layer_norm] + [b.layer_norm for b in backbone.feedforward_blocks]:
+            norm.gamma.assign(outliers)
+        return model
+
+    return build

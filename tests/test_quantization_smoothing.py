@@ -17,16 +17,8 @@ TEXTS = ["a gripping, funny film", "dull and far too long", "fine", "what a love
 
 
 @pytest.fixture(scope="module")
-def model(random_classifier):
-    """A classifier whose hidden states have a few channels far larger than
-    the rest, as BERT's do: the case smoothing is for."""
-    model = random_classifier()
-    outliers = np.ones(32, "float32")
-    outliers[[3, 17]] = 40.0
-    backbone = model.backbone
-    for norm in [backbone.embeddings.layer_norm] + [b.layer_norm for b in backbone.feedforward_blocks]:
-        norm.gamma.assign(outliers)
-    return model
+def model(outlier_classifier):
+    return outlier_classifier()
 
 
 def logits(model, x):

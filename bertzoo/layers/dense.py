@@ -238,19 +238,7 @@ def _fused_int8_dense(layer, inputs):
     kernel = tf.convert_to_tensor(private_api.dense_kernel_variable(layer))
     scale = tf.cast(layer.kernel_scale, tf.float32)
     bias = tf.zeros([units], tf.float32) if layer.bias is None else tf.cast(layer.bias, tf.float32)
-    if layer.input_range is not None:
-        # The calibrated range: int8 over [-input_range, input_range], clipped.
-        largest = tf.cast(tf.reshape(layer.input_range, []), tf.float32)
-        quantized = tf.raw_ops.QuantizeV2(
-            input=x,
-            min_range=-largest,
-            max_range=largest,
-            T=tf.qint8,
-            mode="SCALED",
-            round_mode="HALF_TO_EVEN",
-            narrow_range=True,
-        )
-    elif layer.asymmetric_int8_inputs:
+    if layer.asymmetric_int8_inputs and layer.input_range is None:
         # uint8 over [min(x, 0), max(x)]: x - low is quantized, and
         # low * (column sums of the kernel) goes into the bias.
         low = tf.minimum(tf.reduce_min(x), 0.0)
@@ -266,8 +254,12 @@ def _fused_int8_dense(layer, inputs):
         column_sums = tf.reduce_sum(tf.cast(kernel, tf.int32), axis=0)
         bias = bias + low * tf.cast(column_sums, tf.float32) / scale
     else:
-        # int8 over [-max|x|, max|x|].
-        largest = tf.reduce_max(tf.abs(x))
+        # int8 over [-r, r]: the calibrated range (values beyond it are
+        # clipped), or this call's max|x|.
+        if layer.input_range is not None:
+            largest = tf.cast(tf.reshape(layer.input_range, []), tf.float32)
+        else:
+            largest = tf.reduce_max(tf.abs(x))
         quantized = tf.raw_ops.QuantizeV2(
             input=x,
             min_range=-largest,
