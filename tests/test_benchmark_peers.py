@@ -21,7 +21,7 @@ def test_int8_static_worker_times_a_calibrated_static_model(monkeypatch):
     assert [(r["dtype"], r["xla"]) for r in rows] == [("int8_static", False), ("int8_static", True)]
     dense = built[0].attention_blocks[0].query_dense
     assert dense.quantization_mode == "int8" and dense.input_range is not None
-    assert float(keras.ops.convert_to_numpy(dense.input_range)) > 0
+    assert float(keras.ops.convert_to_numpy(dense.input_range)) not in (0.0, 1.0)  # 1: the unset initial value.
     # Calibrated on another batch of the same kind: close to the float32 model.
     assert 0 < rows[0]["check_vs_float32"]["relative_error"] < 0.1
 

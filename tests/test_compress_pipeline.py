@@ -328,7 +328,7 @@ def test_bad_inputs_give_clear_errors(workspace, tmp_path):
         bertzoo.compress(teacher, train, train, tmp_path / "a", smoothing=2, verbose=0)
     with pytest.raises(ValueError, match=r"`input_ranges` must be one of \['dynamic', 'static'\], got 'fixed'"):
         bertzoo.compress(teacher, train, train, tmp_path / "a", input_ranges="fixed", verbose=0)
-    for settings in ({"smoothing": None}, {"qat_epochs": 1}):
+    for settings in ({"smoothing": None}, {"qat_epochs": 1}, {"stages": "distill"}):
         with pytest.raises(ValueError, match=r"input_ranges=\"static\" is calibrated with the smoothing"):
             bertzoo.compress(teacher, train, train, tmp_path / "a", input_ranges="static", verbose=0, **settings)
     with pytest.raises(ValueError, match=r"`sparsity` must be a sparsity in \[0, 1\).*got 1.5"):

@@ -143,6 +143,7 @@ def test_smoothed_presets_load_back_with_their_factors(model, dtype, tmp_path):
     smoothed.save_to_preset(tmp_path / "q")
     config = (tmp_path / "q" / "config.json").read_text()
     assert "bertzoo>InputSmoothingInt8Policy" in config
+    assert "static_inputs" not in config  # Dynamic ranges: the config earlier versions wrote.
     kwargs = {} if dtype is None else {"dtype": dtype}
     again = bertzoo.BertClassifier.from_preset(tmp_path / "q", **kwargs)
     block = again.backbone.attention_blocks[1]

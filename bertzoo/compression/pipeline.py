@@ -359,10 +359,11 @@ def compress(
     check_smoothing(smoothing, allow_none=True)
     if input_ranges not in INPUT_RANGES:
         raise ValueError(f"`input_ranges` must be one of {list(INPUT_RANGES)}, got {input_ranges!r}.")
-    if input_ranges == "static" and (smoothing is None or qat_epochs):
+    if input_ranges == "static" and (smoothing is None or qat_epochs or "int8" not in stages):
         raise ValueError(
-            'input_ranges="static" is calibrated with the smoothing of post-training int8: keep `smoothing` a '
-            'number and `qat_epochs` 0, or use input_ranges="dynamic".'
+            'input_ranges="static" is calibrated with the smoothing of post-training int8: it needs an "int8" '
+            "stage, `smoothing` a number and `qat_epochs` 0 (CLI: --stages ...,int8, --smoothing 0.8, "
+            '--qat-epochs 0), or use input_ranges="dynamic" (CLI: --input-ranges dynamic).'
         )
     if "prune" in stages:
         check_sparsity("sparsity", sparsity)

@@ -24,11 +24,13 @@ examples in its batch. Compile with `jit_compile=True` for Keras's
 per-token rounding (layers with static input ranges, below, round with
 their fixed scale everywhere).
 
-On Keras's torch backend on the CPU, inference (no gradient recorded)
-keeps Keras's arithmetic (per-token input scales, or the static range)
-but runs the int8 matmul as PyTorch's int8 kernel (`torch._int_mm`,
-VNNI/AMX) instead of the int32 matmul Keras falls back to there: the same
-integers, so the same outputs.
+On Keras's torch backend on the CPU, inference (no gradient recorded;
+with a static input range, any call but `training=True`) keeps Keras's
+arithmetic (per-token input scales, or the static range) but runs the
+int8 matmul as PyTorch's int8 kernel (`torch._int_mm`, VNNI/AMX) instead
+of the int32 matmul Keras falls back to there: the same integers, so the
+same float32 outputs (bertzoo rescales the integer sums in float32 before
+casting to a bfloat16 compute dtype; Keras casts first).
 
 Keras's own path (or, with static input ranges, its arithmetic with the
 fixed scale) is used wherever the fused kernel does not apply:
@@ -203,7 +205,10 @@ class InputSmoothingInt8Policy(keras.dtype_policies.QuantizedDTypePolicy):
         self.static_inputs = bool(static_inputs)
 
     def get_config(self):
-        return {**super().get_config(), "group": self.group, "static_inputs": self.static_inputs}
+        config = {**super().get_config(), "group": self.group}
+        if self.static_inputs:  # Only then: presets without it still load in earlier bertzoo versions.
+            config["static_inputs"] = True
+        return config
 
 
 _observers = threading.local()
@@ -388,7 +393,7 @@ class Dense(keras.layers.Dense):
             such as GELU outputs (BERT's second feed-forward matmul), for a
             column sum of the kernel per call. Keras's own int8 path ignores
             it, and so do layers with a static input range (symmetric int8
-            over `[-input_range, input_range]` on every path).
+            over `[-input_range, input_range]` wherever that range is used).
         **kwargs: `keras.layers.Dense`'s arguments.
 
     Example:
