@@ -45,7 +45,7 @@ from bertzoo.compression.distiller import Distiller
 from bertzoo.compression.model_copy import copy_model
 from bertzoo.compression.pruner import Pruner
 from bertzoo.compression.quantization import DEFAULT_SMOOTHING
-from bertzoo.compression.quantization import INPUT_RANGES
+from bertzoo.compression.quantization import check_input_ranges
 from bertzoo.compression.quantization import check_smoothing
 from bertzoo.compression.quantization import quantization_aware_training
 from bertzoo.compression.quantization import quantize
@@ -357,8 +357,7 @@ def compress(
     if isinstance(qat_epochs, bool) or not isinstance(qat_epochs, int) or qat_epochs < 0:
         raise ValueError(f"`qat_epochs` must be an integer >= 0 (0: post-training int8), got {qat_epochs!r}.")
     check_smoothing(smoothing, allow_none=True)
-    if input_ranges not in INPUT_RANGES:
-        raise ValueError(f"`input_ranges` must be one of {list(INPUT_RANGES)}, got {input_ranges!r}.")
+    check_input_ranges(input_ranges)
     if input_ranges == "static" and (smoothing is None or qat_epochs or "int8" not in stages):
         raise ValueError(
             'input_ranges="static" is calibrated with the smoothing of post-training int8: it needs an "int8" '

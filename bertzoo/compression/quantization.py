@@ -114,8 +114,7 @@ def quantize(
     """
     _check_quantizable(model, mode, MODES)
     check_smoothing(smoothing)
-    if input_ranges not in INPUT_RANGES:
-        raise ValueError(f"`input_ranges` must be one of {list(INPUT_RANGES)}, got {input_ranges!r}.")
+    check_input_ranges(input_ranges)
     if input_ranges == "static" and calibration is None:
         raise ValueError(
             'input_ranges="static" fixes each layer\'s input range from calibration data: pass `calibration` '
@@ -148,6 +147,18 @@ def check_smoothing(smoothing, allow_none=False):
     if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0 <= smoothing <= 1:
         also = " or None" if allow_none else ""
         raise ValueError(f"`smoothing` must be a number in [0, 1] (SmoothQuant's alpha){also}, got {smoothing!r}.")
+
+
+def check_input_ranges(input_ranges):
+    """Raises ValueError unless `input_ranges` is one of `INPUT_RANGES`.
+
+    Example:
+    ```python
+    check_input_ranges("static")
+    ```
+    """
+    if input_ranges not in INPUT_RANGES:
+        raise ValueError(f"`input_ranges` must be one of {list(INPUT_RANGES)}, got {input_ranges!r}.")
 
 
 def _check_calibration(mode, calibration_steps):

@@ -150,13 +150,13 @@ def _int8_product(layer, quantized, inputs_scale, kernel, kernel_scale):
     it accepts the tensors (the same integers as the int32 matmul Keras
     falls back to)."""
     x = None
-    if keras.backend.backend() == "torch" and quantized.device.type == "cpu" and private_api.torch_int8_matmul():
-        flat = ops.reshape(quantized, (-1, quantized.shape[-1]))
+    torch_matmul = private_api.torch_int8_matmul() if keras.backend.backend() == "torch" else None
+    if torch_matmul is not None and quantized.device.type == "cpu":
         try:
-            x = private_api.torch_int8_matmul()(flat.contiguous(), kernel)
-            x = ops.reshape(x, tuple(quantized.shape[:-1]) + (layer.units,))
+            flat = torch_matmul(ops.reshape(quantized, (-1, quantized.shape[-1])).contiguous(), kernel)
+            x = ops.reshape(flat, tuple(quantized.shape[:-1]) + (layer.units,))
         except RuntimeError:
-            x = None
+            pass  # PyTorch refused the tensors: the portable matmul below.
     if x is None:
         x = ops.matmul(quantized, kernel)
     # Rescaled in float32 (the int32 sums do not fit bfloat16's 8 bits), then
