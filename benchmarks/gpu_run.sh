@@ -13,6 +13,13 @@
 # soon as it is timed, so a step cut off keeps the rows it finished.
 # Measured there (2026-11-26, H200): about 20-25 s per configuration (a new
 # process builds BERT-base twice and compiles).
+#
+#   WHEELS=.gpu ROUNDS=3 DEADLINE=420 bash benchmarks/gpu_run.sh
+#
+# ROUNDS=N runs only the goal's comparison instead: N rounds of bertzoo (JAX)
+# then PyTorch, bfloat16, inference then training, each configuration in a
+# process of its own, so the two libraries alternate and a drift of the host
+# lands on both.
 set -u
 OUT=${OUT:-benchmarks/out/gpu}
 mkdir -p "$OUT"
@@ -38,7 +45,7 @@ bench() {
     local seconds=$1
     shift
     step "$seconds" python3 -m benchmarks.run "$@" --preset "$PRESET" --batch-size 32 --sequence-length 128 \
-        --runs 10 --warmup 2 --chart= --worker-timeout 120 --results "$OUT/results.jsonl"
+        --runs 10 --warmup 2 --chart= --worker-timeout 240 --results "$OUT/results.jsonl"
 }
 probe() { step "$2" python3 -m benchmarks.gpu_probe --backend "$1"; }
 
@@ -54,6 +61,15 @@ if [ -n "${WHEELS:-}" ]; then
 fi
 python3 -c "import keras, jax; print('keras', keras.__version__, 'jax', jax.__version__, jax.devices())"
 python3 -c "import torch, transformers; print('torch', torch.__version__, torch.cuda.is_available(), 'transformers', transformers.__version__)" 2>&1 | tail -1
+if [ -n "${ROUNDS:-}" ]; then
+    for round in $(seq "$ROUNDS"); do
+        say "round $round of $ROUNDS"
+        bench 200 --models bertzoo_jax,transformers --modes inference --dtypes bfloat16
+        bench 240 --models bertzoo_jax,transformers --modes training --dtypes bfloat16
+    done
+    say done
+    exit 0
+fi
 probe jax 60
 step 120 python3 -m benchmarks.call_overhead --preset "$PRESET" --batches 32,256 --dtypes bfloat16 --runs 10 \
     --results "$OUT/results.jsonl"

@@ -27,7 +27,7 @@ Libraries:
   1), so that all three libraries run the same training recipe.
 - `transformers`: Hugging Face's PyTorch `BertModel` /
   `BertForSequenceClassification` (AdamW, weight decay 0.01, clipping at
-  global norm 1), eager,
+  global norm 1), eager and under `torch.compile` (not for int8),
   `torch.inference_mode()` for inference; int8 is PyTorch's dynamic
   quantization of the Linear layers (CPU only), bfloat16 and float16
   training are `torch.autocast` (float16 with a gradient scaler).
@@ -338,12 +338,16 @@ class Transformers:
 
         self._default_threads = torch.get_num_threads()
         default = {"xla": False, "threads": self._default_threads}
+        # `torch.compile` (TorchInductor), PyTorch's compiled setting, as XLA
+        # is the Keras libraries'; not for dynamic int8, which it does not
+        # compile.
+        compiled = [{**default, "xla": True}] if dtype != "int8" else []
         if self._device != "cpu":
             # JAX runs float32 matmuls on GPUs as TF32 by default, PyTorch
             # in full float32: both are timed, so the peer is not handicapped.
-            return [default] + ([{**default, "tf32": True}] if dtype == "float32" else [])
+            return [default] + ([{**default, "tf32": True}] if dtype == "float32" else []) + compiled
         one = [{"xla": False, "threads": 1}] if self._default_threads > 1 else []
-        return [default] + one
+        return [default] + one + compiled
 
     def default_xla(self, model, mode):
         return False
@@ -412,11 +416,12 @@ class Transformers:
 
         self._set_threads(variant)
         features = self._torch_inputs(inputs)
+        forward = torch.compile(model) if variant["xla"] else model
 
         def run():
             with torch.inference_mode():
                 # To NumPy, as Keras's predict_on_batch returns: the work is done.
-                model(**features).last_hidden_state.float().cpu().numpy()
+                forward(**features).last_hidden_state.float().cpu().numpy()
 
         return run
 
@@ -427,6 +432,7 @@ class Transformers:
         features = self._torch_inputs(inputs)
         labels = torch.from_numpy(np.asarray(labels)).long().to(self._device)
         model.train()
+        forward = torch.compile(model) if variant["xla"] else model
         optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01)
         # float16 gradients underflow without loss scaling (Keras's
         # mixed_float16 scales the loss too).
@@ -437,7 +443,7 @@ class Transformers:
             with torch.autocast(
                 self._device, dtype=self._autocast or torch.float32, enabled=self._autocast is not None
             ):
-                loss = model(**features, labels=labels).loss
+                loss = forward(**features, labels=labels).loss
             scaler.scale(loss).backward()
             scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

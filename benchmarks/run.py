@@ -190,7 +190,8 @@ def _setting_name(row):
     """ "XLA" / "no XLA" for the Keras libraries ("torch.compile" / "eager"
     on Keras's torch backend), "2 threads" for PyTorch."""
     if "threads" in row:
-        return f"{row['threads']} thread{'s' if row['threads'] > 1 else ''}" + (", TF32" if row.get("tf32") else "")
+        threads = f"{row['threads']} thread{'s' if row['threads'] > 1 else ''}"
+        return threads + (", TF32" if row.get("tf32") else "") + (", torch.compile" if row.get("xla") else "")
     if row["library"] == "bertzoo_torch":
         return "torch.compile" if row["xla"] else "eager"
     return "XLA" if row["xla"] else "no XLA"
@@ -497,7 +498,7 @@ def main(argv=None):
             f"{', '.join(f'{k} {v}' for k, v in _library_versions(rows).items())}; "
             f"load average {start_load[0]:.2f} at start, {end_load[0]:.2f} at end; BERT {args.preset}, "
             f"batch {args.batch_size} x length {args.sequence_length}, median of {args.runs} runs, best "
-            f"setting per library in brackets (XLA on/off; torch.compile or eager on the torch backend; PyTorch threads). Command: {command_text}."
+            f"setting per library in brackets (XLA on/off; torch.compile or eager on the torch backend; PyTorch threads, and torch.compile where timed). Command: {command_text}."
         )
         write_readme(
             args.readme, readme_section(rows, summary, header), gpu=any(r.get("device", "CPU") != "CPU" for r in rows)

@@ -82,6 +82,10 @@ def test_the_pytorch_tf32_setting_is_named():
 
     assert _setting_name(row("transformers", "inference", "float32", 1.0, threads=16, tf32=True)) == "16 threads, TF32"
     assert _setting_name(row("transformers", "inference", "float32", 1.0, threads=1)) == "1 thread"
+    assert (
+        _setting_name(row("transformers", "training", "bfloat16", 1.0, threads=2, xla=True))
+        == "2 threads, torch.compile"
+    )
 
 
 def test_each_configuration_is_recorded_as_soon_as_it_is_timed(tmp_path, monkeypatch):

@@ -25,8 +25,9 @@ from bertzoo.datasets import synthetic_sentiment
 from bertzoo.export import custom_ops
 from bertzoo.export import describe_export
 from bertzoo.export import read_export_metadata
-from bertzoo.export.serving import batch_bucket
 from bertzoo.layers.dense import portable_kernels
+from bertzoo.models import serving
+from bertzoo.models.serving import batch_bucket
 from bertzoo.text import BertPreprocessor
 from bertzoo.text import BertTokenizer
 from bertzoo.text.vocabulary import builtin_vocabulary
@@ -442,6 +443,22 @@ def _built_in_task(kind):
     head.kernel.assign(head.kernel.numpy() * 50)  # Predictions that differ between inputs.
     model.compile(jit_compile=False)
     return model
+
+
+def test_task_export_writes_through_the_exporter_bertzoo_export_registers(monkeypatch):
+    # `bertzoo.models` may not import `bertzoo.export` (the package order): the
+    # writer reaches `Task.export` through the registry.
+    assert serving.exporter() is bertzoo.export.export_model
+    calls = []
+    monkeypatch.setattr(serving, "_exporter", [lambda model, path, **options: calls.append((model, path, options))])
+    model = bertzoo.BertClassifier(bertzoo.BertBackbone.from_preset("tiny", load_weights=False), 2, preprocessor=None)
+    model.export("serving/1", format="onnx", sequence_length=16)
+    assert calls == [
+        (model, "serving/1", {"format": "onnx", "overwrite": False, "sequence_length": 16, "verbose": False})
+    ]
+    monkeypatch.setattr(serving, "_exporter", [])
+    with pytest.raises(RuntimeError, match="No exporter is registered: import bertzoo"):
+        model.export("serving/2")
 
 
 @pytest.mark.parametrize("kind", ["question_answerer", "token_classifier", "multiple_choice"])

@@ -6,7 +6,7 @@ strings (the tokenizer is in the graph) or token ids and return predictions;
 (and `bertzoo export PRESET_DIR OUT_DIR`) picks between them by `format`.
 
 The package is generic: it writes the signatures a model declares
-(`serving_signatures`, see `bertzoo.export.serving`) and names no model class.
+(`serving_signatures`, see `bertzoo.models.serving`) and names no model class.
 """
 
 from bertzoo.export.portable import PORTABLE_FORMATS
@@ -15,8 +15,9 @@ from bertzoo.export.saved_model import custom_ops
 from bertzoo.export.saved_model import describe_export
 from bertzoo.export.saved_model import export_saved_model
 from bertzoo.export.saved_model import read_export_metadata
-from bertzoo.export.serving import TextServing
-from bertzoo.export.serving import classification_outputs
+from bertzoo.models.serving import TextServing
+from bertzoo.models.serving import classification_outputs
+from bertzoo.models.serving import register_exporter
 
 FORMATS = ("tf_saved_model",) + tuple(PORTABLE_FORMATS)
 
@@ -50,3 +51,6 @@ def export_model(model, path, format="tf_saved_model", overwrite=False, sequence
         f"Unknown export format {format!r}; bertzoo exports {', '.join(repr(f) for f in FORMATS)}. "
         "For Keras's other formats call keras.Model.export(model, path, format=..., input_signature=...)."
     )
+
+
+register_exporter(export_model)

@@ -31,8 +31,8 @@ from pathlib import Path
 import keras
 
 from bertzoo.export.saved_model import _backbone_of
-from bertzoo.export.serving import TOKENIZED_KEYS
 from bertzoo.layers.dense import portable_kernels
+from bertzoo.models.serving import TOKENIZED_KEYS
 from bertzoo.utils import quantization_mode
 
 PORTABLE_FORMATS = {

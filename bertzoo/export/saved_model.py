@@ -15,7 +15,7 @@ has `class_names`). Other tasks declare their own raw-text signatures and
 outputs (`serving_signatures`; question answering: the answer span, contexts
 of any length read in doc-stride windows; token
 classification: one label per word; see the task classes and
-`bertzoo.export.serving`); `serving_tokenized` always takes the model's own
+`bertzoo.models.serving`); `serving_tokenized` always takes the model's own
 inputs. Without a preprocessor `serving_default` is the
 tokenized signature.
 
@@ -38,10 +38,10 @@ from pathlib import Path
 
 import keras
 
-from bertzoo.export.serving import XLA_LENGTH_MULTIPLE
-from bertzoo.export.serving import serving_functions
-from bertzoo.export.serving import xla_serving
 from bertzoo.layers.dense import portable_kernels
+from bertzoo.models.serving import XLA_LENGTH_MULTIPLE
+from bertzoo.models.serving import serving_functions
+from bertzoo.models.serving import xla_serving
 from bertzoo.saving.atomic import atomic_directory
 from bertzoo.text.preprocessor import BertPreprocessor
 from bertzoo.utils import private_api
@@ -107,7 +107,7 @@ def export_saved_model(
             SavedModel). The serving process compiles it once per input
             shape it meets, so shapes are bucketed: batches are padded to
             1, 2, 4, ..., 32 rows, then multiples of 32
-            (`bertzoo.export.serving.batch_bucket`), and text batches cut to
+            (`bertzoo.models.serving.batch_bucket`), and text batches cut to
             multiples of 16 tokens (at most 8 lengths for 128-token inputs;
             `serving_tokenized` keeps the length it is sent). `"auto"`: for
             quantized models, XLA when

@@ -3,11 +3,11 @@
 import keras
 import numpy as np
 
-from bertzoo.export.serving import classification_outputs
 from bertzoo.layers.dense import Dense
 from bertzoo.layers.dropout import Dropout
 from bertzoo.models.head_utils import check_activation
 from bertzoo.models.head_utils import check_classes
+from bertzoo.models.serving import classification_outputs
 from bertzoo.models.task import Task
 from bertzoo.utils.checks import check_rate
 

@@ -4,13 +4,13 @@ import keras
 import numpy as np
 from keras import ops
 
-from bertzoo.export.serving import TextServing
-from bertzoo.export.serving import classification_outputs
-from bertzoo.export.serving import same_size
-from bertzoo.export.serving import string_function
 from bertzoo.layers.dense import Dense
 from bertzoo.layers.dropout import Dropout
 from bertzoo.models.head_utils import check_classes
+from bertzoo.models.serving import TextServing
+from bertzoo.models.serving import classification_outputs
+from bertzoo.models.serving import same_size
+from bertzoo.models.serving import string_function
 from bertzoo.models.task import Task
 from bertzoo.utils.checks import check_rate
 from bertzoo.utils.optional import tf

@@ -5,12 +5,12 @@ import weakref
 import keras
 import numpy as np
 
-from bertzoo.export.serving import TextServing
 from bertzoo.layers.dense import Dense
 from bertzoo.layers.masked_lm_head import MaskedLMHead
 from bertzoo.models.head_utils import MaskedAccuracy
 from bertzoo.models.head_utils import masked_loss
 from bertzoo.models.head_utils import unused_pooler_ok
+from bertzoo.models.serving import TextServing
 from bertzoo.models.task import Task
 from bertzoo.text.pretraining import SENTENCE_OBJECTIVES
 from bertzoo.text.pretraining import BertMaskGenerator

@@ -4,14 +4,14 @@ import keras
 import numpy as np
 from keras import ops
 
-from bertzoo.export.serving import TextServing
-from bertzoo.export.serving import as_int32
-from bertzoo.export.serving import same_size
-from bertzoo.export.serving import serving_call
-from bertzoo.export.serving import string_function
-from bertzoo.export.serving import trim_padding
 from bertzoo.layers.dense import Dense
 from bertzoo.models.head_utils import unused_pooler_ok
+from bertzoo.models.serving import TextServing
+from bertzoo.models.serving import as_int32
+from bertzoo.models.serving import same_size
+from bertzoo.models.serving import serving_call
+from bertzoo.models.serving import string_function
+from bertzoo.models.serving import trim_padding
 from bertzoo.models.task import Task
 from bertzoo.text.normalization import to_string_tensor
 from bertzoo.text.normalization import valid_utf8

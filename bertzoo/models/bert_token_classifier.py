@@ -3,12 +3,6 @@
 import keras
 import numpy as np
 
-from bertzoo.export.serving import TextServing
-from bertzoo.export.serving import as_int32
-from bertzoo.export.serving import classification_outputs
-from bertzoo.export.serving import serving_call
-from bertzoo.export.serving import string_function
-from bertzoo.export.serving import trim_padding
 from bertzoo.layers.dense import Dense
 from bertzoo.layers.dropout import Dropout
 from bertzoo.models.head_utils import IGNORE_LABEL
@@ -16,6 +10,12 @@ from bertzoo.models.head_utils import MaskedAccuracy
 from bertzoo.models.head_utils import check_classes
 from bertzoo.models.head_utils import masked_loss
 from bertzoo.models.head_utils import unused_pooler_ok
+from bertzoo.models.serving import TextServing
+from bertzoo.models.serving import as_int32
+from bertzoo.models.serving import classification_outputs
+from bertzoo.models.serving import serving_call
+from bertzoo.models.serving import string_function
+from bertzoo.models.serving import trim_padding
 from bertzoo.models.task import Task
 from bertzoo.utils.checks import check_rate
 from bertzoo.utils.optional import tf

@@ -6,11 +6,6 @@ import numbers
 import keras
 import numpy as np
 
-from bertzoo.export import export_model
-from bertzoo.export.serving import XLA_LENGTH_MULTIPLE
-from bertzoo.export.serving import TextServing
-from bertzoo.export.serving import named_outputs
-from bertzoo.export.serving import trim_padding
 from bertzoo.models.compile_defaults import DefaultCompileMixin
 from bertzoo.models.early_attributes import EarlyAttributesMixin
 from bertzoo.models.input_keys import DeclaredInputsMixin
@@ -19,6 +14,11 @@ from bertzoo.models.optimizers import bert_optimizer
 from bertzoo.models.raw_inputs import DEFAULT_BATCH_SIZE
 from bertzoo.models.raw_inputs import RawInputsMixin
 from bertzoo.models.resumable import EpochOrder
+from bertzoo.models.serving import XLA_LENGTH_MULTIPLE
+from bertzoo.models.serving import TextServing
+from bertzoo.models.serving import exporter
+from bertzoo.models.serving import named_outputs
+from bertzoo.models.serving import trim_padding
 from bertzoo.saving.preset import Preset
 from bertzoo.saving.preset import save_preset
 from bertzoo.saving.serialization import quantize_layers
@@ -426,7 +426,7 @@ class Task(
                 "Task.export writes fixed serving signatures and takes no `input_signature`; for a "
                 "custom one use keras.export.ExportArchive, or keras.Model.export(model, ...)."
             )
-        return export_model(
+        return exporter()(
             self,
             filepath,
             format=format,
@@ -462,7 +462,7 @@ class Task(
     def serving_outputs(self, outputs):
         """The exported signatures' outputs, a dict of tensors, from the
         model's outputs. Default: the outputs by name
-        (`bertzoo.export.serving.named_outputs`); subclasses return their
+        (`bertzoo.models.serving.named_outputs`); subclasses return their
         post-processed predictions (e.g. `classification_outputs`)."""
         return named_outputs(outputs)
 

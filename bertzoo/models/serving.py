@@ -18,6 +18,10 @@ Signatures call the model through `serving_call`; inside `xla_serving()` that
 call is one XLA-compiled function (compiled per input shape by the serving
 process): batches are padded to `batch_bucket` rows and text batches cut to
 a multiple of `XLA_LENGTH_MULTIPLE` tokens, so that few shapes arise.
+
+Writing the files (SavedModel, ONNX, LiteRT) is `bertzoo.export`'s job, which
+sits above the models in the package order; it registers its writer here with
+`register_exporter`, and `Task.export` calls it through `exporter()`.
 """
 
 import contextlib
@@ -33,6 +37,20 @@ TOKENIZED_KEYS = ("token_ids", "segment_ids", "padding_mask")
 XLA_LENGTH_MULTIPLE = 16
 
 _tracing = threading.local()
+_exporter = []
+
+
+def register_exporter(function):
+    """Makes `function(model, path, format=..., **options)` the writer that
+    `Task.export` calls; `bertzoo.export` registers `export_model` on import."""
+    _exporter[:] = [function]
+
+
+def exporter():
+    """The writer `register_exporter` set; a clear error when there is none."""
+    if not _exporter:
+        raise RuntimeError("No exporter is registered: import bertzoo (or bertzoo.export) before calling Task.export.")
+    return _exporter[0]
 
 
 @contextlib.contextmanager
