@@ -110,6 +110,21 @@ def encoder_flops(config, batch, length, mode):
     return forward * (3 if mode == "training" else 1)
 
 
+def bench_rows(stdout):
+    """The rows of a worker's `BENCH {json}` lines (`stdout`: text, bytes, or
+    None, as `subprocess.TimeoutExpired` may hold it)."""
+    if isinstance(stdout, bytes):
+        stdout = stdout.decode(errors="replace")
+    rows = []
+    for line in (stdout or "").splitlines():
+        if line.startswith("BENCH "):
+            try:
+                rows.append(json.loads(line[6:]))
+            except json.JSONDecodeError:  # The line a timeout cut off half-printed.
+                continue
+    return rows
+
+
 def run_worker(args, **worker_args):
     """Runs one `benchmarks.peers` worker; returns (rows, error or None)."""
     arguments = []
@@ -118,9 +133,10 @@ def run_worker(args, **worker_args):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore"}
     try:
         done = run_module("benchmarks.peers", arguments, env=env, timeout=args.worker_timeout)
-    except subprocess.TimeoutExpired:
-        return [], f"timed out after {args.worker_timeout} s"
-    rows = [json.loads(line[6:]) for line in done.stdout.splitlines() if line.startswith("BENCH ")]
+    except subprocess.TimeoutExpired as timeout:
+        # The variants timed before the cut (a slow compile comes last) still count.
+        return bench_rows(timeout.stdout), f"timed out after {args.worker_timeout} s"
+    rows = bench_rows(done.stdout)
     if done.returncode != 0:
         lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
         # The exception line, not a framework's closing remark after it.

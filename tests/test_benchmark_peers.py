@@ -53,3 +53,16 @@ def test_matmul_peaks_cover_the_tensor_dtypes_and_int8_static_reads_int8s():
     args = run.argparse.Namespace(batch_size=8, sequence_length=128)
     run.row_figures(row, peers.backbone_config("tiny"), args, {"int8": {"gflops": 1000.0}})
     assert row["peak_gflops"] == 1000.0 and row["utilization"] == row["gflops"] / 1000.0
+
+
+def test_a_worker_cut_off_by_its_timeout_keeps_the_variants_it_timed(monkeypatch):
+    printed = 'warming up\nBENCH {"library": "transformers", "median_s": 0.5}\nBENCH {"library": "transformers"'
+
+    def cut_off(module, arguments, env=None, timeout=None):
+        raise run.subprocess.TimeoutExpired(["python"], timeout, output=printed.encode())
+
+    monkeypatch.setattr(run, "run_module", cut_off)
+    rows, error = run.run_worker(type("Args", (), {"worker_timeout": 7})(), library="transformers")
+    assert rows == [{"library": "transformers", "median_s": 0.5}]  # The half-printed line is not a row.
+    assert error == "timed out after 7 s"
+    assert run.bench_rows(None) == [] and run.bench_rows(printed.split("\n", 1)[1].split("\n")[0]) == rows
