@@ -450,13 +450,13 @@ def test_task_export_writes_through_the_exporter_bertzoo_export_registers(monkey
     # writer reaches `Task.export` through the registry.
     assert serving.exporter() is bertzoo.export.export_model
     calls = []
-    monkeypatch.setattr(serving, "_exporter", [lambda model, path, **options: calls.append((model, path, options))])
+    monkeypatch.setattr(serving, "_exporter", lambda model, path, **options: calls.append((model, path, options)))
     model = bertzoo.BertClassifier(bertzoo.BertBackbone.from_preset("tiny", load_weights=False), 2, preprocessor=None)
     model.export("serving/1", format="onnx", sequence_length=16)
     assert calls == [
         (model, "serving/1", {"format": "onnx", "overwrite": False, "sequence_length": 16, "verbose": False})
     ]
-    monkeypatch.setattr(serving, "_exporter", [])
+    monkeypatch.setattr(serving, "_exporter", None)
     with pytest.raises(RuntimeError, match="No exporter is registered: import bertzoo"):
         model.export("serving/2")
 

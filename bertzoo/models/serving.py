@@ -37,20 +37,21 @@ TOKENIZED_KEYS = ("token_ids", "segment_ids", "padding_mask")
 XLA_LENGTH_MULTIPLE = 16
 
 _tracing = threading.local()
-_exporter = []
+_exporter = None
 
 
 def register_exporter(function):
     """Makes `function(model, path, format=..., **options)` the writer that
     `Task.export` calls; `bertzoo.export` registers `export_model` on import."""
-    _exporter[:] = [function]
+    global _exporter
+    _exporter = function
 
 
 def exporter():
     """The writer `register_exporter` set; a clear error when there is none."""
-    if not _exporter:
+    if _exporter is None:
         raise RuntimeError("No exporter is registered: import bertzoo (or bertzoo.export) before calling Task.export.")
-    return _exporter[0]
+    return _exporter
 
 
 @contextlib.contextmanager
