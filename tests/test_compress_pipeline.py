@@ -4,6 +4,7 @@ and SavedModels, the trade-off report and chart, input files and their errors.""
 import csv
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -97,6 +98,22 @@ def run(workspace):
     return out, report
 
 
+@pytest.fixture
+def quick_reports(monkeypatch):
+    """For tests of what a run trains on and reports: latencies of 1 ms and
+    SavedModels written as an empty `saved_model.pb`. `run` above measures
+    and exports for real (and its tests check both); here they would only
+    repeat its tracing and compiling, about 5 seconds a stage."""
+    from bertzoo.models import serving
+
+    def export(model, path, **options):
+        Path(path).mkdir(parents=True)
+        (Path(path) / "saved_model.pb").write_bytes(b"")
+
+    monkeypatch.setattr(serving, "_exporter", export)
+    monkeypatch.setattr(bertzoo.compression.pipeline, "_latency_ms", lambda model, features, repeats: 1.0)
+
+
 def test_each_stage_saves_a_loadable_preset_and_a_saved_model(run, workspace):
     out, report = run
     texts, _ = sentiment(4, seed=2)
@@ -140,7 +157,7 @@ def test_report_has_the_teacher_and_one_row_per_stage(run):
     assert (out / "tradeoff.png").read_bytes()[:8] == PNG_HEADER
 
 
-def test_cli_with_csv_and_string_labels(workspace, capsys):
+def test_cli_with_csv_and_string_labels(workspace, capsys, quick_reports):
     texts, labels = sentiment(32, seed=3)
     names = ["neg" if y == 0 else "pos" for y in labels]
     train = write_csv(workspace / "train.csv", texts, names)
@@ -173,7 +190,7 @@ def test_cli_with_csv_and_string_labels(workspace, capsys):
     assert bertzoo.BertClassifier.from_preset(out / "1_int8" / "preset").backbone.pooler.quantization_mode == "int8"
 
 
-def test_cli_with_ratings_a_label_threshold_and_a_transfer_file(workspace, capsys):
+def test_cli_with_ratings_a_label_threshold_and_a_transfer_file(workspace, capsys, quick_reports):
     texts, labels = sentiment(24, seed=5)
     ratings = [f"{(1.5 if y else -2.0) + 0.25 * i:.2f}" for i, y in enumerate(labels)]
     ratings[0] = "0.0"  # Exactly at the threshold: dropped.
@@ -193,7 +210,7 @@ def test_cli_with_ratings_a_label_threshold_and_a_transfer_file(workspace, capsy
         threshold_labels(["a"], ["pos"], 0.0, source=train)
 
 
-def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatch):
+def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatch, quick_reports):
     from bertzoo.compression import pipeline
 
     distill_calls, prune_fits = [], []
@@ -251,7 +268,7 @@ def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatc
     assert zeros >= 0.85, zeros
 
 
-def test_augmented_copies_join_the_transfer_set_of_every_stage_that_uses_it(workspace, monkeypatch):
+def test_augmented_copies_join_the_transfer_set_of_every_stage_that_uses_it(workspace, monkeypatch, quick_reports):
     from bertzoo.compression import pipeline
 
     # Records what each stage is asked to train on, and trains nothing: the

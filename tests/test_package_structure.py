@@ -225,3 +225,16 @@ def test_bertzoo_imports_sees_function_level_and_package_imports():
     assert resolve("bertzoo.text.BertTokenizer", modules) == "bertzoo.text"
     assert resolve("bertzoo.export", modules) == "bertzoo.export"
     assert resolve("bertzoo.__version__", modules) == "bertzoo"
+
+
+def test_pyproject_lists_every_package_setuptools_must_install():
+    # `packages` in pyproject.toml is written by hand (the presets folder
+    # sits outside bertzoo/), so a new subpackage left off it would be
+    # missing from a regular (non-editable) install.
+    tomllib = pytest.importorskip("tomllib")
+    config = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
+    on_disk = {module_name(init.parent / "__init__.py") for init in PACKAGE.rglob("__init__.py")}
+    assert set(config["packages"]) == on_disk | {"bertzoo.builtin_presets"}
+    assert config["package-dir"]["bertzoo.builtin_presets"] == "presets"
+    assert (PACKAGE.parent / "presets" / "__init__.py").is_file()
+    assert config["package-data"]["bertzoo.builtin_presets"] == ["*.json"]
