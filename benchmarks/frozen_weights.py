@@ -86,6 +86,25 @@ def run_worker(dtype, setting, args):
     return worker_result("benchmarks.frozen_weights", arguments, env, f"{dtype} {SWITCH}={setting}")
 
 
+def dtype_policies(value):
+    """`--dtypes` -> Keras dtype policy names, checked here rather than in
+    the first worker (which would fail after TensorFlow's start-up with a
+    traceback)."""
+    import keras
+
+    names = [d.strip() for d in value.split(",") if d.strip()]
+    if not names:
+        raise SystemExit(f"--dtypes: no dtype policy in {value!r}; e.g. float32,bfloat16.")
+    for name in names:
+        try:
+            keras.dtype_policies.get(name)
+        except ValueError:
+            raise SystemExit(
+                f"--dtypes: {name!r} is not a Keras dtype policy; e.g. float32, bfloat16, mixed_bfloat16."
+            ) from None
+    return names
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dtypes", default="float32,bfloat16", help="comma list of Keras dtype policies")
@@ -101,9 +120,10 @@ def main(argv=None):
         return worker(args.preset, args.worker, args.runs, args.batch_size, args.length)
     if args.repeats < 1 or args.runs < 1:
         raise SystemExit("--repeats and --runs must be positive.")
+    dtypes = dtype_policies(args.dtypes)
     print(f"{machine()}; {args.preset} inference, batch {args.batch_size} x {args.length}, no XLA", flush=True)
     rows = []
-    for dtype in [d.strip() for d in args.dtypes.split(",") if d.strip()]:
+    for dtype in dtypes:
         results = {setting: [] for setting in SETTINGS}
         for repeat in range(args.repeats):
             for setting in SETTINGS if repeat % 2 == 0 else SETTINGS[::-1]:

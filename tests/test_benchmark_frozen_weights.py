@@ -33,3 +33,12 @@ def test_the_switch_keeps_the_first_weights_which_the_readme_warns_about():
     # computes with the old ones. If a TensorFlow release stops caching the
     # reordered kernel, this fails and the README's warning must change.
     assert frozen_weights.run_worker("bfloat16", "1", _args())["stale"] is True
+
+
+def test_an_unknown_dtype_policy_is_refused_before_any_worker_starts(monkeypatch):
+    monkeypatch.setattr(frozen_weights, "run_worker", lambda *args: pytest.fail("a worker started"))
+    with pytest.raises(SystemExit, match=r"--dtypes: 'bfloat61' is not a Keras dtype policy"):
+        frozen_weights.main(["--dtypes", "float32,bfloat61"])
+    with pytest.raises(SystemExit, match=r"--dtypes: no dtype policy in ' , '"):
+        frozen_weights.main(["--dtypes", " , "])
+    assert frozen_weights.dtype_policies("float32, mixed_bfloat16") == ["float32", "mixed_bfloat16"]

@@ -8,6 +8,7 @@ another process reuses the disk cache.
 
 import json
 import logging
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -202,7 +203,8 @@ def test_a_fresh_process_state_reads_the_disk_cache(cache_dir, model):
     assert (second.predict, second.train) == (True, False)
     assert [c.median_s for c in second.candidates] == [c.median_s for c in first.candidates]
     # No temporary files left next to it (written atomically).
-    assert [p.name for p in cache_dir.iterdir()] == ["fast_path.json"]
+    # No temporary file left; the writers' lock file stays (removing it would race).
+    assert sorted(p.name for p in cache_dir.iterdir()) == ["fast_path.json", "fast_path.json.lock"]
 
 
 def test_another_process_reuses_the_cache(cache_dir):
@@ -499,3 +501,25 @@ def test_a_failing_measurement_falls_back_to_the_rule_with_a_warning(cache_dir, 
 
 def test_explain_is_exported_at_the_top_level():
     assert bertzoo.explain_fast_path is fast_path.explain_fast_path
+
+
+def _write_entries(path, prefix, count):
+    for index in range(count):
+        entry = {"modes": {"predict": {"chosen": True, "candidates": []}}, "measured_at": f"{prefix}{index}"}
+        fast_path._write_cache(path, f"{prefix}-{index}", entry)
+
+
+def test_concurrent_writers_keep_every_entry(tmp_path):
+    # Processes measuring different models at once (e.g. pytest-xdist
+    # workers, or a serving fleet starting up) each add their entry: none is
+    # lost to another's read-modify-write.
+    path = tmp_path / "fast_path.json"
+    context = multiprocessing.get_context("fork")
+    writers = [context.Process(target=_write_entries, args=(path, f"p{i}", 40)) for i in range(4)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(60)
+        assert writer.exitcode == 0
+    assert len(fast_path._read_cache(path)) == 160
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fast_path.json", "fast_path.json.lock"]

@@ -28,7 +28,8 @@ and the flags that pick kernels, core count, GPU names), the library
 versions and the model's signature (classes, backbone config, dtype
 policies, quantization modes of its layers, input shapes, whether the fused
 oneDNN int8 kernel is available), so another process on the same machine
-reuses it. Every choice is logged at INFO; `explain_fast_path(model)` returns
+reuses it (processes writing at once take turns through a lock file beside
+it, `fast_path.json.lock`, and keep each other's entries). Every choice is logged at INFO; `explain_fast_path(model)` returns
 a report whose `str()` is a readable table.
 
 Pinning: `BERTZOO_JIT_COMPILE=0|1` pins XLA off/on for `"auto"`,
@@ -47,6 +48,7 @@ report.predict, report.train  # The per-mode choice.
 ```
 """
 
+import contextlib
 import dataclasses
 import datetime
 import functools
@@ -70,6 +72,11 @@ from bertzoo.utils import private_api
 from bertzoo.utils.layers import quantization_mode
 from bertzoo.utils.onednn import onednn_int8_available
 from bertzoo.utils.optional import tf
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory file locks (see `_cache_lock`).
+    fcntl = None
 
 logger = logging.getLogger("bertzoo")
 
@@ -396,31 +403,54 @@ def _valid_entry(entry):
     return True
 
 
+@contextlib.contextmanager
+def _cache_lock(path):
+    """Holds an exclusive advisory lock on `<path>.lock` while a process
+    reads, updates and replaces the cache, so that processes measuring at
+    the same time keep each other's entries. Opened read-only (a lock needs
+    no write access), so the users of a shared cache directory can all take
+    it. Without `fcntl` (Windows) there is no lock: a concurrent writer may
+    drop an entry, which is then measured again."""
+    if fcntl is None:
+        yield
+        return
+    descriptor = os.open(path.with_name(path.name + ".lock"), os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # Releases the lock.
+
+
 def _write_cache(path, key, entry):
-    """Adds `entry` to the cache at `path`: read, update, write to a temporary
-    file in the same directory and `os.replace` it (atomic: a reader sees the
-    old file or the new one). Failures are logged, never raised."""
+    """Adds `entry` to the cache at `path`: under `_cache_lock`, read, update,
+    write to a temporary file in the same directory and `os.replace` it
+    (atomic: a reader, which takes no lock, sees the old file or the new
+    one). Failures are logged, never raised."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        entries = _read_cache(path)
-        entries[key] = entry
-        if len(entries) > MAX_CACHE_ENTRIES:  # Oldest first out.
-            for old in sorted(entries, key=lambda k: entries[k].get("measured_at", ""))[
-                : len(entries) - MAX_CACHE_ENTRIES
-            ]:
-                del entries[old]
-        descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            if hasattr(os, "fchmod"):  # mkstemp's 0600 would hide a shared $BERTZOO_CACHE_DIR's file from others.
-                os.fchmod(descriptor, 0o644)
-            with os.fdopen(descriptor, "w") as f:
-                json.dump({"format": CACHE_FORMAT, "entries": entries}, f, indent=1, sort_keys=True)
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        with _cache_lock(path):
+            _update_cache(path, key, entry)
     except OSError as e:
         logger.warning("Could not write the fast-path cache %s: %s.", path, e)
+
+
+def _update_cache(path, key, entry):
+    entries = _read_cache(path)
+    entries[key] = entry
+    if len(entries) > MAX_CACHE_ENTRIES:  # Oldest first out.
+        for old in sorted(entries, key=lambda k: entries[k].get("measured_at", ""))[: len(entries) - MAX_CACHE_ENTRIES]:
+            del entries[old]
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        if hasattr(os, "fchmod"):  # mkstemp's 0600 would hide a shared $BERTZOO_CACHE_DIR's file from others.
+            os.fchmod(descriptor, 0o644)
+        with os.fdopen(descriptor, "w") as f:
+            json.dump({"format": CACHE_FORMAT, "entries": entries}, f, indent=1, sort_keys=True)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def clear_memory_cache():
