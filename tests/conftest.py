@@ -43,6 +43,30 @@ def make_bert_inputs(rng):
 
 
 @pytest.fixture(scope="session")
+def word_classifier():
+    """Factory for a small `BertClassifier` whose vocabulary is the special
+    tokens plus `words` (a built-in preset's 30522-token vocabulary would
+    make every training step slower). Backbone keyword arguments override
+    the defaults: 2 layers, 32 wide, 2 heads, FFN 64, positions up to
+    `sequence_length`; `dropout` is the backbone's and the head's."""
+
+    def build(words, sequence_length=16, num_classes=2, dropout=0.1, **backbone_kwargs):
+        import bertzoo
+        from bertzoo.text import BertPreprocessor
+        from bertzoo.text import BertTokenizer
+
+        vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list(words)
+        config = dict(num_layers=2, hidden_dim=32, num_heads=2, intermediate_dim=64)
+        config.update(max_sequence_length=sequence_length, dropout=dropout)
+        config.update(backbone_kwargs)
+        backbone = bertzoo.BertBackbone(vocabulary_size=len(vocabulary), **config)
+        preprocessor = BertPreprocessor(BertTokenizer(vocabulary), sequence_length=sequence_length)
+        return bertzoo.BertClassifier(backbone, num_classes, preprocessor=preprocessor, dropout=dropout)
+
+    return build
+
+
+@pytest.fixture(scope="session")
 def random_classifier():
     """Factory for the quantization tests' model: a 2-layer, 32-unit
     `BertClassifier` (3 classes, vocabulary of 1200, length 16) whose

@@ -10,26 +10,15 @@ from bertzoo.datasets import synthetic_sentiment
 from examples import distill_to_small
 
 
-def small_teacher(directory):
-    """A 2-layer classifier preset with a word vocabulary of the generated data
-    (the built-in presets' 30522-token vocabulary makes every step slower)."""
+def small_teacher(word_classifier, directory):
+    """A 2-layer classifier preset with a word vocabulary of the generated data."""
     texts, _ = synthetic_sentiment(400, seed=0)
     words = sorted({w for t in texts for w in re.findall(r"\w+|[^\w\s]", t.lower())})
-    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words
-    backbone = bertzoo.BertBackbone(
-        vocabulary_size=len(vocabulary),
-        num_layers=2,
-        hidden_dim=32,
-        num_heads=2,
-        intermediate_dim=64,
-        max_sequence_length=32,
-    )
-    preprocessor = bertzoo.text.BertPreprocessor(bertzoo.text.BertTokenizer(vocabulary), sequence_length=24)
-    bertzoo.BertClassifier(backbone, num_classes=2, preprocessor=preprocessor).save_to_preset(directory)
+    word_classifier(words, sequence_length=24, max_sequence_length=32).save_to_preset(directory)
     return directory
 
 
-def test_example_runs_end_to_end(tmp_path, capsys):
+def test_example_runs_end_to_end(tmp_path, capsys, word_classifier):
     result = distill_to_small.main(
         [
             "--data",
@@ -39,7 +28,7 @@ def test_example_runs_end_to_end(tmp_path, capsys):
             "--test-size",
             "16",
             "--teacher",
-            str(small_teacher(tmp_path / "teacher_in")),
+            str(small_teacher(word_classifier, tmp_path / "teacher_in")),
             "--student-layers",
             "1",
             "--epochs",

@@ -117,23 +117,12 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def mirrored(tmp_path_factory):
+def mirrored(tmp_path_factory, word_classifier):
     tmp = tmp_path_factory.mktemp("mirrored")
     # The script's words only: the built-in presets' 30522-word embedding
     # table would make each of its seven fits several times slower.
     words = ["review", "number", "was", "great", "awful"] + [str(i) for i in range(16)]
-    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words
-    backbone = bertzoo.BertBackbone(
-        vocabulary_size=len(vocabulary),
-        num_layers=2,
-        hidden_dim=128,
-        num_heads=2,
-        intermediate_dim=256,
-        max_sequence_length=16,
-        dropout=0.0,
-    )
-    preprocessor = bertzoo.text.BertPreprocessor(bertzoo.text.BertTokenizer(vocabulary), sequence_length=16)
-    model = bertzoo.BertClassifier(backbone, 2, preprocessor=preprocessor, dropout=0.0)
+    model = word_classifier(words, hidden_dim=128, intermediate_dim=256, dropout=0.0)
     model.save_to_preset(tmp / "preset")
     script = tmp / "run_mirrored.py"
     script.write_text(SCRIPT)
