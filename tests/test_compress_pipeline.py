@@ -208,6 +208,16 @@ def test_cli_with_ratings_a_label_threshold_and_a_transfer_file(workspace, capsy
     assert threshold_labels(["a", "b", "c"], ["-1", "0", "2.5"], 0.0) == (["a", "c"], [0, 1])
     with pytest.raises(ValueError, match=r"rated\.tsv: label 'pos' is not a number: a label threshold needs"):
         threshold_labels(["a"], ["pos"], 0.0, source=train)
+    # 0/1 labels with a threshold of 0: every 0 is "at the threshold", one class is left.
+    binary = write_tsv(workspace / "binary.tsv", *sentiment(12, seed=8))
+    zeros = sum(1 for label in sentiment(12, seed=8)[1] if label == 0)
+    with pytest.raises(
+        ValueError,
+        match=rf"binary\.tsv: with the label threshold 0 the training labels have one class left \({zeros} of 12 "
+        r"rows rated exactly 0 were dropped\).*leave out --label-threshold",
+    ):
+        bertzoo.compress(workspace / "teacher", binary, binary, workspace / "binary_out", label_threshold=0)
+    assert not (workspace / "binary_out").exists()
 
 
 def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatch, quick_reports):

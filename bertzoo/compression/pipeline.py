@@ -373,8 +373,16 @@ def compress(
     train_texts, train_raw = load_labelled_texts(train, text_column, label_column)
     eval_texts, eval_raw = load_labelled_texts(eval, text_column, label_column)
     if label_threshold is not None:
+        rows = len(train_texts)
         train_texts, train_raw = threshold_labels(train_texts, train_raw, label_threshold, source=train)
         eval_texts, eval_raw = threshold_labels(eval_texts, eval_raw, label_threshold, source=eval)
+        if len(set(train_raw)) < 2:
+            raise ValueError(
+                f"{train}: with the label threshold {label_threshold} the training labels have one class left "
+                f"({rows - len(train_texts)} of {rows} rows rated exactly {label_threshold} were dropped). The "
+                "threshold splits numeric ratings (e.g. 0 for ratings from -2 to 2); labels that are already "
+                "classes (0/1, names) need none: leave out --label-threshold (`label_threshold=None`)."
+            )
     if isinstance(transfer, (str, os.PathLike)):
         transfer = load_texts(transfer, text_column)
     elif transfer is not None:
