@@ -520,6 +520,37 @@ def test_concurrent_writers_keep_every_entry(tmp_path):
         writer.start()
     for writer in writers:
         writer.join(60)
+        if writer.exitcode is None:
+            writer.kill()
         assert writer.exitcode == 0
     assert len(fast_path._read_cache(path)) == 160
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fast_path.json", "fast_path.json.lock"]
+
+
+def test_a_held_lock_delays_the_update_then_it_goes_ahead(tmp_path, monkeypatch, caplog):
+    fcntl = pytest.importorskip("fcntl")
+    path = tmp_path / "fast_path.json"
+    monkeypatch.setattr(fast_path, "LOCK_WAIT_S", 0.2)
+    previous = os.umask(0o077)
+    try:
+        _write_entries(path, "first", 1)
+    finally:
+        os.umask(previous)
+    lock = tmp_path / "fast_path.json.lock"
+    assert lock.stat().st_mode & 0o777 == 0o644  # Not the umask's 0600: a shared directory's users all lock.
+    with open(lock) as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)  # Another process (or a stuck one) holds it.
+        with caplog.at_level(logging.WARNING, logger="bertzoo"):
+            _write_entries(path, "second", 1)
+    assert sorted(fast_path._read_cache(path)) == ["first-0", "second-0"]
+    assert any("held the fast-path cache lock" in r.getMessage() for r in caplog.records)
+
+
+def test_two_modes_of_one_model_written_apart_are_both_kept(tmp_path):
+    # Two processes measuring one model, one its training step, the other inference.
+    path = tmp_path / "fast_path.json"
+    for mode, chosen in (("predict", True), ("train", False)):
+        entry = {"modes": {mode: {"chosen": chosen, "candidates": []}}, "measured_at": mode}
+        fast_path._write_cache(path, "model", entry)
+    modes = fast_path._read_cache(path)["model"]["modes"]
+    assert {mode: decided["chosen"] for mode, decided in modes.items()} == {"predict": True, "train": False}

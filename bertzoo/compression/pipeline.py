@@ -378,8 +378,9 @@ def compress(
         eval_texts, eval_raw = threshold_labels(eval_texts, eval_raw, label_threshold, source=eval)
         if len(set(train_raw)) < 2:
             raise ValueError(
-                f"{train}: with the label threshold {label_threshold} the training labels have one class left "
-                f"({rows - len(train_texts)} of {rows} rows rated exactly {label_threshold} were dropped). The "
+                f"{train}: with the label threshold {label_threshold} the training labels have fewer than two "
+                f"classes left ({rows - len(train_texts)} of {rows} rows rated exactly {label_threshold} were "
+                "dropped). The "
                 "threshold splits numeric ratings (e.g. 0 for ratings from -2 to 2); labels that are already "
                 "classes (0/1, names) need none: leave out --label-threshold (`label_threshold=None`)."
             )

@@ -87,6 +87,8 @@ CACHE_FILE_NAME = "fast_path.json"
 # then never looked up again.
 CACHE_FORMAT = 1
 MAX_CACHE_ENTRIES = 512
+# How long a cache update waits for another process's lock before going ahead without it.
+LOCK_WAIT_S = 10.0
 MODES = ("predict", "train")
 # /proc/cpuinfo flags that decide which kernels TensorFlow/XLA/oneDNN use.
 CPU_FLAGS = (
@@ -405,21 +407,63 @@ def _valid_entry(entry):
 
 @contextlib.contextmanager
 def _cache_lock(path):
-    """Holds an exclusive advisory lock on `<path>.lock` while a process
+    """Holds an exclusive advisory lock on `<path>.lock` while this process
     reads, updates and replaces the cache, so that processes measuring at
-    the same time keep each other's entries. Opened read-only (a lock needs
-    no write access), so the users of a shared cache directory can all take
-    it. Without `fcntl` (Windows) there is no lock: a concurrent writer may
-    drop an entry, which is then measured again."""
-    if fcntl is None:
-        yield
-        return
-    descriptor = os.open(path.with_name(path.name + ".lock"), os.O_RDONLY | os.O_CREAT, 0o644)
+    the same time keep each other's entries. Best effort: where no lock can
+    be had (no `fcntl` on Windows, a lock file that cannot be opened, a
+    network filesystem without `flock`, a holder that does not let go
+    within `LOCK_WAIT_S`) the update goes ahead unlocked, as before there
+    were locks; a concurrent writer may then drop an entry, which is
+    measured again."""
+    descriptor = _open_lock_file(path) if fcntl is not None else None
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        if descriptor is not None:
+            _take_lock(descriptor, path)
         yield
     finally:
-        os.close(descriptor)  # Releases the lock.
+        if descriptor is not None:
+            os.close(descriptor)  # Releases the lock.
+
+
+def _open_lock_file(path):
+    """A descriptor of `<path>.lock` (created 0644), or None. Read-only where
+    another user's file allows no more: `flock` needs no write access
+    (except on NFS, where `_take_lock` then goes without)."""
+    lock_path = path.with_name(path.name + ".lock")
+    for flags in (os.O_RDWR | os.O_CREAT, os.O_RDONLY):
+        try:
+            descriptor = os.open(lock_path, flags, 0o644)
+        except OSError:
+            continue
+        try:
+            os.fchmod(descriptor, 0o644)  # The umask would shut the other users of a shared directory out.
+        except OSError:
+            pass  # Another user's file: theirs to set.
+        return descriptor
+    logger.debug("No lock file %s: updating the fast-path cache unlocked.", lock_path)
+    return None
+
+
+def _take_lock(descriptor, path):
+    """Waits up to `LOCK_WAIT_S` for the lock; returns whether it was taken."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                logger.warning(
+                    "Another process has held the fast-path cache lock %s.lock for over %.0f s; "
+                    "updating the cache without it.",
+                    path,
+                    LOCK_WAIT_S,
+                )
+                return False
+            time.sleep(0.01)
+        except OSError as e:  # E.g. NFS without flock, ENOLCK.
+            logger.debug("Cannot lock %s.lock (%s): updating the fast-path cache unlocked.", path, e)
+            return False
 
 
 def _write_cache(path, key, entry):
@@ -437,6 +481,8 @@ def _write_cache(path, key, entry):
 
 def _update_cache(path, key, entry):
     entries = _read_cache(path)
+    if key in entries:  # Another process measured this model's other mode meanwhile: keep it too.
+        entry = {**entry, "modes": {**entries[key]["modes"], **entry["modes"]}}
     entries[key] = entry
     if len(entries) > MAX_CACHE_ENTRIES:  # Oldest first out.
         for old in sorted(entries, key=lambda k: entries[k].get("measured_at", ""))[: len(entries) - MAX_CACHE_ENTRIES]:
