@@ -29,8 +29,9 @@ versions and the model's signature (classes, backbone config, dtype
 policies, quantization modes of its layers, input shapes, whether the fused
 oneDNN int8 kernel is available), so another process on the same machine
 reuses it (processes writing at once take turns through a lock file beside
-it, `fast_path.json.lock`, and keep each other's entries). Every choice is logged at INFO; `explain_fast_path(model)` returns
-a report whose `str()` is a readable table.
+it, `fast_path.json.lock`, and keep each other's entries). Every choice is
+logged at INFO; `explain_fast_path(model)` returns a report whose `str()` is
+a readable table.
 
 Pinning: `BERTZOO_JIT_COMPILE=0|1` pins XLA off/on for `"auto"`,
 `BERTZOO_JIT_COMPILE=rule` skips measuring (the rule in
