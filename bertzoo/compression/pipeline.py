@@ -380,9 +380,8 @@ def compress(
             raise ValueError(
                 f"{train}: with the label threshold {label_threshold} the training labels have fewer than two "
                 f"classes left ({rows - len(train_texts)} of {rows} rows rated exactly {label_threshold} were "
-                "dropped). The "
-                "threshold splits numeric ratings (e.g. 0 for ratings from -2 to 2); labels that are already "
-                "classes (0/1, names) need none: leave out --label-threshold (`label_threshold=None`)."
+                "dropped). The threshold splits numeric ratings (e.g. 0 for ratings from -2 to 2); labels that "
+                "are already classes (0/1, names) need none: leave out --label-threshold (`label_threshold=None`)."
             )
     if isinstance(transfer, (str, os.PathLike)):
         transfer = load_texts(transfer, text_column)
