@@ -374,6 +374,17 @@ def test_bad_inputs_give_clear_errors(workspace, tmp_path):
         bertzoo.compress(teacher, train, write_tsv(tmp_path / "three.tsv", ["x"], [2]), tmp_path / "a", verbose=0)
     assert cli.main(["compress", str(teacher), "--train", str(wrong), "--eval", str(train), "--out", "x"]) == 1
     assert not (tmp_path / "a").exists()  # Input errors come before any output.
+    # A teacher that does not fit the data is refused before a previous run's outputs are removed.
+    previous = tmp_path / "previous"
+    (previous / "1_int8").mkdir(parents=True)
+    (previous / "report.json").write_text("{}")
+    three = write_tsv(tmp_path / "three.tsv", ["a", "b", "c"], [0, 1, 2])
+    with pytest.raises(ValueError, match=r"The teacher classifies 2 classes, but the training file has 3"):
+        bertzoo.compress(teacher, three, three, previous, overwrite=True, verbose=0)
+    assert sorted(p.name for p in previous.iterdir()) == ["1_int8", "report.json"]
+    with pytest.raises(ValueError, match=r"The teacher classifies 2 classes"):
+        bertzoo.compress(teacher, three, three, tmp_path / "new", verbose=0)
+    assert not (tmp_path / "new").exists()
 
 
 def test_labels_map_by_sorted_order_and_student_depth_follows_the_speedup():

@@ -391,8 +391,10 @@ def compress(
     eval_labels, _ = label_ids(eval_raw, classes, source=eval)
     train_data = (train_texts, np.asarray(train_labels, dtype="int32"))
     eval_data = (eval_texts, np.asarray(eval_labels, dtype="int32"))
-    out = _check_output(out, overwrite)
+    # The teacher is checked before `out` is touched: a refused run must not
+    # have removed a previous run's outputs (`overwrite`) or left a directory.
     model, teacher_dir, fine_tune = _load_teacher(teacher, classes, sequence_length)
+    out = _check_output(out, overwrite)
     distiller_options = dict(distiller_options or {})
 
     def say(message):
