@@ -446,12 +446,13 @@ def _open_lock_file(path):
 
 
 def _take_lock(descriptor, path):
-    """Waits up to `LOCK_WAIT_S` for the lock; returns whether it was taken."""
+    """Takes the lock, waiting up to `LOCK_WAIT_S`; where it cannot, logs why
+    and returns, and the caller goes on unlocked."""
     deadline = time.monotonic() + LOCK_WAIT_S
     while True:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
+            return
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 logger.warning(
@@ -460,11 +461,11 @@ def _take_lock(descriptor, path):
                     path,
                     LOCK_WAIT_S,
                 )
-                return False
+                return
             time.sleep(0.01)
         except OSError as e:  # E.g. NFS without flock, ENOLCK.
             logger.debug("Cannot lock %s.lock (%s): updating the fast-path cache unlocked.", path, e)
-            return False
+            return
 
 
 def _write_cache(path, key, entry):
