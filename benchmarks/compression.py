@@ -51,6 +51,8 @@ default 0,1,2; `keras.utils.set_random_seed(seed)` first):
 - `int8st`: `int8sq` with `input_ranges="static"`: each Dense layer's
   int8 input range fixed from the same calibration texts instead of
   measured on every call (seed-independent, as `int8`).
+- `int8w`: `bertzoo.quantize(teacher, "int8", weight_only=True)`: int8
+  kernels, float inputs and arithmetic (seed-independent, as `int8`).
 - `int8qat`: `bertzoo.quantization_aware_training(teacher, ...)`: int8
   rounding simulated while distilling from the teacher on the training
   texts (`--qat-epochs`, `bert_optimizer(2e-5)`), then quantized.
@@ -112,9 +114,9 @@ from benchmarks.harness import unrecorded
 from benchmarks.harness import write_between_markers
 
 FILES = ("amazon", "tweets", "nyt")
-METHODS = ("distill", "hard", "prune90", "structured", "int8", "int8sq", "int8st", "int8qat")
+METHODS = ("distill", "hard", "prune90", "structured", "int8", "int8sq", "int8st", "int8w", "int8qat")
 # Seed-independent methods: measured once per file, recorded for every seed.
-UNSEEDED = ("int8", "int8sq", "int8st")
+UNSEEDED = ("int8", "int8sq", "int8st", "int8w")
 # The compression issue's goals are means over this many seeds per file.
 GOAL_SEEDS = 3
 # `int8sq`: training texts it calibrates on (`calibration_sample`, seed 0),
@@ -138,6 +140,7 @@ GOALS = {
     "int8": "≥1.8x b1 and b32, ≤0.5 pt loss",
     "int8sq": "≥1.8x b1 and b32, ≤0.5 pt loss",
     "int8st": "≥1.8x b1 and b32, ≤0.5 pt loss",
+    "int8w": "≥1.8x b1 and b32, ≤0.5 pt loss",
     "int8qat": "≥1.8x b1 and b32, ≤0.5 pt loss",
 }
 QAT_LEARNING_RATE = 2e-5
@@ -245,6 +248,7 @@ def method_settings(method, args, n_train, n_test):
         "int8": {},
         "int8sq": {"smoothing": args.smoothing, "calibration": CALIBRATION_TEXTS},
         "int8st": {"smoothing": args.smoothing, "calibration": CALIBRATION_TEXTS, "input_ranges": "static"},
+        "int8w": {"weight_only": True},
         "int8qat": {"epochs": args.qat_epochs, "learning_rate": QAT_LEARNING_RATE, "distill": True, "alpha": 0.0},
     }[method]
     # Options added after results were cached count only when set, so those
@@ -408,8 +412,8 @@ def compress(method, teacher, train, transfer, seed, args):
             verbose=2,
         )
         return model
-    if method == "int8":
-        return bertzoo.quantize(copy_model(teacher), "int8")
+    if method in ("int8", "int8w"):
+        return bertzoo.quantize(copy_model(teacher), "int8", weight_only=method == "int8w")
     if method in ("int8sq", "int8st"):
         from bertzoo.compression.calibration import calibration_sample
 
@@ -603,7 +607,7 @@ def verdict(entry, hard=None):
         return None
     if method == "structured":
         return b32 >= 2.0 and loss <= 1.0
-    return b1 >= 1.8 and b32 >= 1.8 and loss <= 0.5  # int8, int8sq, int8st, int8qat
+    return b1 >= 1.8 and b32 >= 1.8 and loss <= 0.5  # int8, int8sq, int8st, int8w, int8qat
 
 
 def _pm(pair, scale=1.0, digits=1, suffix=""):
@@ -769,6 +773,7 @@ def chart(summary, path, title):
         "int8": "^",
         "int8sq": ">",
         "int8st": "v",
+        "int8w": "x",
         "int8qat": "<",
     }
     fig, ax = plt.subplots(figsize=(7, 4.8))

@@ -20,6 +20,12 @@
 # then PyTorch, bfloat16, inference then training, each configuration in a
 # process of its own, so the two libraries alternate and a drift of the host
 # lands on both.
+#
+#   WHEELS=.gpu INT8=1 DEADLINE=540 bash benchmarks/gpu_run.sh
+#
+# INT8=1 runs only the int8 comparison: bertzoo (JAX) inference in float32,
+# bfloat16, int8 and weight-only int8 (float32 and bfloat16 arithmetic) at
+# batch 32, then the bfloat16 ones at batch 1, then keras-hub's int8 rows.
 set -u
 OUT=${OUT:-benchmarks/out/gpu}
 mkdir -p "$OUT"
@@ -44,8 +50,8 @@ step() {
 bench() {
     local seconds=$1
     shift
-    step "$seconds" python3 -m benchmarks.run "$@" --preset "$PRESET" --batch-size 32 --sequence-length 128 \
-        --runs 10 --warmup 2 --chart= --worker-timeout 240 --results "$OUT/results.jsonl"
+    step "$seconds" python3 -m benchmarks.run "$@" --preset "$PRESET" --sequence-length 128 \
+        --runs 10 --warmup 2 --chart= --worker-timeout 240 --results "$OUT/results.jsonl" --batch-size "${BATCH:-32}"
 }
 probe() { step "$2" python3 -m benchmarks.gpu_probe --backend "$1"; }
 
@@ -61,6 +67,16 @@ if [ -n "${WHEELS:-}" ]; then
 fi
 python3 -c "import keras, jax; print('keras', keras.__version__, 'jax', jax.__version__, jax.devices())"
 python3 -c "import torch, transformers; print('torch', torch.__version__, torch.cuda.is_available(), 'transformers', transformers.__version__)" 2>&1 | tail -1
+python3 -c "import tensorflow as tf; print('tensorflow', tf.__version__, tf.config.list_physical_devices('GPU'))" 2>&1 | tail -1
+if [ -n "${INT8:-}" ]; then
+    int8s=float32,bfloat16,int8,int8_weights,int8_weights_bfloat16
+    # About 30 s per configuration on an H100 (2026-11-27): 40 s each here.
+    bench 220 --models bertzoo_jax --modes inference --dtypes "$int8s"
+    BATCH=1 bench 130 --models bertzoo_jax --modes inference --dtypes bfloat16,int8,int8_weights_bfloat16
+    bench 130 --models keras_hub_jax --modes inference --dtypes int8,int8_weights,int8_weights_bfloat16
+    say done
+    exit 0
+fi
 if [ -n "${ROUNDS:-}" ]; then
     for round in $(seq "$ROUNDS"); do
         say "round $round of $ROUNDS"

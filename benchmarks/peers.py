@@ -46,7 +46,11 @@ without XLA runs TensorFlow's fused oneDNN int8 kernel
 calibration=..., input_ranges="static")`, calibrated on another random batch
 of the timed shape (seed 1): each Dense layer's input range fixed instead of
 measured on every call. Its accuracy on real data is the compression
-benchmark's `int8st` row.
+benchmark's `int8st` row. `int8_weights` and `int8_weights_bfloat16` (the
+Keras libraries) quantize the kernels only, the inputs staying float32 or
+bfloat16 (`bertzoo.quantize(model, "int8", weight_only=True)`; keras-hub:
+Keras's `Int8QuantizationConfig` without an activation quantizer, the same
+ops): asked for by name, e.g. on GPUs, where integer matmuls do not pay.
 """
 
 import argparse
@@ -62,9 +66,15 @@ from benchmarks.harness import library_versions
 from benchmarks.harness import time_interleaved
 from benchmarks.harness import token_batch
 
-DTYPES = ("float32", "bfloat16", "float16", "int8", "int8_static")
+DTYPES = ("float32", "bfloat16", "float16", "int8", "int8_static", "int8_weights", "int8_weights_bfloat16")
 # dtypes only bertzoo's libraries run (`benchmarks.run` skips the peers).
 BERTZOO_ONLY_DTYPES = ("int8_static",)
+# dtypes only the Keras libraries run (PyTorch's int8 here is dynamic only).
+KERAS_ONLY_DTYPES = ("int8_weights", "int8_weights_bfloat16")
+# Quantized dtypes: inference only (no library here trains int8 models).
+INT8_DTYPES = ("int8", "int8_static", "int8_weights", "int8_weights_bfloat16")
+# The matmul peak each dtype's arithmetic is measured against.
+PEAK_DTYPE = {"int8_static": "int8", "int8_weights": "float32", "int8_weights_bfloat16": "bfloat16"}
 # What `benchmarks.run` times unless told: float16 is a GPU format (CPUs
 # without AVX512-FP16 emulate it), so it is asked for by name.
 DEFAULT_DTYPES = ("float32", "bfloat16", "int8", "int8_static")
@@ -162,9 +172,18 @@ class KerasLibrary:
         return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
 
     def _policy(self, mode, dtype):
+        if dtype == "int8_weights_bfloat16":
+            return "bfloat16"
         if dtype in ("bfloat16", "float16"):
             return dtype if mode == "inference" else f"mixed_{dtype}"
         return "float32"
+
+    def quantize_weights_only(self, model):
+        """`model` with int8 kernels and float inputs (Keras's config)."""
+        import keras
+
+        model.quantize("int8", config=keras.quantizers.Int8QuantizationConfig(activation_quantizer=None))
+        return model
 
     def prepare(self, mode, dtype, config, calibration=None):
         """Builds `(reference, model)`: the float32 model (None for training)
@@ -182,12 +201,15 @@ class KerasLibrary:
             import bertzoo
 
             model = bertzoo.quantize(model, "int8", calibration=calibration, input_ranges="static")
-        if dtype == "int8":
+        if dtype in ("int8", "int8_weights", "int8_weights_bfloat16"):
             import warnings
 
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=r".*does not have a `quantize` method.*")
-                model.quantize("int8")
+                if dtype == "int8":
+                    model.quantize("int8")
+                else:
+                    model = self.quantize_weights_only(model)
         return reference, model
 
     def output(self, model, inputs):
@@ -206,6 +228,11 @@ class KerasLibrary:
 class Bertzoo(KerasLibrary):
     name = "bertzoo"
     backend = "tensorflow"
+
+    def quantize_weights_only(self, model):
+        import bertzoo
+
+        return bertzoo.quantize(model, "int8", weight_only=True)
 
     def build(self, mode, policy, config):
         import bertzoo
@@ -576,6 +603,8 @@ def main(argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if args.dtype in BERTZOO_ONLY_DTYPES and args.library not in OURS:
         parser.error(f"--dtype {args.dtype} is bertzoo's only (libraries {', '.join(OURS)}).")
+    if args.dtype in KERAS_ONLY_DTYPES and args.library == Transformers.name:
+        parser.error(f"--dtype {args.dtype} is for the Keras libraries only (PyTorch's int8 here is dynamic).")
     backend = getattr(LIBRARIES.get(args.library), "backend", None)
     if backend:  # Before anything imports Keras, which reads it once.
         os.environ["KERAS_BACKEND"] = backend

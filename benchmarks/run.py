@@ -5,7 +5,9 @@ full-length batch (default 8 x 128) for bertzoo (also on Keras's JAX and
 torch backends, when installed), keras-hub's `BertBackbone` and, when
 installed, Hugging Face transformers' PyTorch `BertModel`, in
 float32, bfloat16 and int8 (inference only; bertzoo also with static int8
-input ranges, `int8_static`, which no peer here has), with and without XLA
+input ranges, `int8_static`, which no peer here has; asked for by name,
+weight-only int8 over float32 or bfloat16 arithmetic, `int8_weights` and
+`int8_weights_bfloat16`, for the Keras libraries), with and without XLA
 for the Keras libraries. Every configuration runs in its own worker process
 (`benchmarks.peers`); its figure is the median of `--runs` timed calls after
 warm-up, next to the process's CPU seconds per call (less sensitive to other
@@ -58,9 +60,12 @@ from benchmarks.harness import write_between_markers
 from benchmarks.peers import BERTZOO_ONLY_DTYPES
 from benchmarks.peers import DEFAULT_DTYPES
 from benchmarks.peers import DTYPES
+from benchmarks.peers import INT8_DTYPES
+from benchmarks.peers import KERAS_ONLY_DTYPES
 from benchmarks.peers import LIBRARIES
 from benchmarks.peers import MODES
 from benchmarks.peers import OURS
+from benchmarks.peers import PEAK_DTYPE
 from benchmarks.peers import backbone_config
 from benchmarks.peers import missing
 
@@ -149,7 +154,7 @@ def row_figures(row, config, args, peaks):
     """Throughput, GFLOP/s and share of the matmul peak of one row (in place)."""
     row["seq_per_s"] = args.batch_size / row["median_s"]
     row["gflops"] = encoder_flops(config, args.batch_size, args.sequence_length, row["mode"]) / row["median_s"] / 1e9
-    peak = peaks.get("int8" if row["dtype"] == "int8_static" else row["dtype"], {}).get("gflops")
+    peak = peaks.get(PEAK_DTYPE.get(row["dtype"], row["dtype"]), {}).get("gflops")
     row["peak_gflops"] = peak
     row["utilization"] = row["gflops"] / peak if peak else None
 
@@ -435,13 +440,15 @@ def main(argv=None):
     rows = []
     for mode in modes:
         for dtype in dtypes:
-            if mode == "training" and dtype in ("int8", "int8_static"):
+            if mode == "training" and dtype in INT8_DTYPES:
                 notes.append(
                     "int8 training skipped: the int8 paths here (Keras quantize, PyTorch dynamic quantization) are inference-only"
                 )
                 continue
             for name in available:
                 if dtype in BERTZOO_ONLY_DTYPES and name not in OURS:
+                    continue
+                if dtype in KERAS_ONLY_DTYPES and name == "transformers":
                     continue
                 print(f"... {mode} {dtype} {LABELS[name]}", flush=True)
                 found, error = run_worker(

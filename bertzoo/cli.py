@@ -3,7 +3,7 @@
     bertzoo convert SRC DEST [--overwrite]   checkpoint -> bertzoo preset
     bertzoo export PRESET_DIR OUT_DIR [--overwrite] [--jit-compile auto|true|false]
                                              preset -> SavedModel for serving
-    bertzoo quantize PRESET_DIR OUT_DIR [--mode int8]
+    bertzoo quantize PRESET_DIR OUT_DIR [--mode int8] [--weight-only]
                                              float preset -> quantized preset
     bertzoo sparsity PRESET_DIR              per-layer sparsity and compressed size
     bertzoo compress TEACHER --train F --eval F --out DIR [--stages distill,prune,int8]
@@ -174,6 +174,12 @@ def _model_from_preset_directory(path):
             help="--calibration: 'dynamic' measures each Dense layer's inputs on every call, 'static' fixes "
             "their int8 range from the calibration texts (default: dynamic)",
         ),
+        argument(
+            "--weight-only",
+            action="store_true",
+            help="int8: quantize the kernels only, the Dense inputs stay float (float arithmetic, e.g. for GPUs; "
+            "not with --calibration)",
+        ),
         argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists"),
     ),
 )
@@ -201,6 +207,7 @@ def _quantize(args):
         calibration=calibration,
         smoothing=DEFAULT_SMOOTHING if args.smoothing is None else args.smoothing,
         input_ranges=args.input_ranges or "dynamic",
+        weight_only=args.weight_only,
     )
     before = gzip_size(args.preset)  # Before an --overwrite of the same directory.
     if preset.class_name == "BertBackbone":
@@ -209,7 +216,8 @@ def _quantize(args):
     else:
         quantized.save_to_preset(args.output)
     after = gzip_size(args.output)
-    print(f"Wrote {args.output} ({args.mode}): {after / 1e6:.1f} MB gzipped, was {before / 1e6:.1f} MB")
+    mode = f"{args.mode}, weight-only" if args.weight_only else args.mode
+    print(f"Wrote {args.output} ({mode}): {after / 1e6:.1f} MB gzipped, was {before / 1e6:.1f} MB")
     return 0
 
 

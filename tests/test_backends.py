@@ -91,6 +91,8 @@ SCRIPT = textwrap.dedent(
     static = bertzoo.quantize(model, "int8", calibration=texts, input_ranges="static")
     report["static_range"] = float(keras.ops.convert_to_numpy(static.backbone.attention_blocks[0].query_dense.input_range))
     report["static_logits"] = static.predict(texts, batch_size=8, verbose=0).tolist()
+    weight_only = bertzoo.quantize(model, "int8", weight_only=True)
+    report["weight_only_logits"] = weight_only.predict(texts, batch_size=8, verbose=0).tolist()
     # Gradients pass the rounding straight through: for sum(y), the smoothing
     # times the dequantized kernel's row sums (TensorFlow: test_quantization_static).
     head = static.output_dense
@@ -301,6 +303,7 @@ def tensorflow_run(tmp_path_factory):
     static = bertzoo.quantize(model, "int8", calibration=TEXTS, input_ranges="static")
     tf_static_range = float(keras.ops.convert_to_numpy(static.backbone.attention_blocks[0].query_dense.input_range))
     tf_static_logits = static.predict(TEXTS, batch_size=8, verbose=0)
+    tf_weight_only_logits = bertzoo.quantize(model, "int8", weight_only=True).predict(TEXTS, batch_size=8, verbose=0)
     trained = bertzoo.BertClassifier.from_preset(tmp / "preset")
     trained.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=False)
     tf_losses = trained.fit(TEXTS, LABELS, batch_size=8, epochs=3, shuffle=False, verbose=0).history["loss"]
@@ -314,6 +317,7 @@ def tensorflow_run(tmp_path_factory):
         "smoothed_logits": tf_smoothed_logits,
         "static_range": tf_static_range,
         "static_logits": tf_static_logits,
+        "weight_only_logits": tf_weight_only_logits,
         "losses": tf_losses,
         "pruning": tf_pruning,
     }
@@ -367,6 +371,13 @@ def test_int8_model_matches_tensorflow_int8(backend_run):
     int8, tf_int8 = np.asarray(backend_run["int8_logits"]), backend_run["tf"]["int8_logits"]
     assert not np.allclose(int8, backend_run["tf"]["logits"], atol=1e-6)  # Really quantized.
     np.testing.assert_allclose(int8, tf_int8, atol=2e-3, rtol=1e-2)
+
+
+def test_weight_only_int8_matches_tensorflow_to_float_error(backend_run):
+    # Float inputs times the dequantized kernel: no input rounding to differ in.
+    weight_only, tf_weight_only = np.asarray(backend_run["weight_only_logits"]), backend_run["tf"]["weight_only_logits"]
+    assert not np.allclose(weight_only, backend_run["tf"]["logits"], atol=1e-6)  # Really quantized.
+    np.testing.assert_allclose(weight_only, tf_weight_only, atol=2e-5, rtol=1e-4)
 
 
 def test_int8_smoothing_calibrates_and_runs_like_tensorflow(backend_run):

@@ -91,6 +91,8 @@ def test_goal_verdicts():
         row("amazon", "int8sq", 0, 0.894, b1=1.9, b32=2.0),
         # int8st: 0.4 points lost, but 1.7x at batch 32.
         row("amazon", "int8st", 0, 0.896, b1=1.9, b32=1.7),
+        # int8w: 0.1 points lost, but slower than the teacher.
+        row("amazon", "int8w", 0, 0.899, b1=0.8, b32=0.8),
         # int8qat: 0.1 points lost at 1.9x and 2.0x.
         row("amazon", "int8qat", 0, 0.899, b1=1.9, b32=2.0),
         row("amazon", "prune90", 0, 0.85),
@@ -102,6 +104,7 @@ def test_goal_verdicts():
     assert summary["int8"]["met"] is False
     assert summary["int8sq"]["met"] is False
     assert summary["int8st"]["met"] is False
+    assert summary["int8w"]["met"] is False
     assert summary["int8qat"]["met"] is True
     assert summary["prune90"]["met"] is False  # 94.4%.
     assert [e["method"] for e in compression.aggregate(rows, ["amazon"])] == list(compression.METHODS)
@@ -416,7 +419,11 @@ def test_int8sq_records_its_smoothing_and_is_seed_independent():
         **compression.method_settings("int8sq", args, 100, 20),
         "input_ranges": "static",
     }
-    assert set(compression.UNSEEDED) == {"int8", "int8sq", "int8st"}
+    assert compression.method_settings("int8w", args, 100, 20) == {
+        **compression.method_settings("int8", args, 100, 20),
+        "weight_only": True,
+    }
+    assert set(compression.UNSEEDED) == {"int8", "int8sq", "int8st", "int8w"}
     # The benchmark's defaults are the library's.
     from bertzoo.compression.calibration import CALIBRATION_TEXTS
     from bertzoo.compression.quantization import DEFAULT_SMOOTHING
@@ -428,7 +435,12 @@ def test_int8sq_records_its_smoothing_and_is_seed_independent():
     assert (compression.PRUNING_LEARNING_RATE, compression.PRUNING_SCORES) == (PRUNING_LEARNING_RATE, PRUNING_SCORES)
     prune90 = compression.method_settings("prune90", compression.parse_args([]), 100, 20)
     assert (prune90["learning_rate"], prune90["scores"]) == (3e-4, "fisher")
-    assert compression.GOALS["int8sq"] == compression.GOALS["int8st"] == compression.GOALS["int8"]
+    assert (
+        compression.GOALS["int8sq"]
+        == compression.GOALS["int8st"]
+        == compression.GOALS["int8w"]
+        == compression.GOALS["int8"]
+    )
 
 
 def test_from_results_reports_the_latest_line_of_each_result_made_with_the_current_settings(tmp_path, monkeypatch):

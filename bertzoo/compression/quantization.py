@@ -24,10 +24,12 @@ from bertzoo.compression.model_copy import pruning_state
 from bertzoo.compression.pruner import Pruner
 from bertzoo.layers.attention import SelfAttentionBlock
 from bertzoo.layers.dense import Dense
+from bertzoo.layers.dense import WeightOnlyInt8Policy
 from bertzoo.layers.dense import observe_inputs
 from bertzoo.models.task import bert_optimizer
 from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
+from bertzoo.utils.layers import own_dtype_policy
 
 MODES = ("int8", "int4")
 # SmoothQuant's migration strength: the best agreement with the float model
@@ -56,16 +58,25 @@ def quantize(
     smoothing=DEFAULT_SMOOTHING,
     calibration_steps=16,
     input_ranges="dynamic",
+    weight_only=False,
 ):
     """Returns a copy of `model` with its weights quantized to `mode`.
 
     Post-training quantization with `keras.Model.quantize`: Dense kernels
     (and, with `include_embeddings`, embedding tables) are stored as int8
-    with per-channel scales (`"int4"`: packed 4-bit); Dense layers quantize
-    their inputs on the fly and multiply in integers (on TensorFlow's x86
-    CPU build, int8 layers run as one fused oneDNN kernel: see
-    `bertzoo.layers.dense`). Biases, LayerNorms and the position table stay
-    float. The original model is left unchanged.
+    with per-channel scales (`"int4"`: packed 4-bit in blocks). int8 Dense
+    layers quantize their inputs on the fly and multiply in integers (on
+    TensorFlow's x86 CPU build, int8 layers run as one fused oneDNN kernel:
+    see `bertzoo.layers.dense`); int4 layers keep their inputs float (Keras
+    quantizes int4 weights only). Biases, LayerNorms and the position table
+    stay float. The original model is left unchanged.
+
+    With `weight_only=True` int8 Dense layers keep their inputs in the
+    compute dtype too and multiply them by the dequantized kernel: the same
+    4x smaller kernels, float arithmetic (closer to the float model), and on
+    machines whose integer matmuls are slow (GPUs, measured in the README)
+    the speed of the float model instead of a slower one. Quantize a model
+    built in `"bfloat16"` for bfloat16 arithmetic.
 
     With `calibration` (int8 only), the inputs of every bertzoo `Dense`
     layer are first smoothed as in SmoothQuant (Xiao et al. 2023): the
@@ -100,6 +111,8 @@ def quantize(
         calibration_steps: batches of 32 to calibrate on (None: all).
         input_ranges: `"dynamic"` (each call measures its inputs' range, as
             Keras does) or `"static"` (the calibrated range, fixed).
+        weight_only: int8 only: quantize the kernels and not the inputs
+            (above); no `calibration` then, since no input is quantized.
 
     The result saves to a preset (`save_to_preset`) and loads back with
     `from_preset`, and exports like any model.
@@ -108,6 +121,7 @@ def quantize(
     ```python
     q = bertzoo.quantize(model, "int8", calibration=train_texts[:512])
     fixed = bertzoo.quantize(model, "int8", calibration=train_texts[:512], input_ranges="static")
+    small = bertzoo.quantize(model, "int8", weight_only=True)  # int8 storage, float arithmetic
     q.save_to_preset("runs/sentiment-int8")
     again = bertzoo.BertClassifier.from_preset("runs/sentiment-int8")
     ```
@@ -122,15 +136,56 @@ def quantize(
         )
     if calibration is not None:
         _check_calibration(mode, calibration_steps)
+    _check_weight_only(weight_only, mode, calibration)
     clone = copy_model(model)
     select = _weight_layers(clone, include_embeddings)
+    one_by_one = calibration is not None or (weight_only and mode == "int8")
     if calibration is not None:
         _smooth_inputs(clone, calibration, smoothing, calibration_steps, select, static=input_ranges == "static")
-        select = _not_yet_quantized(select)
+    elif one_by_one:
+        _quantize_weights_only(clone, select)
+    if one_by_one:
+        select = _not_yet_quantized(select)  # Embeddings, which quantize no inputs anyway.
     _quantize_in_place(clone, mode, select)
-    if calibration is not None:
-        private_api.retrack_variables(clone)  # The smoothed layers were quantized one by one.
+    if one_by_one:
+        private_api.retrack_variables(clone)  # Those layers were quantized one by one.
     return clone
+
+
+def _check_weight_only(weight_only, mode, calibration):
+    if not isinstance(weight_only, bool):
+        raise ValueError(f"`weight_only` must be True or False, got {weight_only!r}.")
+    if weight_only and calibration is not None:
+        raise ValueError(
+            "weight_only=True quantizes no inputs, so there is nothing to calibrate: drop `calibration` "
+            "(or keep `calibration` and weight_only=False, which quantizes the inputs with smoothing)."
+        )
+
+
+def _quantize_weights_only(model, select):
+    """Quantizes each selected Dense layer of `model` to int8 under a
+    `WeightOnlyInt8Policy` (the policy is what presets record)."""
+    layers = [
+        layer
+        for layer in private_api.flatten_layers(model)
+        if isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense)) and select(layer)
+    ]
+    foreign = [layer.path for layer in layers if not isinstance(layer, Dense)]
+    if foreign:
+        raise ValueError(
+            f"weight_only=True needs bertzoo's Dense layers (bertzoo.layers.Dense), whose dtype policy records the "
+            f"choice in presets; these are Keras layers: {foreign}. Build them as bertzoo.layers.Dense, or quantize "
+            "without weight_only."
+        )
+    # Setting a quantized policy quantizes a built layer (Keras): one garbage collection for all.
+    with private_api.one_garbage_collection():
+        for layer in layers:
+            layer.dtype_policy = WeightOnlyInt8Policy(source_name=own_dtype_policy(layer).name)
+            if layer.inputs_quantizer is not None:  # Keras no longer builds int8 layers through `_int8_build`.
+                raise RuntimeError(
+                    f"Keras {keras.__version__} quantized layer '{layer.name}' without calling Dense._int8_build, so "
+                    "it quantizes its inputs: weight-only int8 needs a Keras version bertzoo supports (>=3.10)."
+                )
 
 
 def check_smoothing(smoothing, allow_none=False):

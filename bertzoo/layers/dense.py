@@ -68,6 +68,13 @@ Keras's int8 path (the inputs' gradient is the upstream one times the
 dequantized kernel); `training=True` calls and LoRA layers keep Keras's
 per-token path.
 
+A layer quantized weight-only (`bertzoo.quantize(model, "int8",
+weight_only=True)`, whose layers get a `WeightOnlyInt8Policy`) quantizes
+nothing per call: its inputs stay in the compute dtype and meet the
+dequantized kernel in a float matmul (Keras's path, with no input
+quantizer): int8 storage with float arithmetic, for machines whose integer
+matmuls do not pay (the README's GPU rows).
+
 For quantization-aware training a float `Dense` can also *simulate* int8
 (`simulate_int8 = True`, set by
 `bertzoo.compression.quantization_aware_training`): inputs and kernel are
@@ -209,6 +216,29 @@ class InputSmoothingInt8Policy(keras.dtype_policies.QuantizedDTypePolicy):
         if self.static_inputs:  # Only then: presets without it still load in earlier bertzoo versions.
             config["static_inputs"] = True
         return config
+
+
+@keras.saving.register_keras_serializable(package="bertzoo")
+class WeightOnlyInt8Policy(keras.dtype_policies.QuantizedDTypePolicy):
+    """Keras's int8 policy for a `Dense` layer that quantizes its kernel
+    only: the kernel is stored as int8 with one scale per output channel,
+    the inputs stay in the compute dtype, and the product is computed on
+    the dequantized kernel (Keras's `Int8QuantizationConfig` without an
+    activation quantizer). The policy records that choice, so presets and
+    configs rebuild the layer the same way.
+
+    Example:
+    ```python
+    layer = Dense(4, dtype=WeightOnlyInt8Policy(source_name="float32"))
+    layer.build((None, 8))
+    layer.inputs_quantizer  # None: the inputs are not quantized
+    ```
+    """
+
+    def __init__(self, mode="int8", source_name=None):
+        if mode != "int8":
+            raise ValueError(f"WeightOnlyInt8Policy is an int8 policy, got mode={mode!r}.")
+        super().__init__(mode, source_name)
 
 
 _observers = threading.local()
@@ -427,6 +457,8 @@ class Dense(keras.layers.Dense):
         return self.activation(x) if self.activation is not None else x
 
     def _int8_build(self, kernel_shape, config=None):
+        if isinstance(own_dtype_policy(self), WeightOnlyInt8Policy):
+            config = keras.quantizers.Int8QuantizationConfig(activation_quantizer=None)
         super()._int8_build(kernel_shape, config)
         if isinstance(own_dtype_policy(self), InputSmoothingInt8Policy):
             self.input_scale = self.add_weight(

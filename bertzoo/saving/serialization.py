@@ -17,6 +17,7 @@ directly (`quantized_policy_map`, `quantize_layers`).
 import keras
 
 from bertzoo.layers.dense import InputSmoothingInt8Policy
+from bertzoo.layers.dense import WeightOnlyInt8Policy
 from bertzoo.utils.layers import own_dtype_policy
 from bertzoo.utils.private_api import one_garbage_collection
 
@@ -150,6 +151,9 @@ def retarget_policy_map(policy_map, dtype):
             retargeted[path] = InputSmoothingInt8Policy(
                 source_name=base.name, group=policy.group, static_inputs=policy.static_inputs
             )
+            continue
+        if isinstance(policy, WeightOnlyInt8Policy):
+            retargeted[path] = WeightOnlyInt8Policy(source_name=base.name)
             continue
         mode = policy.get_config()["mode"]  # With its details, e.g. "int4/128".
         retargeted[path] = keras.dtype_policies.get(f"{mode}_from_{base.name}")
