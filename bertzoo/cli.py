@@ -190,6 +190,11 @@ def _quantize(args):
         raise ValueError(f"{args.output} already exists. Pass --overwrite to replace it, or choose a new path.")
     model, preset = _model_from_preset_directory(args.preset)
     calibration = None
+    if args.weight_only and (args.calibration, args.smoothing, args.input_ranges) != (None, None, None):
+        raise ValueError(
+            "--weight-only quantizes no inputs, so --calibration, --smoothing and --input-ranges do not apply: "
+            "drop them, or drop --weight-only to quantize the inputs with them."
+        )
     if args.smoothing is not None and args.calibration is None:
         raise ValueError("--smoothing sets how --calibration smooths the inputs: pass --calibration FILE too.")
     if args.input_ranges is not None and args.calibration is None:

@@ -324,10 +324,11 @@ def test_each_speedup_keeps_the_teacher_time_of_its_own_timing_run(monkeypatch):
     assert timing["int8"] == {
         **{"ms_b1": 4.0, "ms_b32": 50.0, "mode_b1": "no XLA", "mode_b32": "no XLA"},
         **{"speedup_b1": 2.0, "speedup_b32": 2.0, "teacher_ms_b1": 8.0, "teacher_ms_b32": 100.0},
+        **{"teacher_mode_b1": "no XLA", "teacher_mode_b32": "no XLA"},
     }
     # A later timing run (another method's) times the teacher anew: int8's row
     # keeps the teacher time its speedup was measured against.
-    later = {"ms_b1": 9.0, "ms_b32": 120.0, "speedup_b1": 1.0, "speedup_b32": 1.0}
+    later = {"ms_b1": 9.0, "ms_b32": 120.0, "mode_b1": "XLA", "mode_b32": "XLA", "speedup_b1": 1.0, "speedup_b32": 1.0}
     store = {
         "teacher": {"accuracy": 0.9},
         "runs": {"int8/0": {"accuracy": 0.89, "settings": {}, "seed": 0}},
@@ -335,6 +336,12 @@ def test_each_speedup_keeps_the_teacher_time_of_its_own_timing_run(monkeypatch):
     }
     (row,), teacher = compression.result_rows("amazon", store, ["int8"], [0], {"int8": {}})
     assert (row["teacher_ms_b32"], row["ms_b32"], row["speedup_b32"]) == (100.0, 50.0, 2.0)
+    assert (row["teacher_mode_b1"], row["teacher_mode_b32"]) == ("no XLA", "no XLA")  # Its run's, not the later one's.
+    # A timing cached before the teacher's modes were kept: none, rather than the later run's.
+    older = {k: v for k, v in timing["int8"].items() if not k.startswith("teacher_mode")}
+    store["latency"]["models"]["int8"] = {**older, "seed": 0, "settings": {}}
+    (row,), _ = compression.result_rows("amazon", store, ["int8"], [0], {"int8": {}})
+    assert row["teacher_ms_b32"] == 100.0 and "teacher_mode_b1" not in row and "teacher_speedup_b1" not in row
 
 
 @pytest.fixture

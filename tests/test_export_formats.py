@@ -98,6 +98,16 @@ def test_litert_int8_goes_through_the_converters_own_quantization(model, feature
     np.testing.assert_allclose(run_tflite(int8_path, features), reference, atol=0.05)
 
 
+@pytest.mark.filterwarnings("ignore:.*tf.lite.Interpreter is deprecated")
+def test_litert_exports_weight_only_int8_which_has_no_integer_matmuls(features, float_tflite, tmp_path):
+    float_model = small_classifier()
+    float_model.predict(TEXTS, verbose=0)
+    weight_only = bertzoo.quantize(float_model, "int8", weight_only=True)
+    path = weight_only.export(tmp_path / "weight_only.tflite", format="litert")
+    assert path.stat().st_size < 0.6 * float_tflite.stat().st_size  # int8 kernels and tables (0.52x here)
+    np.testing.assert_allclose(run_tflite(path, features), weight_only.predict(features, verbose=0), atol=1e-5)
+
+
 def test_mixed_precision_models_are_refused_with_the_way_out(tmp_path):
     mixed = small_classifier(dtype="mixed_bfloat16")
     for format in ("onnx", "litert"):

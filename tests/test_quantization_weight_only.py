@@ -9,6 +9,7 @@ import pytest
 
 import bertzoo
 from bertzoo.layers.dense import WeightOnlyInt8Policy
+from bertzoo.saving.preset import Preset
 from bertzoo.utils.layers import own_dtype_policy
 
 TEXTS = ["a gripping, funny film", "dull and far too long", "fine", "what a lovely day out"]
@@ -69,6 +70,12 @@ def test_presets_keep_weight_only_and_retarget_it_to_another_dtype(model, tmp_pa
     q.save_to_preset(tmp_path / "w")
     assert "bertzoo>WeightOnlyInt8Policy" in json.dumps(json.loads((tmp_path / "w" / "config.json").read_text()))
 
+    quantization = Preset.resolve(tmp_path / "w").quantization
+    assert quantization["mode"] == "int8" and "attention_0/query" in quantization["weight_only_layers"]
+    assert "token_embedding" not in " ".join(quantization["weight_only_layers"])  # Tables are int8 either way.
+    bertzoo.quantize(model, "int8").save_to_preset(tmp_path / "dynamic")
+    assert "weight_only_layers" not in Preset.resolve(tmp_path / "dynamic").quantization
+
     again = bertzoo.BertClassifier.from_preset(tmp_path / "w")
     np.testing.assert_allclose(call(again, x), expected, atol=1e-6)
     assert all(layer.inputs_quantizer is None for layer in quantized_dense_layers(again))
@@ -82,6 +89,20 @@ def test_presets_keep_weight_only_and_retarget_it_to_another_dtype(model, tmp_pa
     assert np.abs(got - expected).max() < 0.05 * np.abs(expected).max()
 
 
+def test_saved_model_serves_it_without_the_fused_int8_kernel(model, tmp_path):
+    import tensorflow as tf
+
+    from bertzoo.export import read_export_metadata
+
+    q = bertzoo.quantize(model, "int8", weight_only=True)
+    path = q.export(tmp_path / "1", format="tf_saved_model", jit_compile=False)
+    # No integer matmul to fuse: the graph holds Keras's float ops only.
+    metadata = read_export_metadata(path)
+    assert metadata["int8_kernels"] == "portable" and metadata["quantization"] == ["int8"]
+    served = tf.saved_model.load(str(path)).signatures["serving_default"](text=tf.constant(TEXTS))
+    np.testing.assert_allclose(served["logits"].numpy(), q.predict(TEXTS, verbose=0), atol=1e-5)
+
+
 def test_command_line_writes_a_weight_only_preset(model, tmp_path, capsys):
     from bertzoo import cli
 
@@ -93,14 +114,22 @@ def test_command_line_writes_a_weight_only_preset(model, tmp_path, capsys):
     np.testing.assert_allclose(call(again, x), call(bertzoo.quantize(model, weight_only=True), x), atol=1e-6)
     (tmp_path / "texts.tsv").write_text("text\n" + "\n".join(TEXTS) + "\n")
     argv = ["quantize", str(tmp_path / "float"), str(tmp_path / "c"), "--weight-only"]
-    assert cli.main(argv + ["--calibration", str(tmp_path / "texts.tsv")]) == 1
-    assert "nothing to calibrate" in capsys.readouterr().err
+    for extra in (["--calibration", str(tmp_path / "texts.tsv")], ["--input-ranges", "static"], ["--smoothing", "0.5"]):
+        assert cli.main(argv + extra) == 1
+        assert "--weight-only quantizes no inputs, so --calibration, --smoothing and --input-ranges do not apply" in (
+            capsys.readouterr().err
+        )
     assert not (tmp_path / "c").exists()
 
 
 def test_refusals_name_the_fix(model):
-    with pytest.raises(ValueError, match=r"quantizes no inputs, so there is nothing to calibrate: drop `calibration`"):
+    refusal = r"weight_only=True quantizes no inputs, so input calibration and ranges do not apply: drop `calibration`"
+    with pytest.raises(ValueError, match=refusal):
         bertzoo.quantize(model, "int8", weight_only=True, calibration=TEXTS)
+    # Not "pass `calibration`" first (static ranges alone are refused for that), then refused for it.
+    with pytest.raises(ValueError, match=refusal + r".*input_ranges='static'"):
+        bertzoo.quantize(model, "int8", weight_only=True, input_ranges="static")
+    assert bertzoo.quantize(model, "int8", weight_only=np.bool_(True)).backbone.pooler.inputs_quantizer is None
     with pytest.raises(ValueError, match=r"`weight_only` must be True or False, got 'yes'"):
         bertzoo.quantize(model, "int8", weight_only="yes")
     # A Keras Dense head: its policy could not record the choice in a preset.

@@ -111,8 +111,9 @@ def quantize(
         calibration_steps: batches of 32 to calibrate on (None: all).
         input_ranges: `"dynamic"` (each call measures its inputs' range, as
             Keras does) or `"static"` (the calibrated range, fixed).
-        weight_only: int8 only: quantize the kernels and not the inputs
-            (above); no `calibration` then, since no input is quantized.
+        weight_only: quantize the kernels and not the inputs (above); no
+            `calibration` or static `input_ranges` then, since no input is
+            quantized. Keras's int4 layers are weight-only either way.
 
     The result saves to a preset (`save_to_preset`) and loads back with
     `from_preset`, and exports like any model.
@@ -129,6 +130,7 @@ def quantize(
     _check_quantizable(model, mode, MODES)
     check_smoothing(smoothing)
     check_input_ranges(input_ranges)
+    weight_only = _check_weight_only(weight_only, calibration, input_ranges)
     if input_ranges == "static" and calibration is None:
         raise ValueError(
             'input_ranges="static" fixes each layer\'s input range from calibration data: pass `calibration` '
@@ -136,7 +138,6 @@ def quantize(
         )
     if calibration is not None:
         _check_calibration(mode, calibration_steps)
-    _check_weight_only(weight_only, mode, calibration)
     clone = copy_model(model)
     select = _weight_layers(clone, include_embeddings)
     one_by_one = calibration is not None or (weight_only and mode == "int8")
@@ -152,14 +153,17 @@ def quantize(
     return clone
 
 
-def _check_weight_only(weight_only, mode, calibration):
-    if not isinstance(weight_only, bool):
+def _check_weight_only(weight_only, calibration, input_ranges):
+    """`weight_only` as a bool, after refusing what it cannot go with."""
+    if not isinstance(weight_only, (bool, np.bool_)):
         raise ValueError(f"`weight_only` must be True or False, got {weight_only!r}.")
-    if weight_only and calibration is not None:
+    if weight_only and (calibration is not None or input_ranges != "dynamic"):
         raise ValueError(
-            "weight_only=True quantizes no inputs, so there is nothing to calibrate: drop `calibration` "
-            "(or keep `calibration` and weight_only=False, which quantizes the inputs with smoothing)."
+            "weight_only=True quantizes no inputs, so input calibration and ranges do not apply: drop `calibration` "
+            f"and `input_ranges` (got input_ranges={input_ranges!r}), or pass weight_only=False to quantize the "
+            "inputs with them."
         )
+    return bool(weight_only)
 
 
 def _quantize_weights_only(model, select):
@@ -177,15 +181,10 @@ def _quantize_weights_only(model, select):
             f"choice in presets; these are Keras layers: {foreign}. Build them as bertzoo.layers.Dense, or quantize "
             "without weight_only."
         )
-    # Setting a quantized policy quantizes a built layer (Keras): one garbage collection for all.
+    # Each layer drops its float kernel: one garbage collection for all (see `_quantize_in_place`).
     with private_api.one_garbage_collection():
         for layer in layers:
-            layer.dtype_policy = WeightOnlyInt8Policy(source_name=own_dtype_policy(layer).name)
-            if layer.inputs_quantizer is not None:  # Keras no longer builds int8 layers through `_int8_build`.
-                raise RuntimeError(
-                    f"Keras {keras.__version__} quantized layer '{layer.name}' without calling Dense._int8_build, so "
-                    "it quantizes its inputs: weight-only int8 needs a Keras version bertzoo supports (>=3.10)."
-                )
+            layer.quantize_under(WeightOnlyInt8Policy(source_name=own_dtype_policy(layer).name))
 
 
 def check_smoothing(smoothing, allow_none=False):

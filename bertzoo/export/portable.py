@@ -34,6 +34,7 @@ from bertzoo.export.saved_model import _backbone_of
 from bertzoo.layers.dense import portable_kernels
 from bertzoo.models.serving import TOKENIZED_KEYS
 from bertzoo.utils import quantization_mode
+from bertzoo.utils.layers import quantizes_int8_inputs
 
 PORTABLE_FORMATS = {
     "onnx": {"suffix": ".onnx", "modules": ("tf2onnx", "onnx")},
@@ -139,7 +140,8 @@ def _check_convertible(model, backbone, format):
             "bfloat16 types; LiteRT needs TF 'select' ops for bfloat16). Export the float32 model "
             "instead, e.g. BertClassifier.from_preset(preset_dir, dtype='float32')."
         )
-    if format == "litert" and quantization_mode(model):
+    mode = quantization_mode(model)
+    if format == "litert" and mode and (mode != "int8" or quantizes_int8_inputs(model)):  # Weight-only int8 converts.
         raise ValueError(
             "LiteRT export of a Keras-quantized (int8) model fails: the converter has no kernel for "
             "Keras's int8 x int8 matmuls. Export the float32 model with LiteRT's own int8 "

@@ -47,6 +47,7 @@ from bertzoo.text.preprocessor import BertPreprocessor
 from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
 from bertzoo.utils.device import default_jit_compile
+from bertzoo.utils.layers import quantizes_int8_inputs
 from bertzoo.utils.onednn import fused_int8_status
 from bertzoo.utils.onednn import onednn_int8_available
 from bertzoo.utils.optional import tf
@@ -233,7 +234,7 @@ def _serving_kernels(model, quantized, jit_compile, int8_kernels):
     if jit_compile:
         return True, "portable"  # The fused kernel never runs under XLA.
     if int8_kernels == "auto":
-        fused = quantized and "int8" in quantized.split("+") and onednn_int8_available()
+        fused = quantizes_int8_inputs(model) and onednn_int8_available()  # Not weight-only int8.
         int8_kernels = "onednn" if fused else "portable"
     return False, int8_kernels
 

@@ -457,6 +457,7 @@ class Dense(keras.layers.Dense):
         return self.activation(x) if self.activation is not None else x
 
     def _int8_build(self, kernel_shape, config=None):
+        self._built_by_int8_build = True  # See `quantize_under`.
         if isinstance(own_dtype_policy(self), WeightOnlyInt8Policy):
             config = keras.quantizers.Int8QuantizationConfig(activation_quantizer=None)
         super()._int8_build(kernel_shape, config)
@@ -543,19 +544,36 @@ class Dense(keras.layers.Dense):
                 f"`input_range` must be a positive finite number (layer '{self.name}'), got {input_range!r}."
             )
         kernel.assign(ops.cast(ops.cast(kernel, "float32") * factors[:, None], kernel.dtype))
-        # Setting a quantized policy quantizes a built layer (Keras), and
-        # this policy makes `_int8_build` add `input_scale`.
-        self.dtype_policy = InputSmoothingInt8Policy(
-            source_name=own_dtype_policy(self).name, group=group, static_inputs=input_range is not None
-        )
-        if self.input_scale is None:  # Keras no longer builds int8 layers through `_int8_build`.
-            raise RuntimeError(
-                f"Keras {keras.__version__} quantized layer '{self.name}' without calling Dense._int8_build, "
-                "so it has no input_scale: input smoothing needs a Keras version bertzoo supports (>=3.10)."
+        # This policy makes `_int8_build` add `input_scale`.
+        self.quantize_under(
+            InputSmoothingInt8Policy(
+                source_name=own_dtype_policy(self).name, group=group, static_inputs=input_range is not None
             )
+        )
         self.input_scale.assign(1.0 / factors)
         if input_range is not None:
             self.input_range.assign(float(input_range))
+
+    def quantize_under(self, policy):
+        """Quantizes this built float layer to int8 under `policy`, one of
+        bertzoo's int8 policies (`InputSmoothingInt8Policy`,
+        `WeightOnlyInt8Policy`), which `_int8_build` reads to add the
+        layer's extra weights or drop its input quantizer. A preset records
+        the policy, so the layer is rebuilt the same way.
+
+        Example:
+        ```python
+        layer.quantize_under(WeightOnlyInt8Policy(source_name="float32"))
+        ```
+        """
+        self._built_by_int8_build = False
+        # Setting a quantized policy quantizes a built layer (Keras).
+        self.dtype_policy = policy
+        if not self._built_by_int8_build:
+            raise RuntimeError(
+                f"Keras {keras.__version__} quantized layer '{self.name}' without calling Dense._int8_build, so it "
+                f"ignored its {type(policy).__name__}: this needs a Keras version bertzoo supports (>=3.13)."
+            )
 
     def quantize(self, mode=None, type_check=True, config=None):
         # Keras quantizes only layers whose type is exactly `Dense` unless

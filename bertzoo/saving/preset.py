@@ -56,6 +56,7 @@ from pathlib import Path
 
 import keras
 
+from bertzoo.layers.dense import WeightOnlyInt8Policy
 from bertzoo.saving import format1
 from bertzoo.saving.atomic import atomic_directory
 from bertzoo.saving.serialization import check_config
@@ -451,16 +452,24 @@ class Preset:
     @property
     def quantization(self):
         """`{"mode": "int8", "layers": [quantized layer paths]}` of a
-        quantized preset (from its dtype policy maps), or None."""
-        modes = {}
+        quantized preset (from its dtype policy maps), or None; with
+        `"weight_only_layers"` when some int8 layers quantize their kernels
+        only (`quantize(..., weight_only=True)`)."""
+        modes, weight_only = {}, []
         for node in (self.config["backbone"], self.config.get("task")):
             dtype = (node or {}).get("config", {}).get("dtype")
             if isinstance(dtype, dict) and dtype.get("class_name") == "DTypePolicyMap":
-                modes.update(policy_map_modes(deserialize(dtype, f"{self.name}'s config")))
+                policy_map = deserialize(dtype, f"{self.name}'s config")
+                found = policy_map_modes(policy_map)
+                modes.update(found)
+                weight_only += [path for path in found if isinstance(policy_map[path], WeightOnlyInt8Policy)]
         if not modes:
             return None
         kinds = sorted(set(modes.values()))
-        return {"mode": kinds[0] if len(kinds) == 1 else kinds, "layers": sorted(modes)}
+        quantization = {"mode": kinds[0] if len(kinds) == 1 else kinds, "layers": sorted(modes)}
+        if weight_only:
+            quantization["weight_only_layers"] = sorted(set(weight_only))
+        return quantization
 
     def build_backbone(self, **overrides):
         """Builds the backbone from the saved config, `overrides` replacing

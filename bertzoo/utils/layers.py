@@ -58,3 +58,22 @@ def quantization_mode(model_or_policy):
     layers = private_api.flatten_layers(model_or_policy, include_self=True, recursive=True)
     modes = sorted({getattr(layer, "quantization_mode", None) for layer in layers} - {None})
     return "+".join(modes) or None
+
+
+def quantizes_int8_inputs(model):
+    """True when an int8 layer of `model` quantizes its inputs on every call
+    (Keras's int8 Dense, with dynamic or static ranges: integer matmuls);
+    False for float, int4 and weight-only int8 models, whose matmuls are
+    float.
+
+    Example:
+    ```python
+    quantizes_int8_inputs(bertzoo.quantize(model, "int8"))  # True
+    quantizes_int8_inputs(bertzoo.quantize(model, "int8", weight_only=True))  # False
+    ```
+    """
+    layers = private_api.flatten_layers(model, include_self=True, recursive=True)
+    return any(
+        getattr(layer, "quantization_mode", None) == "int8" and getattr(layer, "inputs_quantizer", None) is not None
+        for layer in layers
+    )
