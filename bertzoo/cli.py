@@ -178,7 +178,7 @@ def _model_from_preset_directory(path):
             "--weight-only",
             action="store_true",
             help="int8: quantize the kernels only, the Dense inputs stay float (float arithmetic, e.g. for GPUs; "
-            "not with --calibration)",
+            "not with --calibration, --smoothing or --input-ranges)",
         ),
         argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists"),
     ),

@@ -73,10 +73,12 @@ def quantize(
 
     With `weight_only=True` int8 Dense layers keep their inputs in the
     compute dtype too and multiply them by the dequantized kernel: the same
-    4x smaller kernels, float arithmetic (closer to the float model), and on
-    machines whose integer matmuls are slow (GPUs, measured in the README)
-    the speed of the float model instead of a slower one. Quantize a model
-    built in `"bfloat16"` for bfloat16 arithmetic.
+    4x smaller kernels with float arithmetic (in float32, closer to the
+    float model than dynamic int8). Where integer matmuls are slow (GPUs:
+    the README's measurements) a model built in `"bfloat16"` and quantized
+    this way runs near the bfloat16 model's speed, faster than dynamic int8;
+    on CPUs it is slower than the float model (every call dequantizes the
+    kernels), a size option only.
 
     With `calibration` (int8 only), the inputs of every bertzoo `Dense`
     layer are first smoothed as in SmoothQuant (Xiao et al. 2023): the
