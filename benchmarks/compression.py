@@ -1042,11 +1042,7 @@ def result_rows(name, store, methods, seeds, settings):
     for method in methods:
         mine = method_timing(timing.get(method), settings[method]) or {}
         teacher_timing = {f"teacher_{k}": v for k, v in timing["teacher"].items()}
-        if any(
-            mine.get(f"teacher_ms_b{n}", teacher_timing.get(f"teacher_ms_b{n}"))
-            != teacher_timing.get(f"teacher_ms_b{n}")
-            for n in (1, 32)
-        ):
+        if not all(mine.get(f"teacher_ms_b{n}") in (None, teacher_timing.get(f"teacher_ms_b{n}")) for n in (1, 32)):
             # Timed in an earlier run: that run's teacher figures (in `mine`), none of this run's.
             teacher_timing = {}
         for seed in seeds:

@@ -67,10 +67,17 @@ from benchmarks.harness import time_interleaved
 from benchmarks.harness import token_batch
 
 DTYPES = ("float32", "bfloat16", "float16", "int8", "int8_static", "int8_weights", "int8_weights_bfloat16")
-# dtypes only bertzoo's libraries run (`benchmarks.run` skips the peers).
-BERTZOO_ONLY_DTYPES = ("int8_static",)
-# dtypes only the Keras libraries run (PyTorch's int8 here is dynamic only).
-KERAS_ONLY_DTYPES = ("int8_weights", "int8_weights_bfloat16")
+# bertzoo's own configurations (every Keras backend; the others are peers),
+# and the Keras libraries.
+OURS = ("bertzoo", "bertzoo_jax", "bertzoo_torch")
+KERAS_LIBRARIES = OURS + ("keras_hub", "keras_hub_jax")
+# dtypes only some libraries run (`benchmarks.run` skips the others): static
+# input ranges are bertzoo's; PyTorch's int8 here is dynamic only.
+DTYPE_LIBRARIES = {
+    "int8_static": OURS,
+    "int8_weights": KERAS_LIBRARIES,
+    "int8_weights_bfloat16": KERAS_LIBRARIES,
+}
 # Quantized dtypes: inference only (no library here trains int8 models).
 INT8_DTYPES = ("int8", "int8_static", "int8_weights", "int8_weights_bfloat16")
 # The matmul peak each dtype's arithmetic is measured against.
@@ -138,6 +145,21 @@ def _compare(output, reference):
 # --- Keras libraries ------------------------------------------------------
 
 
+def runs_dtype(library, dtype):
+    """Whether `library` runs `dtype` (see `DTYPE_LIBRARIES`)."""
+    return library in DTYPE_LIBRARIES.get(dtype, (library,))
+
+
+def _quietly_quantize(model, **kwargs):
+    """Keras's `model.quantize("int8", ...)` without its warning for each
+    layer type that has nothing to quantize (Dropout, LayerNormalization)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*does not have a `quantize` method.*")
+        model.quantize("int8", **kwargs)
+
+
 class KerasLibrary:
     """Shared code of bertzoo and keras-hub: both are Keras 3 models."""
 
@@ -182,7 +204,7 @@ class KerasLibrary:
         """`model` with int8 kernels and float inputs (Keras's config)."""
         import keras
 
-        model.quantize("int8", config=keras.quantizers.Int8QuantizationConfig(activation_quantizer=None))
+        _quietly_quantize(model, config=keras.quantizers.Int8QuantizationConfig(activation_quantizer=None))
         return model
 
     def prepare(self, mode, dtype, config, calibration=None):
@@ -201,15 +223,10 @@ class KerasLibrary:
             import bertzoo
 
             model = bertzoo.quantize(model, "int8", calibration=calibration, input_ranges="static")
-        if dtype in ("int8", "int8_weights", "int8_weights_bfloat16"):
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=r".*does not have a `quantize` method.*")
-                if dtype == "int8":
-                    model.quantize("int8")
-                else:
-                    model = self.quantize_weights_only(model)
+        if dtype == "int8":
+            _quietly_quantize(model)
+        if dtype in ("int8_weights", "int8_weights_bfloat16"):
+            model = self.quantize_weights_only(model)
         return reference, model
 
     def output(self, model, inputs):
@@ -488,8 +505,6 @@ def _torch_device_name():
 
 
 LIBRARIES = {cls.name: cls for cls in (Bertzoo, BertzooJax, BertzooTorch, KerasHub, KerasHubJax, Transformers)}
-# bertzoo's own configurations (every Keras backend); the others are peers.
-OURS = ("bertzoo", "bertzoo_jax", "bertzoo_torch")
 
 
 # --- Matmul peak ----------------------------------------------------------
@@ -504,7 +519,7 @@ def matmul_peak(size=2048, runs=10):
     a = rng.standard_normal((size, size)).astype("float32")
     b = rng.standard_normal((size, size)).astype("float32")
     peaks = {}
-    for dtype in [d for d in DEFAULT_DTYPES if d not in BERTZOO_ONLY_DTYPES]:  # int8_static: int8's peak.
+    for dtype in [d for d in DEFAULT_DTYPES if d not in PEAK_DTYPE]:  # The others share one of these peaks.
         best = {}
         for xla in (False, True):
             if dtype == "int8":
@@ -601,10 +616,8 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=2)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if args.dtype in BERTZOO_ONLY_DTYPES and args.library not in OURS:
-        parser.error(f"--dtype {args.dtype} is bertzoo's only (libraries {', '.join(OURS)}).")
-    if args.dtype in KERAS_ONLY_DTYPES and args.library == Transformers.name:
-        parser.error(f"--dtype {args.dtype} is for the Keras libraries only (PyTorch's int8 here is dynamic).")
+    if not runs_dtype(args.library, args.dtype):
+        parser.error(f"--dtype {args.dtype} is for the libraries {', '.join(DTYPE_LIBRARIES[args.dtype])} only.")
     backend = getattr(LIBRARIES.get(args.library), "backend", None)
     if backend:  # Before anything imports Keras, which reads it once.
         os.environ["KERAS_BACKEND"] = backend

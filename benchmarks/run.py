@@ -57,17 +57,16 @@ from benchmarks.harness import print_table
 from benchmarks.harness import run_module
 from benchmarks.harness import wait_for_load
 from benchmarks.harness import write_between_markers
-from benchmarks.peers import BERTZOO_ONLY_DTYPES
 from benchmarks.peers import DEFAULT_DTYPES
 from benchmarks.peers import DTYPES
 from benchmarks.peers import INT8_DTYPES
-from benchmarks.peers import KERAS_ONLY_DTYPES
 from benchmarks.peers import LIBRARIES
 from benchmarks.peers import MODES
 from benchmarks.peers import OURS
 from benchmarks.peers import PEAK_DTYPE
 from benchmarks.peers import backbone_config
 from benchmarks.peers import missing
+from benchmarks.peers import runs_dtype
 
 DEFAULT_CHART = OUT / "peers.png"
 LABELS = {
@@ -446,9 +445,7 @@ def main(argv=None):
                 )
                 continue
             for name in available:
-                if dtype in BERTZOO_ONLY_DTYPES and name not in OURS:
-                    continue
-                if dtype in KERAS_ONLY_DTYPES and name == "transformers":
+                if not runs_dtype(name, dtype):
                     continue
                 print(f"... {mode} {dtype} {LABELS[name]}", flush=True)
                 found, error = run_worker(
