@@ -29,7 +29,7 @@ def test_a_process_without_the_switch_sees_weight_changes():
     reason="measured on AMX CPUs only: elsewhere oneDNN may keep the plain layout, and then nothing is cached",
 )
 def test_the_switch_keeps_the_first_weights_which_the_readme_warns_about():
-    # README, Performance: with the switch a process that changes its weights
+    # README, Performance (and docs/performance.md): with the switch a process that changes its weights
     # computes with the old ones. If a TensorFlow release stops caching the
     # reordered kernel, this fails and the README's warning must change.
     assert frozen_weights.run_worker("bfloat16", "1", _args())["stale"] is True

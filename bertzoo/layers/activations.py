@@ -12,7 +12,7 @@ computed in float32 for float16 and bfloat16 inputs), instead of
 TensorFlow's chain of element-wise ops and their automatic gradient, each a
 pass over the feed-forward block's largest tensor. The same function and gradient up to rounding (tested against
 Keras's GELU; in bfloat16 closer to float32 than Keras's op chain); the
-BERT-base training step is faster (README, "Fast paths";
+BERT-base training step is faster (docs/performance.md, "Fast paths";
 `python -m benchmarks.training_kernels`). Inference keeps Keras's ops, which
 oneDNN fuses into the preceding matmul.
 """

@@ -10,7 +10,7 @@ On TensorFlow's CPU build with oneDNN (the default x86 build), bertzoo
 instead runs each quantized Dense layer as TensorFlow's oneDNN
 `_QuantizedMatMul` kernel: the VNNI int8 matmul with the bias, the
 activation (GELU, ReLU, tanh) and the rescaling to float fused in. The
-README's performance table and `benchmarks/results.jsonl` hold the measured
+README's performance section, docs/performance.md and `benchmarks/results.jsonl` hold the measured
 speeds and the accuracy against the float model
 (`python -m benchmarks.run`, `python -m benchmarks.int8_fidelity`).
 

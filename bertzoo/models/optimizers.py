@@ -148,8 +148,8 @@ class AdamW(keras.optimizers.AdamW):
     global gradient norm is computed first (one pass per gradient), then
     each variable's whole step, clip scale, decay and Adam update, is one
     XLA kernel that reads the variable, its two moments and its gradient
-    once and writes them back (the gain is in the README's performance
-    notes).
+    once and writes them back (the gain is in docs/performance.md,
+    "Fast paths").
 
     The fused step is taken on the TensorFlow backend outside `tf.distribute`
     strategies, for float32 variables, without `amsgrad`, per-variable

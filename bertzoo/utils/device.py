@@ -15,8 +15,8 @@ instead of a model, a model without symbolic inputs, or
 | CPU | other quantized layers (int4; int8 without oneDNN) | on | Keras's int8 ops have no fast matmul kernel outside XLA |
 | any | multi-replica `tf.distribute` strategy | off | Keras cannot compile those steps, see `jit_compile_supported` |
 
-The measured figures behind the rule (by machine) are in the README's
-performance section and `benchmarks/results.jsonl`; on another CPU the
+The measured figures behind the rule (by machine) are in
+docs/performance.md and `benchmarks/results.jsonl`; on another CPU the
 measurement, not this table, decides.
 
 TPUStrategy compiles every step with XLA whatever `jit_compile` says, so
