@@ -299,7 +299,8 @@ def _sparsity(args):
             type=_smoothing,
             default=DEFAULT_SMOOTHING,
             help="post-training int8: SmoothQuant migration strength in [0, 1] for the Dense inputs, "
-            "calibrated on the training texts, or 'none'; not used with --qat-epochs (default: %(default)s)",
+            "calibrated on the training texts, or 'none'; not used with --qat-epochs or --weight-only "
+            "(default: %(default)s)",
         ),
         argument(
             "--input-ranges",
@@ -307,6 +308,12 @@ def _sparsity(args):
             default="dynamic",
             help="post-training int8 with --smoothing: 'dynamic' measures each Dense layer's inputs on every "
             "call, 'static' fixes their int8 range from the same calibration texts (default: %(default)s)",
+        ),
+        argument(
+            "--weight-only",
+            action="store_true",
+            help="int8 stage: int8 kernels with float inputs and arithmetic, the int8 for GPUs (on CPUs it "
+            "only saves size); post-training, not with --qat-epochs or --input-ranges static",
         ),
         argument("--overwrite", action="store_true", help="replace a previous run's outputs in DIR"),
     ),
@@ -332,6 +339,7 @@ def _compress(args):
         qat_epochs=args.qat_epochs,
         smoothing=args.smoothing,
         input_ranges=args.input_ranges,
+        weight_only=args.weight_only,
         overwrite=args.overwrite,
         verbose=1,
     )

@@ -193,6 +193,25 @@ def test_cli_with_csv_and_string_labels(workspace, capsys, monkeypatch, quick_re
     assert bertzoo.BertClassifier.from_preset(out / "1_int8" / "preset").backbone.pooler.quantization_mode == "int8"
 
 
+def test_weight_only_int8_stage_quantizes_the_kernels_alone(workspace, quick_reports):
+    out = workspace / "weight_only_out"
+    argv = ["compress", str(workspace / "teacher"), "--train", str(workspace / "train.tsv")]
+    argv += ["--eval", str(workspace / "test.jsonl"), "--out", str(out), "--stages", "int8", "--weight-only"]
+    assert cli.main(argv) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["weight_only"] is True and report["smoothing"] is None and report["input_ranges"] is None
+    assert "attention_0/query" in bertzoo.Preset.resolve(out / "1_int8" / "preset").quantization["weight_only_layers"]
+    model = bertzoo.BertClassifier.from_preset(out / "1_int8" / "preset")
+    pooler = model.backbone.pooler
+    assert str(pooler._kernel.dtype) == "int8" and pooler.inputs_quantizer is None and pooler.input_scale is None
+    # Float inputs times the dequantized kernels: close to the teacher's logits.
+    teacher = bertzoo.BertClassifier.from_preset(workspace / "teacher")
+    texts, _ = sentiment(8, seed=2)
+    expected, logits = teacher.predict(texts, verbose=0), model.predict(texts, verbose=0)
+    assert not np.allclose(logits, expected, atol=1e-6)  # Really quantized.
+    assert np.abs(logits - expected).max() <= 0.05 * np.abs(expected).max()
+
+
 def test_cli_with_ratings_a_label_threshold_and_a_transfer_file(workspace, capsys, quick_reports):
     texts, labels = sentiment(24, seed=5)
     ratings = [f"{(1.5 if y else -2.0) + 0.25 * i:.2f}" for i, y in enumerate(labels)]
@@ -361,6 +380,11 @@ def test_bad_inputs_give_clear_errors(workspace, tmp_path):
     for settings in ({"smoothing": None}, {"qat_epochs": 1}, {"stages": "distill"}):
         with pytest.raises(ValueError, match=r"input_ranges=\"static\" is calibrated with the smoothing"):
             bertzoo.compress(teacher, train, train, tmp_path / "a", input_ranges="static", verbose=0, **settings)
+    for settings in ({"qat_epochs": 1}, {"input_ranges": "static"}, {"stages": "distill"}):
+        with pytest.raises(ValueError, match=r"weight_only=True is post-training int8 of the kernels alone"):
+            bertzoo.compress(teacher, train, train, tmp_path / "a", weight_only=True, verbose=0, **settings)
+    with pytest.raises(ValueError, match=r"`weight_only` must be True or False, got 'yes'"):
+        bertzoo.compress(teacher, train, train, tmp_path / "a", weight_only="yes", verbose=0)
     with pytest.raises(ValueError, match=r"`sparsity` must be a sparsity in \[0, 1\).*got 1.5"):
         bertzoo.compress(teacher, train, train, tmp_path / "a", stages="distill,prune", sparsity=1.5, verbose=0)
     with pytest.raises(ValueError, match=r"'int8' must be the last stage"):

@@ -17,7 +17,8 @@ model, with the library's own building blocks:
   or `augment` copies);
 - `"int8"`: post-training quantization (`quantize(model, "int8")`), or
   with `qat_epochs` quantization-aware training from the stage's input
-  (`quantization_aware_training`).
+  (`quantization_aware_training`), or with `weight_only` int8 kernels under
+  float arithmetic (`quantize(model, "int8", weight_only=True)`).
 
 Each stage writes `OUT/<index>_<stage>/preset` (a preset) and
 `OUT/<index>_<stage>/saved_model` (a SavedModel for serving); a stage's
@@ -271,6 +272,7 @@ def compress(
     qat_epochs=0,
     smoothing=DEFAULT_SMOOTHING,
     input_ranges="dynamic",
+    weight_only=False,
     latency_repeats=10,
     overwrite=False,
     verbose=1,
@@ -331,11 +333,16 @@ def compress(
             (SmoothQuant's migration strength; `quantize(...,
             calibration=...)`) calibrated on up to 512 training texts
             (a seeded sample); None quantizes without calibration. Not
-            used with `qat_epochs` (recorded as None).
+            used with `qat_epochs` or `weight_only` (recorded as None).
         input_ranges: post-training int8 with `smoothing`: `"dynamic"`
             (inputs measured on every call) or `"static"` (each layer's
             input range fixed from the same calibration texts; see
             `quantize`).
+        weight_only: the int8 stage stores int8 kernels and keeps float
+            inputs and arithmetic (`quantize(..., weight_only=True)`): the
+            int8 to serve on GPUs, where integer matmuls are slower than
+            bfloat16; on CPUs a size option only. Post-training only: not
+            with `qat_epochs` or `input_ranges="static"`.
         verbose: Keras progress bars (0 silent, 1 bars, 2 one line per epoch).
 
     Returns the report: a dict with `rows` (the teacher, then one per stage,
@@ -358,6 +365,14 @@ def compress(
         raise ValueError(f"`qat_epochs` must be an integer >= 0 (0: post-training int8), got {qat_epochs!r}.")
     check_smoothing(smoothing, allow_none=True)
     check_input_ranges(input_ranges)
+    if not isinstance(weight_only, (bool, np.bool_)):
+        raise ValueError(f"`weight_only` must be True or False, got {weight_only!r}.")
+    if weight_only and ("int8" not in stages or qat_epochs or input_ranges == "static"):
+        raise ValueError(
+            'weight_only=True is post-training int8 of the kernels alone: it needs an "int8" stage, '
+            '`qat_epochs` 0 and input_ranges="dynamic" (CLI: --stages ...,int8 --weight-only, without '
+            "--qat-epochs or --input-ranges static)."
+        )
     if input_ranges == "static" and (smoothing is None or qat_epochs or "int8" not in stages):
         raise ValueError(
             'input_ranges="static" is calibrated with the smoothing of post-training int8: it needs an "int8" '
@@ -483,6 +498,8 @@ def compress(
                 validation_data=validation,
                 verbose=verbose,
             )
+        elif weight_only:  # "int8", the kernels alone
+            model = quantize(parent, "int8", weight_only=True)
         elif smoothing is None:  # "int8"
             model = quantize(parent, "int8")
         else:  # "int8", with the inputs smoothed
@@ -524,8 +541,11 @@ def compress(
         "target_speedup": target_speedup,
         "recipe": recipe if "distill" in stages else None,
         "qat_epochs": qat_epochs if "int8" in stages else None,
-        "smoothing": smoothing if "int8" in stages and not qat_epochs else None,
-        "input_ranges": input_ranges if "int8" in stages and not qat_epochs and smoothing is not None else None,
+        "weight_only": bool(weight_only) if "int8" in stages else None,
+        "smoothing": smoothing if "int8" in stages and not qat_epochs and not weight_only else None,
+        "input_ranges": (
+            input_ranges if "int8" in stages and not (qat_epochs or weight_only) and smoothing is not None else None
+        ),
         "transfer_size": len(transfer) if transfer is not None and uses_transfer_set else 0,
         "augment": augment if uses_transfer_set else 0,
         "label_threshold": label_threshold,
