@@ -297,10 +297,10 @@ def _sparsity(args):
         argument(
             "--smoothing",
             type=_smoothing,
-            default=DEFAULT_SMOOTHING,
+            default=argparse.SUPPRESS,  # Absent unless given: --weight-only refuses it.
             help="post-training int8: SmoothQuant migration strength in [0, 1] for the Dense inputs, "
-            "calibrated on the training texts, or 'none'; not used with --qat-epochs or --weight-only "
-            "(default: %(default)s)",
+            f"calibrated on the training texts, or 'none'; not used with --qat-epochs, refused with "
+            f"--weight-only (default: {DEFAULT_SMOOTHING})",
         ),
         argument(
             "--input-ranges",
@@ -312,13 +312,18 @@ def _sparsity(args):
         argument(
             "--weight-only",
             action="store_true",
-            help="int8 stage: int8 kernels with float inputs and arithmetic, the int8 for GPUs (on CPUs it "
-            "only saves size); post-training, not with --qat-epochs or --input-ranges static",
+            help="int8 stage: int8 kernels with float inputs and arithmetic (post-training; not with "
+            "--qat-epochs, --smoothing or --input-ranges static). Smaller than the float model but slower on "
+            "CPUs; on GPUs load the stage's preset with dtype='bfloat16' for bfloat16 arithmetic",
         ),
         argument("--overwrite", action="store_true", help="replace a previous run's outputs in DIR"),
     ),
 )
 def _compress(args):
+    if args.weight_only and hasattr(args, "smoothing"):
+        raise ValueError(
+            "--weight-only quantizes no inputs, so --smoothing does not apply: drop --smoothing (or --weight-only)."
+        )
     compress(
         args.teacher,
         args.train,
@@ -337,7 +342,7 @@ def _compress(args):
         augment=args.augment,
         label_threshold=args.label_threshold,
         qat_epochs=args.qat_epochs,
-        smoothing=args.smoothing,
+        smoothing=getattr(args, "smoothing", DEFAULT_SMOOTHING),
         input_ranges=args.input_ranges,
         weight_only=args.weight_only,
         overwrite=args.overwrite,

@@ -176,6 +176,7 @@ def test_cli_with_csv_and_string_labels(workspace, capsys, monkeypatch, quick_re
     assert cli.main(argv) == 1
     assert "--overwrite" in capsys.readouterr().err
     assert report["qat_epochs"] == 0 and report["smoothing"] == 0.8 and report["input_ranges"] == "dynamic"
+    assert report["weight_only"] is False
     assert cli.main(argv + ["--overwrite", "--smoothing", "none"]) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["smoothing"] is None
@@ -193,10 +194,12 @@ def test_cli_with_csv_and_string_labels(workspace, capsys, monkeypatch, quick_re
     assert bertzoo.BertClassifier.from_preset(out / "1_int8" / "preset").backbone.pooler.quantization_mode == "int8"
 
 
-def test_weight_only_int8_stage_quantizes_the_kernels_alone(workspace, quick_reports):
+def test_weight_only_int8_stage_quantizes_the_kernels_alone(workspace, capsys, quick_reports):
     out = workspace / "weight_only_out"
     argv = ["compress", str(workspace / "teacher"), "--train", str(workspace / "train.tsv")]
     argv += ["--eval", str(workspace / "test.jsonl"), "--out", str(out), "--stages", "int8", "--weight-only"]
+    assert cli.main(argv + ["--smoothing", "0.5"]) == 1
+    assert "--smoothing does not apply" in capsys.readouterr().err and not out.exists()
     assert cli.main(argv) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["weight_only"] is True and report["smoothing"] is None and report["input_ranges"] is None
@@ -380,7 +383,9 @@ def test_bad_inputs_give_clear_errors(workspace, tmp_path):
     for settings in ({"smoothing": None}, {"qat_epochs": 1}, {"stages": "distill"}):
         with pytest.raises(ValueError, match=r"input_ranges=\"static\" is calibrated with the smoothing"):
             bertzoo.compress(teacher, train, train, tmp_path / "a", input_ranges="static", verbose=0, **settings)
-    for settings in ({"qat_epochs": 1}, {"input_ranges": "static"}, {"stages": "distill"}):
+    # Checked before the static-ranges hint, which would ask for the smoothing weight-only does not use.
+    static = {"input_ranges": "static", "smoothing": None}
+    for settings in ({"qat_epochs": 1}, {"input_ranges": "static"}, static, {"stages": "distill"}):
         with pytest.raises(ValueError, match=r"weight_only=True is post-training int8 of the kernels alone"):
             bertzoo.compress(teacher, train, train, tmp_path / "a", weight_only=True, verbose=0, **settings)
     with pytest.raises(ValueError, match=r"`weight_only` must be True or False, got 'yes'"):

@@ -339,10 +339,13 @@ def compress(
             input range fixed from the same calibration texts; see
             `quantize`).
         weight_only: the int8 stage stores int8 kernels and keeps float
-            inputs and arithmetic (`quantize(..., weight_only=True)`): the
-            int8 to serve on GPUs, where integer matmuls are slower than
-            bfloat16; on CPUs a size option only. Post-training only: not
-            with `qat_epochs` or `input_ranges="static"`.
+            inputs and arithmetic (`quantize(..., weight_only=True)`).
+            Smaller than the float model, but slower on CPUs (every call
+            dequantizes the kernels). For GPUs, where integer matmuls are
+            slower than bfloat16, load the stage's preset with
+            `dtype="bfloat16"` (its SavedModel computes in float32).
+            Post-training only: not with `qat_epochs` or
+            `input_ranges="static"`.
         verbose: Keras progress bars (0 silent, 1 bars, 2 one line per epoch).
 
     Returns the report: a dict with `rows` (the teacher, then one per stage,

@@ -77,7 +77,7 @@ def quantize(
     float model than dynamic int8). Where integer matmuls are slow (GPUs:
     on an H100 a BERT-base built in `"bfloat16"` and quantized this way ran
     at about 0.88x the bfloat16 model's speed and 1.5x the dynamic int8
-    one, the README's rows); on CPUs it is slower than the float model
+    one, docs/performance.md's eighth GPU session); on CPUs it is slower than the float model
     (every call dequantizes the kernels), a size option only.
 
     With `calibration` (int8 only), the inputs of every bertzoo `Dense`
