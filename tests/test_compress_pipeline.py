@@ -203,6 +203,7 @@ def test_weight_only_int8_stage_quantizes_the_kernels_alone(workspace, capsys, q
     assert cli.main(argv) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["weight_only"] is True and report["smoothing"] is None and report["input_ranges"] is None
+    assert "| int8 (weight-only) |" in (out / "report.md").read_text()  # Not taken for dynamic int8.
     assert "attention_0/query" in bertzoo.Preset.resolve(out / "1_int8" / "preset").quantization["weight_only_layers"]
     model = bertzoo.BertClassifier.from_preset(out / "1_int8" / "preset")
     pooler = model.backbone.pooler

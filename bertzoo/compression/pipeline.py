@@ -571,6 +571,13 @@ def _per_layer(backbone, key):
     return list(value) if isinstance(value, (list, tuple)) else [value] * backbone.num_layers
 
 
+def stage_label(report, row):
+    """A report row's name in the table and chart: its stage, and for a
+    weight-only int8 stage "int8 (weight-only)" (slower than dynamic int8 on
+    CPUs, so it must not pass for it)."""
+    return "int8 (weight-only)" if row["stage"] == "int8" and report.get("weight_only") else row["stage"]
+
+
 def format_report(report):
     """The trade-off table of a `compress` report, as Markdown."""
 
@@ -591,7 +598,7 @@ def format_report(report):
     ]
     for row in report["rows"]:
         lines.append(
-            f"| {row['stage']} | {row['accuracy']:.4f} | {number(row['percent_of_teacher'], '.1f')} "
+            f"| {stage_label(report, row)} | {row['accuracy']:.4f} | {number(row['percent_of_teacher'], '.1f')} "
             f"| {row['parameters']:,} | {row['nonzero_parameters']:,} | {number(row['preset_mb'], '.2f')} "
             f"| {number(row['preset_gzip_mb'], '.2f')} | {row['latency_b1_ms']:.2f} | {row['latency_b32_ms']:.2f} "
             f"| {row['speedup_b32']:.2f}x |"
@@ -616,7 +623,9 @@ def tradeoff_chart(report, path):
     figure, axes = plt.subplots(figsize=(6, 4), dpi=100)
     for row, size in zip(rows, sizes):
         axes.scatter(row["latency_b32_ms"], row["accuracy"], s=40 + 400 * size / largest, alpha=0.6)
-        axes.annotate(f"{row['stage']} ({size:.1f} MB)", (row["latency_b32_ms"], row["accuracy"]), fontsize=8)
+        axes.annotate(
+            f"{stage_label(report, row)} ({size:.1f} MB)", (row["latency_b32_ms"], row["accuracy"]), fontsize=8
+        )
     axes.set_xlabel("latency, batch 32 (ms, median)")
     axes.set_ylabel("accuracy on eval")
     axes.set_title("bertzoo compress: accuracy vs latency (area: preset MB)")
