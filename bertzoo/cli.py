@@ -299,7 +299,7 @@ def _sparsity(args):
             type=_smoothing,
             default=argparse.SUPPRESS,  # Absent unless given: --weight-only refuses it.
             help="post-training int8: SmoothQuant migration strength in [0, 1] for the Dense inputs, "
-            f"calibrated on the training texts, or 'none'; not used with --qat-epochs, refused with "
+            "calibrated on the training texts, or 'none'; not used with --qat-epochs, refused with "
             f"--weight-only (default: {DEFAULT_SMOOTHING})",
         ),
         argument(

@@ -48,6 +48,7 @@ from bertzoo.compression.pruner import Pruner
 from bertzoo.compression.quantization import DEFAULT_SMOOTHING
 from bertzoo.compression.quantization import check_input_ranges
 from bertzoo.compression.quantization import check_smoothing
+from bertzoo.compression.quantization import check_weight_only
 from bertzoo.compression.quantization import quantization_aware_training
 from bertzoo.compression.quantization import quantize
 from bertzoo.compression.recipes import RECIPES
@@ -368,8 +369,7 @@ def compress(
         raise ValueError(f"`qat_epochs` must be an integer >= 0 (0: post-training int8), got {qat_epochs!r}.")
     check_smoothing(smoothing, allow_none=True)
     check_input_ranges(input_ranges)
-    if not isinstance(weight_only, (bool, np.bool_)):
-        raise ValueError(f"`weight_only` must be True or False, got {weight_only!r}.")
+    weight_only = check_weight_only(weight_only)
     if weight_only and ("int8" not in stages or qat_epochs or input_ranges == "static"):
         raise ValueError(
             'weight_only=True is post-training int8 of the kernels alone: it needs an "int8" stage, '
@@ -544,7 +544,7 @@ def compress(
         "target_speedup": target_speedup,
         "recipe": recipe if "distill" in stages else None,
         "qat_epochs": qat_epochs if "int8" in stages else None,
-        "weight_only": bool(weight_only) if "int8" in stages else None,
+        "weight_only": weight_only if "int8" in stages else None,
         "smoothing": smoothing if "int8" in stages and not qat_epochs and not weight_only else None,
         "input_ranges": (
             input_ranges if "int8" in stages and not (qat_epochs or weight_only) and smoothing is not None else None

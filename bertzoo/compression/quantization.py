@@ -77,8 +77,9 @@ def quantize(
     float model than dynamic int8). Where integer matmuls are slow (GPUs:
     on an H100 a BERT-base built in `"bfloat16"` and quantized this way ran
     at about 0.88x the bfloat16 model's speed and 1.5x the dynamic int8
-    one, docs/performance.md's eighth GPU session); on CPUs it is slower than the float model
-    (every call dequantizes the kernels), a size option only.
+    one, docs/performance.md's eighth GPU session); on CPUs it is slower
+    than the float model (every call dequantizes the kernels), a size option
+    only.
 
     With `calibration` (int8 only), the inputs of every bertzoo `Dense`
     layer are first smoothed as in SmoothQuant (Xiao et al. 2023): the
@@ -132,7 +133,13 @@ def quantize(
     _check_quantizable(model, mode, MODES)
     check_smoothing(smoothing)
     check_input_ranges(input_ranges)
-    weight_only = _check_weight_only(weight_only, calibration, input_ranges)
+    weight_only = check_weight_only(weight_only)
+    if weight_only and (calibration is not None or input_ranges != "dynamic"):
+        raise ValueError(
+            "weight_only=True quantizes no inputs, so input calibration and ranges do not apply: drop `calibration` "
+            f"and `input_ranges` (got input_ranges={input_ranges!r}), or pass weight_only=False to quantize the "
+            "inputs with them."
+        )
     if input_ranges == "static" and calibration is None:
         raise ValueError(
             'input_ranges="static" fixes each layer\'s input range from calibration data: pass `calibration` '
@@ -155,16 +162,17 @@ def quantize(
     return clone
 
 
-def _check_weight_only(weight_only, calibration, input_ranges):
-    """`weight_only` as a bool, after refusing what it cannot go with."""
+def check_weight_only(weight_only):
+    """`weight_only` as a bool; raises ValueError unless it is one (NumPy's
+    included).
+
+    Example:
+    ```python
+    check_weight_only(np.bool_(True))  # True
+    ```
+    """
     if not isinstance(weight_only, (bool, np.bool_)):
         raise ValueError(f"`weight_only` must be True or False, got {weight_only!r}.")
-    if weight_only and (calibration is not None or input_ranges != "dynamic"):
-        raise ValueError(
-            "weight_only=True quantizes no inputs, so input calibration and ranges do not apply: drop `calibration` "
-            f"and `input_ranges` (got input_ranges={input_ranges!r}), or pass weight_only=False to quantize the "
-            "inputs with them."
-        )
     return bool(weight_only)
 
 
