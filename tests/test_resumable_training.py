@@ -208,11 +208,13 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"ResumableTraining runs whole passes"):
         train(classifier(0), backup, steps_per_epoch=2)
     # Other optimizer settings: a new peak learning rate, another weight decay.
+    # Refused before the datasets are built (they trace the preprocessing).
     for optimizer, changed in ((bert_optimizer(0.5), "peak_learning_rate"), (bert_optimizer(1e-2), "weight_decay")):
         if changed == "weight_decay":
             optimizer.weight_decay = 0.5
         other = classifier(0)
         other.compile(optimizer=optimizer)
+        other._as_dataset = lambda *args, **kwargs: pytest.fail("built a dataset before refusing")
         with pytest.raises(ValueError, match=rf"other optimizer settings: \S*{changed}=.*Compile with the interrupted"):
             train(other, backup)
     spe = classifier(0)

@@ -334,6 +334,37 @@ class ResumableTraining(keras.callbacks.Callback):
             schedule.total_steps = int(meta["schedule_total_steps"])
 
     # --- fit --------------------------------------------------------------
+    _WHAT = {
+        "epochs": "epochs",
+        "seed": "seed",
+        "shuffle": "shuffle",
+        "steps_per_epoch": "batches per epoch",
+        "num_examples": "examples",
+        "fingerprint": "data (fingerprint of the examples and batch size)",
+    }
+
+    def _check_optimizer(self, saved, settings):
+        """Raises unless the checkpoint's optimizer settings are this fit's."""
+        changed = sorted(k for k in set(saved) | set(settings) if saved.get(k) != settings.get(k))
+        if changed:
+            was = ", ".join(f"{k}={saved.get(k)!r}" for k in changed)
+            now = ", ".join(f"{k}={settings.get(k)!r}" for k in changed)
+            raise ValueError(
+                f"The training checkpoint {self.checkpoint_path!r} was written with other optimizer "
+                f"settings: {was}; this fit has {now}. Compile with the interrupted run's settings to "
+                "resume, or delete the checkpoint to start over."
+            )
+
+    def _check_same_run(self, meta, run, keys):
+        """Raises unless the checkpoint's run (`meta`) had this fit's `keys`."""
+        for key in keys:
+            if meta[key] != run[key]:
+                raise ValueError(
+                    f"The training checkpoint {self.checkpoint_path!r} belongs to another run: its "
+                    f"{self._WHAT[key]} is {meta[key]!r}, this fit's is {run[key]!r}. Resume with the same "
+                    "data, fit arguments and seed, or delete the checkpoint to start over."
+                )
+
     def run_fit(
         self,
         model,
@@ -380,6 +411,19 @@ class ResumableTraining(keras.callbacks.Callback):
         first, skip = (meta["epoch"], meta["step"]) if meta is not None else (int(initial_epoch), 0)
         first = min(first, epochs)
 
+        run = {
+            "epochs": epochs,
+            "seed": seed,
+            "shuffle": bool(shuffle),
+            "optimizer": _optimizer_settings(model.optimizer),
+        }
+        if meta is not None:
+            # Before the datasets are built (each traces the preprocessing), so a
+            # refused resume fails fast.
+            if "optimizer" in meta:
+                self._check_optimizer(meta["optimizer"], run["optimizer"])
+            self._check_same_run(meta, run, ("epochs", "seed", "shuffle"))
+
         def dataset(order):
             data = model._as_dataset(x, y, sample_weight, batch_size, shuffle=order)
             if data is not None:
@@ -398,44 +442,11 @@ class ResumableTraining(keras.callbacks.Callback):
             phases.append((dataset(order), first, skip))
         order = EpochOrder(seed, shuffle, first + bool(skip), epochs)
         phases.append((dataset(order), first + bool(skip), 0))
-        run = {
-            "epochs": epochs,
-            "seed": seed,
-            "shuffle": bool(shuffle),
-            "steps_per_epoch": order.steps_per_epoch,
-            "num_examples": order.num_examples,
-            "fingerprint": order.fingerprint,
-            "optimizer": _optimizer_settings(model.optimizer),
-        }
-        if meta is not None and "optimizer" in meta:
-            changed = sorted(
-                k
-                for k in set(meta["optimizer"]) | set(run["optimizer"])
-                if meta["optimizer"].get(k) != run["optimizer"].get(k)
-            )
-            if changed:
-                was = ", ".join(f"{k}={meta['optimizer'].get(k)!r}" for k in changed)
-                now = ", ".join(f"{k}={run['optimizer'].get(k)!r}" for k in changed)
-                raise ValueError(
-                    f"The training checkpoint {self.checkpoint_path!r} was written with other optimizer "
-                    f"settings: {was}; this fit has {now}. Compile with the interrupted run's settings to "
-                    "resume, or delete the checkpoint to start over."
-                )
+        run.update(
+            steps_per_epoch=order.steps_per_epoch, num_examples=order.num_examples, fingerprint=order.fingerprint
+        )
         if meta is not None:
-            for key, what in (
-                ("epochs", "epochs"),
-                ("seed", "seed"),
-                ("shuffle", "shuffle"),
-                ("steps_per_epoch", "batches per epoch"),
-                ("num_examples", "examples"),
-                ("fingerprint", "data (fingerprint of the examples and batch size)"),
-            ):
-                if meta[key] != run[key]:
-                    raise ValueError(
-                        f"The training checkpoint {self.checkpoint_path!r} belongs to another run: its "
-                        f"{what} is {meta[key]!r}, this fit's is {run[key]!r}. Resume with the same data, "
-                        "fit arguments and seed, or delete the checkpoint to start over."
-                    )
+            self._check_same_run(meta, run, ("steps_per_epoch", "num_examples", "fingerprint"))
         set_schedule_length(model.optimizer, None, None, epochs, order.steps_per_epoch)
         done = first * order.steps_per_epoch + skip  # Batches trained on so far, all epochs.
         run.update(done=done, saved_at=done, arrays=arrays)

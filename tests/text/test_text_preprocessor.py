@@ -1,6 +1,7 @@
 """BertPreprocessor: packing, truncation, tf.data use, errors, config."""
 
 import json
+import weakref
 
 import keras
 import numpy as np
@@ -180,6 +181,31 @@ def test_dataset_of_labelled_examples(tokenizer):
     unlabelled = tf.data.Dataset.from_tensor_slices((texts, ["a", "b"])).batch(2)
     features = next(iter(unlabelled.map(lambda a, b: preprocessor((a, b)))))
     assert features["segment_ids"].numpy()[1].tolist() == [0, 0, 0, 1, 1, 0]
+
+
+def test_new_pipelines_reuse_one_traced_tokenization(tokenizer):
+    # Each fit or evaluate on raw text builds a new tf.data pipeline; the
+    # tokenizing and packing inside is traced once per input shape, not per
+    # pipeline, and gives the same ids every time.
+    import gc
+
+    from bertzoo.text import preprocessor as preprocessor_module
+
+    preprocessor = BertPreprocessor(tokenizer, sequence_length=6)
+    texts = tf.data.Dataset.from_tensor_slices(["the fox", "dog"]).batch(2)
+    pairs = tf.data.Dataset.from_tensor_slices((["the fox", "dog"], ["a", "b"])).batch(2)
+    ids = [next(iter(texts.map(preprocessor)))["token_ids"].numpy().tolist() for _ in range(3)]
+    assert ids == [[[CLS, THE, FOX, SEP, PAD, PAD], [CLS, DOG, SEP, PAD, PAD, PAD]]] * 3
+    traced = preprocessor_module._GRAPH_FEATURES[preprocessor]
+    assert traced.experimental_get_tracing_count() == 1
+    for _ in range(2):
+        next(iter(pairs.map(lambda a, b, packer=preprocessor: packer((a, b)))))
+    assert traced.experimental_get_tracing_count() == 2  # One more input shape: pairs.
+    # The cache does not keep its preprocessor alive.
+    alive = weakref.ref(preprocessor)
+    del preprocessor, traced
+    gc.collect()
+    assert alive() is None
 
 
 def test_direct_call_with_labels(tokenizer):
