@@ -297,10 +297,10 @@ def _sparsity(args):
         argument(
             "--smoothing",
             type=_smoothing,
-            default=argparse.SUPPRESS,  # Absent unless given: --weight-only refuses it.
+            default=argparse.SUPPRESS,  # Absent unless given: compress refuses it where it does nothing.
             help="post-training int8: SmoothQuant migration strength in [0, 1] for the Dense inputs, "
-            "calibrated on the training texts, or 'none'; not used with --qat-epochs, refused with "
-            f"--weight-only (default: {DEFAULT_SMOOTHING})",
+            "calibrated on the training texts, or 'none'; refused with --qat-epochs or --weight-only or "
+            f"without an int8 stage (default: {DEFAULT_SMOOTHING} where it applies)",
         ),
         argument(
             "--input-ranges",
@@ -320,10 +320,6 @@ def _sparsity(args):
     ),
 )
 def _compress(args):
-    if args.weight_only and hasattr(args, "smoothing"):
-        raise ValueError(
-            "--weight-only quantizes no inputs, so --smoothing does not apply: drop --smoothing (or --weight-only)."
-        )
     compress(
         args.teacher,
         args.train,
@@ -342,7 +338,7 @@ def _compress(args):
         augment=args.augment,
         label_threshold=args.label_threshold,
         qat_epochs=args.qat_epochs,
-        smoothing=getattr(args, "smoothing", DEFAULT_SMOOTHING),
+        smoothing=getattr(args, "smoothing", "auto"),
         input_ranges=args.input_ranges,
         weight_only=args.weight_only,
         overwrite=args.overwrite,

@@ -199,7 +199,7 @@ def test_weight_only_int8_stage_quantizes_the_kernels_alone(workspace, capsys, q
     argv = ["compress", str(workspace / "teacher"), "--train", str(workspace / "train.tsv")]
     argv += ["--eval", str(workspace / "test.jsonl"), "--out", str(out), "--stages", "int8", "--weight-only"]
     assert cli.main(argv + ["--smoothing", "0.5"]) == 1
-    assert "--smoothing does not apply" in capsys.readouterr().err and not out.exists()
+    assert "smoothing=0.5 does not apply" in capsys.readouterr().err and not out.exists()
     assert cli.main(argv) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["weight_only"] is True and report["smoothing"] is None and report["input_ranges"] is None
@@ -389,6 +389,10 @@ def test_bad_inputs_give_clear_errors(workspace, tmp_path):
     for settings in ({"qat_epochs": 1}, {"input_ranges": "static"}, static, {"stages": "distill"}):
         with pytest.raises(ValueError, match=r"weight_only=True is post-training int8 of the kernels alone"):
             bertzoo.compress(teacher, train, train, tmp_path / "a", weight_only=True, verbose=0, **settings)
+    # An explicit smoothing where nothing is smoothed (the default "auto" is taken as 0.8 or nothing).
+    for settings in ({"weight_only": True}, {"qat_epochs": 1}, {"stages": "distill"}):
+        with pytest.raises(ValueError, match=r"smoothing=0.5 does not apply: .*Leave `smoothing` out"):
+            bertzoo.compress(teacher, train, train, tmp_path / "a", smoothing=0.5, verbose=0, **settings)
     with pytest.raises(ValueError, match=r"`weight_only` must be True or False, got 'yes'"):
         bertzoo.compress(teacher, train, train, tmp_path / "a", weight_only="yes", verbose=0)
     with pytest.raises(ValueError, match=r"`sparsity` must be a sparsity in \[0, 1\).*got 1.5"):

@@ -271,7 +271,7 @@ def compress(
     augment=0,
     label_threshold=None,
     qat_epochs=0,
-    smoothing=DEFAULT_SMOOTHING,
+    smoothing="auto",
     input_ranges="dynamic",
     weight_only=False,
     latency_repeats=10,
@@ -333,8 +333,11 @@ def compress(
         smoothing: post-training int8 smooths the inputs of the Dense layers
             (SmoothQuant's migration strength; `quantize(...,
             calibration=...)`) calibrated on up to 512 training texts
-            (a seeded sample); None quantizes without calibration. Not
-            used with `qat_epochs` or `weight_only` (recorded as None).
+            (a seeded sample); `"auto"` is 0.8 there and nothing where no
+            inputs are smoothed (`qat_epochs`, `weight_only`: recorded as
+            None); None quantizes without calibration. A number where it
+            would do nothing (no "int8" stage, `qat_epochs`, `weight_only`)
+            is refused.
         input_ranges: post-training int8 with `smoothing`: `"dynamic"`
             (inputs measured on every call) or `"static"` (each layer's
             input range fixed from the same calibration texts; see
@@ -367,7 +370,8 @@ def compress(
             raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
     if isinstance(qat_epochs, bool) or not isinstance(qat_epochs, int) or qat_epochs < 0:
         raise ValueError(f"`qat_epochs` must be an integer >= 0 (0: post-training int8), got {qat_epochs!r}.")
-    check_smoothing(smoothing, allow_none=True)
+    if smoothing != "auto":
+        check_smoothing(smoothing, allow_none=True)
     check_input_ranges(input_ranges)
     weight_only = check_weight_only(weight_only)
     if weight_only and ("int8" not in stages or qat_epochs or input_ranges == "static"):
@@ -382,6 +386,14 @@ def compress(
             "stage, `smoothing` a number and `qat_epochs` 0 (CLI: --stages ...,int8, --smoothing 0.8, "
             '--qat-epochs 0), or use input_ranges="dynamic" (CLI: --input-ranges dynamic).'
         )
+    if smoothing not in ("auto", None) and ("int8" not in stages or qat_epochs or weight_only):
+        raise ValueError(
+            f"smoothing={smoothing!r} does not apply: it sets how post-training int8 smooths the Dense layers' "
+            'inputs, which needs an "int8" stage, `qat_epochs` 0 and `weight_only` False. Leave `smoothing` '
+            "out (CLI: drop --smoothing), or change those."
+        )
+    if smoothing == "auto":
+        smoothing = DEFAULT_SMOOTHING
     if "prune" in stages:
         check_sparsity("sparsity", sparsity)
     if isinstance(augment, bool) or not isinstance(augment, int) or augment < 0:
