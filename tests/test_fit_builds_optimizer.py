@@ -1,5 +1,5 @@
-"""`fit` creates the optimizer's variables before Keras traces the first
-training step (`bertzoo.models.raw_inputs.build_optimizer_before_fit`): the
+"""`fit` and `train_on_batch` create the optimizer's variables before
+Keras traces the first training step (`bertzoo.models.raw_inputs.build_optimizer_before_fit`): the
 variables Keras would create in the step, for a task, a task with a frozen
 backbone and a Distiller (whose teacher gets none). Training under
 `MirroredStrategy` goes through the same `fit` (tests/test_distribute_mirrored.py)."""
@@ -106,6 +106,29 @@ def test_a_pruner_distilling_from_a_wider_teacher_still_builds_for_the_projectio
     other_pruner = bertzoo.Pruner(other, bertzoo.ConstantSparsity(0.5, begin_step=0))
     with pytest.raises(ValueError, match=r"optimizer was not built for .*pruner.compile\(optimizer="):
         other_pruner.fit(FEATURES, LABELS, verbose=0, teacher=teacher, distillation={"hidden_state_weight": 1.0})
+
+
+def test_train_on_batch_builds_too_and_traces_its_step_once(monkeypatch):
+    traces = []
+    original = bertzoo.BertClassifier.train_step
+    monkeypatch.setattr(
+        bertzoo.BertClassifier, "train_step", lambda self, data: traces.append(1) or original(self, data)
+    )
+    eager, lazy = classifier(), classifier()
+    eager.train_on_batch(FEATURES, LABELS)
+    assert len(traces) == 1
+    with monkeypatch.context() as patch:
+        patch.setattr(raw_inputs, "build_optimizer_before_fit", lambda model: None)
+        lazy.train_on_batch(FEATURES, LABELS)
+    assert len(traces) == 1 + 2  # Keras alone traces again once its step made the variables.
+    assert optimizer_state(eager) == optimizer_state(lazy)
+    for a, b in zip(eager.get_weights(), lazy.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # Refused for its arguments: the optimizer stays as it was.
+    refused = classifier()
+    with pytest.raises(ValueError, match=r"`sample_weight` and `class_weight`"):
+        refused.train_on_batch(FEATURES, LABELS, sample_weight=np.ones(8), class_weight={0: 1.0, 1: 1.0})
+    assert not refused.optimizer.built
 
 
 def test_a_refused_fit_and_a_frozen_model_leave_the_optimizer_unbuilt(tmp_path):

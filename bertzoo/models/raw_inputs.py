@@ -35,9 +35,9 @@ def set_schedule_length(optimizer, x, batch_size, epochs, steps_per_epoch):
 
 def build_optimizer_before_fit(model):
     """Creates the optimizer's variables (Adam's moments ...) now, eagerly,
-    for the variables `fit` will train, unless it has them already or the
-    model's variables may not all exist yet (`model._variables_complete()`,
-    else `model.built`).
+    for the variables `fit` or `train_on_batch` will train, unless it has
+    them already or the model's variables may not all exist yet
+    (`model._variables_complete()`, else `model.built`).
 
     Keras's TensorFlow trainer (without a strategy) otherwise creates them
     while it traces the first training step: `python -m benchmarks.first_fit`
@@ -57,7 +57,8 @@ def build_optimizer_before_fit(model):
 
 
 class RawInputsMixin:
-    """Runs `fit` and `evaluate` inputs through `self._as_dataset` first.
+    """Runs `fit` and `evaluate` inputs through `self._as_dataset` first,
+    and builds the optimizer before the first training step is traced.
 
     `_as_dataset(x, y, sample_weight, batch_size, shuffle)` returns a batched,
     tokenized `tf.data.Dataset`, or None when `x` needs no preprocessing. The
@@ -81,20 +82,13 @@ class RawInputsMixin:
             parts = validation_data if isinstance(validation_data, tuple) else (validation_data,)
             validation_data = self._as_dataset(*parts) or validation_data
         keras_fit = super().fit
-
-        def fit_with_built_optimizer(*args, **kwargs):
-            # Once the inputs have been checked: a fit refused for its
-            # arguments leaves the optimizer as it was.
-            build_optimizer_before_fit(self)
-            return keras_fit(*args, **kwargs)
-
         callbacks = kwargs.get("callbacks")
         callbacks = getattr(callbacks, "callbacks", callbacks) or []
         resumable = [c for c in callbacks if callable(getattr(c, "run_fit", None))]
         if resumable:  # `bertzoo.ResumableTraining` runs the fit (and checkpoints it).
             return resumable[0].run_fit(
                 self,
-                fit_with_built_optimizer,
+                keras_fit,
                 x=x,
                 y=y,
                 batch_size=batch_size,
@@ -110,7 +104,7 @@ class RawInputsMixin:
             x, y, sample_weight, batch_size, shuffle = dataset, None, None, None, False
         if self.optimizer is not None:
             set_schedule_length(self.optimizer, x, batch_size, epochs, steps_per_epoch)
-        return fit_with_built_optimizer(
+        return keras_fit(
             x=x,
             y=y,
             batch_size=batch_size,
@@ -121,6 +115,13 @@ class RawInputsMixin:
             steps_per_epoch=steps_per_epoch,
             **kwargs,
         )
+
+    def make_train_function(self, force=False):
+        # Keras's `fit` and `train_on_batch` call this once they have checked
+        # their arguments and built the model, before the step is traced: a
+        # call refused for its arguments leaves the optimizer as it was.
+        build_optimizer_before_fit(self)
+        return super().make_train_function(force)
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         dataset = self._as_dataset(x, y, sample_weight, batch_size)
