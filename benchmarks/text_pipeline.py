@@ -1,0 +1,132 @@
+"""How long a new raw-text `tf.data` pipeline takes to build and to yield
+its first batch, with the tokenizing and packing traced once per
+preprocessor (what bertzoo does, `BertPreprocessor._graph_features`) and
+traced again in every pipeline (what a plain `dataset.map(preprocessor)`
+does).
+
+    python -m benchmarks.text_pipeline [--preset tiny] [--repeats 2] [--runs 5] [--texts 64] [--batch-size 32]
+
+Every `fit` or `evaluate` on raw text, and each phase of a resumed
+`ResumableTraining` run, builds such a pipeline (`Task._as_dataset`). Each
+(setting, repeat) runs in a fresh process, alternating the settings (the
+first pipeline of a process pays one-time costs that a process run second
+would not): the preset's classifier (random weights) builds a pipeline for
+the same texts, shuffled, then `--runs` more. Medians; rows go to
+`benchmarks/results.jsonl`.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+from benchmarks.harness import RESULTS_FILE
+from benchmarks.harness import append_results
+from benchmarks.harness import command_line
+from benchmarks.harness import machine
+from benchmarks.harness import print_table
+from benchmarks.harness import worker_result
+
+SETTINGS = ("traced_once", "traced_per_pipeline")
+
+
+def worker(setting, preset, runs, texts, batch_size):
+    """One process: the first and later pipelines' times; prints one JSON line."""
+    import time
+
+    import keras
+    import numpy as np
+
+    import bertzoo
+    from bertzoo.datasets import synthetic_sentiment
+
+    sentences, labels = synthetic_sentiment(texts, seed=0)
+    keras.utils.set_random_seed(0)
+    model = bertzoo.BertClassifier.from_preset(preset, num_classes=2, load_weights=False)
+    preprocessor = model.preprocessor
+    features = preprocessor._features
+    traces = []
+
+    def counted(segments):
+        traces.append(1)  # Python runs `_features` only while tracing.
+        return features(segments)
+
+    # Instance attributes: this process's preprocessor alone.
+    preprocessor._features = counted
+    if setting == "traced_per_pipeline":
+        preprocessor._graph_features = lambda: lambda *segments: preprocessor._features(segments)
+
+    def pipeline(shuffle=True):
+        start = time.perf_counter()
+        batch = next(iter(model._as_dataset(sentences, labels, batch_size=batch_size, shuffle=shuffle)))
+        return time.perf_counter() - start, batch
+
+    first_s, _ = pipeline()
+    later_s = [pipeline()[0] for _ in range(runs)]
+    _, (x, _) = pipeline(shuffle=False)
+    ids = int(np.asarray(x["token_ids"], "int64").sum() + np.asarray(x["padding_mask"], "int64").sum())
+    print(json.dumps({"first_s": first_s, "later_s": later_s, "traces": len(traces), "ids_checksum": ids}))
+
+
+def run_worker(setting, args):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow")
+    arguments = ["--worker", setting, "--preset", args.preset, "--runs", args.runs, "--texts", args.texts]
+    return worker_result("benchmarks.text_pipeline", [*arguments, "--batch-size", args.batch_size], env, setting)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="tiny", help="bertzoo preset whose preprocessor is used (default tiny)")
+    parser.add_argument("--repeats", type=int, default=2, help="processes per setting")
+    parser.add_argument("--runs", type=int, default=5, help="pipelines after the first, per process")
+    parser.add_argument("--texts", type=int, default=64, help="generated sentences in the pipeline")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--results", default=None, help="results file (default: benchmarks/results.jsonl)")
+    parser.add_argument("--worker", default=None, choices=SETTINGS, help=argparse.SUPPRESS)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    if args.worker:
+        return worker(args.worker, args.preset, args.runs, args.texts, args.batch_size)
+    if min(args.repeats, args.runs, args.texts, args.batch_size) < 1:
+        raise SystemExit("--repeats, --runs, --texts and --batch-size must be positive.")
+    print(f"{machine()}; {args.preset} preprocessor, {args.texts} texts in batches of {args.batch_size}", flush=True)
+    results = {setting: [] for setting in SETTINGS}
+    for repeat in range(args.repeats):
+        for setting in SETTINGS if repeat % 2 == 0 else SETTINGS[::-1]:
+            result = run_worker(setting, args)
+            print(f"  {setting}: first pipeline {result['first_s']:.2f} s", flush=True)
+            results[setting].append(result)
+    checksums = {r["ids_checksum"] for setting in SETTINGS for r in results[setting]}
+    rows = []
+    for setting in SETTINGS:
+        done = results[setting]
+        rows.append(
+            {
+                "setting": setting,
+                "preset": args.preset,
+                "texts": args.texts,
+                "batch_size": args.batch_size,
+                "processes": len(done),
+                "first_pipeline_s": round(statistics.median(r["first_s"] for r in done), 3),
+                "process_first_pipeline_s": [round(r["first_s"], 3) for r in done],
+                "later_pipeline_s": round(statistics.median(t for r in done for t in r["later_s"]), 3),
+                "pipelines_per_process": args.runs + 2,  # The first, the later ones, the unshuffled one.
+                "tokenization_traces_per_process": sorted({r["traces"] for r in done}),
+                "same_features_in_both_settings": len(checksums) == 1,
+            }
+        )
+    peer = rows[1]
+    for row in rows:
+        row["first_vs_traced_per_pipeline"] = round(peer["first_pipeline_s"] / row["first_pipeline_s"], 2)
+        row["later_vs_traced_per_pipeline"] = round(peer["later_pipeline_s"] / row["later_pipeline_s"], 2)
+    columns = ["setting", "first_pipeline_s", "process_first_pipeline_s", "later_pipeline_s"]
+    print_table(rows, columns + ["tokenization_traces_per_process", "later_vs_traced_per_pipeline"])
+    path = args.results or RESULTS_FILE
+    append_results("text_pipeline", rows, command_line("benchmarks.text_pipeline", argv), path=path)
+    print("appended", len(rows), "lines to", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
