@@ -20,11 +20,10 @@ import os
 import statistics
 import sys
 
-from benchmarks.harness import RESULTS_FILE
-from benchmarks.harness import append_results
-from benchmarks.harness import command_line
+from benchmarks.harness import alternating_workers
 from benchmarks.harness import machine
 from benchmarks.harness import print_table
+from benchmarks.harness import record
 from benchmarks.harness import token_batch
 from benchmarks.harness import worker_result
 
@@ -85,12 +84,12 @@ def main(argv=None):
     if args.repeats < 1 or args.batch_size < 1 or args.length < 2:
         raise SystemExit("--repeats and --batch-size must be positive and --sequence-length at least 2.")
     print(f"{machine()}; {args.preset} classifier, first fit on {args.batch_size} x {args.length}", flush=True)
-    results = {setting: [] for setting in SETTINGS}
-    for repeat in range(args.repeats):
-        for setting in SETTINGS if repeat % 2 == 0 else SETTINGS[::-1]:
-            result = run_worker(setting, args)
-            print(f"  optimizer variables {setting}: first fit {result['first_s']:.2f} s", flush=True)
-            results[setting].append(result)
+    results = alternating_workers(
+        SETTINGS,
+        args.repeats,
+        lambda setting: run_worker(setting, args),
+        lambda setting, result: f"optimizer variables {setting}: first fit {result['first_s']:.2f} s",
+    )
     first = {s: statistics.median(r["first_s"] for r in results[s]) for s in SETTINGS}
     rows = [
         {
@@ -108,9 +107,7 @@ def main(argv=None):
         for setting in SETTINGS
     ]
     print_table(rows, ["setting", "first_fit_s", "process_first_fit_s", "second_fit_s", "speedup_vs_inside_the_step"])
-    path = args.results or RESULTS_FILE
-    append_results("first_fit", rows, command_line("benchmarks.first_fit", argv), path=path)
-    print("appended", len(rows), "lines to", path)
+    record("first_fit", rows, "benchmarks.first_fit", argv, args.results)
     return 0
 
 

@@ -88,6 +88,26 @@ def worker_result(module, arguments, env, name):
     return json.loads(lines[-1])
 
 
+def alternating_workers(settings, repeats, run, describe):
+    """`{setting: [result, ...]}`: `run(setting)` (a worker process each)
+    `repeats` times per setting, the order of the settings reversed every
+    other repeat so that a drift of the machine lands on all of them;
+    prints `describe(setting, result)` after each.
+
+    Example:
+    ```python
+    results = alternating_workers(SETTINGS, 2, lambda s: run_worker(s, args), lambda s, r: f"{s}: {r['first_s']:.2f} s")
+    ```
+    """
+    results = {setting: [] for setting in settings}
+    for repeat in range(repeats):
+        for setting in settings if repeat % 2 == 0 else settings[::-1]:
+            result = run(setting)
+            print(f"  {describe(setting, result)}", flush=True)
+            results[setting].append(result)
+    return results
+
+
 # --- Timing -------------------------------------------------------------------
 
 
@@ -354,6 +374,14 @@ def append_results(benchmark, rows, command, path=RESULTS_FILE):
     with open(path, "a") as f:
         for row in rows:
             f.write(json.dumps({**stamp, **row}) + "\n")
+
+
+def record(benchmark, rows, module, argv, path=None):
+    """`append_results` for a benchmark module's run (`python -m module
+    *argv`), to `path` (default `RESULTS_FILE`), and says so."""
+    path = path or RESULTS_FILE
+    append_results(benchmark, rows, command_line(module, argv), path=path)
+    print("appended", len(rows), "lines to", path)
 
 
 def unrecorded(benchmark, rows, path=RESULTS_FILE):

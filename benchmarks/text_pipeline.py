@@ -21,11 +21,10 @@ import os
 import statistics
 import sys
 
-from benchmarks.harness import RESULTS_FILE
-from benchmarks.harness import append_results
-from benchmarks.harness import command_line
+from benchmarks.harness import alternating_workers
 from benchmarks.harness import machine
 from benchmarks.harness import print_table
+from benchmarks.harness import record
 from benchmarks.harness import worker_result
 
 SETTINGS = ("traced_once", "traced_per_pipeline")
@@ -91,12 +90,12 @@ def main(argv=None):
     if min(args.repeats, args.runs, args.texts, args.batch_size) < 1:
         raise SystemExit("--repeats, --runs, --texts and --batch-size must be positive.")
     print(f"{machine()}; {args.preset} preprocessor, {args.texts} texts in batches of {args.batch_size}", flush=True)
-    results = {setting: [] for setting in SETTINGS}
-    for repeat in range(args.repeats):
-        for setting in SETTINGS if repeat % 2 == 0 else SETTINGS[::-1]:
-            result = run_worker(setting, args)
-            print(f"  {setting}: first pipeline {result['first_s']:.2f} s", flush=True)
-            results[setting].append(result)
+    results = alternating_workers(
+        SETTINGS,
+        args.repeats,
+        lambda setting: run_worker(setting, args),
+        lambda setting, result: f"{setting}: first pipeline {result['first_s']:.2f} s",
+    )
     checksums = {r["ids_checksum"] for setting in SETTINGS for r in results[setting]}
     rows = []
     for setting in SETTINGS:
@@ -122,9 +121,7 @@ def main(argv=None):
         row["later_vs_traced_per_pipeline"] = round(peer["later_pipeline_s"] / row["later_pipeline_s"], 2)
     columns = ["setting", "first_pipeline_s", "process_first_pipeline_s", "later_pipeline_s"]
     print_table(rows, columns + ["tokenization_traces_per_process", "later_vs_traced_per_pipeline"])
-    path = args.results or RESULTS_FILE
-    append_results("text_pipeline", rows, command_line("benchmarks.text_pipeline", argv), path=path)
-    print("appended", len(rows), "lines to", path)
+    record("text_pipeline", rows, "benchmarks.text_pipeline", argv, args.results)
     return 0
 
 
