@@ -391,8 +391,9 @@ def test_bad_inputs_give_clear_errors(workspace, tmp_path):
             bertzoo.compress(teacher, train, train, tmp_path / "a", weight_only=True, verbose=0, **settings)
     # An explicit smoothing where nothing is smoothed (the default "auto" is taken as 0.8 or nothing).
     for settings in ({"weight_only": True}, {"qat_epochs": 1}, {"stages": "distill"}):
-        with pytest.raises(ValueError, match=r"smoothing=0.5 does not apply: .*Leave `smoothing` out"):
-            bertzoo.compress(teacher, train, train, tmp_path / "a", smoothing=0.5, verbose=0, **settings)
+        for smoothing in (0.5, None):
+            with pytest.raises(ValueError, match=rf"smoothing={smoothing} does not apply: .*Leave `smoothing` out"):
+                bertzoo.compress(teacher, train, train, tmp_path / "a", smoothing=smoothing, verbose=0, **settings)
     with pytest.raises(ValueError, match=r"`weight_only` must be True or False, got 'yes'"):
         bertzoo.compress(teacher, train, train, tmp_path / "a", weight_only="yes", verbose=0)
     with pytest.raises(ValueError, match=r"`sparsity` must be a sparsity in \[0, 1\).*got 1.5"):

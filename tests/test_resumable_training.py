@@ -208,7 +208,7 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"ResumableTraining runs whole passes"):
         train(classifier(0), backup, steps_per_epoch=2)
     # Other optimizer settings: a new peak learning rate, another weight decay.
-    # Refused before the datasets are built (they trace the preprocessing).
+    # Refused before the training datasets are built (they trace the preprocessing).
     for optimizer, changed in ((bert_optimizer(0.5), "peak_learning_rate"), (bert_optimizer(1e-2), "weight_decay")):
         if changed == "weight_decay":
             optimizer.weight_decay = 0.5

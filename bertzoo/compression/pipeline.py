@@ -335,9 +335,9 @@ def compress(
             calibration=...)`) calibrated on up to 512 training texts
             (a seeded sample); `"auto"` is 0.8 there and nothing where no
             inputs are smoothed (`qat_epochs`, `weight_only`: recorded as
-            None); None quantizes without calibration. A number where it
-            would do nothing (no "int8" stage, `qat_epochs`, `weight_only`)
-            is refused.
+            None); None quantizes without calibration. Any other value
+            where no inputs are smoothed (no "int8" stage, `qat_epochs`,
+            `weight_only`) is refused.
         input_ranges: post-training int8 with `smoothing`: `"dynamic"`
             (inputs measured on every call) or `"static"` (each layer's
             input range fixed from the same calibration texts; see
@@ -386,7 +386,7 @@ def compress(
             "stage, `smoothing` a number and `qat_epochs` 0 (CLI: --stages ...,int8, --smoothing 0.8, "
             '--qat-epochs 0), or use input_ranges="dynamic" (CLI: --input-ranges dynamic).'
         )
-    if smoothing not in ("auto", None) and ("int8" not in stages or qat_epochs or weight_only):
+    if smoothing != "auto" and ("int8" not in stages or qat_epochs or weight_only):
         raise ValueError(
             f"smoothing={smoothing!r} does not apply: it sets how post-training int8 smooths the Dense layers' "
             'inputs, which needs an "int8" stage, `qat_epochs` 0 and `weight_only` False. Leave `smoothing` '

@@ -418,8 +418,8 @@ class ResumableTraining(keras.callbacks.Callback):
             "optimizer": _optimizer_settings(model.optimizer),
         }
         if meta is not None:
-            # Before the datasets are built (each traces the preprocessing), so a
-            # refused resume fails fast.
+            # Before the training datasets are built (each traces the
+            # preprocessing), so a refused resume fails fast.
             if "optimizer" in meta:
                 self._check_optimizer(meta["optimizer"], run["optimizer"])
             self._check_same_run(meta, run, ("epochs", "seed", "shuffle"))

@@ -12,9 +12,18 @@ from bertzoo.utils.optional import tf
 
 TRUNCATE_MODES = ("round_robin", "waterfall")
 
-# preprocessor -> its traced tokenize-and-pack function (see `_graph_features`).
-# Kept off the layer: a `tf.function` attribute would be saved into exports.
+# preprocessor -> (its settings, its traced tokenize-and-pack function); see
+# `_graph_features`. Kept off the layer: a `tf.function` attribute would be
+# saved into exports.
 _GRAPH_FEATURES = weakref.WeakKeyDictionary()
+
+
+def _settings(layer):
+    """The public scalar attributes of `layer` (`lowercase`,
+    `sequence_length`, ...): what a traced function read from it."""
+    return tuple(
+        sorted((k, v) for k, v in vars(layer).items() if not k.startswith("_") and isinstance(v, (bool, int, str)))
+    )
 
 
 @keras.saving.register_keras_serializable(package="bertzoo")
@@ -133,14 +142,19 @@ class BertPreprocessor(keras.layers.Layer):
         benchmarks.text_pipeline --repeats 3` (2-core Xeon, `tiny` preset,
         two runs): a process's later pipelines built and gave their first
         batch in 0.46 / 0.55 s against 1.14 / 0.98 s traced inline each
-        time; its first one in 1.31 / 1.35 s against 1.22 / 1.23 s."""
-        function = _GRAPH_FEATURES.get(self)
-        if function is None:
+        time; its first one in 1.31 / 1.35 s against 1.22 / 1.23 s.
+
+        Traced again when a setting of the preprocessor or its tokenizer
+        (`lowercase`, ...) or either object changed since, as eager calls
+        would follow it."""
+        settings = (id(self.tokenizer), id(self.packer), _settings(self), _settings(self.tokenizer))
+        cached = _GRAPH_FEATURES.get(self)
+        if cached is None or cached[0] != settings:
             # A weak reference: the function must not keep its own key alive.
             preprocessor = weakref.ref(self)
             function = tf.function(lambda *segments: preprocessor()._features(segments), autograph=False)
-            _GRAPH_FEATURES[self] = function
-        return function
+            cached = _GRAPH_FEATURES[self] = (settings, function)
+        return cached[1]
 
     def _features(self, segments):
         token_segments = tuple(self.tokenizer.tokenize(segment) for segment in segments)

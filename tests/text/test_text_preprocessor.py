@@ -196,11 +196,19 @@ def test_new_pipelines_reuse_one_traced_tokenization(tokenizer):
     pairs = tf.data.Dataset.from_tensor_slices((["the fox", "dog"], ["a", "b"])).batch(2)
     ids = [next(iter(texts.map(preprocessor)))["token_ids"].numpy().tolist() for _ in range(3)]
     assert ids == [[[CLS, THE, FOX, SEP, PAD, PAD], [CLS, DOG, SEP, PAD, PAD, PAD]]] * 3
-    traced = preprocessor_module._GRAPH_FEATURES[preprocessor]
+    traced = preprocessor_module._GRAPH_FEATURES[preprocessor][1]
     assert traced.experimental_get_tracing_count() == 1
     for _ in range(2):
         next(iter(pairs.map(lambda a, b, packer=preprocessor: packer((a, b)))))
     assert traced.experimental_get_tracing_count() == 2  # One more input shape: pairs.
+    # A changed setting is followed, as eager calls follow it.
+    shouting = tf.data.Dataset.from_tensor_slices(["THE FOX"]).batch(1)
+    assert next(iter(shouting.map(preprocessor)))["token_ids"].numpy()[0, 1:3].tolist() == [THE, FOX]
+    preprocessor.tokenizer.lowercase = False
+    eager = preprocessor(["THE FOX"])["token_ids"].numpy().tolist()
+    assert eager[0][1:3] == [UNK, UNK]
+    assert next(iter(shouting.map(preprocessor)))["token_ids"].numpy().tolist() == eager
+    preprocessor.tokenizer.lowercase = True
     # The cache does not keep its preprocessor alive.
     alive = weakref.ref(preprocessor)
     del preprocessor, traced
