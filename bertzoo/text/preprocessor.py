@@ -140,9 +140,9 @@ class BertPreprocessor(keras.layers.Layer):
         resumed run on raw text) traces its map function again, and
         tokenizing and packing is most of that trace. `python -m
         benchmarks.text_pipeline --repeats 3` (2-core Xeon, `tiny` preset,
-        two runs): a process's later pipelines built and gave their first
-        batch in 0.46 / 0.55 s against 1.14 / 0.98 s traced inline each
-        time; its first one in 1.31 / 1.35 s against 1.22 / 1.23 s.
+        three runs): a process's later pipelines built and gave their first
+        batch in 0.46-0.56 s against 0.98-1.14 s traced inline each time;
+        its first one in 1.31-1.43 s against 1.22-1.37 s.
 
         Traced again when a setting of the preprocessor or its tokenizer
         (`lowercase`, ...) or either object changed since, as eager calls
