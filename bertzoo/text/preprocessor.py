@@ -147,7 +147,8 @@ class BertPreprocessor(keras.layers.Layer):
         Traced again when a setting of the preprocessor or its tokenizer
         (`lowercase`, ...) or either object changed since, as eager calls
         would follow it."""
-        settings = (id(self.tokenizer), id(self.packer), _settings(self), _settings(self.tokenizer))
+        # The objects themselves, not their ids (an id can be reused once one is gone).
+        settings = (self.tokenizer, self.packer, _settings(self), _settings(self.tokenizer))
         cached = _GRAPH_FEATURES.get(self)
         if cached is None or cached[0] != settings:
             # A weak reference: the function must not keep its own key alive.
