@@ -77,9 +77,10 @@ def quantize(
     float model than dynamic int8). Where integer matmuls are slow (GPUs:
     on an H100 a BERT-base built in `"bfloat16"` and quantized this way ran
     at about 0.88x the bfloat16 model's speed and 1.5x the dynamic int8
-    one, docs/performance.md's eighth GPU session); on CPUs it is slower
-    than the float model (every call dequantizes the kernels), a size option
-    only.
+    one at batch 32, docs/performance.md's eighth GPU session; on an H200
+    at batch 1 it was slower than the float32 model, the ninth); on CPUs it
+    is slower than the float model (every call dequantizes the kernels), a
+    size option only.
 
     With `calibration` (int8 only), the inputs of every bertzoo `Dense`
     layer are first smoothed as in SmoothQuant (Xiao et al. 2023): the
