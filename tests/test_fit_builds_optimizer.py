@@ -91,6 +91,11 @@ def test_a_distiller_builds_for_the_student_only(monkeypatch):
     trained = len(eager.student.trainable_variables) + sum(len(p.trainable_variables) for p in projections)
     assert len(moments) == 2 * trained
     assert eager.teacher.trainable  # Frozen only while it fits.
+    # `train_on_batch` too builds state for the student and projections only.
+    batch = distiller()
+    batch.train_on_batch(FEATURES, LABELS)
+    assert optimizer_state(batch) == optimizer_state(eager)
+    assert batch.teacher.trainable
 
 
 def test_a_pruner_distilling_from_a_wider_teacher_still_builds_for_the_projections():

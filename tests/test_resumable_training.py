@@ -208,7 +208,7 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"ResumableTraining runs whole passes"):
         train(classifier(0), backup, steps_per_epoch=2)
     # Other optimizer settings: a new peak learning rate, another weight decay.
-    # Refused before the training datasets are built (they trace the preprocessing).
+    # Refused before the training and validation datasets are built (they trace the preprocessing).
     for optimizer, changed in ((bert_optimizer(0.5), "peak_learning_rate"), (bert_optimizer(1e-2), "weight_decay")):
         if changed == "weight_decay":
             optimizer.weight_decay = 0.5
@@ -216,7 +216,7 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path):
         other.compile(optimizer=optimizer)
         other._as_dataset = lambda *args, **kwargs: pytest.fail("built a dataset before refusing")
         with pytest.raises(ValueError, match=rf"other optimizer settings: \S*{changed}=.*Compile with the interrupted"):
-            train(other, backup)
+            train(other, backup, validation_data=sentiment(n=8, seed=2))
     spe = classifier(0)
     spe.compile(steps_per_execution=2)
     with pytest.raises(ValueError, match=r"needs steps_per_execution=1 \(this model was compiled with 2\)"):
@@ -228,6 +228,15 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"Cannot read the training checkpoint"):
         train(classifier(0), backup)
     assert not leftover.exists()
+
+
+def test_raw_validation_data_is_evaluated_after_every_epoch_of_a_resumable_fit(tmp_path):
+    val_texts, val_labels = sentiment(n=8, seed=2)
+    model = classifier(0)
+    history = train(model, tmp_path / "backup", validation_data=(val_texts, val_labels))
+    assert len(history.history["val_loss"]) == EPOCHS
+    expected = model.evaluate(val_texts, val_labels, batch_size=BATCH_SIZE, verbose=0, return_dict=True)
+    np.testing.assert_allclose(history.history["val_loss"][-1], expected["loss"], rtol=1e-5)
 
 
 def test_a_finished_run_kept_on_disk_trains_no_further(tmp_path):

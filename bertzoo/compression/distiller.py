@@ -40,6 +40,7 @@ What it replaces, and why:
   if its variables are made trainable again or shared with the student.
 """
 
+import contextlib
 import math
 import types
 
@@ -203,7 +204,7 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
     predictions, on a transfer set) with these losses.
 
     The teacher is frozen while the distiller trains (`teacher.trainable`
-    is False during `fit` and restored afterwards, so a copy of the teacher
+    is False during `fit` and `train_on_batch` and restored afterwards, so a copy of the teacher
     made later trains as usual), runs in inference mode (no dropout) and its
     outputs pass through `stop_gradient`. Teacher and student must read the same token ids: with
     raw-text inputs the student's preprocessor (else the teacher's) tokenizes
@@ -567,15 +568,26 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         # it trains (the student's, the projections) exists from __init__.
         return self.student.built and self.teacher.built
 
-    def fit(self, *args, **kwargs):
-        """Keras's `fit` (raw text too), with the teacher frozen meanwhile."""
+    @contextlib.contextmanager
+    def _training(self):
+        """The teacher frozen (no optimizer state, no gradient), and the
+        pooler of tagger and span students allowed to go without gradients."""
         self.teacher.trainable = False
         try:
-            # Tagger and span students leave the pooler without gradients.
             with unused_pooler_ok():
-                return super().fit(*args, **kwargs)
+                yield
         finally:
             self.teacher.trainable = self._teacher_trainable
+
+    def fit(self, *args, **kwargs):
+        """Keras's `fit` (raw text too), with the teacher frozen meanwhile."""
+        with self._training():
+            return super().fit(*args, **kwargs)
+
+    def train_on_batch(self, *args, **kwargs):
+        """Keras's `train_on_batch`, with the teacher frozen meanwhile."""
+        with self._training():
+            return super().train_on_batch(*args, **kwargs)
 
     def predict(self, x, batch_size=None, **kwargs):
         """The student's logits (the teacher does not run)."""

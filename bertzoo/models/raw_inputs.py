@@ -78,9 +78,6 @@ class RawInputsMixin:
         steps_per_epoch=None,
         **kwargs,
     ):
-        if validation_data is not None:
-            parts = validation_data if isinstance(validation_data, tuple) else (validation_data,)
-            validation_data = self._as_dataset(*parts) or validation_data
         keras_fit = super().fit
         callbacks = kwargs.get("callbacks")
         callbacks = getattr(callbacks, "callbacks", callbacks) or []
@@ -99,6 +96,7 @@ class RawInputsMixin:
                 steps_per_epoch=steps_per_epoch,
                 **kwargs,
             )
+        validation_data = self._as_validation_data(validation_data)
         dataset = self._as_dataset(x, y, sample_weight, batch_size, shuffle=shuffle)
         if dataset is not None:  # Already shuffled, batched and tokenized.
             x, y, sample_weight, batch_size, shuffle = dataset, None, None, None, False
@@ -115,6 +113,14 @@ class RawInputsMixin:
             steps_per_epoch=steps_per_epoch,
             **kwargs,
         )
+
+    def _as_validation_data(self, validation_data):
+        """`fit`'s `validation_data`, tokenized and batched when it is raw
+        (`ResumableTraining.run_fit` calls this once its checks pass)."""
+        if validation_data is None:
+            return None
+        parts = validation_data if isinstance(validation_data, tuple) else (validation_data,)
+        return self._as_dataset(*parts) or validation_data
 
     def make_train_function(self, force=False):
         # Keras's `fit` and `train_on_batch` call this once they have checked

@@ -447,6 +447,8 @@ class ResumableTraining(keras.callbacks.Callback):
         )
         if meta is not None:
             self._check_same_run(meta, run, ("steps_per_epoch", "num_examples", "fingerprint"))
+        if "validation_data" in kwargs:  # Raw from the model's `fit`: built once the checks pass.
+            kwargs["validation_data"] = model._as_validation_data(kwargs["validation_data"])
         set_schedule_length(model.optimizer, None, None, epochs, order.steps_per_epoch)
         done = first * order.steps_per_epoch + skip  # Batches trained on so far, all epochs.
         run.update(done=done, saved_at=done, arrays=arrays)
