@@ -96,6 +96,11 @@ def test_a_distiller_builds_for_the_student_only(monkeypatch):
     batch.train_on_batch(FEATURES, LABELS)
     assert optimizer_state(batch) == optimizer_state(eager)
     assert batch.teacher.trainable
+    # It restores what it found: called while the teacher is frozen (from a
+    # callback inside `fit`), the teacher stays frozen.
+    batch.teacher.trainable = False
+    batch.train_on_batch(FEATURES, LABELS)
+    assert not batch.teacher.trainable
 
 
 def test_a_pruner_distilling_from_a_wider_teacher_still_builds_for_the_projections():

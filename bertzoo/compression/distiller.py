@@ -298,7 +298,7 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         layer_pairs = layer_map_pairs(layer_map, student.backbone.num_layers, teacher.backbone.num_layers)
 
         # Keras freezes the teacher for good; here it is frozen while this
-        # distiller trains and left as it was otherwise (see `fit`).
+        # distiller trains and left as it was otherwise (see `_training`).
         teacher_trainable = teacher.trainable
         s_width, t_width = student.backbone.hidden_dim, teacher.backbone.hidden_dim
 
@@ -338,7 +338,6 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
             **kwargs,
         )
         self._terms = terms
-        self._teacher_trainable = teacher_trainable
         teacher.trainable = teacher_trainable
         self.hidden_projection = hidden_projection
         self.embedding_projection = embedding_projection
@@ -571,13 +570,16 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
     @contextlib.contextmanager
     def _training(self):
         """The teacher frozen (no optimizer state, no gradient), and the
-        pooler of tagger and span students allowed to go without gradients."""
+        pooler of tagger and span students allowed to go without gradients.
+        Restores what it found: a `train_on_batch` inside `fit` (from a
+        callback) leaves the teacher frozen for the rest of the fit."""
+        was = self.teacher.trainable
         self.teacher.trainable = False
         try:
             with unused_pooler_ok():
                 yield
         finally:
-            self.teacher.trainable = self._teacher_trainable
+            self.teacher.trainable = was
 
     def fit(self, *args, **kwargs):
         """Keras's `fit` (raw text too), with the teacher frozen meanwhile."""

@@ -698,7 +698,7 @@ class Pruner:
             distiller = Distiller(teacher, model, **options)
             self._distiller = (teacher, options, distiller)
         if distiller.optimizer is not model.optimizer:
-            # The teacher is frozen only while the distiller fits.
+            # The teacher is frozen only while the distiller trains (fit, train_on_batch).
             known = {id(v) for v in model.trainable_variables + teacher.variables}
             extra = [v.path for v in distiller.trainable_variables if id(v) not in known]
             if extra and model.optimizer.built:
