@@ -230,12 +230,16 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path):
     assert not leftover.exists()
 
 
-def test_raw_validation_data_is_evaluated_after_every_epoch_of_a_resumable_fit(tmp_path):
-    val_texts, val_labels = sentiment(n=8, seed=2)
-    model = classifier(0)
-    history = train(model, tmp_path / "backup", validation_data=(val_texts, val_labels))
-    assert len(history.history["val_loss"]) == EPOCHS
-    expected = model.evaluate(val_texts, val_labels, batch_size=BATCH_SIZE, verbose=0, return_dict=True)
+def test_raw_validation_data_is_evaluated_after_every_epoch_of_a_resumed_fit(tmp_path):
+    validation = sentiment(n=8, seed=2)
+    backup = tmp_path / "backup"
+    with pytest.raises(Interrupted):
+        train(classifier(0), backup, Interrupt(1, 1), validation_data=validation)
+    resumed = classifier(1)
+    history = train(resumed, backup, validation_data=validation)
+    assert history.epoch == [1, 2]  # The rest of epoch 1 (its own fit), then epoch 2.
+    assert len(history.history["val_loss"]) == 2
+    expected = resumed.evaluate(*validation, batch_size=BATCH_SIZE, verbose=0, return_dict=True)
     np.testing.assert_allclose(history.history["val_loss"][-1], expected["loss"], rtol=1e-5)
 
 
