@@ -141,7 +141,11 @@ def main(argv=None):
     parser.add_argument("--preset", default="base")
     parser.add_argument("--batches", default="32,256", help="comma-separated batch sizes")
     parser.add_argument("--length", type=int, default=128)
-    parser.add_argument("--dtypes", default="bfloat16,int8", help="float32, bfloat16, float16, int8")
+    parser.add_argument(
+        "--dtypes",
+        default="bfloat16,int8",
+        help="float32, bfloat16, float16, int8, int8_static, int8_weights, int8_weights_bfloat16",
+    )
     parser.add_argument("--libraries", default=",".join(LIBRARIES), help=f"any of {', '.join(LIBRARIES)}")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
@@ -184,13 +188,15 @@ def main(argv=None):
     command = harness.command_line("benchmarks.call_overhead", sys.argv[1:] if argv is None else argv)
     rows = []
     for dtype in [d for d in args.dtypes.split(",") if d]:
+        # int8_static's input ranges come from another random batch, as in benchmarks.run.
+        calibration = harness.token_batch(32, args.length, config["vocabulary_size"], seed=1)
         models = {
-            name: keras_libraries[name].prepare("inference", dtype, config)[1]
+            name: keras_libraries[name].prepare("inference", dtype, config, calibration=calibration)[1]
             for name in libraries
             if name in keras_libraries
         }
         torch_model = None
-        if torch_peer is not None and dtype != "int8":
+        if torch_peer is not None and not dtype.startswith("int8"):
             torch_model = torch_peer.prepare("inference", dtype, config)[1]
         for batch in [int(b) for b in args.batches.split(",") if b]:
             inputs = harness.token_batch(batch, args.length, config["vocabulary_size"])
@@ -198,9 +204,9 @@ def main(argv=None):
             for name, model in models.items():
                 found, text = keras_candidates(name, model, inputs)
                 candidates.update(found)
-                if dtype == "int8":
+                if dtype.startswith("int8"):
                     hlo[name] = hlo_matmul_summary(text)
-                    print(f"{name} int8 matmuls: {hlo[name]}", flush=True)
+                    print(f"{name} {dtype} matmuls: {hlo[name]}", flush=True)
             if torch_model is not None:
                 candidates.update(torch_candidates(torch_model, inputs, torch_peer))
             timings = harness.time_interleaved(candidates, runs=args.runs, warmup=args.warmup)

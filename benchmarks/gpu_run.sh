@@ -7,7 +7,10 @@
 # WHEELS: a folder of wheels to install first, without an index (the lent
 # image has PyTorch and JAX but not Keras, keras-hub, namex, optree,
 # kagglehub, kagglesdk; TensorFlow's wheel is too large to carry, so Keras
-# runs on JAX there). DEADLINE: seconds for the whole script; each step gets
+# runs on JAX there).
+# The image's Python was 3.12 in the 2026-11-27 19:19 UTC session: download
+# optree for it too (`pip download --no-deps --only-binary=:all:
+# --python-version 312 --platform manylinux_2_28_x86_64 optree`). DEADLINE: seconds for the whole script; each step gets
 # at most its budget and what is left, and a step with under 30 s left is
 # skipped. Each configuration's line is appended to $OUT/results.jsonl as
 # soon as it is timed, so a step cut off keeps the rows it finished.
@@ -61,7 +64,11 @@ if [ -n "${WHEELS:-}" ]; then
     shopt -s nullglob
     wheels=("$WHEELS"/*.whl)
     if [ "${#wheels[@]}" -gt 0 ]; then
-        python3 -m pip install --no-index --no-deps -q "${wheels[@]}" 2>&1 | grep -v WARNING | tail -2
+        # One wheel at a time: a wheel built for another Python (optree's, say)
+        # would make pip refuse the whole list; it is skipped instead.
+        for wheel in "${wheels[@]}"; do
+            python3 -m pip install --no-index --no-deps -q "$wheel" 2>&1 | grep -v "WARNING\|not a supported wheel" | tail -2
+        done
     else
         echo "no wheels in $WHEELS"
     fi

@@ -32,12 +32,14 @@ def test_hlo_summary_counts_int8_products_by_where_they_run():
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="needs JAX (pip install jax)")
 def test_a_tiny_run_records_each_measure(tmp_path):
     results = tmp_path / "results.jsonl"
-    arguments = ["--preset", "tiny", "--batches", "2", "--length", "8", "--dtypes", "int8"]
+    arguments = ["--preset", "tiny", "--batches", "2", "--length", "8", "--dtypes", "int8,int8_static"]
     arguments += ["--libraries", "bertzoo", "--runs", "1", "--warmup", "1", "--results", results]
     done = harness.run_module("benchmarks.call_overhead", arguments, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     assert {row["measure"] for row in rows} == {"predict_on_batch", "keras_predict_on_batch", "compiled_forward"}
+    assert {row["dtype"] for row in rows} == {"int8", "int8_static"}  # int8_static calibrates first.
     assert all(row["benchmark"] == "call_overhead" and row["median_ms"] > 0 for row in rows)
-    # The int8 model's products show up as int8 x int8 -> int32 matmuls (XLA dots on a CPU).
-    assert rows[0]["int8_matmuls"]["s32_dots"] + rows[0]["int8_matmuls"]["s32_custom_calls"] >= 1
+    # Each int8 model's products show up as int8 x int8 -> int32 matmuls (XLA dots on a CPU).
+    for row in rows:
+        assert row["int8_matmuls"]["s32_dots"] + row["int8_matmuls"]["s32_custom_calls"] >= 1
