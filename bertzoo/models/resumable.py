@@ -52,6 +52,7 @@ from bertzoo.models.raw_inputs import DEFAULT_BATCH_SIZE
 from bertzoo.models.raw_inputs import set_schedule_length
 from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.saving.atomic import process_alive
+from bertzoo.saving.atomic import sync_directory
 from bertzoo.utils import private_api
 from bertzoo.utils.optional import is_tf_dataset
 from bertzoo.utils.optional import tf
@@ -306,7 +307,7 @@ class ResumableTraining(keras.callbacks.Callback):
             if os.path.exists(temporary):
                 os.remove(temporary)
             raise
-        _fsync_directory(self.backup_dir)
+        sync_directory(self.backup_dir)
         run["saved_at"] = run["done"]
 
     def _restore(self, arrays):
@@ -544,16 +545,3 @@ def _first_difference(saved, variables):
         if [s[1], s[2]] != [list(v.shape), str(v.dtype)]:
             return f"; #{i} is {s[0]} {tuple(s[1])} {s[2]} there, {v.path} {tuple(v.shape)} {v.dtype} here"
     return ""
-
-
-def _fsync_directory(path):
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

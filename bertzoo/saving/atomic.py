@@ -104,7 +104,9 @@ def _exchange(a, b):
     raise OSError(code, f"Could not swap {b} into place: {os.strerror(code)}", str(b))
 
 
-def _sync_directory(path):
+def sync_directory(path):
+    """Flushes a directory's entries (a rename into it, a new file) to disk;
+    a no-op where directories cannot be opened (Windows) or synced."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError:  # A platform without directory descriptors (Windows).
@@ -123,7 +125,7 @@ def _sync_tree(root):
         for name in files:
             with open(os.path.join(directory, name), "rb") as f:
                 os.fsync(f.fileno())
-        _sync_directory(directory)
+        sync_directory(directory)
 
 
 def _hidden_sibling(target, kind):
@@ -168,7 +170,7 @@ def atomic_directory(target, overwrite=True):
                 os.rename(old / "previous", target)
                 raise
             shutil.rmtree(old, ignore_errors=True)
-        _sync_directory(target.parent)
+        sync_directory(target.parent)
     finally:
         if tmp.exists():  # The partial directory, or the previous version after an exchange.
             shutil.rmtree(tmp, ignore_errors=True)
