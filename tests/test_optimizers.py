@@ -125,3 +125,18 @@ def test_bert_optimizer_uses_it_and_it_serializes():
     assert type(again) is AdamW
     assert again.weight_decay == pytest.approx(0.01) and again.global_clipnorm == pytest.approx(1.0)
     assert again.epsilon == pytest.approx(1e-6)
+
+
+def test_an_overflowing_gradient_norm_poisons_the_step_as_in_keras(kernel_calls):
+    # Keras's clip factor is NaN when the global norm overflows; the fused
+    # step's one-pass norm must not hide it (every variable becomes NaN).
+    poisoned = {}
+    for optimizer_class in (AdamW, keras.optimizers.AdamW):
+        kernel = keras.Variable(np.ones((3, 2), "float32"))
+        bias = keras.Variable(np.ones(2, "float32"))
+        optimizer = optimizer_class(learning_rate=0.1, global_clipnorm=1.0)
+        huge = tf.constant([[1e20, 0.0], [0.0, 0.0], [0.0, 0.0]])  # Its square overflows float32.
+        optimizer.apply_gradients([(huge, kernel), (tf.constant([1.0, 2.0]), bias)])
+        poisoned[optimizer_class] = [bool(np.isnan(keras.ops.convert_to_numpy(v)).all()) for v in (kernel, bias)]
+    assert poisoned[AdamW] == poisoned[keras.optimizers.AdamW] == [True, True]
+    assert kernel_calls, "the fused step ran"

@@ -13,6 +13,15 @@ from bertzoo.utils.optional import tf
 NO_WEIGHT_DECAY = ("bias", "gamma", "beta")
 
 
+def _global_norm(parts):
+    """The square root of the sum of every tensor's squares, in float32:
+    Keras's global gradient norm up to rounding. `tf.nn.l2_loss` squares and
+    sums in one pass, where `reduce_sum(square(p))` first writes a squared
+    copy of each gradient (BERT-base, 109M gradient values, 2-core CPU: 13
+    against 23 ms)."""
+    return tf.sqrt(2.0 * tf.add_n([tf.nn.l2_loss(tf.cast(p, tf.float32)) for p in parts]))
+
+
 def _apply_fused_step(optimizer, grads, variables):
     """AdamW's step as one XLA kernel per variable: the global-norm clipping
     scale, the decoupled weight decay and the Adam update, in Keras's
@@ -23,13 +32,13 @@ def _apply_fused_step(optimizer, grads, variables):
 
     scale = tf.constant(1.0)
     if optimizer.global_clipnorm:
-        # Keras's clip_by_global_norm, expression for expression: min(1,
+        # Keras's clip_by_global_norm (the norm up to rounding): min(1,
         # clipnorm / norm), NaN for a non-finite norm. Keras squares an
         # embedding's sparse gradient (IndexedSlices) slice by slice, before
         # repeated rows are summed; so does this.
         clip = optimizer.global_clipnorm
         parts = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads]
-        norm = tf.sqrt(tf.reduce_sum(tf.stack([tf.reduce_sum(tf.square(p)) for p in parts])))
+        norm = _global_norm(parts)
         scale = clip * tf.minimum(1.0 / norm, 1.0 / clip) + (norm - norm)
     step = tf.cast(optimizer.iterations + 1, tf.float32)
     scalars = {
@@ -79,7 +88,7 @@ def _clip_across_replicas(optimizer, grads):
     # squared slice by slice (the replicas' slices side by side), min(1,
     # clipnorm / norm), NaN for a non-finite norm.
     parts = [g.values if isinstance(g, tf.IndexedSlices) else g for g in summed]
-    norm = tf.sqrt(tf.reduce_sum(tf.stack([tf.reduce_sum(tf.square(tf.cast(p, tf.float32))) for p in parts])))
+    norm = _global_norm(parts)
     clip = optimizer.global_clipnorm
     scale = clip * tf.minimum(1.0 / norm, 1.0 / clip) + (norm - norm)
     # As Keras's clipping does, `gradient * scale`: a sparse gradient becomes dense.
