@@ -6,6 +6,7 @@ import numpy as np
 from bertzoo.layers.dense import Dense
 from bertzoo.layers.dropout import Dropout
 from bertzoo.models.head_utils import check_activation
+from bertzoo.models.head_utils import check_class_ids
 from bertzoo.models.head_utils import check_classes
 from bertzoo.models.serving import classification_outputs
 from bertzoo.models.task import Task
@@ -88,8 +89,10 @@ class BertClassifier(Task):
 
     def label_ids(self, labels):
         """`labels` as class ids: class names (strings, with `class_names`)
-        map to their index; ids pass through unchanged. `fit` and `evaluate`
-        call it on raw labels.
+        map to their index; ids pass through unchanged, once checked to be
+        whole numbers in `[0, num_classes)` (one per example, for a softmax or
+        logits head of two classes or more). `fit` and `evaluate` call it on
+        raw labels.
 
         Example:
         ```python
@@ -99,6 +102,8 @@ class BertClassifier(Task):
         """
         values = np.asarray(labels)
         if values.dtype.kind not in "USO" or not any(isinstance(v, (str, bytes)) for v in values.ravel()):
+            if self._takes_class_ids(values):
+                check_class_ids(values, self.num_classes)
             return labels
         names = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values.ravel()]
         if self.class_names is None:
@@ -111,6 +116,13 @@ class BertClassifier(Task):
         if unknown:
             raise ValueError(f"Labels {unknown} are not among the classifier's class_names {list(self.class_names)}.")
         return np.asarray([index[n] for n in names], "int32").reshape(values.shape)
+
+    def _takes_class_ids(self, values):
+        # One id per example for a softmax (or logits) head of several
+        # classes; a one-class head may regress, other shapes are one-hot or
+        # multi-label targets.
+        one_per_example = values.ndim == 1 or (values.ndim == 2 and values.shape[1] == 1)
+        return one_per_example and self.num_classes > 1 and self.activation in (None, "linear", "softmax")
 
     def get_config(self):
         return {

@@ -6,6 +6,7 @@ from keras import ops
 
 from bertzoo.layers.dense import Dense
 from bertzoo.layers.dropout import Dropout
+from bertzoo.models.head_utils import check_class_ids
 from bertzoo.models.head_utils import check_classes
 from bertzoo.models.serving import TextServing
 from bertzoo.models.serving import classification_outputs
@@ -132,6 +133,8 @@ class BertMultipleChoice(Task):
                     f"Example {i} has {len(options)} choices; this model takes exactly "
                     f"num_choices={self.num_choices} strings per example."
                 )
+        if y is not None:
+            check_class_ids(y, self.num_choices, what="choices")
         return (tf.constant(contexts, tf.string), tf.constant(choices, tf.string)), y
 
     def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):

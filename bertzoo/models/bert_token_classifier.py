@@ -7,6 +7,7 @@ from bertzoo.layers.dense import Dense
 from bertzoo.layers.dropout import Dropout
 from bertzoo.models.head_utils import IGNORE_LABEL
 from bertzoo.models.head_utils import MaskedAccuracy
+from bertzoo.models.head_utils import check_class_ids
 from bertzoo.models.head_utils import check_classes
 from bertzoo.models.head_utils import masked_loss
 from bertzoo.models.head_utils import unused_pooler_ok
@@ -227,7 +228,27 @@ class BertTokenClassifier(Task):
 
     # --- Raw inputs -------------------------------------------------------
     def _raw_to_tensors(self, x, y):
-        return _pad_words(x, y)
+        words, labels = _pad_words(x, None if y is None else [self._word_label_ids(row) for row in y])
+        if labels is not None:
+            check_class_ids(labels, self.num_classes, ignore=IGNORE_LABEL)
+        return words, labels
+
+    def _word_label_ids(self, labels):
+        """One sentence's per-word labels as class ids: names (with
+        `class_names`) map to their index, ids pass through."""
+        labels = [v.decode("utf-8") if isinstance(v, bytes) else v for v in np.asarray(labels).reshape(-1).tolist()]
+        if not any(isinstance(v, str) for v in labels):
+            return labels
+        if self.class_names is None:
+            raise ValueError(
+                f"The word labels are strings ({labels[0]!r}, ...) but this tagger has no `class_names`: build it "
+                "with class_names=[...] (their order gives the ids), or pass integer class ids."
+            )
+        index = {name: i for i, name in enumerate(self.class_names)}
+        unknown = sorted({str(v) for v in labels if v not in index})
+        if unknown:
+            raise ValueError(f"Word labels {unknown} are not among the tagger's class_names {self.class_names}.")
+        return [index[v] for v in labels]
 
     def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
         """Words `(batch, W)` (`""` pads) and per-word labels -> features and

@@ -4,6 +4,7 @@ import contextlib
 import warnings
 
 import keras
+import numpy as np
 from keras import ops
 
 from bertzoo.text.pretraining import IGNORE_LABEL
@@ -64,6 +65,41 @@ def check_classes(num_classes, class_names=None, name="num_classes", minimum=1):
             raise ValueError(f"`class_names` must be a list of strings (one per class), got {class_names!r}.")
         if len(class_names) != num_classes:
             raise ValueError(f"`class_names` has {len(class_names)} names but num_classes={num_classes}.")
+
+
+def check_class_ids(labels, num_classes, ignore=None, what="classes"):
+    """Raises a ValueError unless every numeric label is a whole-number class
+    id in `[0, num_classes)` (`ignore`, e.g. -100 for unlabelled tokens, is
+    allowed too). The losses do not check: outside XLA TensorFlow raises
+    mid-fit, under XLA an out-of-range id turns the loss, then every weight,
+    into NaN without an error. Labels that are not numbers are left alone.
+
+    Example:
+    ```python
+    check_class_ids([0, 1, 1], num_classes=2)  # passes
+    check_class_ids([0, 5], num_classes=2)     # ValueError: labels [5] ...
+    ```
+    """
+    values = np.asarray(labels)
+    if values.dtype.kind not in "iuf" or values.size == 0:
+        return
+    flat = values.ravel()
+    if ignore is not None:
+        flat = flat[flat != ignore]
+    if values.dtype.kind == "f":
+        fractional = flat[~(flat == np.round(flat))]  # NaN too.
+        if fractional.size:
+            raise ValueError(
+                f"Labels must be whole-number class ids; got {np.unique(fractional)[:5].tolist()}. "
+                "Soft or regression targets need a loss and a head made for them (e.g. num_classes=1 with "
+                "a regression loss), not class ids."
+            )
+    bad = np.unique(flat[(flat < 0) | (flat >= num_classes)])
+    if bad.size:
+        raise ValueError(
+            f"Labels {bad[:5].tolist()} are outside this model's {num_classes} {what}: ids run from 0 to "
+            f"{num_classes - 1}. Fix the labels, or build the model with enough {what} for them."
+        )
 
 
 def check_activation(activation):

@@ -544,6 +544,14 @@ class Task(
             data = (x,) + tuple(v for v in (y, sample_weight) if v is not None)
             if sample_weight is not None and y is None:
                 raise ValueError("`sample_weight` needs `y`.")
+            examples = int(tf.nest.flatten(x)[0].shape[0])
+            if shuffle and not examples:
+                raise ValueError("`x` holds no examples: `fit` needs at least one.")
+            for name, values in (("y", y), ("sample_weight", sample_weight)):
+                if values is not None and len(values) != examples:
+                    raise ValueError(
+                        f"`x` has {examples} examples but `{name}` has {len(values)}: give one per example."
+                    )
             dataset = tf.data.Dataset.from_tensor_slices(data)
             if isinstance(shuffle, EpochOrder):  # `ResumableTraining`: a seeded order per epoch, resumed.
                 dataset = shuffle.batches(dataset, batch_size)

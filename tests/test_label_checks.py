@@ -1,0 +1,101 @@
+"""Labels are checked before a raw-text `fit` or `evaluate` starts: class ids
+outside the head's classes would otherwise turn the loss and every weight
+into NaN under XLA, without an error."""
+
+import keras
+import numpy as np
+import pytest
+
+import bertzoo
+from bertzoo.models.head_utils import check_class_ids
+
+
+@pytest.fixture(scope="module")
+def classifier():
+    keras.utils.set_random_seed(0)
+    return bertzoo.BertClassifier.from_preset("tiny", load_weights=False, sequence_length=16)
+
+
+def weights(model):
+    return [np.array(w) for w in model.get_weights()]
+
+
+@pytest.mark.parametrize(
+    "labels, message",
+    [
+        ([1, 5], r"Labels \[5\] are outside this model's 2 classes: ids run from 0 to 1"),
+        ([-1, 0], r"Labels \[-1\] are outside"),
+        ([1.0, 0.5], r"whole-number class ids; got \[0.5\]"),
+        ([1.0, np.nan], r"whole-number class ids; got \[nan\]"),
+    ],
+)
+def test_bad_class_ids_are_refused_before_any_step(classifier, labels, message):
+    before = weights(classifier)
+    with pytest.raises(ValueError, match=message):
+        classifier.fit(["good", "bad"], labels, verbose=0)
+    with pytest.raises(ValueError, match=message):
+        classifier.evaluate(["good", "bad"], labels, verbose=0)
+    for a, b in zip(before, weights(classifier)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_whole_number_ids_in_range_train(classifier):
+    history = classifier.fit(["good", "bad"], np.array([1.0, 0.0]), verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+
+
+def test_examples_and_labels_must_pair_up(classifier):
+    with pytest.raises(ValueError, match="`x` has 3 examples but `y` has 2: give one per example"):
+        classifier.fit(["a", "b", "c"], [1, 0], verbose=0)
+    with pytest.raises(ValueError, match="`x` has 2 examples but `sample_weight` has 1"):
+        classifier.fit(["a", "b"], [1, 0], sample_weight=[1.0], verbose=0)
+    with pytest.raises(ValueError, match="`x` holds no examples: `fit` needs at least one"):
+        classifier.fit([], [], verbose=0)
+
+
+def test_a_one_class_head_may_regress_and_multi_hot_targets_pass():
+    keras.utils.set_random_seed(0)
+    regressor = bertzoo.BertClassifier.from_preset("tiny", load_weights=False, num_classes=1, sequence_length=16)
+    regressor.compile(optimizer="sgd", loss="mse", metrics=[], jit_compile=False)
+    assert np.isfinite(regressor.fit(["a", "b"], [0.25, 3.5], verbose=0).history["loss"]).all()
+    tagger_like = bertzoo.BertClassifier.from_preset(
+        "tiny", load_weights=False, num_classes=3, activation="sigmoid", sequence_length=16
+    )
+    tagger_like.compile(optimizer="sgd", loss="binary_crossentropy", metrics=[], jit_compile=False)
+    multi_hot = np.array([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
+    assert np.isfinite(tagger_like.fit(["a", "b"], multi_hot, verbose=0).history["loss"]).all()
+
+
+def test_the_tagger_takes_word_label_names_and_refuses_bad_ids():
+    tagger = bertzoo.BertTokenClassifier.from_preset(
+        "tiny", load_weights=False, num_classes=3, class_names=["O", "PER", "LOC"], sequence_length=16
+    )
+    sentence = [["Anna", "visited", "Oslo"]]
+    by_name = tagger._raw_to_tensors(sentence, [["PER", "O", "LOC"]])[1]
+    by_id = tagger._raw_to_tensors(sentence, [[1, 0, 2]])[1]
+    np.testing.assert_array_equal(by_name, by_id)
+    assert np.isfinite(tagger.fit(sentence, [["PER", "O", "LOC"]], verbose=0).history["loss"]).all()
+    with pytest.raises(ValueError, match=r"Labels \[9\] are outside this model's 3 classes"):
+        tagger.fit(sentence, [[1, 0, 9]], verbose=0)
+    with pytest.raises(ValueError, match=r"Word labels \['X'\] are not among the tagger's class_names"):
+        tagger.fit(sentence, [["PER", "X", "O"]], verbose=0)
+    nameless = bertzoo.BertTokenClassifier.from_preset("tiny", load_weights=False, num_classes=3, sequence_length=16)
+    with pytest.raises(ValueError, match="this tagger has no `class_names`"):
+        nameless.fit(sentence, [["PER", "O", "LOC"]], verbose=0)
+
+
+def test_multiple_choice_answers_must_be_one_of_the_choices():
+    model = bertzoo.BertMultipleChoice.from_preset("tiny", load_weights=False, num_choices=2, sequence_length=16)
+    with pytest.raises(ValueError, match=r"Labels \[2\] are outside this model's 2 choices"):
+        model.fit((["q"], [["a", "b"]]), [2], verbose=0)
+
+
+def test_check_class_ids_by_hand():
+    check_class_ids([0, 1, 2], 3)
+    check_class_ids([0, -100, 2], 3, ignore=-100)  # Unlabelled tokens.
+    check_class_ids(["pos", "neg"], 2)  # Not numbers: the name mapping checks those.
+    check_class_ids([], 2)
+    with pytest.raises(ValueError, match=r"Labels \[-100\] are outside"):
+        check_class_ids([0, -100], 3)
+    with pytest.raises(ValueError, match=r"Labels \[3, 7\]"):
+        check_class_ids(np.array([[0, 3], [7, 3]]), 3)
