@@ -432,3 +432,27 @@ def test_labels_map_by_sorted_order_and_student_depth_follows_the_speedup():
     assert student_layers(2, target_speedup=10) == [2]
     with pytest.raises(ValueError, match="target_speedup"):
         student_layers(6, target_speedup=0.5)
+
+
+def test_string_labels_take_the_ids_of_the_teachers_class_names(workspace, quick_reports):
+    # A teacher whose names are not in sorted order: "pos" is id 0. Mapping
+    # the file's labels by sorted order would invert them.
+    teacher = bertzoo.BertClassifier.from_preset(workspace / "teacher")
+    named = bertzoo.BertClassifier(teacher.backbone, num_classes=2, preprocessor=teacher.preprocessor)
+    named.set_weights(teacher.get_weights())
+    named.class_names = ["pos", "neg"]
+    named.save_to_preset(workspace / "named_teacher")
+    texts, labels = sentiment(24, seed=4)
+    names = ["pos" if y == 0 else "neg" for y in labels]  # The teacher's own ids, as names.
+    train = write_tsv(workspace / "named_train.tsv", texts, names)
+    report = bertzoo.compress(
+        workspace / "named_teacher", train, train, workspace / "named_out", stages=("int8",), verbose=0
+    )
+    assert report["classes"] == ["pos", "neg"]
+    teacher_row = next(row for row in report["rows"] if row["stage"] == "teacher")
+    expected = float(np.mean(np.argmax(named.predict(texts, verbose=0), axis=-1) == np.asarray(labels)))
+    assert teacher_row["accuracy"] == pytest.approx(expected)
+    write_tsv(workspace / "named_bad.tsv", texts[:2], ["pos", "meh"])
+    with pytest.raises(ValueError, match=r"labels \['meh'\] are not among the teacher's class_names \['pos', 'neg'\]"):
+        bertzoo.compress(workspace / "named_teacher", workspace / "named_bad.tsv", train, workspace / "bad_out")
+    assert not (workspace / "bad_out").exists()

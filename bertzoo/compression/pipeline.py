@@ -187,11 +187,20 @@ def _load_teacher(teacher, classes, sequence_length):
         directory = preset.directory
     if model.preprocessor is None:
         raise ValueError("The teacher needs a preprocessor (tokenizer) to read raw text.")
-    if model.num_classes != num_classes:
+    named = _names_the_labels(model, classes)  # Checked name by name, once mapped.
+    if model.num_classes != num_classes and not named:
         raise ValueError(
-            f"The teacher classifies {model.num_classes} classes, but the training file has {num_classes}: {classes}."
+            f"The teacher classifies {model.num_classes} classes, but the training file has {num_classes}: "
+            f"{classes[:20]}{' ...' if num_classes > 20 else ''}. Numeric ratings need a label threshold "
+            "(--label-threshold / `label_threshold`) to become two classes."
         )
     return model, directory, False
+
+
+def _names_the_labels(teacher, labels):
+    """Whether the file's labels are names the teacher's `class_names` give
+    ids to (a fine-tuned classifier saved with names)."""
+    return teacher.class_names is not None and any(isinstance(label, str) for label in labels)
 
 
 def _accuracy(model, texts, labels, batch_size):
@@ -418,12 +427,16 @@ def compress(
     elif transfer is not None:
         transfer = as_texts(transfer, "transfer")  # Checked before any work.
     train_labels, classes = label_ids(train_raw)
-    eval_labels, _ = label_ids(eval_raw, classes, source=eval)
-    train_data = (train_texts, np.asarray(train_labels, dtype="int32"))
-    eval_data = (eval_texts, np.asarray(eval_labels, dtype="int32"))
     # The teacher is checked before `out` is touched: a refused run must not
     # have removed a previous run's outputs (`overwrite`) or left a directory.
     model, teacher_dir, fine_tune = _load_teacher(teacher, classes, sequence_length)
+    of = "the training classes"
+    if _names_the_labels(model, train_raw):  # Its ids, not the file's sorted order.
+        classes, of = list(model.class_names), "the teacher's class_names"
+        train_labels, _ = label_ids(train_raw, classes, source=train, of=of)
+    eval_labels, _ = label_ids(eval_raw, classes, source=eval, of=of)
+    train_data = (train_texts, np.asarray(train_labels, dtype="int32"))
+    eval_data = (eval_texts, np.asarray(eval_labels, dtype="int32"))
     out = _check_output(out, overwrite)
     distiller_options = dict(distiller_options or {})
 

@@ -235,12 +235,13 @@ def _number(label):
         return float(text)
 
 
-def label_ids(labels, classes=None, source=None):
+def label_ids(labels, classes=None, source=None, of="the training classes"):
     """Maps labels to class ids; returns `(ids, classes)`.
 
     Without `classes`, the classes are the distinct labels in sorted order
     (numbers numerically); with them (e.g. the training file's), a label
-    outside them is a `ValueError` naming `source`.
+    outside them is a `ValueError` naming `source` and, in `of`, where the
+    classes came from.
     """
     if classes is None:
         classes = sorted(set(labels), key=lambda c: (isinstance(c, str), c))
@@ -248,7 +249,7 @@ def label_ids(labels, classes=None, source=None):
     unknown = sorted({str(label) for label in labels if label not in index})
     if unknown:
         where = f"{source}: " if source else ""
-        raise ValueError(f"{where}labels {unknown[:10]} are not among the training classes {list(classes)}.")
+        raise ValueError(f"{where}labels {unknown[:10]} are not among {of} {list(classes)}.")
     return [index[label] for label in labels], list(classes)
 
 
