@@ -147,6 +147,9 @@ def test_report_has_the_teacher_and_one_row_per_stage(run):
     assert rows["teacher"]["percent_of_teacher"] == pytest.approx(100.0)
     assert rows["distill"]["parameters"] < rows["teacher"]["parameters"]
     assert rows["prune"]["nonzero_parameters"] < rows["prune"]["parameters"]
+    # The pruned zeros survive int8 (and weights that round to 0 join them).
+    zeros = {stage: rows[stage]["parameters"] - rows[stage]["nonzero_parameters"] for stage in ("prune", "int8")}
+    assert zeros["int8"] >= zeros["prune"] > 0
     # Not its preset MB against "prune"'s: at 16 hidden units HDF5's per-array overhead
     # outweighs the weights, and smoothing adds an array per Dense. The kernels are int8.
     quantized = bertzoo.BertClassifier.from_preset(out / "3_int8" / "preset")
