@@ -2,6 +2,7 @@
 losses, presets and a short training run."""
 
 import json
+import logging
 import math
 
 import keras
@@ -240,3 +241,17 @@ def test_int8_quantized_model_decodes_with_the_dequantized_table(rng):
     assert quantized.mlm_head.token_embedding is embedding
     float_logits, int8_logits = np.asarray(model(x)["mlm"]), np.asarray(quantized(x)["mlm"])
     assert np.abs(int8_logits - float_logits).max() < 0.05 * np.abs(float_logits).max()
+
+
+def test_a_preset_without_pretraining_heads_says_they_start_random(preprocessor, tmp_path, caplog):
+    backbone = tiny_backbone()
+    backbone.save_to_preset(tmp_path / "encoder")
+    with caplog.at_level(logging.WARNING, logger="bertzoo"):
+        model = bertzoo.BertPretrainer.from_preset(tmp_path / "encoder", preprocessor=preprocessor)
+    assert "has no pre-training heads" in caplog.text and "masked-LM head and sentence head" in caplog.text
+    assert "`predict_masked` gives meaningless tokens" in caplog.text
+    caplog.clear()
+    model.save_to_preset(tmp_path / "pretrainer")  # Heads saved with it: they load silently.
+    with caplog.at_level(logging.WARNING, logger="bertzoo"):
+        bertzoo.BertPretrainer.from_preset(tmp_path / "pretrainer")
+    assert "pre-training heads" not in caplog.text

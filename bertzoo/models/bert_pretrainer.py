@@ -1,5 +1,6 @@
 """BERT / ALBERT pre-training: masked LM plus next-sentence or sentence-order prediction."""
 
+import logging
 import weakref
 
 import keras
@@ -17,6 +18,8 @@ from bertzoo.text.pretraining import BertMaskGenerator
 from bertzoo.text.pretraining import check_masking
 from bertzoo.text.pretraining import default_max_selections
 from bertzoo.utils.checks import constructor_arguments
+
+logger = logging.getLogger("bertzoo")
 
 _MLM_ARRAYS = (
     "mlm/transform/kernel",
@@ -290,6 +293,15 @@ class BertPretrainer(Task):
     def _load_preset_extras(self, preset):
         if preset.has_arrays():
             self.load_pretraining_heads(preset.load_arrays())
+        elif preset.directory is not None:  # Trained encoder weights, untrained heads.
+            heads = "masked-LM head" + (" and sentence head" if self.sentence_head is not None else "")
+            logger.warning(
+                "BertPretrainer.from_preset(%r): the preset has no pre-training heads (a backbone, or a "
+                "checkpoint converted without them), so its %s start randomly initialized: `predict_masked` "
+                "gives meaningless tokens until they are trained.",
+                preset.name,
+                heads,
+            )
 
     def load_pretraining_heads(self, arrays):
         """Sets the heads from canonical arrays (see `bertzoo.convert.common`):
