@@ -112,23 +112,34 @@ def test_xla_needs_a_real_gain_and_one_mode_can_be_measured_alone(cache_dir, mod
     assert {c.mode for c in report.candidates} == {"predict"}
 
 
-def test_a_clear_difference_is_decided_after_one_round(cache_dir, model):
-    # predict: XLA 2.5x faster, decided after one timed run each; train:
+def test_a_clear_difference_is_decided_after_two_rounds(cache_dir, model):
+    # predict: XLA 2.5x faster, decided after two timed runs each; train:
     # 15% apart, all rounds.
     costs = {**XLA_FASTER_FOR_PREDICT, "predict/no_xla": 0.010}
     timer = FakeTimer(costs)
     report = choose(model, timer)
     assert report.predict is True and report.train is False
     runs = {c.name: len(c.runs_s) for c in report.candidates}
-    assert runs == {"predict/no_xla": 1, "predict/xla": 1, "train/no_xla": 3, "train/xla": 3}
-    assert timer.calls[8:] == ["train/xla", "train/no_xla", "train/no_xla", "train/xla"]
-    # Run by run: one slow run of the faster candidate keeps the mode open.
+    assert runs == {"predict/no_xla": 2, "predict/xla": 2, "train/no_xla": 3, "train/xla": 3}
+    assert timer.calls[8:] == [
+        "train/xla",
+        "train/no_xla",
+        "predict/xla",
+        "predict/no_xla",
+        "train/no_xla",
+        "train/xla",
+    ]
+    # Run by run: one slow run of the faster candidate keeps the mode open,
+    # and so does a single run each, however far apart.
     noisy = [
         fast_path.Candidate("predict", True, runs_s=[0.004, 0.009]),
-        fast_path.Candidate("predict", False, runs_s=[0.010]),
+        fast_path.Candidate("predict", False, runs_s=[0.010, 0.011]),
     ]
     assert not fast_path._clearly_decided(noisy, "predict")
-    assert fast_path._clearly_decided(noisy[:1] + [fast_path.Candidate("predict", False, runs_s=[0.012])], "predict")
+    clear = [fast_path.Candidate("predict", True, runs_s=[0.004, 0.005]), noisy[1]]
+    assert fast_path._clearly_decided(clear, "predict")
+    single = [fast_path.Candidate("predict", True, runs_s=[0.004]), fast_path.Candidate("predict", False, runs_s=[0.1])]
+    assert not fast_path._clearly_decided(single, "predict")
 
 
 def test_each_step_measures_only_its_own_mode(cache_dir, monkeypatch):

@@ -114,9 +114,9 @@ DEFAULT_BUDGET_SECONDS = 10.0
 # XLA must be faster by this fraction to be chosen: below it the difference
 # is noise, and the path without XLA has no compile cost.
 MIN_GAIN = 0.02
-# A mode is decided after fewer than `runs` rounds when every run of one
-# candidate beat every run of the other by this fraction: more rounds could
-# not change the choice, only the cost.
+# A mode is decided after fewer than `runs` rounds (two at least) when every
+# run of one candidate beat every run of the other by this fraction: more
+# rounds could not change the choice, only the cost.
 CLEAR_GAIN = 0.2
 
 _lock = threading.RLock()
@@ -702,10 +702,11 @@ def _candidate_functions(model, x, modes):
     return {(mode, jit): make(mode, jit) for mode in modes for jit in (False, True)}
 
 
-def _clearly_decided(candidates, mode, clear_gain=CLEAR_GAIN):
-    """True when `mode` has two timed candidates and every run of one beat
-    every run of the other by `clear_gain`."""
-    timed = [c.runs_s for c in candidates if c.mode == mode and c.runs_s]
+def _clearly_decided(candidates, mode, clear_gain=CLEAR_GAIN, min_runs=2):
+    """True when `mode` has two candidates timed `min_runs` times or more
+    and every run of one beat every run of the other by `clear_gain` (one
+    run each would let a single hiccup of a shared machine decide)."""
+    timed = [c.runs_s for c in candidates if c.mode == mode and len(c.runs_s) >= min_runs]
     if len(timed) != 2:
         return False
     fast, slow = sorted(timed, key=min)
