@@ -99,3 +99,16 @@ def test_check_class_ids_by_hand():
         check_class_ids([0, -100], 3)
     with pytest.raises(ValueError, match=r"Labels \[3, 7\]"):
         check_class_ids(np.array([[0, 3], [7, 3]]), 3)
+
+
+def test_a_fit_without_labels_says_how_to_learn_from_unlabelled_texts(classifier):
+    message = "BertClassifier.fit got no labels: pass `y`(.|\\n)*`Pruner.fit\\(texts, teacher=...\\)`"
+    with pytest.raises(ValueError, match=message):
+        classifier.fit(["good", "bad"], verbose=0)
+    pruned = bertzoo.BertClassifier.from_preset("tiny", load_weights=False, sequence_length=16)
+    pruner = bertzoo.Pruner(pruned, bertzoo.PolynomialDecay(0.0, 0.5, begin_step=0, end_step=2))
+    with pytest.raises(ValueError, match=message):
+        pruner.fit(["good", "bad"], verbose=0)
+    # The masked LM makes its own labels.
+    model = bertzoo.BertPretrainer.from_preset("tiny", load_weights=False, sentence_objective=None, sequence_length=16)
+    assert np.isfinite(model.fit(["the cat sat", "a dog ran"], verbose=0).history["loss"]).all()

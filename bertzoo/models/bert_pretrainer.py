@@ -112,6 +112,8 @@ class BertPretrainer(Task):
     ```
     """
 
+    fit_needs_labels = False  # Masked-LM labels come from the masking.
+
     def __init__(
         self,
         backbone,

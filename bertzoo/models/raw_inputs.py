@@ -78,6 +78,7 @@ class RawInputsMixin:
         steps_per_epoch=None,
         **kwargs,
     ):
+        self._check_labels_given(x, y)
         keras_fit = super().fit
         callbacks = kwargs.get("callbacks")
         callbacks = getattr(callbacks, "callbacks", callbacks) or []
@@ -113,6 +114,10 @@ class RawInputsMixin:
             steps_per_epoch=steps_per_epoch,
             **kwargs,
         )
+
+    def _check_labels_given(self, x, y):
+        """Hook: raises a clear error when `fit` needs labels it was not
+        given. Does nothing by default."""
 
     def _as_validation_data(self, validation_data):
         """`fit`'s `validation_data`, tokenized and batched when it is raw

@@ -519,6 +519,18 @@ class Task(
         return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
 
     # --- Raw inputs -------------------------------------------------------
+    fit_needs_labels = True  # A task whose `fit` makes its own labels says False.
+
+    def _check_labels_given(self, x, y):
+        # Texts, pairs or feature dicts carry no labels: without `y`, Keras
+        # would fail deep in the loss ("None values not supported").
+        if self.fit_needs_labels and y is None and isinstance(x, (str, list, tuple, np.ndarray, dict)):
+            raise ValueError(
+                f"{type(self).__name__}.fit got no labels: pass `y` (or a tf.data.Dataset of (inputs, labels)). "
+                "To learn from unlabelled texts, distill a teacher's predictions instead: `bertzoo.distill`, "
+                "or `Pruner.fit(texts, teacher=...)` while pruning."
+            )
+
     def _as_dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
         """Returns a batched, preprocessed `tf.data.Dataset`, or None when `x`
         needs no preprocessing (no preprocessor, or already tokenized).
