@@ -345,3 +345,17 @@ def test_raw_text_batches_drop_unused_padding_without_changing_outputs(trained, 
     monkeypatch.setattr(type(model), "trims_padding", False)
     assert [b["token_ids"].shape[-1] for b in model._as_dataset(texts, batch_size=1)] == [40, 40]
     np.testing.assert_allclose(model.predict(dataset, verbose=0), trimmed, atol=1e-5)
+
+
+def test_batch_methods_point_raw_text_to_predict_and_fit():
+    model = tiny_classifier()
+    for method, call in [
+        ("predict_on_batch", lambda: model.predict_on_batch(["a", "b"])),
+        ("train_on_batch", lambda: model.train_on_batch(["a", "b"], np.array([0, 1]))),
+        ("test_on_batch", lambda: model.test_on_batch((["a"], ["b"]), np.array([0]))),
+    ]:
+        with pytest.raises(ValueError, match=f"{method} takes the model's features .* not raw text"):
+            call()
+    features = model.preprocessor(["a", "b"])  # What they take.
+    np.testing.assert_allclose(model.predict_on_batch(features), model.predict(["a", "b"], verbose=0), atol=1e-5)
+    assert np.isfinite(model.train_on_batch(features, np.array([0, 1]))).all()

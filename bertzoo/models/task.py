@@ -81,6 +81,18 @@ def _is_tokenized(x):
     return isinstance(x, dict) and "token_ids" in x
 
 
+def _holds_text(x):
+    """True for raw text: a string, or a list, tuple or array holding strings
+    at any depth (sentence pairs, choices, words)."""
+    if isinstance(x, (str, bytes)):
+        return True
+    if isinstance(x, np.ndarray):
+        return x.dtype.kind in "USO" and x.size > 0 and _holds_text(x.ravel()[0])
+    if isinstance(x, (list, tuple)):
+        return any(_holds_text(v) for v in x[:1]) or (len(x) > 1 and _holds_text(x[1]))
+    return False
+
+
 def _is_empty_batch(x):
     """True for raw inputs with no examples: `[]`, or a pair/tuple of them."""
     if isinstance(x, (list, tuple)) and len(x) == 0:
@@ -530,6 +542,28 @@ class Task(
                 "To learn from unlabelled texts, distill a teacher's predictions instead: `bertzoo.distill`, "
                 "or `Pruner.fit(texts, teacher=...)` while pruning."
             )
+
+    def _refuse_raw_batch(self, method, x):
+        # Keras's batch methods take the model's features; raw text reached
+        # Keras's input check as "received N input tensors".
+        if self.preprocessor is not None and not _is_tokenized(x) and _holds_text(x):
+            raise ValueError(
+                f"{method} takes the model's features (a dict like model.preprocessor(texts) returns), not raw "
+                f"text: call {'predict' if method == 'predict_on_batch' else 'fit or evaluate'} with the texts, "
+                f"or pass {method} model.preprocessor(texts)."
+            )
+
+    def predict_on_batch(self, x):
+        self._refuse_raw_batch("predict_on_batch", x)
+        return super().predict_on_batch(x)
+
+    def train_on_batch(self, x, y=None, *args, **kwargs):
+        self._refuse_raw_batch("train_on_batch", x)
+        return super().train_on_batch(x, y, *args, **kwargs)
+
+    def test_on_batch(self, x, y=None, *args, **kwargs):
+        self._refuse_raw_batch("test_on_batch", x)
+        return super().test_on_batch(x, y, *args, **kwargs)
 
     def _as_dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
         """Returns a batched, preprocessed `tf.data.Dataset`, or None when `x`
