@@ -353,6 +353,7 @@ def test_batch_methods_point_raw_text_to_predict_and_fit():
         ("predict_on_batch", lambda: model.predict_on_batch(["a", "b"])),
         ("train_on_batch", lambda: model.train_on_batch(["a", "b"], np.array([0, 1]))),
         ("test_on_batch", lambda: model.test_on_batch((["a"], ["b"]), np.array([0]))),
+        ("predict_on_batch", lambda: model.predict_on_batch(tf.constant(["a", "b"]))),
     ]:
         with pytest.raises(ValueError, match=f"{method} takes the model's features .* not raw text"):
             call()

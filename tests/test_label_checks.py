@@ -49,8 +49,13 @@ def test_examples_and_labels_must_pair_up(classifier):
         classifier.fit(["a", "b", "c"], [1, 0], verbose=0)
     with pytest.raises(ValueError, match="`x` has 2 examples but `sample_weight` has 1"):
         classifier.fit(["a", "b"], [1, 0], sample_weight=[1.0], verbose=0)
-    with pytest.raises(ValueError, match="`x` holds no examples: `fit` needs at least one"):
-        classifier.fit([], [], verbose=0)
+    for shuffle in (True, False):
+        with pytest.raises(ValueError, match="`x` holds no examples: `fit` needs at least one"):
+            classifier.fit([], [], shuffle=shuffle, verbose=0)
+    with pytest.raises(ValueError, match="`y` must hold one entry per example, got the single value 1"):
+        classifier.fit("good", 1, verbose=0)
+    with pytest.raises(ValueError, match=r"the two texts of each pair\) have different lengths \[2, 1\]"):
+        classifier.fit((["a", "b"], ["c"]), [1, 0], verbose=0)
 
 
 def test_a_one_class_head_may_regress_and_multi_hot_targets_pass():
@@ -77,6 +82,8 @@ def test_the_tagger_takes_word_label_names_and_refuses_bad_ids():
     assert np.isfinite(tagger.fit(sentence, [["PER", "O", "LOC"]], verbose=0).history["loss"]).all()
     with pytest.raises(ValueError, match=r"Labels \[9\] are outside this model's 3 classes"):
         tagger.fit(sentence, [[1, 0, 9]], verbose=0)
+    with pytest.raises(ValueError, match=r"whole-number class ids; got \[1.5\]"):  # Not rounded down to 1.
+        tagger.fit(sentence, [[1.5, 0, 2]], verbose=0)
     with pytest.raises(ValueError, match=r"Word labels \['X'\] are not among the tagger's class_names"):
         tagger.fit(sentence, [["PER", "X", "O"]], verbose=0)
     nameless = bertzoo.BertTokenClassifier.from_preset("tiny", load_weights=False, num_classes=3, sequence_length=16)
@@ -105,6 +112,8 @@ def test_a_fit_without_labels_says_how_to_learn_from_unlabelled_texts(classifier
     message = "BertClassifier.fit got no labels: pass `y`(.|\\n)*`Pruner.fit\\(texts, teacher=...\\)`"
     with pytest.raises(ValueError, match=message):
         classifier.fit(["good", "bad"], verbose=0)
+    with pytest.raises(ValueError, match="BertClassifier.evaluate got no labels"):
+        classifier.evaluate(["good", "bad"], verbose=0)
     pruned = bertzoo.BertClassifier.from_preset("tiny", load_weights=False, sequence_length=16)
     pruner = bertzoo.Pruner(pruned, bertzoo.PolynomialDecay(0.0, 0.5, begin_step=0, end_step=2))
     with pytest.raises(ValueError, match=message):

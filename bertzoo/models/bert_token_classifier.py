@@ -228,16 +228,14 @@ class BertTokenClassifier(Task):
 
     # --- Raw inputs -------------------------------------------------------
     def _raw_to_tensors(self, x, y):
-        words, labels = _pad_words(x, None if y is None else [self._word_label_ids(row) for row in y])
-        if labels is not None:
-            check_class_ids(labels, self.num_classes, ignore=IGNORE_LABEL)
-        return words, labels
+        return _pad_words(x, None if y is None else [self._word_label_ids(row) for row in y])
 
     def _word_label_ids(self, labels):
         """One sentence's per-word labels as class ids: names (with
         `class_names`) map to their index, ids pass through."""
         labels = [v.decode("utf-8") if isinstance(v, bytes) else v for v in np.asarray(labels).reshape(-1).tolist()]
         if not any(isinstance(v, str) for v in labels):
+            check_class_ids(labels, self.num_classes, ignore=IGNORE_LABEL)  # Before int32 padding rounds 1.5.
             return labels
         if self.class_names is None:
             raise ValueError(

@@ -78,7 +78,7 @@ class RawInputsMixin:
         steps_per_epoch=None,
         **kwargs,
     ):
-        self._check_labels_given(x, y)
+        self._check_fit_inputs(x, y)
         keras_fit = super().fit
         callbacks = kwargs.get("callbacks")
         callbacks = getattr(callbacks, "callbacks", callbacks) or []
@@ -115,9 +115,10 @@ class RawInputsMixin:
             **kwargs,
         )
 
-    def _check_labels_given(self, x, y):
-        """Hook: raises a clear error when `fit` needs labels it was not
-        given. Does nothing by default."""
+    def _check_fit_inputs(self, x, y, method="fit"):
+        """Hook: raises a clear error for `fit` (or `evaluate`) inputs it
+        cannot train on (no examples, no labels where it needs them). Does
+        nothing by default."""
 
     def _as_validation_data(self, validation_data):
         """`fit`'s `validation_data`, tokenized and batched when it is raw
@@ -135,6 +136,7 @@ class RawInputsMixin:
         return super().make_train_function(force)
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
+        self._check_fit_inputs(x, y, method="evaluate")
         dataset = self._as_dataset(x, y, sample_weight, batch_size)
         if dataset is not None:
             x, y, sample_weight, batch_size = dataset, None, None, None

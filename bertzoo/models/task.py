@@ -82,15 +82,36 @@ def _is_tokenized(x):
 
 
 def _holds_text(x):
-    """True for raw text: a string, or a list, tuple or array holding strings
-    at any depth (sentence pairs, choices, words)."""
+    """True for raw text: a string, a string tensor, or a list, tuple or
+    array holding strings at any depth (sentence pairs, choices, words)."""
     if isinstance(x, (str, bytes)):
         return True
+    if isinstance(x, tf.Tensor):
+        return x.dtype == tf.string
     if isinstance(x, np.ndarray):
         return x.dtype.kind in "USO" and x.size > 0 and _holds_text(x.ravel()[0])
     if isinstance(x, (list, tuple)):
         return any(_holds_text(v) for v in x[:1]) or (len(x) > 1 and _holds_text(x[1]))
     return False
+
+
+def _check_examples_pair_up(x, y, sample_weight):
+    """Raw inputs (after `_raw_to_tensors`) and their labels and weights hold
+    one entry per example: a ValueError naming the lengths otherwise (from
+    `tf.data` it reads "Dimensions 3 and 2 are not compatible")."""
+    parts = tf.nest.flatten(x)
+    examples = int(parts[0].shape[0])
+    if any(int(part.shape[0]) != examples for part in parts[1:]):
+        lengths = [int(part.shape[0]) for part in parts]
+        raise ValueError(f"The parts of `x` (e.g. the two texts of each pair) have different lengths {lengths}.")
+    for name, values in (("y", y), ("sample_weight", sample_weight)):
+        if values is None:
+            continue
+        shape = np.shape(values)
+        if not shape:
+            raise ValueError(f"`{name}` must hold one entry per example, got the single value {values!r}.")
+        if shape[0] != examples:
+            raise ValueError(f"`x` has {examples} examples but `{name}` has {shape[0]}: give one per example.")
 
 
 def _is_empty_batch(x):
@@ -533,14 +554,16 @@ class Task(
     # --- Raw inputs -------------------------------------------------------
     fit_needs_labels = True  # A task whose `fit` makes its own labels says False.
 
-    def _check_labels_given(self, x, y):
+    def _check_fit_inputs(self, x, y, method="fit"):
+        if method == "fit" and (_is_empty_batch(x) or (isinstance(x, np.ndarray) and x.size == 0)):
+            raise ValueError("`x` holds no examples: `fit` needs at least one.")
         # Texts, pairs or feature dicts carry no labels: without `y`, Keras
         # would fail deep in the loss ("None values not supported").
         if self.fit_needs_labels and y is None and isinstance(x, (str, list, tuple, np.ndarray, dict)):
             raise ValueError(
-                f"{type(self).__name__}.fit got no labels: pass `y` (or a tf.data.Dataset of (inputs, labels)). "
-                "To learn from unlabelled texts, distill a teacher's predictions instead: `bertzoo.distill`, "
-                "or `Pruner.fit(texts, teacher=...)` while pruning."
+                f"{type(self).__name__}.{method} got no labels: pass `y` (or a tf.data.Dataset of (inputs, "
+                "labels)). To learn from unlabelled texts, distill a teacher's predictions instead: "
+                "`bertzoo.distill`, or `Pruner.fit(texts, teacher=...)` while pruning."
             )
 
     def _refuse_raw_batch(self, method, x):
@@ -590,14 +613,7 @@ class Task(
             data = (x,) + tuple(v for v in (y, sample_weight) if v is not None)
             if sample_weight is not None and y is None:
                 raise ValueError("`sample_weight` needs `y`.")
-            examples = int(tf.nest.flatten(x)[0].shape[0])
-            if shuffle and not examples:
-                raise ValueError("`x` holds no examples: `fit` needs at least one.")
-            for name, values in (("y", y), ("sample_weight", sample_weight)):
-                if values is not None and len(values) != examples:
-                    raise ValueError(
-                        f"`x` has {examples} examples but `{name}` has {len(values)}: give one per example."
-                    )
+            _check_examples_pair_up(x, y, sample_weight)
             dataset = tf.data.Dataset.from_tensor_slices(data)
             if isinstance(shuffle, EpochOrder):  # `ResumableTraining`: a seeded order per epoch, resumed.
                 dataset = shuffle.batches(dataset, batch_size)
