@@ -8,6 +8,7 @@ from bertzoo.layers.dropout import Dropout
 from bertzoo.models.head_utils import check_activation
 from bertzoo.models.head_utils import check_class_ids
 from bertzoo.models.head_utils import check_classes
+from bertzoo.models.head_utils import class_ids_of_names
 from bertzoo.models.serving import classification_outputs
 from bertzoo.models.task import Task
 from bertzoo.utils.checks import check_rate
@@ -106,16 +107,8 @@ class BertClassifier(Task):
                 check_class_ids(values, self.num_classes)
             return labels
         names = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values.ravel()]
-        if self.class_names is None:
-            raise ValueError(
-                f"The labels are strings ({names[0]!r}, ...) but this classifier has no `class_names`: build it "
-                "with class_names=[...] (their order gives the ids), or pass integer class ids."
-            )
-        index = {str(name): i for i, name in enumerate(self.class_names)}
-        unknown = sorted(set(names) - set(index))
-        if unknown:
-            raise ValueError(f"Labels {unknown} are not among the classifier's class_names {list(self.class_names)}.")
-        return np.asarray([index[n] for n in names], "int32").reshape(values.shape)
+        ids = class_ids_of_names(names, self.class_names, "classifier")
+        return np.asarray(ids, "int32").reshape(values.shape)
 
     def _takes_class_ids(self, values):
         # One id per example for a softmax (or logits) head of several

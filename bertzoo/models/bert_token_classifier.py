@@ -9,6 +9,7 @@ from bertzoo.models.head_utils import IGNORE_LABEL
 from bertzoo.models.head_utils import MaskedAccuracy
 from bertzoo.models.head_utils import check_class_ids
 from bertzoo.models.head_utils import check_classes
+from bertzoo.models.head_utils import class_ids_of_names
 from bertzoo.models.head_utils import masked_loss
 from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.serving import TextServing
@@ -237,16 +238,7 @@ class BertTokenClassifier(Task):
         if not any(isinstance(v, str) for v in labels):
             check_class_ids(labels, self.num_classes, ignore=IGNORE_LABEL)  # Before int32 padding rounds 1.5.
             return labels
-        if self.class_names is None:
-            raise ValueError(
-                f"The word labels are strings ({labels[0]!r}, ...) but this tagger has no `class_names`: build it "
-                "with class_names=[...] (their order gives the ids), or pass integer class ids."
-            )
-        index = {name: i for i, name in enumerate(self.class_names)}
-        unknown = sorted({str(v) for v in labels if v not in index})
-        if unknown:
-            raise ValueError(f"Word labels {unknown} are not among the tagger's class_names {self.class_names}.")
-        return [index[v] for v in labels]
+        return class_ids_of_names([str(v) for v in labels], self.class_names, "tagger", kind="word labels")
 
     def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
         """Words `(batch, W)` (`""` pads) and per-word labels -> features and

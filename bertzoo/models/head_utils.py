@@ -67,6 +67,30 @@ def check_classes(num_classes, class_names=None, name="num_classes", minimum=1):
             raise ValueError(f"`class_names` has {len(class_names)} names but num_classes={num_classes}.")
 
 
+def class_ids_of_names(names, class_names, head, kind="labels"):
+    """String labels -> their index in `class_names`: a ValueError naming
+    the fix when the head (`head`: "classifier", "tagger") has no names, or
+    naming the labels that are not among them.
+
+    Example:
+    ```python
+    class_ids_of_names(["pos", "neg"], ["neg", "pos"], "classifier")  # [1, 0]
+    ```
+    """
+    if class_names is None:
+        raise ValueError(
+            f"The {kind} are strings ({names[0]!r}, ...) but this {head} has no `class_names`: build it "
+            "with class_names=[...] (their order gives the ids), or pass integer class ids."
+        )
+    index = {str(name): i for i, name in enumerate(class_names)}
+    unknown = sorted(set(names) - set(index))
+    if unknown:
+        raise ValueError(
+            f"{kind[0].upper()}{kind[1:]} {unknown} are not among the {head}'s class_names {list(class_names)}."
+        )
+    return [index[name] for name in names]
+
+
 def check_class_ids(labels, num_classes, ignore=None, what="classes"):
     """Raises a ValueError unless every numeric label is a whole-number class
     id in `[0, num_classes)` (`ignore`, e.g. -100 for unlabelled tokens, is

@@ -91,7 +91,7 @@ def _holds_text(x):
     if isinstance(x, np.ndarray):
         return x.dtype.kind in "USO" and x.size > 0 and _holds_text(x.ravel()[0])
     if isinstance(x, (list, tuple)):
-        return any(_holds_text(v) for v in x[:1]) or (len(x) > 1 and _holds_text(x[1]))
+        return any(_holds_text(v) for v in x[:2])  # A pair's or a choice list's first parts suffice.
     return False
 
 
