@@ -5,6 +5,7 @@ into NaN under XLA, without an error."""
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import bertzoo
 from bertzoo.models.head_utils import check_class_ids
@@ -95,6 +96,9 @@ def test_multiple_choice_answers_must_be_one_of_the_choices():
     model = bertzoo.BertMultipleChoice.from_preset("tiny", load_weights=False, num_choices=2, sequence_length=16)
     with pytest.raises(ValueError, match=r"Labels \[2\] are outside this model's 2 choices"):
         model.fit((["q"], [["a", "b"]]), [2], verbose=0)
+    dataset = tf.data.Dataset.from_tensor_slices(((["q"], [["a", "b"]]), [2])).batch(1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"batch are outside this model.{1,2}s 2 choices"):
+        model.fit(dataset, verbose=0)
 
 
 def test_check_class_ids_by_hand():
@@ -121,3 +125,30 @@ def test_a_fit_without_labels_says_how_to_learn_from_unlabelled_texts(classifier
     # The masked LM makes its own labels.
     model = bertzoo.BertPretrainer.from_preset("tiny", load_weights=False, sentence_objective=None, sequence_length=16)
     assert np.isfinite(model.fit(["the cat sat", "a dog ran"], verbose=0).history["loss"]).all()
+
+
+def test_a_later_fit_may_give_its_labels_as_a_column(classifier):
+    # Keras retraces the step for a new label rank with one of unknown rank,
+    # which its loss cannot take: one label per example is always flat.
+    classifier.fit(["good", "bad"], np.array([1, 0]), verbose=0)
+    history = classifier.fit(["good", "bad"], np.array([[1], [0]]), verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    assert classifier.label_ids(np.array([[1], [0]])).shape == (2,)
+    named = bertzoo.BertClassifier.from_preset("tiny", load_weights=False, class_names=["neg", "pos"])
+    np.testing.assert_array_equal(named.label_ids(np.array([["pos"], ["neg"]])), [1, 0])
+
+
+def test_a_datasets_bad_labels_stop_fit_at_their_batch(classifier):
+    good = tf.data.Dataset.from_tensor_slices((["good", "bad"], [1, 0])).batch(2)
+    assert np.isfinite(classifier.fit(good, verbose=0).history["loss"]).all()
+    before = weights(classifier)
+    bad = tf.data.Dataset.from_tensor_slices((["good", "bad"], [1, 5])).batch(2)
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match=r"batch are outside this model.{1,2}s 2 classes(.|\n)*\[5\]"
+    ):
+        classifier.fit(bad, verbose=0)
+    for a, b in zip(before, weights(classifier)):
+        np.testing.assert_array_equal(a, b)
+    fractional = tf.data.Dataset.from_tensor_slices((["good", "bad"], [1.0, 0.5])).batch(2)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"whole-number class ids(.|\n)*0\.5"):
+        classifier.evaluate(fractional, verbose=0)

@@ -8,6 +8,7 @@ from bertzoo.layers.dropout import Dropout
 from bertzoo.models.head_utils import check_activation
 from bertzoo.models.head_utils import check_class_ids
 from bertzoo.models.head_utils import check_classes
+from bertzoo.models.head_utils import class_ids_checked_in_graph
 from bertzoo.models.head_utils import class_ids_of_names
 from bertzoo.models.serving import classification_outputs
 from bertzoo.models.task import Task
@@ -90,10 +91,13 @@ class BertClassifier(Task):
 
     def label_ids(self, labels):
         """`labels` as class ids: class names (strings, with `class_names`)
-        map to their index; ids pass through unchanged, once checked to be
-        whole numbers in `[0, num_classes)` (one per example, for a softmax or
-        logits head of two classes or more). `fit` and `evaluate` call it on
-        raw labels.
+        map to their index; ids pass through, once checked to be whole numbers
+        in `[0, num_classes)` (one per example, for a softmax or logits head
+        of two classes or more). One label per example comes back as one
+        flat column, shape `(n,)`, whether given as `(n,)` or `(n, 1)`: Keras
+        retraces its training step for a new label rank with one of unknown
+        rank, which its loss cannot take ("Cannot take the length of shape
+        with unknown rank"). `fit` and `evaluate` call it on raw labels.
 
         Example:
         ```python
@@ -103,12 +107,18 @@ class BertClassifier(Task):
         """
         values = np.asarray(labels)
         if values.dtype.kind not in "USO" or not any(isinstance(v, (str, bytes)) for v in values.ravel()):
-            if self._takes_class_ids(values):
-                check_class_ids(values, self.num_classes)
-            return labels
+            if not self._takes_class_ids(values):
+                return labels
+            check_class_ids(values, self.num_classes)
+            return values.reshape(-1) if values.ndim == 2 else labels
         names = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values.ravel()]
-        ids = class_ids_of_names(names, self.class_names, "classifier")
-        return np.asarray(ids, "int32").reshape(values.shape)
+        ids = np.asarray(class_ids_of_names(names, self.class_names, "classifier"), "int32")
+        return ids.reshape(values.shape[:1] if values.ndim == 2 and values.shape[1] == 1 else values.shape)
+
+    def _labels_checked_in_graph(self, labels):
+        if not hasattr(labels, "dtype") or not self._takes_class_ids(labels):
+            return labels
+        return class_ids_checked_in_graph(labels, self.num_classes)
 
     def _takes_class_ids(self, values):
         # One id per example for a softmax (or logits) head of several

@@ -8,6 +8,7 @@ from bertzoo.layers.dense import Dense
 from bertzoo.layers.dropout import Dropout
 from bertzoo.models.head_utils import check_class_ids
 from bertzoo.models.head_utils import check_classes
+from bertzoo.models.head_utils import class_ids_checked_in_graph
 from bertzoo.models.serving import TextServing
 from bertzoo.models.serving import classification_outputs
 from bertzoo.models.serving import same_size
@@ -136,6 +137,9 @@ class BertMultipleChoice(Task):
         if y is not None:
             check_class_ids(y, self.num_choices, what="choices")
         return (tf.constant(contexts, tf.string), tf.constant(choices, tf.string)), y
+
+    def _labels_checked_in_graph(self, labels):
+        return class_ids_checked_in_graph(labels, self.num_choices, what="choices")
 
     def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
         """`(contexts, choices)` -> features of shape `(batch, num_choices,

@@ -8,6 +8,7 @@ import numpy as np
 from keras import ops
 
 from bertzoo.text.pretraining import IGNORE_LABEL
+from bertzoo.utils.optional import tf
 
 
 @keras.saving.register_keras_serializable(package="bertzoo")
@@ -113,17 +114,55 @@ def check_class_ids(labels, num_classes, ignore=None, what="classes"):
     if values.dtype.kind == "f":
         fractional = flat[~(flat == np.round(flat))]  # NaN too.
         if fractional.size:
-            raise ValueError(
-                f"Labels must be whole-number class ids; got {np.unique(fractional)[:5].tolist()}. "
-                "Soft or regression targets need a loss and a head made for them (e.g. num_classes=1 with "
-                "a regression loss), not class ids."
-            )
+            raise ValueError(fractional_labels_message(np.unique(fractional)[:5].tolist()))
     bad = np.unique(flat[(flat < 0) | (flat >= num_classes)])
     if bad.size:
-        raise ValueError(
-            f"Labels {bad[:5].tolist()} are outside this model's {num_classes} {what}: ids run from 0 to "
-            f"{num_classes - 1}. Fix the labels, or build the model with enough {what} for them."
+        raise ValueError(out_of_range_labels_message(bad[:5].tolist(), num_classes, what))
+
+
+def class_ids_checked_in_graph(labels, num_classes, what="classes"):
+    """`labels`, one batch of a `tf.data.Dataset`, behind the checks
+    `check_class_ids` runs up front on in-memory labels: a dataset's labels
+    are only seen batch by batch, so a bad batch stops `fit` there with the
+    same message (and the bad values), before its step can turn the weights
+    into NaN. Labels that are not numbers pass unchecked."""
+    if not (labels.dtype.is_integer or labels.dtype.is_floating):
+        return labels
+    where = "in this tf.data batch"
+    checks = []
+    if labels.dtype.is_floating:
+        whole = tf.equal(labels, tf.round(labels))
+        checks.append(
+            tf.debugging.Assert(
+                tf.reduce_all(whole),
+                [fractional_labels_message(where), tf.boolean_mask(labels, ~whole)],
+                summarize=5,
+            )
         )
+    in_range = (labels >= 0) & (labels < tf.cast(num_classes, labels.dtype))
+    checks.append(
+        tf.debugging.Assert(
+            tf.reduce_all(in_range),
+            [out_of_range_labels_message(where, num_classes, what), tf.boolean_mask(labels, ~in_range)],
+            summarize=5,
+        )
+    )
+    with tf.control_dependencies(checks):
+        return tf.identity(labels)
+
+
+def fractional_labels_message(examples):
+    return (
+        f"Labels must be whole-number class ids; got {examples}. Soft or regression targets need a loss and a "
+        "head made for them (e.g. num_classes=1 with a regression loss), not class ids."
+    )
+
+
+def out_of_range_labels_message(examples, num_classes, what="classes"):
+    return (
+        f"Labels {examples} are outside this model's {num_classes} {what}: ids run from 0 to "
+        f"{num_classes - 1}. Fix the labels, or build the model with enough {what} for them."
+    )
 
 
 def check_activation(activation):

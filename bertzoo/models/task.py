@@ -606,6 +606,8 @@ class Task(
             first = tf.nest.flatten(dataset.element_spec)[0]
             if first.shape.rank == 0:  # Unbatched elements of single strings.
                 dataset = dataset.batch(batch_size)
+            check = self._labels_checked_in_graph
+            dataset = dataset.map(lambda *d: d[0] if len(d) == 1 else (d[0], check(d[1]), *d[2:]))
             if isinstance(shuffle, EpochOrder):  # `ResumableTraining`: one pass per epoch, resumed.
                 dataset = shuffle.repeat(dataset)
         else:
@@ -625,6 +627,12 @@ class Task(
         trim = self.trims_padding
         dataset = dataset.map(lambda *d: _int_features(self.preprocess(*d), trim), num_parallel_calls=tf.data.AUTOTUNE)
         return dataset.prefetch(tf.data.AUTOTUNE)
+
+    def _labels_checked_in_graph(self, labels):
+        """Hook: one batch of labels from a `tf.data.Dataset`, behind the
+        in-graph checks a task runs on labels it cannot see up front. None by
+        default."""
+        return labels
 
     def _raw_to_tensors(self, x, y):
         """Hook: raw Python inputs (and labels) -> values for
