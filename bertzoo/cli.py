@@ -28,6 +28,7 @@ from bertzoo.compression.pipeline import DEFAULT_STAGES
 from bertzoo.compression.pipeline import STAGES
 from bertzoo.compression.quantization import DEFAULT_SMOOTHING
 from bertzoo.compression.quantization import INPUT_RANGES
+from bertzoo.compression.recipes import RECIPES
 from bertzoo.convert import convert_checkpoint
 from bertzoo.datasets.files import load_texts
 from bertzoo.models.bert_backbone import BertBackbone
@@ -119,7 +120,7 @@ def _export(args):
         raise ValueError("--jit-compile applies to --format tf_saved_model only.")
     if preset.class_name == "BertBackbone":  # Serves features (sequence/pooled outputs).
         model = BertBackbone.from_preset(preset)
-        if args.format == "tf_saved_model":
+        if args.format == "tf_saved_model" and preset.tokenizes_text:
             extra["preprocessor"] = preset.build_preprocessor()
     else:
         model = preset.model_class().from_preset(preset)
@@ -268,6 +269,7 @@ def _sparsity(args):
         argument(
             "--recipe",
             default="tinybert",
+            choices=[*sorted(RECIPES), "none"],
             help="distill stage: tinybert, minilm, hinton, or none for one Distiller (default: %(default)s)",
         ),
         argument(

@@ -4,6 +4,7 @@ after interrupted saves (`kill -9` in a subprocess), previous version restored."
 import functools
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -56,6 +57,19 @@ def test_replaces_the_target_and_leaves_nothing_beside_it(tmp_path):
             write_version(tmp, version)
         assert check_complete(target) == version
     assert hidden_siblings(target) == []
+
+
+def test_the_directory_gets_the_mode_mkdir_would_give(tmp_path):
+    # Not mkdtemp's 0700: a serving process running as another user reads it.
+    previous = os.umask(0o022)
+    try:
+        with atomic_directory(tmp_path / "preset") as tmp:
+            write_version(tmp, 0)
+        plain = tmp_path / "plain"
+        plain.mkdir()
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "preset").stat().st_mode) == stat.S_IMODE(plain.stat().st_mode) == 0o755
 
 
 def test_a_failing_body_keeps_the_old_target(tmp_path):

@@ -438,6 +438,11 @@ def test_bad_models(pair):
         Distiller(teacher, classifier(num_classes=3))
     with pytest.raises(ValueError, match="same model"):
         Distiller(teacher, teacher)
+    named, reordered = classifier(num_layers=1), classifier(num_layers=1)
+    named.class_names, reordered.class_names = ["neg", "pos"], ["pos", "neg"]
+    with pytest.raises(ValueError, match=r"class_names are \['neg', 'pos'\] but the student's \['pos', 'neg'\]"):
+        Distiller(named, reordered)
+    Distiller(named, classifier(num_layers=1))  # A student without names learns the teacher's order.
     # A quantized student's integer kernels cannot train (only its biases would move);
     # a quantized teacher is fine (it only predicts), but no student is copied from it.
     quantized_teacher, quantized_student = bertzoo.quantize(teacher), bertzoo.quantize(student)

@@ -134,6 +134,34 @@ def test_onnx_export_runs_in_onnxruntime(kind, model, features, tmp_path):
         np.testing.assert_allclose(logits, reference[rows], atol=1e-5)
 
 
+def test_onnx_export_of_one_head_layers_runs_in_onnxruntime(features, tmp_path):
+    # Structured pruning leaves layers of one head; tf2onnx once broke their
+    # head transposes (a reshape sharing another layer's shape constant).
+    for module in ("tf2onnx", "onnx", "onnxruntime"):
+        pytest.importorskip(module, reason='ONNX export needs pip install "bertzoo[export]"')
+    import onnxruntime
+
+    keras.utils.set_random_seed(6)
+    backbone = bertzoo.BertBackbone(
+        vocabulary_size=VOCABULARY_SIZE,
+        num_layers=2,
+        hidden_dim=32,
+        num_heads=[1, 3],
+        head_dim=8,
+        intermediate_dim=64,
+        max_sequence_length=64,
+    )
+    model = bertzoo.BertClassifier(backbone, 3)
+    path = model.export(tmp_path / "one_head.onnx", format="onnx")
+    (logits,) = onnxruntime.InferenceSession(str(path)).run(None, features)
+    np.testing.assert_allclose(logits, model.predict(features, verbose=0), atol=1e-5)
+    not_an_export = tmp_path / "config.json"
+    not_an_export.write_text("{}")
+    with pytest.raises(FileExistsError, match=r"is not a .onnx file, so it is not an earlier onnx export"):
+        model.export(not_an_export, format="onnx", overwrite=True)
+    assert not_an_export.read_text() == "{}"
+
+
 def test_onnx_export_without_its_packages_says_what_to_install(model, tmp_path, monkeypatch):
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(

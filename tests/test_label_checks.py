@@ -152,3 +152,91 @@ def test_a_datasets_bad_labels_stop_fit_at_their_batch(classifier):
     fractional = tf.data.Dataset.from_tensor_slices((["good", "bad"], [1.0, 0.5])).batch(2)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"whole-number class ids(.|\n)*0\.5"):
         classifier.evaluate(fractional, verbose=0)
+
+
+def test_pretraining_pair_labels_are_checked_in_memory_and_in_datasets():
+    model = bertzoo.BertPretrainer.from_preset("tiny", load_weights=False, sentence_objective="nsp", sequence_length=16)
+    pairs = (["the cat sat", "a dog ran"], ["on the mat", "in the park"])
+    before = weights(model)
+    with pytest.raises(ValueError, match=r"Labels \[2\] are outside this model's 2 sentence-pair classes"):
+        model.fit(pairs, [1, 2], verbose=0)
+    dataset = tf.data.Dataset.from_tensor_slices((pairs, [1, -1])).batch(2)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"batch are outside(.|\n)*\[-1\]"):
+        model.fit(dataset, verbose=0)
+    for a, b in zip(before, weights(model)):
+        np.testing.assert_array_equal(a, b)
+    assert np.isfinite(model.fit(pairs, [1, 0], verbose=0).history["loss"]).all()
+
+
+def test_labels_of_tokenized_inputs_are_checked_too(classifier):
+    features = classifier.preprocessor(["good", "bad"])
+    with pytest.raises(ValueError, match=r"Labels \[3\] are outside this model's 2 classes"):
+        classifier.fit(features, np.array([3, 0]), verbose=0)
+    with pytest.raises(ValueError, match=r"Labels of shape \(2, 2\) look one-hot(.|\n)*labels.argmax\(-1\)"):
+        classifier.fit(features, np.eye(2), verbose=0)
+    qa = bertzoo.BertQuestionAnswerer.from_preset("tiny", load_weights=False, sequence_length=16)
+    tokens = qa.preprocessor((["who?"], ["anna went home"]))
+    with pytest.raises(ValueError, match=r"\(start, end\) token positions in \[0, 16\)"):
+        qa.fit(tokens, np.array([[4, 16]]), verbose=0)
+    tagger = bertzoo.BertTokenClassifier.from_preset("tiny", load_weights=False, num_classes=3, sequence_length=16)
+    token_labels = np.full((1, 16), -100)
+    token_labels[0, 1] = 7
+    with pytest.raises(ValueError, match=r"Labels \[7\] are outside this model's 3 classes"):
+        tagger.fit(tagger.preprocessor(["anna"]), token_labels, verbose=0)
+
+
+def test_a_datasets_string_labels_take_the_ids_of_the_class_names():
+    named = bertzoo.BertClassifier.from_preset(
+        "tiny", load_weights=False, class_names=["neg", "pos"], sequence_length=16
+    )
+    named.compile(jit_compile=False)
+    texts = ["good", "bad", "fine", "awful"]
+    by_name = tf.data.Dataset.from_tensor_slices((texts, ["pos", "neg", "pos", "neg"])).batch(2)
+    by_id = tf.data.Dataset.from_tensor_slices((texts, [1, 0, 1, 0])).batch(2)
+    np.testing.assert_allclose(named.evaluate(by_name, verbose=0), named.evaluate(by_id, verbose=0), rtol=1e-6)
+    unknown = tf.data.Dataset.from_tensor_slices((texts, ["pos", "meh", "pos", "neg"])).batch(2)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"not among the classifier.{1,2}s class_names"):
+        named.evaluate(unknown, verbose=0)
+
+
+def test_multiple_choice_labels_are_indices_not_answer_texts():
+    model = bertzoo.BertMultipleChoice.from_preset("tiny", load_weights=False, num_choices=2, sequence_length=16)
+    with pytest.raises(ValueError, match=r"index of the right choice \(0 to 1\), got \['red'\]"):
+        model.fit((["sky?"], [["red", "blue"]]), ["red"], verbose=0)
+
+
+def test_answer_spans_in_a_dataset_must_lie_inside_their_context():
+    qa = bertzoo.BertQuestionAnswerer.from_preset("tiny", load_weights=False, sequence_length=16)
+    dataset = tf.data.Dataset.from_tensor_slices(((["who?"], ["anna went home"]), [[-3, 2]])).batch(1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"0 <= start < end <= len\(context\)(.|\n)*-3 2"):
+        qa.fit(dataset, verbose=0)
+    fine = tf.data.Dataset.from_tensor_slices(((["who?"], ["anna went home"]), [[0, 4]])).batch(1)
+    assert np.isfinite(qa.fit(fine, verbose=0).history["loss"]).all()
+
+
+@pytest.mark.parametrize(
+    "num_classes, activation, loss, metric",
+    [
+        (2, None, "SparseCategoricalCrossentropy", "SparseCategoricalAccuracy"),
+        (3, "softmax", "SparseCategoricalCrossentropy", "SparseCategoricalAccuracy"),
+        (3, "sigmoid", "BinaryCrossentropy", "BinaryAccuracy"),
+        (1, None, "MeanSquaredError", "MeanAbsoluteError"),
+    ],
+)
+def test_the_default_loss_follows_the_head(num_classes, activation, loss, metric):
+    model = bertzoo.BertClassifier.from_preset(
+        "tiny", load_weights=False, num_classes=num_classes, activation=activation, sequence_length=16
+    )
+    assert type(model.default_loss()).__name__ == loss
+    assert [type(m).__name__ for m in model.default_metrics()] == [metric]
+    if activation == "softmax":
+        assert not model.default_loss().get_config()["from_logits"]
+
+
+def test_a_regression_head_learns_its_targets_by_default():
+    keras.utils.set_random_seed(0)
+    model = bertzoo.BertClassifier.from_preset("tiny", load_weights=False, num_classes=1, sequence_length=16)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
+    history = model.fit(["good", "bad"] * 8, [0.9, 0.1] * 8, epochs=5, batch_size=16, verbose=0)
+    losses = history.history["loss"]
+    assert losses[0] > 0.0 and losses[-1] < losses[0]

@@ -12,6 +12,7 @@ import pytest
 
 import bertzoo
 from bertzoo.saving.preset import Preset
+from bertzoo.saving.preset import PresetFileNotFoundError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EXPECTED = json.loads((FIXTURES / "format1_expected.json").read_text())
@@ -193,6 +194,14 @@ def test_metadata_cannot_replace_the_checksums_and_a_missing_vocabulary_checksum
         with pytest.raises(ValueError, match=rf"`metadata` may not set \['{next(iter(reserved))}'\]"):
             model.save_to_preset(tmp_path / "p", metadata=reserved)
         assert not (tmp_path / "p").exists()  # Refused before anything is written.
+    for bad, match in (
+        ("notadict", r"`metadata` must be a dict of JSON values"),
+        ({"score": float("nan")}, r"plain JSON values .*no NaN"),
+        ({"score": np.float32(0.5)}, r"plain JSON values .*NumPy scalars"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            model.save_to_preset(tmp_path / "p", metadata=bad)
+        assert not (tmp_path / "p").exists()
     model.save_to_preset(tmp_path / "p", metadata={"notes": "mine"})
     metadata = json.loads((tmp_path / "p" / "metadata.json").read_text())
     assert metadata["notes"] == "mine" and "sha256" in metadata["vocabulary"]
@@ -232,3 +241,34 @@ def test_each_preprocessor_built_from_a_preset_is_a_new_layer():
         for key, value in first.items():
             np.testing.assert_array_equal(other[key], value)
     assert built[3](texts)["token_ids"].shape[-1] == 8
+
+
+def test_a_task_saved_without_a_tokenizer_loads_without_one(tmp_path):
+    backbone = bertzoo.BertBackbone(vocabulary_size=50, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32)
+    model = bertzoo.BertClassifier(backbone, 2)
+    model.save_to_preset(tmp_path / "tokenized")
+    assert not (tmp_path / "tokenized" / "vocabulary.txt").exists()
+    again = bertzoo.BertClassifier.from_preset(tmp_path / "tokenized")
+    assert again.preprocessor is None
+    features = {k: np.ones((1, 8), "int32") for k in ("token_ids", "padding_mask")}
+    features["segment_ids"] = np.zeros((1, 8), "int32")
+    np.testing.assert_allclose(again.predict(features, verbose=0), model.predict(features, verbose=0), atol=1e-6)
+    with pytest.raises(ValueError, match="has no tokenizer .* so `sequence_length` has no preprocessor to set"):
+        bertzoo.BertClassifier.from_preset(tmp_path / "tokenized", sequence_length=8)
+    # A vocabulary the preset records but lost is damage, not "no tokenizer".
+    tiny = bertzoo.BertClassifier.from_preset("tiny", load_weights=False, sequence_length=16)
+    tiny.save_to_preset(tmp_path / "damaged")
+    (tmp_path / "damaged" / "vocabulary.txt").unlink()
+    with pytest.raises(PresetFileNotFoundError, match="vocabulary.txt is missing"):
+        bertzoo.BertClassifier.from_preset(tmp_path / "damaged")
+
+
+def test_a_preprocessor_longer_than_the_position_table_is_refused_up_front():
+    from bertzoo.text import BertPreprocessor
+
+    tiny = bertzoo.BertClassifier.from_preset("tiny", load_weights=False)
+    longer = BertPreprocessor(tiny.preprocessor.tokenizer, sequence_length=tiny.backbone.max_sequence_length + 1)
+    with pytest.raises(
+        ValueError, match=r"packs sequences of 513 tokens but the backbone has position embeddings for 512"
+    ):
+        bertzoo.BertClassifier(tiny.backbone, 2, preprocessor=longer)

@@ -18,6 +18,7 @@ from bertzoo.models.task import bert_optimizer
 from bertzoo.text.preprocessor import BertPreprocessor
 from bertzoo.text.tokenizer import BertTokenizer
 from bertzoo.text.vocabulary import builtin_vocabulary
+from bertzoo.utils import private_api
 
 ENCODER = ["query", "key", "value", "output"]
 
@@ -349,6 +350,82 @@ def test_pruning_while_distilling():
     np.testing.assert_allclose(
         keras.ops.convert_to_numpy(stripped(x)), keras.ops.convert_to_numpy(student(x)), atol=1e-6
     )
+
+
+def test_tied_scores_prune_exactly_the_share_asked_for_or_less_across_layers():
+    from bertzoo.compression.masks import keep_mask
+    from bertzoo.compression.masks import score_threshold
+    from bertzoo.compression.masks import threshold_keeping_ties
+
+    grid = np.round(np.random.default_rng(0).normal(size=(32, 16)) * 5).astype("float32") / 5  # Many ties.
+    for sparsity in (0.0, 0.3, 0.5, 0.9):
+        threshold = score_threshold(grid, sparsity)
+        kept = keras.ops.convert_to_numpy(keep_mask(grid, threshold, sparsity))
+        assert (~kept).sum() == round(sparsity * grid.size)
+        assert grid[~kept].max(initial=-np.inf) <= grid[kept].min()  # The smallest go first.
+        across = float(threshold_keeping_ties(grid, threshold, sparsity))
+        assert (grid <= across).sum() <= round(sparsity * grid.size)  # Ties kept, never over-pruned.
+    equal = np.zeros((4, 4), "float32")
+    assert float(threshold_keeping_ties(equal, score_threshold(equal, 0.5), 0.5)) < 0.0  # 0 > it: all kept.
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(keep_mask(equal, 0.0, 0.5)).ravel(), [False] * 8 + [True] * 8
+    )
+
+
+def test_weights_on_a_coarse_grid_are_pruned_to_the_sparsity_asked_for():
+    model = tiny_classifier()
+    for kernel in encoder_kernels(model).values():
+        kernel.assign(np.round(keras.ops.convert_to_numpy(kernel) * 50) / 50)  # Steps of 0.02: many equal |w|.
+    pruner = bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.5, begin_step=0))
+    apply_steps(model, 1)
+    for path, w in numpy_of(encoder_kernels(model)).items():
+        assert np.sum(w == 0) == pytest.approx(0.5 * w.size, abs=1), path
+    assert pruner.sparsity() == pytest.approx(0.5, abs=1e-3)
+
+
+@pytest.mark.parametrize("scope", ["layer", "global"])
+def test_movement_pruning_from_step_0_under_a_warm_up_ranks_by_magnitude_first(scope):
+    # The default optimizer warms up from rate 0: at step 0 no weight has
+    # moved, so every movement score is 0; that step ranks by |w| instead
+    # of pruning everything.
+    model = tiny_classifier(seed=3)
+    w0 = numpy_of(encoder_kernels(model))
+    pruner = bertzoo.Pruner(
+        model, bertzoo.ConstantSparsity(0.7, begin_step=0, frequency=1), scope=scope, scores="movement"
+    )
+    x, y = tokenized(32)
+    model.compile(optimizer=bert_optimizer(1e-2), jit_compile=False)
+    pruner.fit(x, y, batch_size=16, epochs=1, verbose=0)
+    assert pruner.sparsity() == pytest.approx(0.7, abs=0.01)
+    if scope == "layer":
+        for path, w in numpy_of(encoder_kernels(model)).items():
+            assert np.mean(w == 0) == pytest.approx(0.7, abs=1 / w.size), path
+    # The first step's masks were the magnitude ones.
+    first = bertzoo.Pruner(tiny_classifier(seed=3), bertzoo.ConstantSparsity(0.7, begin_step=0), scores="movement")
+    apply_steps(first.model, 1)
+    for i, target in enumerate(first.targets):
+        kept = keras.ops.convert_to_numpy(first.state.masks[i]) != 0
+        np.testing.assert_array_equal(
+            kept, ~smallest(w0[target.path], int(round(0.7 * kept.size))), err_msg=target.path
+        )
+
+
+def test_fisher_scores_read_the_optimizer_of_the_trainer_that_trains():
+    teacher = tiny_classifier(seed=1, hidden=32, intermediate=64, layers=2)
+    student = tiny_classifier(seed=2)
+    student.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse")
+    x, y = tokenized(16)
+    pruner = bertzoo.Pruner(student, bertzoo.ConstantSparsity(0.5, begin_step=1, frequency=100), scores="fisher")
+    distiller = bertzoo.Distiller(teacher, student, temperature=2.0, alpha=0.5)
+    distiller.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=False)
+    pruner.prepare_trainer(distiller)
+    distiller.fit(x, y, batch_size=8, epochs=1, verbose=0)  # Steps 0 and 1: prunes at 1.
+    assert not student.optimizer.built  # The student's own optimizer never ran.
+    for i, target in enumerate(pruner.targets):
+        kept = keras.ops.convert_to_numpy(pruner.state.masks[i]) != 0
+        second_moment = keras.ops.convert_to_numpy(private_api.adam_moments(distiller.optimizer, target.variable)[1])
+        assert np.mean(kept) == pytest.approx(0.5, abs=1 / kept.size)
+        assert second_moment[kept].max() > 0  # The distiller's Adam saw gradients for them.
 
 
 # --- Movement scores ----------------------------------------------------------

@@ -54,6 +54,16 @@ def test_schedules_run_on_tensors_and_round_trip_config():
     assert bertzoo.ConstantSparsity.from_config(constant.get_config()) == constant
 
 
+def test_numpy_numbers_are_numbers_too():
+    # e.g. steps computed with NumPy: len(x) // batch_size * np.int64(epochs)
+    schedule = bertzoo.PolynomialDecay(0.0, np.float32(0.5), begin_step=np.int64(0), end_step=np.int32(10))
+    assert schedule == bertzoo.PolynomialDecay(0.0, 0.5, begin_step=0, end_step=10)
+    assert type(schedule.get_config()["begin_step"]) is int  # JSON-serializable in a preset's config.
+    assert _call(bertzoo.ConstantSparsity(np.float64(0.25), np.int64(2)), 2) == (True, 0.25)
+    with pytest.raises(ValueError, match="`begin_step` must be an integer, got 1.5"):
+        bertzoo.ConstantSparsity(0.5, begin_step=1.5)
+
+
 @pytest.mark.parametrize(
     "make, match",
     [

@@ -102,6 +102,14 @@ def _check_same_head(teacher, student):
             f"The teacher's outputs have shape {tuple(teacher.output.shape)} but the student's "
             f"{tuple(student.output.shape)}: build the student with the teacher's head settings."
         )
+    names = getattr(teacher, "class_names", None), getattr(student, "class_names", None)
+    if None not in names and list(names[0]) != list(names[1]):
+        # Soft targets are matched by index: the student's class i learns the teacher's class i.
+        raise ValueError(
+            f"The teacher's class_names are {list(names[0])} but the student's {list(names[1])}: the student "
+            f"learns the teacher's outputs in the teacher's order. Build the student with "
+            f"class_names={list(names[0])}."
+        )
 
 
 def _tokenizer_difference(a, b):

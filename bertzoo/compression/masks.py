@@ -73,8 +73,8 @@ def expand_blocks(block_mask, shape, rows, cols):
 
 def score_threshold(scores, sparsity):
     """The k-th smallest of `scores` (any sign), k = round(sparsity * n):
-    pruning every score <= it prunes k of them. -inf (below every score)
-    when k is 0.
+    pruning every score below it, and as many equal to it as make k
+    (`keep_mask`), prunes k of them. -inf (below every score) when k is 0.
 
     Found by bisection on order-preserving integer keys of the float32 bit
     patterns (non-negative floats order like their bits; negative ones have
@@ -104,6 +104,53 @@ def score_threshold(scores, sparsity):
     _, key = ops.fori_loop(0, 32, halve, (low, high))
     threshold = ops.view(ops.where(key < 0, ops.bitwise_xor(key, _LOW_BITS), key), "float32")
     return ops.where(count > 0, threshold, ops.convert_to_tensor(-np.inf, "float32"))
+
+
+def threshold_keeping_ties(scores, threshold, sparsity):
+    """`threshold` (`score_threshold(scores, sparsity)`) for one cut across
+    several weights, where `scores > threshold` is kept: unchanged when
+    pruning every score up to it prunes k = round(sparsity * n); else (ties
+    at it) the float just below it, so the ties are kept and fewer than k
+    pruned, never more.
+
+    Example:
+    ```python
+    threshold_keeping_ties(np.zeros(4), 0.0, 0.5)  # just below 0.0: nothing pruned
+    ```
+    """
+    flat = ops.reshape(ops.cast(scores, "float32"), (-1,))
+    count = ops.cast(ops.round(ops.cast(sparsity, "float32") * flat.shape[0]), "int32")
+    threshold = ops.cast(threshold, "float32")
+    too_many = ops.sum(ops.cast(flat <= threshold, "int32")) > count
+    bits = ops.view(threshold, "int32")
+    key = ops.where(bits < 0, ops.bitwise_xor(bits, _LOW_BITS), bits) - 1  # The next float down.
+    below = ops.view(ops.where(key < 0, ops.bitwise_xor(key, _LOW_BITS), key), "float32")
+    # Below 0 that is -0, which compares equal, then denormals, which CPUs
+    # may flush to 0: the smallest normal float instead.
+    below = ops.where(ops.equal(threshold, 0.0), -np.finfo("float32").tiny, below)
+    return ops.where(too_many, below, threshold)
+
+
+def keep_mask(scores, threshold, sparsity):
+    """Which `scores` survive pruning k = round(sparsity * n) of them at
+    `threshold` (`score_threshold(scores, sparsity)`): every score above it,
+    and of the scores equal to it all but the first (k - count below it) in
+    flat order, so exactly k are pruned however many tie (e.g. movement
+    scores before any weight has moved, or weights on a coarse grid).
+
+    Example:
+    ```python
+    keep_mask(np.zeros((2, 2)), 0.0, 0.5)  # [[False, False], [True, True]]
+    ```
+    """
+    flat = ops.reshape(ops.cast(scores, "float32"), (-1,))
+    count = ops.cast(ops.round(ops.cast(sparsity, "float32") * flat.shape[0]), "int32")
+    threshold = ops.cast(threshold, "float32")
+    ties = ops.equal(flat, threshold)
+    below = ops.sum(ops.cast(flat < threshold, "int32"))
+    pruned_ties = ops.logical_and(ties, ops.cumsum(ops.cast(ties, "int32")) <= count - below)
+    keep = ops.logical_or(flat > threshold, ops.logical_and(ties, ops.logical_not(pruned_ties)))
+    return ops.reshape(keep, ops.shape(scores))
 
 
 def n_of_m_mask(scores, n, m, axis):

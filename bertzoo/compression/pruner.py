@@ -35,6 +35,7 @@ moment): that is the Fisher estimate, so these scores cost no extra state.
 import contextlib
 import difflib
 import re
+import weakref
 
 import keras
 import numpy as np
@@ -44,10 +45,12 @@ from bertzoo.compression.distiller import PREDICTIONS_ONLY
 from bertzoo.compression.distiller import Distiller
 from bertzoo.compression.masks import block_scores
 from bertzoo.compression.masks import expand_blocks
+from bertzoo.compression.masks import keep_mask
 from bertzoo.compression.masks import n_of_m_mask
 from bertzoo.compression.masks import parse_pattern
 from bertzoo.compression.masks import prunable_weights
 from bertzoo.compression.masks import score_threshold
+from bertzoo.compression.masks import threshold_keeping_ties
 from bertzoo.compression.model_copy import PRUNING_STATE_ATTR
 from bertzoo.compression.model_copy import copy_model
 from bertzoo.compression.model_copy import pruning_state
@@ -377,6 +380,7 @@ class Pruner:
             # A copy: on JAX two variables sharing one buffer fail the train step's buffer donation.
             previous.assign(ops.copy(target.variable))
         self._distiller = None
+        self._trainer = None  # A weak reference, from `prepare_trainer`.
         setattr(model, PRUNING_STATE_ATTR, self.state)
         for index, target in enumerate(self.targets):
             target.variable.constraint = _MaskConstraint(self, index, inner=target.variable.constraint)
@@ -490,9 +494,13 @@ class Pruner:
     def _scores(self, index, w, movement=None):
         """Weight `index`'s scores (per block for block patterns), given its
         new value `w`: `|w|`, or the movement accumulated so far (`movement`
-        if given)."""
+        if given; `|w|` while that is all zero)."""
         if self.scores == "movement":
             scores = _read(self.state.movement[index]) if movement is None else movement
+            # Before any weight has moved (pruning at step 0, or a warm-up
+            # from rate 0) movement ranks nothing: magnitude does, once.
+            weight = ops.convert_to_tensor(self.targets[index].variable) if w is None else w
+            scores = ops.where(ops.all(ops.equal(scores, 0.0)), ops.abs(ops.cast(weight, "float32")), scores)
         elif self.scores == "fisher":
             w = ops.cast(w, "float32")
             scores = self._squared_gradient_mean(index) * w * w
@@ -507,23 +515,31 @@ class Pruner:
         (Adam's second moment, already updated for this step: constraints
         run after every variable's update) plus `epsilon**2`, the floor
         Adam's own step puts under it (so before any gradient the scores
-        rank by magnitude instead of all being zero)."""
-        optimizer = getattr(self._model, "optimizer", None)
+        rank by magnitude instead of all being zero). The optimizer is the
+        trainer's (`prepare_trainer`), else the model's."""
+        trainer = self._trainer() if self._trainer is not None else None
+        optimizer = getattr(self._model if trainer is None else trainer, "optimizer", None)
         optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # Under a LossScaleOptimizer.
         variable = self.targets[index].variable
         moments = None if optimizer is None else private_api.adam_moments(optimizer, variable)
         if moments is None:
             raise ValueError(
                 f"scores='fisher' reads the squared-gradient mean that Adam keeps for each weight, but the "
-                f"model's optimizer ({type(optimizer).__name__}) has none for {self.targets[index].path!r}. "
+                f"{'model' if trainer is None else 'trainer'}'s optimizer ({type(optimizer).__name__}) has none for "
+                f"{self.targets[index].path!r}. "
                 "Compile the model with an Adam-family optimizer (bertzoo tasks' default, or "
-                "keras.optimizers.Adam / AdamW) and train it with that optimizer."
+                "keras.optimizers.Adam / AdamW) and train it with that optimizer; training through another "
+                "trainer (a Distiller, your own), call pruner.prepare_trainer(trainer) first."
             )
         floor = float(getattr(optimizer, "epsilon", 0.0) or 0.0) ** 2
         return ops.cast(ops.convert_to_tensor(moments[1]), "float32") + floor
 
-    def _mask_from_scores(self, index, scores, threshold):
-        keep = ops.cast(scores > threshold, self.state.masks[index].dtype)
+    def _mask_from_scores(self, index, scores, threshold, sparsity=None):
+        """Keeps the scores above `threshold`, and with `sparsity` (a weight's
+        own threshold) as many equal to it as leave exactly its share pruned
+        (`keep_mask`)."""
+        keep = scores > threshold if sparsity is None else keep_mask(scores, threshold, sparsity)
+        keep = ops.cast(keep, self.state.masks[index].dtype)
         if self._pattern and self._pattern[0] == "block":
             keep = expand_blocks(keep, self.targets[index].variable.shape, self._pattern[1], self._pattern[2])
         return keep
@@ -550,7 +566,8 @@ class Pruner:
             else:
                 score = self._scores(i, ops.convert_to_tensor(target.variable))
             scores.append(ops.reshape(score, (-1,)))
-        return score_threshold(ops.concatenate(scores, axis=0), sparsity)
+        scores = ops.concatenate(scores, axis=0)
+        return threshold_keeping_ties(scores, score_threshold(scores, sparsity), sparsity)
 
     def _new_mask(self, index, w, should_prune, sparsity, current):
         dtype = current.dtype
@@ -567,7 +584,7 @@ class Pruner:
 
             def prune():
                 scores = self._scores(index, w)
-                return self._mask_from_scores(index, scores, score_threshold(scores, sparsity))
+                return self._mask_from_scores(index, scores, score_threshold(scores, sparsity), sparsity)
 
             return ops.cond(should_prune, prune, lambda: current)
         # Global: the first weight updated in a pruning step computes the
@@ -655,9 +672,10 @@ class Pruner:
     def prepare_trainer(self, trainer):
         """Makes `trainer` (a Keras model whose `fit` updates the pruned
         weights with its optimizer: the model itself, a `Distiller` of it, a
-        custom trainer) carry the pruning state through its train step. Only
-        the JAX backend needs it (its train step is stateless); elsewhere it
-        does nothing. `fit` does it for the trainer it runs; call it before
+        custom trainer) carry the pruning state through its train step (the
+        JAX backend needs that: its train step is stateless), and makes
+        `scores="fisher"` read that trainer's optimizer (on every backend).
+        `fit` does it for the trainer it runs; call it before
         `trainer.fit(...)` with a trainer of your own. On JAX a trainer
         compiled with a `LossScaleOptimizer` (float16) is refused: its update
         runs inside a `lax.cond` the pruning state cannot leave.
@@ -671,6 +689,7 @@ class Pruner:
         distiller.fit(texts, epochs=1)
         ```
         """
+        self._trainer = weakref.ref(trainer)
         if keras.backend.backend() != "jax":
             return
         if isinstance(getattr(trainer, "optimizer", None), keras.optimizers.LossScaleOptimizer):

@@ -8,21 +8,24 @@ that are not past `end_step` (`end_step=-1`: no end); between those steps
 the masks stay as they are.
 """
 
+import numbers
+
 import keras
+import numpy as np
 from keras import ops
 
 from bertzoo.utils.checks import check_positive_int
 
 
 def check_sparsity(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:
         raise ValueError(f"`{name}` must be a sparsity in [0, 1) (the fraction of weights set to zero), got {value!r}.")
     return float(value)
 
 
 def _check_steps(begin_step, end_step, frequency, allow_no_end):
     for name, value in (("begin_step", begin_step), ("end_step", end_step), ("frequency", frequency)):
-        if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
             raise ValueError(f"`{name}` must be an integer, got {value!r}.")
     if begin_step < 0:
         raise ValueError(f"`begin_step` must be >= 0, got {begin_step}.")
@@ -97,12 +100,10 @@ class PolynomialDecay(PruningSchedule):
         self.initial_sparsity = check_sparsity("initial_sparsity", initial_sparsity)
         self.final_sparsity = check_sparsity("final_sparsity", final_sparsity)
         _check_steps(begin_step, end_step, frequency, allow_no_end=False)
-        if isinstance(power, bool) or not isinstance(power, (int, float)) or power <= 0:
+        if isinstance(power, (bool, np.bool_)) or not isinstance(power, numbers.Real) or power <= 0:
             raise ValueError(f"`power` must be a positive number, got {power!r}.")
-        self.begin_step = begin_step
-        self.end_step = end_step
-        self.power = power
-        self.frequency = frequency
+        self.begin_step, self.end_step, self.frequency = int(begin_step), int(end_step), int(frequency)
+        self.power = power if isinstance(power, int) else float(power)
 
     def sparsity_at(self, step):
         step = ops.cast(step, "float32")
@@ -136,9 +137,7 @@ class ConstantSparsity(PruningSchedule):
     def __init__(self, target_sparsity, begin_step, end_step=-1, frequency=100):
         self.target_sparsity = check_sparsity("target_sparsity", target_sparsity)
         _check_steps(begin_step, end_step, frequency, allow_no_end=True)
-        self.begin_step = begin_step
-        self.end_step = end_step
-        self.frequency = frequency
+        self.begin_step, self.end_step, self.frequency = int(begin_step), int(end_step), int(frequency)
 
     @property
     def final_sparsity(self):

@@ -302,6 +302,8 @@ def read(path):
     }
     if tokenizer_config.get("strip_accents") is not None:
         preprocessor["strip_accents"] = bool(tokenizer_config["strip_accents"])
+    if vocabulary is not None and tokenizer_config.get("tokenize_chinese_chars") is not None:
+        preprocessor["split_on_cjk"] = bool(tokenizer_config["tokenize_chinese_chars"])
 
     return SourceModel(
         format="huggingface",

@@ -25,7 +25,6 @@ Keras int8 models to LiteRT (use LiteRT's own dynamic-range quantization,
 import importlib.util
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import keras
@@ -33,6 +32,8 @@ import keras
 from bertzoo.export.saved_model import _backbone_of
 from bertzoo.layers.dense import portable_kernels
 from bertzoo.models.serving import TOKENIZED_KEYS
+from bertzoo.saving.atomic import clean_leftovers
+from bertzoo.saving.atomic import hidden_sibling
 from bertzoo.utils import quantization_mode
 from bertzoo.utils.layers import quantizes_int8_inputs
 
@@ -100,12 +101,17 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
             f"{backbone.max_sequence_length}."
         )
     path = Path(path).expanduser().absolute()
+    suffix = PORTABLE_FORMATS[format]["suffix"]
     if path.is_dir():
-        suffix = PORTABLE_FORMATS[format]["suffix"]
         raise IsADirectoryError(f"{path} is a directory; {format} export writes one file (e.g. model{suffix}).")
     if path.exists() and not overwrite:
         raise FileExistsError(
             f"{path} already exists. Pass overwrite=True (CLI: --overwrite) to replace it, or choose a new path."
+        )
+    if path.exists() and path.suffix != suffix:
+        raise FileExistsError(
+            f"{path} exists and is not a {suffix} file, so it is not an earlier {format} export that overwrite=True "
+            f"would replace: choose a path ending in {suffix}."
         )
     # The model's own inputs, the token axis of the BERT inputs free (None) or fixed.
     signature = [
@@ -119,10 +125,11 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
         }
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    clean_leftovers(path)  # Of an export killed before it finished.
+    tmp = hidden_sibling(path)
     try:
         # Keras's exporters insist on the format's suffix; the file then takes the name asked for.
-        written = tmp / f"model{PORTABLE_FORMATS[format]['suffix']}"
+        written = tmp / f"model{suffix}"
         with portable_kernels():  # Standard ops only: the converters know no others.
             keras.Model.export(model, str(written), format=format, verbose=verbose, input_signature=signature, **kwargs)
         os.replace(written, path)
@@ -143,8 +150,8 @@ def _check_convertible(model, backbone, format):
     mode = quantization_mode(model)
     if format == "litert" and mode and (mode != "int8" or quantizes_int8_inputs(model)):  # Weight-only int8 converts.
         raise ValueError(
-            "LiteRT export of a Keras-quantized (int8) model fails: the converter has no kernel for "
-            "Keras's int8 x int8 matmuls. Export the float32 model with LiteRT's own int8 "
+            f"LiteRT export of a Keras-quantized ({mode}) model fails: the converter has no kernel for "
+            f"Keras's {mode} matmuls. Export the float32 model with LiteRT's own int8 "
             "quantization instead: model.export(path, format='litert', "
             "optimizations=[tf.lite.Optimize.DEFAULT]). (ONNX export handles Keras int8 models.)"
         )

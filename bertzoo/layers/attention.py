@@ -39,7 +39,7 @@ def _head_major_attention(query, key, value, mask, scale, probs_hook=None):
     Returns `(context, probs)`: `(batch, length, heads, head_dim)` and the
     float32 `(batch, heads, length, length)` probabilities.
     """
-    logits = ops.matmul(ops.transpose(query, (0, 2, 1, 3)), ops.transpose(key, (0, 2, 3, 1)))
+    logits = ops.matmul(_heads_first(query), _heads_first(key, keys=True))
     logits = ops.cast(logits, "float32") * scale
     if mask is not None:
         # Adding a (batch, 1, 1, length) bias is cheaper than selecting over
@@ -50,8 +50,23 @@ def _head_major_attention(query, key, value, mask, scale, probs_hook=None):
     weights = ops.cast(probs, value.dtype)
     if probs_hook is not None:
         weights = probs_hook(weights)
-    context = ops.matmul(weights, ops.transpose(value, (0, 2, 1, 3)))
-    return ops.transpose(context, (0, 2, 1, 3)), probs
+    context = ops.matmul(weights, _heads_first(value))
+    return _heads_first(context), probs
+
+
+def _heads_first(x, keys=False):
+    """Swaps axes 1 and 2 of a 4-D tensor (`(batch, length, heads, dim)` <->
+    `(batch, heads, length, dim)`); `keys`: `(batch, length, heads, dim)` ->
+    `(batch, heads, dim, length)`. With one head (a structurally pruned
+    layer) without a 4-D transpose: tf2onnx turns that into a reshape whose
+    shape constant it shares across layers, which ONNX Runtime then cannot
+    run."""
+    if x.shape[2] == 1:  # (batch, length, 1, dim)
+        rows = ops.squeeze(x, axis=2)
+        return ops.expand_dims(ops.swapaxes(rows, 1, 2) if keys else rows, axis=1)
+    if x.shape[1] == 1 and not keys:  # (batch, 1, length, dim)
+        return ops.expand_dims(ops.squeeze(x, axis=1), axis=2)
+    return ops.transpose(x, (0, 2, 3, 1) if keys else (0, 2, 1, 3))
 
 
 def _flatten(x):

@@ -10,9 +10,11 @@ from bertzoo.models.head_utils import check_class_ids
 from bertzoo.models.head_utils import check_classes
 from bertzoo.models.head_utils import class_ids_checked_in_graph
 from bertzoo.models.head_utils import class_ids_of_names
+from bertzoo.models.head_utils import class_ids_of_names_in_graph
 from bertzoo.models.serving import classification_outputs
 from bertzoo.models.task import Task
 from bertzoo.utils.checks import check_rate
+from bertzoo.utils.optional import tf
 
 
 @keras.saving.register_keras_serializable(package="bertzoo")
@@ -86,8 +88,37 @@ class BertClassifier(Task):
         check_rate("dropout", dropout)
         check_activation(activation)
 
+    def default_loss(self):
+        """The loss the head's outputs call for: cross-entropy on class ids
+        for logits (`activation=None`) or softmax, binary cross-entropy for
+        sigmoid (0/1 or multi-hot targets), mean squared error otherwise
+        (one linear output: regression)."""
+        if self._takes_class_ids(np.zeros((1,))):
+            return keras.losses.SparseCategoricalCrossentropy(from_logits=self.activation != "softmax")
+        if self.activation == "sigmoid":
+            return keras.losses.BinaryCrossentropy()
+        return keras.losses.MeanSquaredError()
+
+    def default_metrics(self):
+        if self._takes_class_ids(np.zeros((1,))):
+            return super().default_metrics()
+        if self.activation == "sigmoid":
+            return [keras.metrics.BinaryAccuracy(name="accuracy")]
+        return [keras.metrics.MeanAbsoluteError(name="mae")]
+
     def _raw_to_tensors(self, x, y):
-        return super()._raw_to_tensors(x, self.label_ids(y) if y is not None else None)
+        return super()._raw_to_tensors(x, self._checked_labels(y) if y is not None else None)
+
+    def _checked_labels(self, y, features=None):
+        values = np.asarray(y) if not hasattr(y, "keys") else None
+        sparse = isinstance(getattr(self, "loss", None), keras.losses.SparseCategoricalCrossentropy)
+        if values is not None and sparse and values.ndim == 2 and values.shape[1] == self.num_classes > 1:
+            raise ValueError(
+                f"Labels of shape {values.shape} look one-hot, but this model's loss takes one class id per "
+                "example: pass `labels.argmax(-1)`, or compile with "
+                "`loss=keras.losses.CategoricalCrossentropy(from_logits=True)`."
+            )
+        return self.label_ids(y) if values is not None else y
 
     def label_ids(self, labels):
         """`labels` as class ids: class names (strings, with `class_names`)
@@ -118,6 +149,8 @@ class BertClassifier(Task):
     def _labels_checked_in_graph(self, labels):
         if not hasattr(labels, "dtype") or not self._takes_class_ids(labels):
             return labels
+        if labels.dtype == tf.string:
+            labels = class_ids_of_names_in_graph(labels, self.class_names, "classifier")
         return class_ids_checked_in_graph(labels, self.num_classes)
 
     def _takes_class_ids(self, values):

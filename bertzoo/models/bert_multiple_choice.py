@@ -134,9 +134,19 @@ class BertMultipleChoice(Task):
                     f"Example {i} has {len(options)} choices; this model takes exactly "
                     f"num_choices={self.num_choices} strings per example."
                 )
-        if y is not None:
-            check_class_ids(y, self.num_choices, what="choices")
-        return (tf.constant(contexts, tf.string), tf.constant(choices, tf.string)), y
+        return (tf.constant(contexts, tf.string), tf.constant(choices, tf.string)), self._checked_labels(y)
+
+    def _checked_labels(self, y, features=None):
+        if y is None:
+            return None
+        values = np.asarray(y)
+        if values.dtype.kind not in "iufb":
+            raise ValueError(
+                f"Multiple-choice labels are the index of the right choice (0 to {self.num_choices - 1}), got "
+                f"{values.ravel()[:3].tolist()}: pass `choices[i].index(answer)`, not the answer's text."
+            )
+        check_class_ids(values, self.num_choices, what="choices")
+        return y
 
     def _labels_checked_in_graph(self, labels):
         return class_ids_checked_in_graph(labels, self.num_choices, what="choices")

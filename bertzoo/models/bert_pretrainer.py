@@ -9,6 +9,8 @@ import numpy as np
 from bertzoo.layers.dense import Dense
 from bertzoo.layers.masked_lm_head import MaskedLMHead
 from bertzoo.models.head_utils import MaskedAccuracy
+from bertzoo.models.head_utils import check_class_ids
+from bertzoo.models.head_utils import class_ids_checked_in_graph
 from bertzoo.models.head_utils import masked_loss
 from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.serving import TextServing
@@ -258,6 +260,20 @@ class BertPretrainer(Task):
             )
         with unused_pooler_ok():  # Masked LM alone does not use the pooler.
             return super().fit(x=x, y=y, **kwargs)
+
+    def _raw_to_tensors(self, x, y):
+        return super()._raw_to_tensors(x, self._checked_labels(y) if y is not None else None)
+
+    def _checked_labels(self, y, features=None):
+        # The pair labels: 0 = in order / next, 1 = swapped / random.
+        if self.sentence_objective is not None and not isinstance(y, dict):
+            check_class_ids(y, 2, what="sentence-pair classes (0 = in order, 1 = swapped or random)")
+        return y
+
+    def _labels_checked_in_graph(self, labels):
+        if self.sentence_objective is None or isinstance(labels, dict):
+            return labels
+        return class_ids_checked_in_graph(labels, 2, what="sentence-pair classes (0 = in order, 1 = swapped or random)")
 
     def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
         """Texts (or sentence pairs and their labels) -> masked features

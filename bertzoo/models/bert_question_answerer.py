@@ -439,6 +439,19 @@ class BertQuestionAnswerer(Task):
             y = y.astype("int32")
         return super()._raw_to_tensors((questions, contexts), y)
 
+    def _checked_labels(self, y, features=None):
+        # Token positions of tokenized inputs: one past the end would make
+        # the loss (and, under XLA, every weight) NaN.
+        values = np.asarray(y)
+        length = np.shape(features["token_ids"])[-1] if isinstance(features, dict) else None
+        if values.dtype.kind in "iu" and length is not None:
+            if values.ndim != 2 or values.shape[-1] != 2 or values.min() < 0 or values.max() >= length:
+                raise ValueError(
+                    f"Answer labels of tokenized inputs are (start, end) token positions in [0, {length}), one "
+                    f"pair per example; got shape {values.shape}, values from {values.min()} to {values.max()}."
+                )
+        return y
+
     def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
         """`(questions, contexts)` (and character spans) -> features (and
         token positions `(batch, 2)`; an answer cut off points at `[CLS]`)."""
@@ -456,6 +469,20 @@ class BertQuestionAnswerer(Task):
         # answer's start and end, from one tokenizer call (the features' own
         # tokenization).
         spans = tf.cast(y, tf.int32)
+        # `_raw_to_tensors` checks in-memory spans; a dataset's are seen here.
+        lengths = tf.strings.length(contexts, unit="UTF8_CHAR")
+        inside = (spans[:, 0] >= 0) & (spans[:, 0] < spans[:, 1]) & (spans[:, 1] <= lengths)
+        check = tf.debugging.Assert(
+            tf.reduce_all(inside),
+            [
+                "Answer spans are (start, end) character offsets with 0 <= start < end <= len(context); these "
+                "(start, end) in this tf.data batch are not:",
+                tf.boolean_mask(spans, ~inside),
+            ],
+            summarize=6,
+        )
+        with tf.control_dependencies([check]):
+            spans = tf.identity(spans)
         zeros = tf.zeros_like(spans[:, 0])
         texts = tf.concat(
             [

@@ -231,6 +231,10 @@ class BertTokenClassifier(Task):
     def _raw_to_tensors(self, x, y):
         return _pad_words(x, None if y is None else [self._word_label_ids(row) for row in y])
 
+    def _checked_labels(self, y, features=None):
+        check_class_ids(y, self.num_classes, ignore=IGNORE_LABEL)  # Token labels of tokenized inputs.
+        return y
+
     def _word_label_ids(self, labels):
         """One sentence's per-word labels as class ids: names (with
         `class_names`) map to their index, ids pass through."""

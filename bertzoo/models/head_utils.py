@@ -79,17 +79,40 @@ def class_ids_of_names(names, class_names, head, kind="labels"):
     ```
     """
     if class_names is None:
-        raise ValueError(
-            f"The {kind} are strings ({names[0]!r}, ...) but this {head} has no `class_names`: build it "
-            "with class_names=[...] (their order gives the ids), or pass integer class ids."
-        )
+        raise ValueError(_no_class_names_message(f"({names[0]!r}, ...)", head, kind))
     index = {str(name): i for i, name in enumerate(class_names)}
     unknown = sorted(set(names) - set(index))
     if unknown:
-        raise ValueError(
-            f"{kind[0].upper()}{kind[1:]} {unknown} are not among the {head}'s class_names {list(class_names)}."
-        )
+        raise ValueError(_unknown_names_message(unknown, class_names, head, kind))
     return [index[name] for name in names]
+
+
+def class_ids_of_names_in_graph(labels, class_names, head, kind="labels"):
+    """`class_ids_of_names` on a string tensor (one batch of a
+    `tf.data.Dataset`): a batch holding a name not in `class_names` fails
+    with the same message, and the names."""
+    if class_names is None:
+        raise ValueError(_no_class_names_message("in a tf.data.Dataset", head, kind))
+    matches = tf.equal(tf.expand_dims(labels, -1), tf.constant([str(name) for name in class_names]))
+    known = tf.reduce_any(matches, axis=-1)
+    check = tf.debugging.Assert(
+        tf.reduce_all(known),
+        [_unknown_names_message("in this tf.data batch", class_names, head, kind), tf.boolean_mask(labels, ~known)],
+        summarize=5,
+    )
+    with tf.control_dependencies([check]):
+        return tf.argmax(tf.cast(matches, tf.int32), axis=-1, output_type=tf.int32)
+
+
+def _no_class_names_message(which, head, kind):
+    return (
+        f"The {kind} are strings {which} but this {head} has no `class_names`: build it with "
+        "class_names=[...] (their order gives the ids), or pass integer class ids."
+    )
+
+
+def _unknown_names_message(unknown, class_names, head, kind):
+    return f"{kind[0].upper()}{kind[1:]} {unknown} are not among the {head}'s class_names {list(class_names)}."
 
 
 def check_class_ids(labels, num_classes, ignore=None, what="classes"):

@@ -1,8 +1,10 @@
 """`fit` / `evaluate` on raw text, shared by task models and trainers."""
 
 import contextlib
+import math
 
 import keras
+import numpy as np
 
 from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.utils import private_api
@@ -56,6 +58,62 @@ def build_optimizer_before_fit(model):
         optimizer.build(model.trainable_variables)
 
 
+def _is_raw_sequence(x):
+    # Raw text in memory: a list or array of examples, or a tuple of them
+    # (pairs, questions and contexts, contexts and choices).
+    parts = x if isinstance(x, tuple) else (x,)
+    return all(isinstance(part, (list, np.ndarray)) for part in parts) and _holds_strings(parts[0])
+
+
+def _holds_strings(values):
+    first = values[0] if len(values) else None
+    while isinstance(first, (list, tuple, np.ndarray)) and len(first):
+        first = first[0]
+    return isinstance(first, (str, bytes))
+
+
+def _holds_no_examples(x):
+    """True for raw inputs with no examples: `[]`, an empty array, or a pair
+    (tuple) of them."""
+    parts = x if isinstance(x, tuple) and x else (x,)
+    return all(isinstance(part, (list, tuple, np.ndarray)) and len(part) == 0 for part in parts)
+
+
+def split_for_validation(x, y, sample_weight, validation_split):
+    """`fit`'s `validation_split` for raw text, as Keras does it for arrays:
+    the last `validation_split` of the examples (before shuffling) are held
+    out. Returns `(x, y, sample_weight, validation_data)`.
+
+    Example:
+    ```python
+    split_for_validation(["a", "b", "c", "d"], [0, 1, 0, 1], None, 0.25)
+    # (['a', 'b', 'c'], [0, 1, 0], None, (['d'], [1]))
+    ```
+    """
+    if not 0.0 < validation_split < 1.0:
+        raise ValueError(f"`validation_split` must be a fraction in (0, 1), got {validation_split!r}.")
+    parts = x if isinstance(x, tuple) else (x,)
+    count = len(parts[0])
+    keep = int(math.floor(count * (1.0 - validation_split)))
+    if keep == 0:
+        raise ValueError(
+            f"validation_split={validation_split} of {count} examples leaves no training examples: use more "
+            "examples or a smaller split."
+        )
+
+    def head(values):
+        return None if values is None else values[:keep]
+
+    def tail(values):
+        return None if values is None else values[keep:]
+
+    def split_inputs(side):
+        return tuple(side(part) for part in parts) if isinstance(x, tuple) else side(x)
+
+    validation = tuple(v for v in (split_inputs(tail), tail(y), tail(sample_weight)) if v is not None)
+    return split_inputs(head), head(y), head(sample_weight), validation
+
+
 class RawInputsMixin:
     """Runs `fit` and `evaluate` inputs through `self._as_dataset` first,
     and builds the optimizer before the first training step is traced.
@@ -79,6 +137,11 @@ class RawInputsMixin:
         **kwargs,
     ):
         self._check_fit_inputs(x, y)
+        split = kwargs.pop("validation_split", 0.0)
+        if split and validation_data is None and _is_raw_sequence(x):
+            x, y, sample_weight, validation_data = split_for_validation(x, y, sample_weight, split)
+        elif split:
+            kwargs["validation_split"] = split
         keras_fit = super().fit
         callbacks = kwargs.get("callbacks")
         callbacks = getattr(callbacks, "callbacks", callbacks) or []
@@ -101,6 +164,8 @@ class RawInputsMixin:
         dataset = self._as_dataset(x, y, sample_weight, batch_size, shuffle=shuffle)
         if dataset is not None:  # Already shuffled, batched and tokenized.
             x, y, sample_weight, batch_size, shuffle = dataset, None, None, None, False
+        elif y is not None:
+            y = self._checked_labels(y, x)
         if self.optimizer is not None:
             set_schedule_length(self.optimizer, x, batch_size, epochs, steps_per_epoch)
         return keras_fit(
@@ -117,8 +182,17 @@ class RawInputsMixin:
 
     def _check_fit_inputs(self, x, y, method="fit"):
         """Hook: raises a clear error for `fit` (or `evaluate`) inputs it
-        cannot train on (no examples, no labels where it needs them). Does
-        nothing by default."""
+        cannot train on (no examples; tasks: no labels where they need them)."""
+        if method == "fit" and _holds_no_examples(x):
+            raise ValueError("`x` holds no examples: `fit` needs at least one.")
+
+    def _checked_labels(self, y, features=None):
+        """Hook: in-memory labels as the model's loss takes them (one per
+        output row), checked: raises a clear error for labels it cannot train
+        on. `fit` and `evaluate` run it on the labels of tokenized inputs
+        (`features`); tasks run it on those of raw text where those are the
+        same labels. Unchanged by default."""
+        return y
 
     def _as_validation_data(self, validation_data):
         """`fit`'s `validation_data`, tokenized and batched when it is raw
@@ -140,4 +214,6 @@ class RawInputsMixin:
         dataset = self._as_dataset(x, y, sample_weight, batch_size)
         if dataset is not None:
             x, y, sample_weight, batch_size = dataset, None, None, None
+        elif y is not None:
+            y = self._checked_labels(y, x)
         return super().evaluate(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)

@@ -95,6 +95,23 @@ def _holds_text(x):
     return False
 
 
+def _without_labels(dataset):
+    """`predict`'s raw-text dataset without its labels and weights (Keras
+    ignores them; here they would be preprocessed and checked). Elements of
+    two string tensors are refused: by Keras's convention they read as
+    (texts, labels), so a pair's second texts would be dropped silently."""
+    spec = dataset.element_spec
+    if not isinstance(spec, tuple) or len(spec) < 2:
+        return dataset
+    if len(spec) == 2 and all(isinstance(s, tf.TensorSpec) and s.dtype == tf.string for s in spec):
+        raise ValueError(
+            "The dataset's elements are two string tensors, which read as (texts, labels): predict would ignore "
+            "the second. For sentence pairs, nest them: `dataset.map(lambda a, b: ((a, b),))`; for texts with "
+            "string labels, drop the labels: `dataset.map(lambda texts, labels: texts)`."
+        )
+    return dataset.map(lambda inputs, *labels_and_weights: (inputs,))  # A 1-tuple keeps a pair nested.
+
+
 def _check_examples_pair_up(x, y, sample_weight):
     """Raw inputs (after `_raw_to_tensors`) and their labels and weights hold
     one entry per example: a ValueError naming the lengths otherwise (from
@@ -149,6 +166,12 @@ class Task(
     source_preset = None
 
     def __init__(self, *args, backbone, preprocessor=None, **kwargs):
+        length, longest = getattr(preprocessor, "sequence_length", None), getattr(backbone, "max_sequence_length", None)
+        if length is not None and longest is not None and length > longest:
+            raise ValueError(
+                f"The preprocessor packs sequences of {length} tokens but the backbone has position embeddings "
+                f"for {longest}: build the preprocessor with sequence_length={longest} or less."
+            )
         head_dtype = kwargs.get("dtype")
         if isinstance(head_dtype, dict) and head_dtype.get("class_name") == "DTypePolicyMap":
             head_dtype = kwargs["dtype"] = keras.dtype_policies.deserialize(head_dtype)
@@ -374,6 +397,13 @@ class Task(
                     "`sequence_length` sets the preset's preprocessor; with `preprocessor=` given it would be "
                     "ignored: build that preprocessor with the length instead."
                 )
+        if preprocessor == "auto" and not preset.tokenizes_text:
+            if sequence_length is not None:
+                raise ValueError(
+                    f"Preset {preset.name!r} has no tokenizer (it was saved without one), so `sequence_length` "
+                    "has no preprocessor to set: pass tokenized inputs of that length instead."
+                )
+            preprocessor = None
         if preprocessor == "auto":
             overrides = {"sequence_length": int(sequence_length)} if sequence_length is not None else {}
             preprocessor = preset.build_preprocessor(**overrides)
@@ -555,8 +585,7 @@ class Task(
     fit_needs_labels = True  # A task whose `fit` makes its own labels says False.
 
     def _check_fit_inputs(self, x, y, method="fit"):
-        if method == "fit" and (_is_empty_batch(x) or (isinstance(x, np.ndarray) and x.size == 0)):
-            raise ValueError("`x` holds no examples: `fit` needs at least one.")
+        super()._check_fit_inputs(x, y, method)
         # Texts, pairs or feature dicts carry no labels: without `y`, Keras
         # would fail deep in the loss ("None values not supported").
         if self.fit_needs_labels and y is None and isinstance(x, (str, list, tuple, np.ndarray, dict)):
@@ -606,8 +635,10 @@ class Task(
             first = tf.nest.flatten(dataset.element_spec)[0]
             if first.shape.rank == 0:  # Unbatched elements of single strings.
                 dataset = dataset.batch(batch_size)
-            check = self._labels_checked_in_graph
-            dataset = dataset.map(lambda *d: d[0] if len(d) == 1 else (d[0], check(d[1]), *d[2:]))
+            spec = dataset.element_spec
+            if isinstance(spec, tuple) and len(spec) > 1:  # (inputs, labels[, weights])
+                check = self._labels_checked_in_graph
+                dataset = dataset.map(lambda inputs, labels, *weights: (inputs, check(labels), *weights))
             if isinstance(shuffle, EpochOrder):  # `ResumableTraining`: one pass per epoch, resumed.
                 dataset = shuffle.repeat(dataset)
         else:
@@ -646,8 +677,8 @@ class Task(
 
         if isinstance(x, str):
             x = [x]
-        if isinstance(x, tuple) and len(x) == 2:  # Sentence pairs.
-            x = (strings(x[0]), strings(x[1]))
+        if isinstance(x, tuple) and len(x) == 2:  # Sentence pairs; two strings are one pair.
+            x = tuple(strings([part] if isinstance(part, str) else part) for part in x)
         elif isinstance(x, list):
             x = strings(x)
         return x, y
@@ -672,9 +703,13 @@ class Task(
             return keras.tree.map_structure(
                 lambda t: np.zeros((0,) + tuple(d or 0 for d in t.shape[1:]), t.dtype), self.output
             )
+        if x is None:
+            raise ValueError(f"{type(self).__name__}.predict got no inputs (x=None): pass the texts to predict on.")
         features = self._preprocess_in_memory(x)
         if features is not None:
             return super().predict(features, batch_size=batch_size or DEFAULT_BATCH_SIZE, **kwargs)
+        if is_tf_dataset(x) and self.preprocessor is not None and not _is_tokenized(x):
+            x = _without_labels(x)
         dataset = self._as_dataset(x, batch_size=batch_size)
         if dataset is not None:
             x, batch_size = dataset, None

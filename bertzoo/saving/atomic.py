@@ -128,8 +128,16 @@ def _sync_tree(root):
         sync_directory(directory)
 
 
-def _hidden_sibling(target, kind):
-    return Path(tempfile.mkdtemp(prefix=f".{target.name}.{kind}-{os.getpid()}-", dir=target.parent))
+def hidden_sibling(target, kind="tmp"):
+    """A new hidden directory next to `target`, named so that
+    `leftovers(target)` finds it once this process is gone, with the mode a
+    plain `mkdir` gives (`tempfile.mkdtemp` makes it 0700, which the
+    directory would keep once renamed into place)."""
+    directory = Path(tempfile.mkdtemp(prefix=f".{target.name}.{kind}-{os.getpid()}-", dir=target.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(directory, 0o777 & ~umask)
+    return directory
 
 
 @contextlib.contextmanager
@@ -155,14 +163,14 @@ def atomic_directory(target, overwrite=True):
         raise FileExistsError(
             f"{target} already exists. Pass overwrite=True (CLI: --overwrite) to replace it, or choose a new path."
         )
-    tmp = _hidden_sibling(target, "tmp")
+    tmp = hidden_sibling(target, "tmp")
     try:
         yield tmp
         _sync_tree(tmp)  # On disk before the swap makes it the target (power loss, not only kill -9).
         if not target.exists():
             os.rename(tmp, target)
         elif not _exchange(tmp, target):
-            old = _hidden_sibling(target, "old")
+            old = hidden_sibling(target, "old")
             os.rename(target, old / "previous")
             try:
                 os.rename(tmp, target)

@@ -325,6 +325,19 @@ class Preset:
             return False
         return any(self._file(name, required=False) is not None for name in (VOCABULARY_FILE, SENTENCEPIECE_FILE))
 
+    @property
+    def tokenizes_text(self):
+        """False for a preset saved without a tokenizer (a task built with
+        `preprocessor=None`, a checkpoint converted without a vocabulary):
+        `config.json`'s `preprocessor` is null, and no vocabulary or
+        SentencePiece file is there or recorded in `metadata.json` (a
+        recorded one that is missing is damage, reported when it is read).
+        Its tasks load with `preprocessor=None` and take tokenized inputs."""
+        if self.directory is None or self.config.get("preprocessor") is not None or self.has_tokenizer_files:
+            return True
+        files = self.metadata.get("files") if isinstance(self.metadata, dict) else None
+        return "vocabulary" in self.metadata or SENTENCEPIECE_FILE in (files if isinstance(files, dict) else {})
+
     def _node_class(self, key, config_path):
         node = self.config[key]
         registered = node.get("registered_name")
@@ -490,6 +503,11 @@ class Preset:
                 f"config entries it can override are {sorted(known)}."
             )
         if isinstance(saved_dtype, dict) and saved_dtype.get("class_name") == "DTypePolicyMap":
+            if dtype is not None and keras.dtype_policies.get(dtype).compute_dtype == "float16":
+                raise ValueError(
+                    f"Preset {self.name!r} is quantized, and Keras's quantized layers do not compute in float16: "
+                    "load it with dtype='bfloat16' (or 'float32', the default)."
+                )
             policy_map = retarget_policy_map(deserialize(saved_dtype, f"{self.name}'s config"), dtype)
             config["dtype"] = keras.dtype_policies.serialize(policy_map)
         elif dtype is not None:
@@ -779,6 +797,15 @@ def save_preset(
     `Preset.load_arrays`).
     """
     _check_replaceable(directory)
+    if metadata is not None and not isinstance(metadata, dict):
+        raise ValueError(f"`metadata` must be a dict of JSON values (e.g. {{'notes': '...'}}), got {metadata!r}.")
+    try:
+        json.dumps(metadata, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(
+            f"`metadata` must hold plain JSON values (str, int, float, bool, None, lists and dicts; no NaN or "
+            f"infinity, no NumPy scalars: convert them with float()/int()): {e}."
+        ) from None
     reserved = sorted(set(metadata or {}) & RESERVED_METADATA_KEYS)
     if reserved:
         raise ValueError(

@@ -323,6 +323,7 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
         model = _penalize_digit_comma(data, pieces) if split_digit_comma else data
         # Built here, eagerly: tf-text resources cannot be created while tf.data
         # traces a map function.
+        self._sentencepiece_model = model
         try:
             self._sentencepiece = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32)
             size = int(self._sentencepiece.vocab_size())
@@ -343,7 +344,23 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
     def export_resources(self):
         """TensorFlow resources a SavedModel must track to run this tokenizer
         (the SentencePiece model); `bertzoo.export` attaches them."""
-        return [self._sentencepiece]
+        return [self._live_sentencepiece()]
+
+    def _live_sentencepiece(self):
+        """tf-text's tokenizer, built again when its resource is gone:
+        `tf.random.set_seed` (so `keras.utils.set_random_seed` too) clears
+        TensorFlow's eager caches, and the SentencePiece resource with them.
+        Checked eagerly, also while a `tf.data` map or `tf.function` traces
+        (`init_scope`), where the resource cannot be created."""
+        with tf.init_scope():
+            if tf.executing_eagerly():
+                try:
+                    self._sentencepiece.vocab_size()
+                except tf.errors.NotFoundError:
+                    self._sentencepiece = tf_text.SentencepieceTokenizer(
+                        model=self._sentencepiece_model, out_type=tf.int32
+                    )
+        return self._sentencepiece
 
     # --- Tokenization -----------------------------------------------------
     def _preprocess(self, text):
@@ -383,7 +400,7 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
         if self.special_tokens_in_strings:
             ids = self._tokenize_keeping_special_tokens(strings)
         else:
-            ids = self._sentencepiece.tokenize(self._preprocess(strings))
+            ids = self._live_sentencepiece().tokenize(self._preprocess(strings))
         if scalar:
             return ids[0]
         return ids
@@ -412,7 +429,7 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
                 f"SentencePieceTokenizer.tokenize_with_offsets expects a 1-D batch of strings, got shape {strings.shape}."
             )
         text, alignment = normalize_characters(strings, self._preprocess)
-        ids, byte_starts, byte_ends = self._sentencepiece.tokenize_with_offsets(text)
+        ids, byte_starts, byte_ends = self._live_sentencepiece().tokenize_with_offsets(text)
         rows = ids.value_rowids()
         starts, ends = alignment.characters(
             rows, tf.cast(byte_starts.flat_values, tf.int64), tf.cast(byte_ends.flat_values, tf.int64)
@@ -439,7 +456,7 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
         special = tf.reduce_any(matches, axis=1)
         # Each piece is either ordinary text or one special token; the other
         # part of its row is empty (SentencePiece gives no ids for "").
-        ordinary = self._sentencepiece.tokenize(self._preprocess(tf.where(special, "", flat)))
+        ordinary = self._live_sentencepiece().tokenize(self._preprocess(tf.where(special, "", flat)))
         special_ids = tf.gather(self._special_ids, tf.argmax(tf.cast(matches, tf.int32), axis=1))
         kept = tf.RaggedTensor.from_row_lengths(tf.boolean_mask(special_ids, special), tf.cast(special, tf.int64))
         ids = tf.concat([ordinary, kept], axis=1)
@@ -457,8 +474,8 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
         """
         ids = self._checked_ids(ids)
         if ids.shape.rank == 1:
-            return self._sentencepiece.detokenize(ids[tf.newaxis])[0]
-        return self._sentencepiece.detokenize(ids)
+            return self._live_sentencepiece().detokenize(ids[tf.newaxis])[0]
+        return self._live_sentencepiece().detokenize(ids)
 
     # --- Config -----------------------------------------------------------
     def get_config(self):

@@ -182,7 +182,7 @@ def test_hf_bert_matches_numpy(ref, rng, make_bert_inputs, tmp_path, hidden_act,
         ref.hf_config(model, hidden_act=hidden_act, layer_norm_eps=1e-6),
         ref.hf_bert_arrays(model, prefix=prefix, legacy_norm_names=legacy),
         vocabulary=ref.tiny_vocabulary(40),
-        tokenizer_config={"do_lower_case": False},
+        tokenizer_config={"do_lower_case": False, "tokenize_chinese_chars": False},
     )
     result = bertzoo.convert_checkpoint(source, tmp_path / "preset")
     backbone = bertzoo.BertBackbone.from_preset(result.path)
@@ -193,7 +193,8 @@ def test_hf_bert_matches_numpy(ref, rng, make_bert_inputs, tmp_path, hidden_act,
     assert diff < 1e-5
 
     preset = Preset.resolve(result.path)
-    assert preset.config["preprocessor"]["config"]["tokenizer"]["config"]["lowercase"] is False
+    tokenizer = preset.config["preprocessor"]["config"]["tokenizer"]["config"]
+    assert tokenizer["lowercase"] is False and tokenizer["split_on_cjk"] is False
     heads = preset.load_arrays(PRETRAINING_HEADS_FILE)
     np.testing.assert_array_equal(heads["nsp/kernel"], model["heads"]["nsp"][0])
     np.testing.assert_array_equal(heads["mlm/transform/kernel"], model["heads"]["transform"][0])

@@ -321,6 +321,21 @@ def test_eager_tf_data_tf_function_identical(proto):
         assert tokenizer(["a b"]).dtype == tf.int32 and tokenizer("a b").shape.rank == 1
 
 
+def test_seeding_tensorflow_after_building_leaves_the_tokenizer_working(proto):
+    # `tf.random.set_seed` (and so `keras.utils.set_random_seed`) clears
+    # TensorFlow's eager caches, and with them SentencePiece's resource.
+    tokenizer = SentencePieceTokenizer(proto)
+    preprocessor = BertPreprocessor(tokenizer, sequence_length=16)
+    before = as_lists(tokenizer(HARD_STRINGS))
+    keras.utils.set_random_seed(7)
+    assert as_lists(tokenizer(HARD_STRINGS)) == before
+    tf.random.set_seed(8)
+    dataset = tf.data.Dataset.from_tensor_slices(HARD_STRINGS).batch(4).map(tokenizer)
+    assert [row for batch in dataset for row in batch.to_list()] == before
+    tf.random.set_seed(9)
+    assert preprocessor(HARD_STRINGS[:2])["token_ids"].shape == (2, 16)
+
+
 def test_runs_inside_exported_saved_model(proto, tmp_path):
     tokenizer = SentencePieceTokenizer(proto, **albert_options(True, False))
     preprocessor = BertPreprocessor(tokenizer, sequence_length=16)
