@@ -24,6 +24,7 @@ from bertzoo.compression import compress
 from bertzoo.compression import gzip_size
 from bertzoo.compression import quantize
 from bertzoo.compression import sparsity_report
+from bertzoo.compression.calibration import calibration_sample
 from bertzoo.compression.pipeline import DEFAULT_STAGES
 from bertzoo.compression.pipeline import STAGES
 from bertzoo.compression.quantization import DEFAULT_SMOOTHING
@@ -158,8 +159,8 @@ def _model_from_preset_directory(path):
             "--calibration",
             metavar="FILE",
             default=None,
-            help="int8: smooth the Dense inputs (SmoothQuant) calibrated on the first 512 texts of this "
-            "TSV/CSV/JSONL file (a task preset with a vocabulary)",
+            help="int8: smooth the Dense inputs (SmoothQuant) calibrated on 512 texts of this TSV/CSV/JSONL "
+            "file, a seeded sample as `compress` takes (a task preset with a vocabulary)",
         ),
         argument("--text-column", default="text", help="--calibration: the text column (default: %(default)s)"),
         argument(
@@ -205,7 +206,7 @@ def _quantize(args):
             raise ValueError(
                 f"--calibration needs a task preset with a vocabulary (it tokenizes the texts); {args.preset} has none."
             )
-        calibration = load_texts(args.calibration, args.text_column)
+        calibration = calibration_sample(load_texts(args.calibration, args.text_column))
     quantized = quantize(
         model,
         args.mode,
@@ -214,6 +215,7 @@ def _quantize(args):
         smoothing=DEFAULT_SMOOTHING if args.smoothing is None else args.smoothing,
         input_ranges=args.input_ranges or "dynamic",
         weight_only=args.weight_only,
+        calibration_steps=None,  # The whole sample.
     )
     before = gzip_size(args.preset)  # Before an --overwrite of the same directory.
     if preset.class_name == "BertBackbone":

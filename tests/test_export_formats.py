@@ -157,9 +157,11 @@ def test_onnx_export_of_one_head_layers_runs_in_onnxruntime(features, tmp_path):
     np.testing.assert_allclose(logits, model.predict(features, verbose=0), atol=1e-5)
     not_an_export = tmp_path / "config.json"
     not_an_export.write_text("{}")
-    with pytest.raises(FileExistsError, match=r"is not a .onnx file, so it is not an earlier onnx export"):
+    with pytest.raises(FileExistsError, match=r"is not an earlier onnx export, which is all overwrite=True replaces"):
         model.export(not_an_export, format="onnx", overwrite=True)
     assert not_an_export.read_text() == "{}"
+    no_suffix = model.export(tmp_path / "model_onnx", format="onnx")
+    assert model.export(no_suffix, format="onnx", overwrite=True) == no_suffix  # Its own earlier export.
 
 
 def test_onnx_export_without_its_packages_says_what_to_install(model, tmp_path, monkeypatch):

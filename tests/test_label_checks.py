@@ -219,8 +219,12 @@ def test_answer_spans_in_a_dataset_must_lie_inside_their_context():
     [
         (2, None, "SparseCategoricalCrossentropy", "SparseCategoricalAccuracy"),
         (3, "softmax", "SparseCategoricalCrossentropy", "SparseCategoricalAccuracy"),
+        (3, tf.nn.softmax, "SparseCategoricalCrossentropy", "SparseCategoricalAccuracy"),
+        (3, "tanh", "SparseCategoricalCrossentropy", "SparseCategoricalAccuracy"),
         (3, "sigmoid", "BinaryCrossentropy", "BinaryAccuracy"),
+        (1, "sigmoid", "BinaryCrossentropy", "BinaryAccuracy"),
         (1, None, "MeanSquaredError", "MeanAbsoluteError"),
+        (1, "tanh", "MeanSquaredError", "MeanAbsoluteError"),
     ],
 )
 def test_the_default_loss_follows_the_head(num_classes, activation, loss, metric):
@@ -229,8 +233,42 @@ def test_the_default_loss_follows_the_head(num_classes, activation, loss, metric
     )
     assert type(model.default_loss()).__name__ == loss
     assert [type(m).__name__ for m in model.default_metrics()] == [metric]
-    if activation == "softmax":
-        assert not model.default_loss().get_config()["from_logits"]
+    if loss == "SparseCategoricalCrossentropy":
+        assert model.default_loss().get_config()["from_logits"] == (activation in (None, "tanh"))
+        model.compile(optimizer="sgd", jit_compile=False)
+        assert np.isfinite(model.fit(["a", "b"], [2 % num_classes, 0], verbose=0).history["loss"]).all()
+
+
+def test_a_sigmoid_head_of_several_classes_takes_multi_hot_rows():
+    model = bertzoo.BertClassifier.from_preset(
+        "tiny", load_weights=False, num_classes=3, activation="sigmoid", sequence_length=16
+    )
+    with pytest.raises(ValueError, match=r"0/1 rows of shape \(n, 3\) \(multi-hot\), got shape \(2,\)"):
+        model.fit(["a", "b"], [2, 0], verbose=0)
+    assert np.isfinite(model.fit(["a", "b"], np.eye(3)[[2, 0]], verbose=0).history["loss"]).all()
+    binary = bertzoo.BertClassifier.from_preset(
+        "tiny", load_weights=False, num_classes=1, activation="sigmoid", sequence_length=16
+    )
+    assert np.isfinite(binary.fit(["a", "b"], [1, 0], verbose=0).history["loss"]).all()
+
+
+def test_labels_in_a_mapping_like_array_are_still_checked(classifier):
+    class Series(np.ndarray):  # pandas.Series has .keys() too.
+        def keys(self):
+            return range(len(self))
+
+    with pytest.raises(ValueError, match=r"Labels \[5\] are outside"):
+        classifier.fit(["good", "bad"], np.array([1, 5]).view(Series), verbose=0)
+
+
+def test_soft_targets_under_a_loss_of_your_own_are_not_checked_as_ids():
+    tagger = bertzoo.BertTokenClassifier.from_preset("tiny", load_weights=False, num_classes=3, sequence_length=16)
+    tagger.compile(
+        optimizer="sgd", loss=keras.losses.CategoricalCrossentropy(from_logits=True), metrics=[], jit_compile=False
+    )
+    features = tagger.preprocessor(["anna went home"])
+    soft = np.full((1, 16, 3), 1 / 3, "float32")
+    assert np.isfinite(tagger.fit(features, soft, verbose=0).history["loss"]).all()
 
 
 def test_a_regression_head_learns_its_targets_by_default():

@@ -261,6 +261,25 @@ def test_a_task_saved_without_a_tokenizer_loads_without_one(tmp_path):
     (tmp_path / "damaged" / "vocabulary.txt").unlink()
     with pytest.raises(PresetFileNotFoundError, match="vocabulary.txt is missing"):
         bertzoo.BertClassifier.from_preset(tmp_path / "damaged")
+    # Format 1 recorded no vocabulary checksum: a lost vocabulary is an error there too.
+    old = tmp_path / "format1"
+    shutil.copytree(FIXTURES / "format1_classifier", old)
+    (old / "vocabulary.txt").unlink()
+    with pytest.raises(PresetFileNotFoundError, match="vocabulary.txt is missing"):
+        bertzoo.BertClassifier.from_preset(old)
+
+
+def test_a_backbone_preset_saved_without_a_length_packs_what_its_positions_hold(tmp_path):
+    from bertzoo.text import BertTokenizer
+    from bertzoo.text.vocabulary import builtin_vocabulary
+
+    short = bertzoo.BertBackbone(
+        vocabulary_size=1200, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, max_sequence_length=64
+    )
+    short.save_to_preset(tmp_path / "short", tokenizer=BertTokenizer(builtin_vocabulary(1200)))
+    model = bertzoo.BertClassifier.from_preset(tmp_path / "short", num_classes=2)
+    assert model.preprocessor.sequence_length == 64  # Not the default 128, which its positions cannot hold.
+    assert model.predict(["a b c"], verbose=0).shape == (1, 2)
 
 
 def test_a_preprocessor_longer_than_the_position_table_is_refused_up_front():

@@ -494,13 +494,16 @@ class Pruner:
     def _scores(self, index, w, movement=None):
         """Weight `index`'s scores (per block for block patterns), given its
         new value `w`: `|w|`, or the movement accumulated so far (`movement`
-        if given; `|w|` while that is all zero)."""
+        if given; with per-layer thresholds `|w|` while that is all zero)."""
         if self.scores == "movement":
             scores = _read(self.state.movement[index]) if movement is None else movement
-            # Before any weight has moved (pruning at step 0, or a warm-up
-            # from rate 0) movement ranks nothing: magnitude does, once.
-            weight = ops.convert_to_tensor(self.targets[index].variable) if w is None else w
-            scores = ops.where(ops.all(ops.equal(scores, 0.0)), ops.abs(ops.cast(weight, "float32")), scores)
+            if self.scope == "layer":
+                # Before any weight has moved (pruning at step 0, or a warm-up
+                # from rate 0) movement ranks nothing: magnitude does, once. (A
+                # global threshold keeps the ties instead: one weight's
+                # magnitudes would dwarf the others' movements.)
+                weight = ops.convert_to_tensor(self.targets[index].variable) if w is None else w
+                scores = ops.where(ops.all(ops.equal(scores, 0.0)), ops.abs(ops.cast(weight, "float32")), scores)
         elif self.scores == "fisher":
             w = ops.cast(w, "float32")
             scores = self._squared_gradient_mean(index) * w * w

@@ -43,6 +43,21 @@ PORTABLE_FORMATS = {
 }
 
 
+def _holds_a_portable_export(path, format):
+    """Whether the file at `path` is a `format` export: a `.tflite` file's
+    identifier `TFL3` at bytes 4-8; an ONNX model's protobuf, parsed without
+    its external data."""
+    if format == "litert":
+        with open(path, "rb") as f:
+            return f.read(8)[4:8] == b"TFL3"
+    import onnx
+
+    try:
+        return bool(onnx.load(str(path), load_external_data=False).graph.node)
+    except Exception:  # Any other file: not a model protobuf (DecodeError and kin).
+        return False
+
+
 def export_portable(model, path, format, overwrite=False, sequence_length=None, verbose=False, **kwargs):
     """Writes the tokenized model as one ONNX (`.onnx`) or LiteRT (`.tflite`) file.
 
@@ -108,10 +123,10 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
         raise FileExistsError(
             f"{path} already exists. Pass overwrite=True (CLI: --overwrite) to replace it, or choose a new path."
         )
-    if path.exists() and path.suffix != suffix:
+    if path.exists() and not _holds_a_portable_export(path, format):
         raise FileExistsError(
-            f"{path} exists and is not a {suffix} file, so it is not an earlier {format} export that overwrite=True "
-            f"would replace: choose a path ending in {suffix}."
+            f"{path} exists and is not an earlier {format} export, which is all overwrite=True replaces: choose "
+            f"another path (e.g. one ending in {suffix})."
         )
     # The model's own inputs, the token axis of the BERT inputs free (None) or fixed.
     signature = [

@@ -1,5 +1,7 @@
 """Sentence and sentence-pair classification."""
 
+from collections.abc import Mapping
+
 import keras
 import numpy as np
 
@@ -29,8 +31,8 @@ class BertClassifier(Task):
         preprocessor: a `bertzoo.text.BertPreprocessor`, or None for
             tokenized inputs.
         dropout: dropout on the pooled output.
-        activation: activation of the output layer; None gives logits, which
-            the default loss expects.
+        activation: activation of the output layer; None gives logits. The
+            default loss follows it (see `default_loss`).
         class_names: optional label names, used by exports.
 
     Example:
@@ -89,42 +91,62 @@ class BertClassifier(Task):
         check_activation(activation)
 
     def default_loss(self):
-        """The loss the head's outputs call for: cross-entropy on class ids
-        for logits (`activation=None`) or softmax, binary cross-entropy for
-        sigmoid (0/1 or multi-hot targets), mean squared error otherwise
-        (one linear output: regression)."""
-        if self._takes_class_ids(np.zeros((1,))):
-            return keras.losses.SparseCategoricalCrossentropy(from_logits=self.activation != "softmax")
-        if self.activation == "sigmoid":
+        """The loss the head's outputs call for: binary cross-entropy for
+        sigmoid (0/1 or multi-hot targets), mean squared error for one output
+        otherwise (regression), else cross-entropy on class ids (on logits,
+        or on the probabilities of a softmax)."""
+        activation = self._activation_name()
+        if activation == "sigmoid":
             return keras.losses.BinaryCrossentropy()
-        return keras.losses.MeanSquaredError()
+        if self.num_classes == 1:
+            return keras.losses.MeanSquaredError()
+        return keras.losses.SparseCategoricalCrossentropy(from_logits=activation != "softmax")
 
     def default_metrics(self):
-        if self._takes_class_ids(np.zeros((1,))):
-            return super().default_metrics()
-        if self.activation == "sigmoid":
+        if self._activation_name() == "sigmoid":
             return [keras.metrics.BinaryAccuracy(name="accuracy")]
-        return [keras.metrics.MeanAbsoluteError(name="mae")]
+        if self.num_classes == 1:
+            return [keras.metrics.MeanAbsoluteError(name="mae")]
+        return super().default_metrics()
+
+    def _activation_name(self):
+        """The output activation by name ("linear" for none; "softmax" for
+        `tf.nn.softmax` too); "" for one that has no usable name."""
+        if not self.activation:
+            return "linear"
+        # Serialized: a Keras name, or a dict naming another function.
+        name = self.activation if isinstance(self.activation, str) else self.activation.get("config", "")
+        name = name if isinstance(name, str) else ""
+        return "softmax" if name.startswith("softmax") else name
 
     def _raw_to_tensors(self, x, y):
         return super()._raw_to_tensors(x, self._checked_labels(y) if y is not None else None)
 
     def _checked_labels(self, y, features=None):
-        values = np.asarray(y) if not hasattr(y, "keys") else None
-        sparse = isinstance(getattr(self, "loss", None), keras.losses.SparseCategoricalCrossentropy)
-        if values is not None and sparse and values.ndim == 2 and values.shape[1] == self.num_classes > 1:
+        if isinstance(y, Mapping):
+            return y
+        values = np.asarray(y)
+        loss = getattr(self, "loss", None)
+        if isinstance(loss, keras.losses.SparseCategoricalCrossentropy):
+            if values.ndim == 2 and values.shape[1] == self.num_classes > 1:
+                raise ValueError(
+                    f"Labels of shape {values.shape} look one-hot, but this model's loss takes one class id per "
+                    "example: pass `labels.argmax(-1)`, or compile with "
+                    "`loss=keras.losses.CategoricalCrossentropy(from_logits=True)`."
+                )
+        elif isinstance(loss, keras.losses.BinaryCrossentropy) and self.num_classes > 1 and values.ndim == 1:
             raise ValueError(
-                f"Labels of shape {values.shape} look one-hot, but this model's loss takes one class id per "
-                "example: pass `labels.argmax(-1)`, or compile with "
-                "`loss=keras.losses.CategoricalCrossentropy(from_logits=True)`."
+                f"This sigmoid head scores {self.num_classes} classes independently: its labels are 0/1 rows of "
+                f"shape (n, {self.num_classes}) (multi-hot), got shape {values.shape}. For one class id per "
+                "example build the head with activation=None (or 'softmax')."
             )
-        return self.label_ids(y) if values is not None else y
+        return self.label_ids(y)
 
     def label_ids(self, labels):
         """`labels` as class ids: class names (strings, with `class_names`)
         map to their index; ids pass through, once checked to be whole numbers
-        in `[0, num_classes)` (one per example, for a softmax or logits head
-        of two classes or more). One label per example comes back as one
+        in `[0, num_classes)` (one per example, for a head of two classes or
+        more that is not a sigmoid one). One label per example comes back as one
         flat column, shape `(n,)`, whether given as `(n,)` or `(n, 1)`: Keras
         retraces its training step for a new label rank with one of unknown
         rank, which its loss cannot take ("Cannot take the length of shape
@@ -158,7 +180,7 @@ class BertClassifier(Task):
         # classes; a one-class head may regress, other shapes are one-hot or
         # multi-label targets.
         one_per_example = values.ndim == 1 or (values.ndim == 2 and values.shape[1] == 1)
-        return one_per_example and self.num_classes > 1 and self.activation in (None, "linear", "softmax")
+        return one_per_example and self.num_classes > 1 and self._activation_name() != "sigmoid"
 
     def get_config(self):
         return {

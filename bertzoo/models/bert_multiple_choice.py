@@ -137,8 +137,8 @@ class BertMultipleChoice(Task):
         return (tf.constant(contexts, tf.string), tf.constant(choices, tf.string)), self._checked_labels(y)
 
     def _checked_labels(self, y, features=None):
-        if y is None:
-            return None
+        if y is None or not isinstance(getattr(self, "loss", None), keras.losses.SparseCategoricalCrossentropy):
+            return y  # Soft targets under a loss of your own are not choice indices.
         values = np.asarray(y)
         if values.dtype.kind not in "iufb":
             raise ValueError(

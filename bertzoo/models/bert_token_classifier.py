@@ -232,7 +232,10 @@ class BertTokenClassifier(Task):
         return _pad_words(x, None if y is None else [self._word_label_ids(row) for row in y])
 
     def _checked_labels(self, y, features=None):
-        check_class_ids(y, self.num_classes, ignore=IGNORE_LABEL)  # Token labels of tokenized inputs.
+        # Token labels of tokenized inputs, where the loss takes class ids
+        # (not soft targets under a loss of your own).
+        if isinstance(getattr(self, "loss", None), keras.losses.SparseCategoricalCrossentropy):
+            check_class_ids(y, self.num_classes, ignore=IGNORE_LABEL)
         return y
 
     def _word_label_ids(self, labels):

@@ -434,7 +434,8 @@ class ResumableTraining(keras.callbacks.Callback):
                 if y is not None or sample_weight is not None:
                     raise ValueError("`y` must be None when `x` is a tf.data.Dataset: put labels in the dataset.")
                 return order.repeat(x)
-            examples = (x,) + tuple(v for v in (y, sample_weight) if v is not None)
+            labels = model._checked_labels(y, x) if y is not None else None
+            examples = (x,) + tuple(v for v in (labels, sample_weight) if v is not None)
             return order.batches(tf.data.Dataset.from_tensor_slices(examples), batch_size)
 
         phases = []  # (dataset, first epoch, batches already done in it)

@@ -170,7 +170,8 @@ class Task(
         if length is not None and longest is not None and length > longest:
             raise ValueError(
                 f"The preprocessor packs sequences of {length} tokens but the backbone has position embeddings "
-                f"for {longest}: build the preprocessor with sequence_length={longest} or less."
+                f"for {longest}: build the preprocessor with sequence_length={longest} or less (from a preset: "
+                f"from_preset(..., sequence_length={longest}))."
             )
         head_dtype = kwargs.get("dtype")
         if isinstance(head_dtype, dict) and head_dtype.get("class_name") == "DTypePolicyMap":

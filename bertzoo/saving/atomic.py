@@ -134,10 +134,24 @@ def hidden_sibling(target, kind="tmp"):
     plain `mkdir` gives (`tempfile.mkdtemp` makes it 0700, which the
     directory would keep once renamed into place)."""
     directory = Path(tempfile.mkdtemp(prefix=f".{target.name}.{kind}-{os.getpid()}-", dir=target.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(directory, 0o777 & ~umask)
+    os.chmod(directory, 0o777 & ~_umask())
     return directory
+
+
+def _umask():
+    """This process's umask, read without changing it where Linux shows it
+    (`os.umask` can only read it by setting it, which races with other
+    threads creating files)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
 
 
 @contextlib.contextmanager

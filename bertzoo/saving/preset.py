@@ -49,6 +49,7 @@ import datetime
 import difflib
 import hashlib
 import importlib.resources
+import inspect
 import json
 import logging
 import warnings
@@ -329,13 +330,15 @@ class Preset:
     def tokenizes_text(self):
         """False for a preset saved without a tokenizer (a task built with
         `preprocessor=None`, a checkpoint converted without a vocabulary):
-        `config.json`'s `preprocessor` is null, and no vocabulary or
-        SentencePiece file is there or recorded in `metadata.json` (a
+        `config.json` (format 2) has a null `preprocessor`, and no vocabulary
+        or SentencePiece file is there or recorded in its `metadata.json` (a
         recorded one that is missing is damage, reported when it is read).
         Its tasks load with `preprocessor=None` and take tokenized inputs."""
         if self.directory is None or self.config.get("preprocessor") is not None or self.has_tokenizer_files:
             return True
-        files = self.metadata.get("files") if isinstance(self.metadata, dict) else None
+        if self.format_version < 2 or not isinstance(self.metadata, dict) or not self.metadata:
+            return True  # Format 1 and hand-made presets record no tokenizer: a missing file is an error.
+        files = self.metadata.get("files")
         return "vocabulary" in self.metadata or SENTENCEPIECE_FILE in (files if isinstance(files, dict) else {})
 
     def _node_class(self, key, config_path):
@@ -566,6 +569,11 @@ class Preset:
             preprocessor, self._unused_preprocessor = self._unused_preprocessor, None
             return preprocessor
         node = copy.deepcopy(self.config.get("preprocessor") or format1.preprocessor_node())
+        longest = self.backbone_config.get("max_sequence_length")
+        if "sequence_length" not in node["config"] and isinstance(longest, int):
+            # Saved without a length: the preprocessor's default, if the position table holds it.
+            default = inspect.signature(BertPreprocessor).parameters["sequence_length"].default
+            node["config"]["sequence_length"] = min(default, longest)
         tokenizer = node["config"]["tokenizer"]
         for key, value in overrides.items():
             (tokenizer if key in format1.TOKENIZER_KEYS else node)["config"][key] = value
