@@ -147,9 +147,14 @@ def keep_mask(scores, threshold, sparsity):
     count = ops.cast(ops.round(ops.cast(sparsity, "float32") * flat.shape[0]), "int32")
     threshold = ops.cast(threshold, "float32")
     ties = ops.equal(flat, threshold)
-    below = ops.sum(ops.cast(flat < threshold, "int32"))
-    pruned_ties = ops.logical_and(ties, ops.cumsum(ops.cast(ties, "int32")) <= count - below)
-    keep = ops.logical_or(flat > threshold, ops.logical_and(ties, ops.logical_not(pruned_ties)))
+    quota = count - ops.sum(ops.cast(flat < threshold, "int32"))  # How many of the ties to prune.
+
+    def split_ties():
+        pruned_ties = ops.logical_and(ties, ops.cumsum(ops.cast(ties, "int32")) <= quota)
+        return ops.logical_or(flat > threshold, ops.logical_and(ties, ops.logical_not(pruned_ties)))
+
+    # Usually the threshold is one score, the k-th: no running count needed.
+    keep = ops.cond(ops.sum(ops.cast(ties, "int32")) > quota, split_ties, lambda: flat > threshold)
     return ops.reshape(keep, ops.shape(scores))
 
 
