@@ -20,23 +20,22 @@ SEQUENCE_LENGTH = 24
 TEXTS = ["a gripping, funny film", "dull and far too long", "", "ok"]
 
 
-def small_classifier(dtype=None):
+def small_classifier(dtype=None, **backbone_arguments):
     keras.utils.set_random_seed(5)
-    backbone = bertzoo.BertBackbone(
-        vocabulary_size=VOCABULARY_SIZE,
-        num_layers=1,
-        hidden_dim=32,
-        num_heads=2,
-        intermediate_dim=64,
-        max_sequence_length=64,
-        dtype=dtype,
-    )
+    config = dict(num_layers=1, hidden_dim=32, num_heads=2, intermediate_dim=64, max_sequence_length=64)
+    backbone = bertzoo.BertBackbone(vocabulary_size=VOCABULARY_SIZE, dtype=dtype, **{**config, **backbone_arguments})
     preprocessor = BertPreprocessor(BertTokenizer(builtin_vocabulary(VOCABULARY_SIZE)), sequence_length=SEQUENCE_LENGTH)
     model = bertzoo.BertClassifier(backbone, 3, preprocessor=preprocessor)
     head = model.get_layer("logits")
     head.kernel.assign(head.kernel.numpy() * 50)  # Logits of order 1, so the tolerance means something.
     model.compile(jit_compile=False)
     return model
+
+
+def needs_onnx():
+    """Skips the test unless the ONNX export packages are installed."""
+    for module in ("tf2onnx", "onnx", "onnxruntime"):
+        pytest.importorskip(module, reason='ONNX export needs pip install "bertzoo[export]"')
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +116,7 @@ def test_mixed_precision_models_are_refused_with_the_way_out(tmp_path):
 
 @pytest.mark.parametrize("kind", ["float32", "int8"])
 def test_onnx_export_runs_in_onnxruntime(kind, model, features, tmp_path):
-    for module in ("tf2onnx", "onnx", "onnxruntime"):
-        pytest.importorskip(module, reason='ONNX export needs pip install "bertzoo[export]"')
+    needs_onnx()
     import onnxruntime
 
     exported_model = model if kind == "float32" else quantized(small_classifier())
@@ -137,21 +135,10 @@ def test_onnx_export_runs_in_onnxruntime(kind, model, features, tmp_path):
 def test_onnx_export_of_one_head_layers_runs_in_onnxruntime(features, tmp_path):
     # Structured pruning leaves layers of one head; tf2onnx once broke their
     # head transposes (a reshape sharing another layer's shape constant).
-    for module in ("tf2onnx", "onnx", "onnxruntime"):
-        pytest.importorskip(module, reason='ONNX export needs pip install "bertzoo[export]"')
+    needs_onnx()
     import onnxruntime
 
-    keras.utils.set_random_seed(6)
-    backbone = bertzoo.BertBackbone(
-        vocabulary_size=VOCABULARY_SIZE,
-        num_layers=2,
-        hidden_dim=32,
-        num_heads=[1, 3],
-        head_dim=8,
-        intermediate_dim=64,
-        max_sequence_length=64,
-    )
-    model = bertzoo.BertClassifier(backbone, 3)
+    model = small_classifier(num_layers=2, num_heads=[1, 3], head_dim=8)
     path = model.export(tmp_path / "one_head.onnx", format="onnx")
     (logits,) = onnxruntime.InferenceSession(str(path)).run(None, features)
     np.testing.assert_allclose(logits, model.predict(features, verbose=0), atol=1e-5)
@@ -196,8 +183,7 @@ def run_portable(format, path, features):
 @pytest.mark.parametrize("format", ["onnx", "litert"])
 def test_one_file_serves_any_length_up_to_max_sequence_length(format, tmp_path):
     if format == "onnx":
-        for module in ("tf2onnx", "onnx", "onnxruntime"):
-            pytest.importorskip(module, reason='ONNX export needs pip install "bertzoo[export]"')
+        needs_onnx()
     keras.utils.set_random_seed(6)
     backbone = bertzoo.BertBackbone(
         vocabulary_size=VOCABULARY_SIZE,
