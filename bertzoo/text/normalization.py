@@ -158,3 +158,28 @@ def normalize_characters(strings, normalize_fn):
     sizes = tf.cast(tf.strings.length(normalized), tf.int64)
     text = tf.strings.reduce_join(chars.with_flat_values(normalized), axis=1)
     return text, CharacterAlignment(chars, sizes)
+
+
+# A character no text holds in practice (Unicode's last private-use code point).
+_NUL_STAND_IN = "\U0010fffd"
+
+
+def without_nul(op, strings):
+    """`op(strings)` for string ops that stop at a NUL byte
+    (`tf.strings.lower`, tf-text's `regex_split`), which would drop the rest
+    of the text: each NUL passes through them as a stand-in. Returns what
+    `op` does (a tensor, or a ragged tensor of pieces).
+
+    Example:
+    ```python
+    without_nul(tf.strings.lower, tf.constant(["A\x00B"]))  # [b"a\x00b"], not [b"a"]
+    ```
+    """
+
+    def restore(text):
+        return tf.strings.regex_replace(text, _NUL_STAND_IN, "\x00")
+
+    result = op(tf.strings.regex_replace(strings, r"\x00", _NUL_STAND_IN))
+    return (
+        result.with_flat_values(restore(result.flat_values)) if isinstance(result, tf.RaggedTensor) else restore(result)
+    )

@@ -46,6 +46,7 @@ import keras
 
 from bertzoo.text.normalization import normalize_characters
 from bertzoo.text.normalization import to_string_tensor
+from bertzoo.text.normalization import without_nul
 from bertzoo.text.token_lookup import TokenLookupMixin
 from bertzoo.utils import private_api
 from bertzoo.utils.optional import tf
@@ -380,8 +381,10 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
             # Per character, as Hugging Face's Lowercase normalizer: a final
             # capital sigma becomes "σ", not the "ς" of ICU / str.lower().
             text = tf.strings.regex_replace(text, "\u03a3", "\u03c3")
-            text = tf.strings.lower(text, encoding="utf-8")
-        return text
+            text = without_nul(lambda t: tf.strings.lower(t, encoding="utf-8"), text)
+        # ALBERT splits its text at Python's whitespace, which counts NEL;
+        # SentencePiece does not.
+        return tf.strings.regex_replace(text, "\u0085", " ")
 
     def tokenize(self, strings):
         """Token ids for `strings`.
@@ -450,7 +453,11 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
         on its own, as Hugging Face does, and puts each special token's id in
         its place."""
         pattern = "|".join(re.escape(token) for token in SPECIAL_TOKENS)
-        pieces = tf_text.regex_split(strings, delim_regex_pattern=pattern, keep_delim_regex_pattern=pattern)
+
+        def split(text):
+            return tf_text.regex_split(text, delim_regex_pattern=pattern, keep_delim_regex_pattern=pattern)
+
+        pieces = without_nul(split, strings)
         flat = pieces.flat_values
         matches = tf.equal(flat[:, tf.newaxis], tf.constant(SPECIAL_TOKENS)[tf.newaxis, :])
         special = tf.reduce_any(matches, axis=1)

@@ -29,6 +29,7 @@ from bertzoo.text.normalization import normalize_characters
 from bertzoo.text.normalization import pretokenize
 from bertzoo.text.normalization import split_words
 from bertzoo.text.normalization import to_string_tensor
+from bertzoo.text.normalization import without_nul
 from bertzoo.text.token_lookup import TokenLookupMixin
 from bertzoo.text.vocabulary import check_vocabulary
 from bertzoo.text.vocabulary import load_vocabulary
@@ -246,7 +247,11 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
         if strings.shape.rank == 0:
             strings = strings[tf.newaxis]
         pattern = "|".join(re.escape(token) for token in SPECIAL_TOKENS)
-        pieces = tf_text.regex_split(strings, delim_regex_pattern=pattern, keep_delim_regex_pattern=pattern)
+
+        def split(text):
+            return tf_text.regex_split(text, delim_regex_pattern=pattern, keep_delim_regex_pattern=pattern)
+
+        pieces = without_nul(split, strings)
         flat = pieces.flat_values
         special = tf.reduce_any(tf.equal(flat[:, tf.newaxis], tf.constant(SPECIAL_TOKENS)[tf.newaxis, :]), axis=1)
         # Each piece is either ordinary text (words from `pretokenize`) or

@@ -336,6 +336,16 @@ def test_seeding_tensorflow_after_building_leaves_the_tokenizer_working(proto):
     assert preprocessor(HARD_STRINGS[:2])["token_ids"].shape == (2, 16)
 
 
+def test_nul_and_next_line_characters_as_albert_reads_them(proto):
+    # A NUL is one unknown piece (lower-casing and the special-token split
+    # used to stop there); NEL is whitespace to ALBERT's str.split().
+    tokenizer = SentencePieceTokenizer(proto, **albert_options(True, False))
+    ids = as_lists(tokenizer("the\x00fox jumps [MASK]"))
+    assert tokenizer.token_to_id("<unk>") in ids and ids[-1] == tokenizer.token_to_id("[MASK]")
+    assert as_lists(tokenizer.tokenize_with_offsets(["the\x00fox jumps"])[0])[0] == ids[:-1]
+    assert as_lists(tokenizer("the\x85fox")) == as_lists(tokenizer("the fox"))
+
+
 def test_runs_inside_exported_saved_model(proto, tmp_path):
     tokenizer = SentencePieceTokenizer(proto, **albert_options(True, False))
     preprocessor = BertPreprocessor(tokenizer, sequence_length=16)

@@ -201,6 +201,15 @@ def test_invalid_utf8_does_not_crash():
     assert ids.to_list() == [[5, 6], []]
 
 
+def test_a_nul_byte_is_dropped_like_other_control_characters_not_the_rest_of_the_text():
+    # tf.strings ops and tf-text's regex_split stop at a NUL byte.
+    for special_tokens_in_strings in (False, True):
+        tokenizer = BertTokenizer(TINY_VOCAB, special_tokens_in_strings=special_tokens_in_strings)
+        with_nul = tokenizer(["the\x00 fox [MASK] runs"]).to_list()
+        assert with_nul == tokenizer(["the fox [MASK] runs"]).to_list()
+        assert len(with_nul[0]) >= 4
+
+
 def test_detokenize():
     tokenizer = BertTokenizer(TINY_VOCAB)
     assert tokenizer.detokenize([5, 6, 7, 8, 9]).numpy() == b"the fox runs ."
