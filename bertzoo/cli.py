@@ -16,6 +16,7 @@ with `argument(...)`.
 """
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -374,6 +375,9 @@ def main(argv=None):
     """Entry point of the `bertzoo` console script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    for name, value in vars(args).items():  # "~/runs" means the same everywhere, whatever the shell did.
+        if isinstance(value, str) and value.startswith("~"):
+            setattr(args, name, os.path.expanduser(value))
     try:
         return args.run(args)
     except (ValueError, OSError) as e:  # Bad input: a message, not a traceback.

@@ -247,6 +247,17 @@ def test_cli_with_ratings_a_label_threshold_and_a_transfer_file(workspace, capsy
     ):
         bertzoo.compress(workspace / "teacher", binary, binary, workspace / "binary_out", label_threshold=0)
     assert not (workspace / "binary_out").exists()
+    at_threshold = write_tsv(workspace / "at_threshold.tsv", texts[:3], ["0.0"] * 3, label_column="rating")
+    with pytest.raises(ValueError, match=r"at_threshold\.tsv: no rows left to evaluate on with the label threshold 0"):
+        bertzoo.compress(
+            workspace / "teacher",
+            train,
+            at_threshold,
+            workspace / "empty_eval",
+            label_column="rating",
+            label_threshold=0,
+        )
+    assert not (workspace / "empty_eval").exists()
 
 
 def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatch, quick_reports):

@@ -191,3 +191,11 @@ def test_rated_sentences_skip_blank_lines_and_name_bad_ratings(tmp_path):
         load_rated_sentences(write(tmp_path / "short.tsv", "id\trating\ttext\n\n1\t1\n"))
     with pytest.raises(ValueError, match=r"header\.tsv: expected a header line 'id<TAB>rating<TAB>text'"):
         load_rated_sentences(write(tmp_path / "header.tsv", "rating\ttext\n1\tgood\n"))
+
+
+def test_a_home_relative_path_is_expanded_and_a_directory_is_named_as_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "texts.tsv").write_text("text\tlabel\ngood\t1\n")
+    assert load_texts("~/texts.tsv") == ["good"]
+    with pytest.raises(IsADirectoryError, match="is a directory; expected a .tsv, .csv or .jsonl file"):
+        load_texts(tmp_path)

@@ -256,7 +256,7 @@ def test_weight_only_saved_model_serves_without_the_fused_int8_kernel(model, tmp
     np.testing.assert_allclose(served["logits"].numpy(), q.predict(TEXTS, verbose=0), atol=1e-5)
 
 
-def test_command_line_writes_a_weight_only_preset(model, tmp_path, capsys):
+def test_command_line_writes_a_weight_only_preset(model, tmp_path, capsys, monkeypatch):
     from bertzoo import cli
 
     model.save_to_preset(tmp_path / "float")
@@ -273,6 +273,10 @@ def test_command_line_writes_a_weight_only_preset(model, tmp_path, capsys):
             capsys.readouterr().err
         )
     assert not (tmp_path / "c").exists()
+    # "~" (quoted, or after --out=) is the home directory for the existence check too: no silent overwrite.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert cli.main(["quantize", str(tmp_path / "float"), "~/w", "--weight-only"]) == 1
+    assert "already exists. Pass --overwrite" in capsys.readouterr().err
 
 
 def test_weight_only_refusals_name_the_fix(model):

@@ -71,3 +71,10 @@ def test_trainers_refuse_an_empty_fit_clearly(classifier):
     distiller = bertzoo.Distiller(classifier, student)
     with pytest.raises(ValueError, match="`x` holds no examples: `fit` needs at least one"):
         distiller.fit([], verbose=0)
+
+
+def test_validation_split_of_tokenized_inputs_works_under_resumable_training(classifier, tmp_path):
+    features = {k: np.asarray(v) for k, v in classifier.preprocessor(["good", "bad", "fine", "awful"]).items()}
+    resumable = bertzoo.ResumableTraining(tmp_path / "state")
+    history = classifier.fit(features, np.array([1, 0, 1, 0]), validation_split=0.5, callbacks=[resumable], verbose=0)
+    assert "val_loss" in history.history

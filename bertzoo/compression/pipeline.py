@@ -131,7 +131,7 @@ def student_layers(teacher_layers, target_speedup=None):
 
 
 def _check_output(out, overwrite):
-    out = Path(out)
+    out = Path(out).expanduser()
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out} exists and is not a directory; choose another --out.")
     if out.is_dir() and any(out.iterdir()):
@@ -176,7 +176,7 @@ def _load_teacher(teacher, classes, sequence_length):
                 f"{teacher!r} is a built-in preset definition without weights; pass a preset directory "
                 "(a fine-tuned classifier written by save_to_preset, or a converted checkpoint)."
             )
-        kwargs = {"sequence_length": sequence_length} if sequence_length else {}
+        kwargs = {"sequence_length": sequence_length} if sequence_length is not None else {}
         if preset.model_class() is BertClassifier:
             model = BertClassifier.from_preset(preset, **kwargs)
         else:  # A backbone (e.g. a converted checkpoint): a new head, fine-tuned here.
@@ -424,6 +424,15 @@ def compress(
                 "dropped). The threshold splits numeric ratings (e.g. 0 for ratings from -2 to 2); labels that "
                 "are already classes (0/1, names) need none: leave out --label-threshold (`label_threshold=None`)."
             )
+    if not eval_texts:
+        raise ValueError(
+            f"{eval}: no rows left to evaluate on"
+            + (
+                f" with the label threshold {label_threshold} (rows rated exactly it are dropped)."
+                if label_threshold is not None
+                else "."
+            )
+        )
     if isinstance(transfer, (str, os.PathLike)):
         transfer = load_texts(transfer, text_column)
     elif transfer is not None:

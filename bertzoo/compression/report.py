@@ -74,7 +74,9 @@ class SparsityReport:
 
 def gzip_size(path, level=6):
     """Bytes of `path` (a file, or every file of a directory) after gzip."""
-    path = os.fspath(path)
+    path = os.path.expanduser(os.fspath(path))
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} does not exist: nothing to measure.")
     files = (
         [path]
         if os.path.isfile(path)

@@ -148,7 +148,9 @@ def load_texts(path, text_column="text"):
 
 def _read_columns(path, text_column, label_column):
     """`(path, texts, labels)`; no labels (an empty list) when `label_column` is None."""
-    path = Path(path)
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory; expected a .tsv, .csv or .jsonl file.")
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist (expected a .tsv, .csv or .jsonl file).")
     kind = _format_of(path)

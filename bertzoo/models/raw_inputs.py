@@ -65,6 +65,11 @@ def _is_raw_sequence(x):
     return all(isinstance(part, (list, np.ndarray)) for part in parts) and _holds_strings(parts[0])
 
 
+def _is_feature_dict(x):
+    # Tokenized features in memory (arrays of one row per example).
+    return isinstance(x, dict) and bool(x) and all(hasattr(v, "shape") and len(v.shape) for v in x.values())
+
+
 def _holds_strings(values):
     first = values[0] if len(values) else None
     while isinstance(first, (list, tuple, np.ndarray)) and len(first):
@@ -80,9 +85,12 @@ def _holds_no_examples(x):
 
 
 def split_for_validation(x, y, sample_weight, validation_split):
-    """`fit`'s `validation_split` for raw text, as Keras does it for arrays:
-    the last `validation_split` of the examples (before shuffling) are held
-    out. Returns `(x, y, sample_weight, validation_data)`.
+    """`fit`'s `validation_split` for raw text (or a dict of tokenized
+    arrays), as Keras does it for arrays: the last `validation_split` of the
+    examples (before shuffling) are held out. Here, not in Keras, so it
+    also works where the examples reach Keras as a `tf.data` stream (raw
+    text, `ResumableTraining`). Returns `(x, y, sample_weight,
+    validation_data)`.
 
     Example:
     ```python
@@ -92,7 +100,7 @@ def split_for_validation(x, y, sample_weight, validation_split):
     """
     if not 0.0 < validation_split < 1.0:
         raise ValueError(f"`validation_split` must be a fraction in (0, 1), got {validation_split!r}.")
-    parts = x if isinstance(x, tuple) else (x,)
+    parts = x if isinstance(x, tuple) else tuple(x.values()) if isinstance(x, dict) else (x,)
     count = len(parts[0])
     keep = int(math.floor(count * (1.0 - validation_split)))
     if keep == 0:
@@ -108,6 +116,8 @@ def split_for_validation(x, y, sample_weight, validation_split):
         return None if values is None else values[keep:]
 
     def split_inputs(side):
+        if isinstance(x, dict):
+            return {key: side(value) for key, value in x.items()}
         return tuple(side(part) for part in parts) if isinstance(x, tuple) else side(x)
 
     validation = tuple(v for v in (split_inputs(tail), tail(y), tail(sample_weight)) if v is not None)
@@ -138,7 +148,7 @@ class RawInputsMixin:
     ):
         self._check_fit_inputs(x, y)
         split = kwargs.pop("validation_split", 0.0)
-        if split and validation_data is None and _is_raw_sequence(x):
+        if split and validation_data is None and (_is_raw_sequence(x) or _is_feature_dict(x)):
             x, y, sample_weight, validation_data = split_for_validation(x, y, sample_weight, split)
         elif split:
             kwargs["validation_split"] = split

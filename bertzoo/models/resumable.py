@@ -51,6 +51,7 @@ import numpy as np
 from bertzoo.models.raw_inputs import DEFAULT_BATCH_SIZE
 from bertzoo.models.raw_inputs import set_schedule_length
 from bertzoo.models.schedules import WarmupLinearDecay
+from bertzoo.saving.atomic import current_umask
 from bertzoo.saving.atomic import process_alive
 from bertzoo.saving.atomic import sync_directory
 from bertzoo.utils import private_api
@@ -221,7 +222,7 @@ class ResumableTraining(keras.callbacks.Callback):
             raise ValueError(f"`save_every` must be a number of batches >= 1 or None, got {save_every!r}.")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
             raise ValueError(f"`seed` must be an integer or None, got {seed!r}.")
-        self.backup_dir = os.fspath(backup_dir)
+        self.backup_dir = os.path.expanduser(os.fspath(backup_dir))
         self.save_every = save_every
         self.seed = None if seed is None else int(seed)
         self.delete_checkpoint = bool(delete_checkpoint)
@@ -297,6 +298,8 @@ class ResumableTraining(keras.callbacks.Callback):
         arrays[_META] = np.array(json.dumps(meta))
         os.makedirs(self.backup_dir, exist_ok=True)
         handle, temporary = tempfile.mkstemp(prefix=f".{CHECKPOINT_NAME}.tmp-{os.getpid()}-", dir=self.backup_dir)
+        if hasattr(os, "fchmod"):  # Not mkstemp's 0600: another user sharing the runs directory resumes too.
+            os.fchmod(handle, 0o666 & ~current_umask())
         try:
             with os.fdopen(handle, "wb") as f:
                 np.savez(f, **arrays)

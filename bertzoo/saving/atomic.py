@@ -134,11 +134,11 @@ def hidden_sibling(target, kind="tmp"):
     plain `mkdir` gives (`tempfile.mkdtemp` makes it 0700, which the
     directory would keep once renamed into place)."""
     directory = Path(tempfile.mkdtemp(prefix=f".{target.name}.{kind}-{os.getpid()}-", dir=target.parent))
-    os.chmod(directory, 0o777 & ~_umask())
+    os.chmod(directory, 0o777 & ~current_umask())
     return directory
 
 
-def _umask():
+def current_umask():
     """This process's umask, read without changing it where Linux shows it
     (`os.umask` can only read it by setting it, which races with other
     threads creating files)."""
