@@ -99,6 +99,12 @@ def _delimited_rows(f, path, kind):
                 if not row or not any(cell.strip() for cell in row):
                     continue
                 columns = [cell.strip() for cell in row]
+                repeated = sorted({name for name in columns if name and columns.count(name) > 1})
+                if repeated:
+                    raise ValueError(
+                        f"{path}:{reader.line_num}: the header names {repeated} more than once; give each column "
+                        "its own name."
+                    )
                 continue
             if not row:
                 continue
@@ -207,7 +213,11 @@ def _as_numbers_if_possible(labels, path):
         )
     numbers = [_number(label) for label in labels]
     if any(n is None for n in numbers):
-        return [str(label) for label in labels]
+        # Class names; numbers among them keep one spelling each ("1" and "1.0" are one class).
+        return [
+            str(label) if n is None else str(int(n) if float(n).is_integer() else n)
+            for label, n in zip(labels, numbers)
+        ]
     for label, number in zip(labels, numbers):
         if not math.isfinite(number):
             raise ValueError(
@@ -219,7 +229,7 @@ def _as_numbers_if_possible(labels, path):
 # A number as people write one in a data file: ASCII digits, an optional
 # sign, decimals and exponent, "nan" and "inf" (Python's int() and float()
 # also take "1_000" and other scripts' digits, which would merge classes).
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|inf|infinity)", re.IGNORECASE)
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|inf|infinity)", re.IGNORECASE | re.ASCII)
 
 
 def _number(label):
