@@ -202,10 +202,7 @@ def test_a_home_relative_path_is_expanded_and_a_directory_is_named_as_one(tmp_pa
 
 
 def test_a_repeated_header_name_is_an_error_and_mixed_labels_keep_one_spelling_per_number(tmp_path):
-    repeated = tmp_path / "repeated.csv"
-    repeated.write_text("text,label,label\ngood,1,0\n")
     with pytest.raises(ValueError, match=r"repeated\.csv:1: the header names \['label'\] more than once"):
-        load_labelled_texts(repeated)
-    mixed = tmp_path / "mixed.csv"
-    mixed.write_text("text,label\na,1\nb,pos\nc,1.0\nd,01\n")
+        load_labelled_texts(write(tmp_path / "repeated.csv", "text,label,label\ngood,1,0\n"))
+    mixed = write(tmp_path / "mixed.csv", "text,label\na,1\nb,pos\nc,1.0\nd,01\n")
     assert load_labelled_texts(mixed)[1] == ["1", "pos", "1", "1"]
