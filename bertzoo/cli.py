@@ -46,6 +46,12 @@ def argument(*names, **kwargs):
     return names, kwargs
 
 
+def _path(value):
+    """A path argument, `~` expanded: also where the shell left it (quoted,
+    or after `--out=`), so every check and write sees the same path."""
+    return os.path.expanduser(value)
+
+
 def _smoothing(value):
     """`--smoothing`: a number in [0, 1], or "none"."""
     if value.lower() == "none":
@@ -70,8 +76,8 @@ def command(name, help, arguments=()):
     "convert",
     "Convert a Hugging Face, original TF1 BERT/ALBERT or keras-hub checkpoint into a bertzoo preset.",
     arguments=(
-        argument("source", metavar="SRC", help="checkpoint directory"),
-        argument("destination", metavar="DEST", help="preset directory to write"),
+        argument("source", type=_path, metavar="SRC", help="checkpoint directory"),
+        argument("destination", type=_path, metavar="DEST", help="preset directory to write"),
         argument("--overwrite", action="store_true", help="replace DEST if it exists"),
     ),
 )
@@ -85,9 +91,12 @@ def _convert(args):
     "export",
     "Export a task preset for serving: a TensorFlow SavedModel taking raw strings (or ONNX / LiteRT).",
     arguments=(
-        argument("preset", metavar="PRESET_DIR", help="task preset directory (e.g. from save_to_preset)"),
+        argument("preset", type=_path, metavar="PRESET_DIR", help="task preset directory (e.g. from save_to_preset)"),
         argument(
-            "output", metavar="OUT_DIR", help="export directory, e.g. serving/sentiment/1 (a file for onnx/litert)"
+            "output",
+            type=_path,
+            metavar="OUT_DIR",
+            help="export directory, e.g. serving/sentiment/1 (a file for onnx/litert)",
         ),
         argument(
             "--format",
@@ -152,12 +161,13 @@ def _model_from_preset_directory(path):
     "quantize",
     "Quantize a preset's weights (post-training, int8 or int4) into a new preset.",
     arguments=(
-        argument("preset", metavar="PRESET_DIR", help="float task or backbone preset directory"),
-        argument("output", metavar="OUT_DIR", help="preset directory to write"),
+        argument("preset", type=_path, metavar="PRESET_DIR", help="float task or backbone preset directory"),
+        argument("output", type=_path, metavar="OUT_DIR", help="preset directory to write"),
         argument("--mode", default="int8", choices=("int8", "int4"), help="quantization mode (default: int8)"),
         argument("--keep-embeddings", action="store_true", help="leave the embedding tables in float"),
         argument(
             "--calibration",
+            type=_path,
             metavar="FILE",
             default=None,
             help="int8: smooth the Dense inputs (SmoothQuant) calibrated on 512 texts of this TSV/CSV/JSONL "
@@ -233,7 +243,7 @@ def _quantize(args):
 @command(
     "sparsity",
     "Print a preset's per-layer sparsity and its weights' size, raw and gzip-compressed.",
-    arguments=(argument("preset", metavar="PRESET_DIR", help="task or backbone preset directory"),),
+    arguments=(argument("preset", type=_path, metavar="PRESET_DIR", help="task or backbone preset directory"),),
 )
 def _sparsity(args):
     model, _ = _model_from_preset_directory(args.preset)
@@ -246,10 +256,10 @@ def _sparsity(args):
     "Compress a fine-tuned classifier stage by stage (distill, prune, int8); save each stage's preset and "
     "SavedModel and write a trade-off report (report.md, report.json, tradeoff.png).",
     arguments=(
-        argument("teacher", metavar="TEACHER_PRESET", help="fine-tuned classifier preset directory"),
-        argument("--train", required=True, help="training file: .tsv, .csv or .jsonl with a header"),
-        argument("--eval", required=True, help="evaluation file, same layout"),
-        argument("--out", required=True, metavar="DIR", help="output directory (new or empty)"),
+        argument("teacher", type=_path, metavar="TEACHER_PRESET", help="fine-tuned classifier preset directory"),
+        argument("--train", type=_path, required=True, help="training file: .tsv, .csv or .jsonl with a header"),
+        argument("--eval", type=_path, required=True, help="evaluation file, same layout"),
+        argument("--out", type=_path, required=True, metavar="DIR", help="output directory (new or empty)"),
         argument(
             "--stages",
             default=",".join(DEFAULT_STAGES),
@@ -277,6 +287,7 @@ def _sparsity(args):
         ),
         argument(
             "--transfer",
+            type=_path,
             default=None,
             help="file of unlabelled texts for the distill and prune stages (text column)",
         ),
@@ -375,9 +386,6 @@ def main(argv=None):
     """Entry point of the `bertzoo` console script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    for name, value in vars(args).items():  # "~/runs" means the same everywhere, whatever the shell did.
-        if isinstance(value, str) and value.startswith("~"):
-            setattr(args, name, os.path.expanduser(value))
     try:
         return args.run(args)
     except (ValueError, OSError) as e:  # Bad input: a message, not a traceback.

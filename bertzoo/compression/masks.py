@@ -71,6 +71,13 @@ def expand_blocks(block_mask, shape, rows, cols):
     return expanded[: shape[0], : shape[1]]
 
 
+def _flat_and_count(scores, sparsity):
+    """`scores` as one float32 row, and k = round(sparsity * n), how many of
+    them pruning to `sparsity` cuts."""
+    flat = ops.reshape(ops.cast(scores, "float32"), (-1,))
+    return flat, ops.cast(ops.round(ops.cast(sparsity, "float32") * flat.shape[0]), "int32")
+
+
 def score_threshold(scores, sparsity):
     """The k-th smallest of `scores` (any sign), k = round(sparsity * n):
     pruning every score below it, and as many equal to it as make k
@@ -84,9 +91,7 @@ def score_threshold(scores, sparsity):
     int32's minimum (only a NaN's would be), and midpoints are taken
     without overflow.
     """
-    flat = ops.reshape(ops.cast(scores, "float32"), (-1,))
-    size = flat.shape[0]
-    count = ops.cast(ops.round(ops.cast(sparsity, "float32") * size), "int32")
+    flat, count = _flat_and_count(scores, sparsity)
     bits = ops.view(flat, "int32")
     keys = ops.where(bits < 0, ops.bitwise_xor(bits, _LOW_BITS), bits)
 
@@ -118,8 +123,7 @@ def threshold_keeping_ties(scores, threshold, sparsity):
     threshold_keeping_ties(np.zeros(4), 0.0, 0.5)  # just below 0.0: nothing pruned
     ```
     """
-    flat = ops.reshape(ops.cast(scores, "float32"), (-1,))
-    count = ops.cast(ops.round(ops.cast(sparsity, "float32") * flat.shape[0]), "int32")
+    flat, count = _flat_and_count(scores, sparsity)
     threshold = ops.cast(threshold, "float32")
     too_many = ops.sum(ops.cast(flat <= threshold, "int32")) > count
     bits = ops.view(threshold, "int32")
@@ -143,8 +147,7 @@ def keep_mask(scores, threshold, sparsity):
     keep_mask(np.zeros((2, 2)), 0.0, 0.5)  # [[False, False], [True, True]]
     ```
     """
-    flat = ops.reshape(ops.cast(scores, "float32"), (-1,))
-    count = ops.cast(ops.round(ops.cast(sparsity, "float32") * flat.shape[0]), "int32")
+    flat, count = _flat_and_count(scores, sparsity)
     threshold = ops.cast(threshold, "float32")
     ties = ops.equal(flat, threshold)
     quota = count - ops.sum(ops.cast(flat < threshold, "int32"))  # How many of the ties to prune.

@@ -22,6 +22,8 @@ from bertzoo.text.pretraining import default_max_selections
 from bertzoo.utils.checks import constructor_arguments
 
 logger = logging.getLogger("bertzoo")
+# What the pair labels name, for the label checks' messages.
+SENTENCE_CLASSES = "sentence-pair classes (0 = in order, 1 = swapped or random)"
 
 _MLM_ARRAYS = (
     "mlm/transform/kernel",
@@ -265,15 +267,14 @@ class BertPretrainer(Task):
         return super()._raw_to_tensors(x, self._checked_labels(y) if y is not None else None)
 
     def _checked_labels(self, y, features=None):
-        # The pair labels: 0 = in order / next, 1 = swapped / random.
         if self.sentence_objective is not None and not isinstance(y, dict):
-            check_class_ids(y, 2, what="sentence-pair classes (0 = in order, 1 = swapped or random)")
+            check_class_ids(y, 2, what=SENTENCE_CLASSES)
         return y
 
     def _labels_checked_in_graph(self, labels):
         if self.sentence_objective is None or isinstance(labels, dict):
             return labels
-        return class_ids_checked_in_graph(labels, 2, what="sentence-pair classes (0 = in order, 1 = swapped or random)")
+        return class_ids_checked_in_graph(labels, 2, what=SENTENCE_CLASSES)
 
     def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
         """Texts (or sentence pairs and their labels) -> masked features

@@ -5,6 +5,7 @@ import numpy as np
 from keras import ops
 
 from bertzoo.layers.dense import Dense
+from bertzoo.models.head_utils import guarded
 from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.serving import TextServing
 from bertzoo.models.serving import as_int32
@@ -472,17 +473,11 @@ class BertQuestionAnswerer(Task):
         # `_raw_to_tensors` checks in-memory spans; a dataset's are seen here.
         lengths = tf.strings.length(contexts, unit="UTF8_CHAR")
         inside = (spans[:, 0] >= 0) & (spans[:, 0] < spans[:, 1]) & (spans[:, 1] <= lengths)
-        check = tf.debugging.Assert(
-            tf.reduce_all(inside),
-            [
-                "Answer spans are (start, end) character offsets with 0 <= start < end <= len(context); these "
-                "(start, end) in this tf.data batch are not:",
-                tf.boolean_mask(spans, ~inside),
-            ],
-            summarize=6,
+        message = (
+            "Answer spans are (start, end) character offsets with 0 <= start < end <= len(context); these "
+            "(start, end) in this tf.data batch are not:"
         )
-        with tf.control_dependencies([check]):
-            spans = tf.identity(spans)
+        spans = guarded(spans, (inside, message, spans))
         zeros = tf.zeros_like(spans[:, 0])
         texts = tf.concat(
             [

@@ -94,14 +94,27 @@ def class_ids_of_names_in_graph(labels, class_names, head, kind="labels"):
     if class_names is None:
         raise ValueError(_no_class_names_message("in a tf.data.Dataset", head, kind))
     matches = tf.equal(tf.expand_dims(labels, -1), tf.constant([str(name) for name in class_names]))
-    known = tf.reduce_any(matches, axis=-1)
-    check = tf.debugging.Assert(
-        tf.reduce_all(known),
-        [_unknown_names_message("in this tf.data batch", class_names, head, kind), tf.boolean_mask(labels, ~known)],
-        summarize=5,
-    )
-    with tf.control_dependencies([check]):
-        return tf.argmax(tf.cast(matches, tf.int32), axis=-1, output_type=tf.int32)
+    ids = tf.argmax(tf.cast(matches, tf.int32), axis=-1, output_type=tf.int32)
+    unknown = _unknown_names_message("in this tf.data batch", class_names, head, kind)
+    return guarded(ids, (tf.reduce_any(matches, axis=-1), unknown, labels))
+
+
+def guarded(value, *checks):
+    """`value` behind in-graph checks: each `(ok, message, values)` fails the
+    step (an `InvalidArgumentError`) with `message` and the entries of
+    `values` where `ok` is False, unless `ok` holds everywhere.
+
+    Example:
+    ```python
+    labels = guarded(labels, (labels >= 0, "Labels must not be negative; these are:", labels))
+    ```
+    """
+    asserts = [
+        tf.debugging.Assert(tf.reduce_all(ok), [message, tf.boolean_mask(values, ~ok)], summarize=6)
+        for ok, message, values in checks
+    ]
+    with tf.control_dependencies(asserts):
+        return tf.identity(value)
 
 
 def _no_class_names_message(which, head, kind):
@@ -137,10 +150,10 @@ def check_class_ids(labels, num_classes, ignore=None, what="classes"):
     if values.dtype.kind == "f":
         fractional = flat[~(flat == np.round(flat))]  # NaN too.
         if fractional.size:
-            raise ValueError(fractional_labels_message(np.unique(fractional)[:5].tolist()))
+            raise ValueError(_fractional_labels_message(np.unique(fractional)[:5].tolist()))
     bad = np.unique(flat[(flat < 0) | (flat >= num_classes)])
     if bad.size:
-        raise ValueError(out_of_range_labels_message(bad[:5].tolist(), num_classes, what))
+        raise ValueError(_out_of_range_labels_message(bad[:5].tolist(), num_classes, what))
 
 
 def class_ids_checked_in_graph(labels, num_classes, what="classes"):
@@ -152,36 +165,21 @@ def class_ids_checked_in_graph(labels, num_classes, what="classes"):
     if not (labels.dtype.is_integer or labels.dtype.is_floating):
         return labels
     where = "in this tf.data batch"
-    checks = []
-    if labels.dtype.is_floating:
-        whole = tf.equal(labels, tf.round(labels))
-        checks.append(
-            tf.debugging.Assert(
-                tf.reduce_all(whole),
-                [fractional_labels_message(where), tf.boolean_mask(labels, ~whole)],
-                summarize=5,
-            )
-        )
     in_range = (labels >= 0) & (labels < tf.cast(num_classes, labels.dtype))
-    checks.append(
-        tf.debugging.Assert(
-            tf.reduce_all(in_range),
-            [out_of_range_labels_message(where, num_classes, what), tf.boolean_mask(labels, ~in_range)],
-            summarize=5,
-        )
-    )
-    with tf.control_dependencies(checks):
-        return tf.identity(labels)
+    checks = [(in_range, _out_of_range_labels_message(where, num_classes, what), labels)]
+    if labels.dtype.is_floating:
+        checks.append((tf.equal(labels, tf.round(labels)), _fractional_labels_message(where), labels))
+    return guarded(labels, *checks)
 
 
-def fractional_labels_message(examples):
+def _fractional_labels_message(examples):
     return (
         f"Labels must be whole-number class ids; got {examples}. Soft or regression targets need a loss and a "
         "head made for them (e.g. num_classes=1 with a regression loss), not class ids."
     )
 
 
-def out_of_range_labels_message(examples, num_classes, what="classes"):
+def _out_of_range_labels_message(examples, num_classes, what="classes"):
     return (
         f"Labels {examples} are outside this model's {num_classes} {what}: ids run from 0 to "
         f"{num_classes - 1}. Fix the labels, or build the model with enough {what} for them."

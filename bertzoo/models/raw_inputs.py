@@ -9,6 +9,7 @@ import numpy as np
 from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.utils import private_api
 from bertzoo.utils.optional import is_tf_dataset
+from bertzoo.utils.optional import is_tf_tensor
 
 DEFAULT_BATCH_SIZE = 32
 
@@ -58,11 +59,25 @@ def build_optimizer_before_fit(model):
         optimizer.build(model.trainable_variables)
 
 
+def holds_text(x):
+    """True for raw text: a string, a string tensor, or a list, tuple or
+    array holding strings at any depth (sentence pairs, choices, words)."""
+    if isinstance(x, (str, bytes)):
+        return True
+    if is_tf_tensor(x):
+        return x.dtype.name == "string"
+    if isinstance(x, np.ndarray):
+        return x.dtype.kind in "USO" and x.size > 0 and holds_text(x.ravel()[0])
+    if isinstance(x, (list, tuple)):
+        return any(holds_text(v) for v in x[:2])  # A pair's or a choice list's first parts suffice.
+    return False
+
+
 def _is_raw_sequence(x):
     # Raw text in memory: a list or array of examples, or a tuple of them
     # (pairs, questions and contexts, contexts and choices).
     parts = x if isinstance(x, tuple) else (x,)
-    return all(isinstance(part, (list, np.ndarray)) for part in parts) and _holds_strings(parts[0])
+    return all(isinstance(part, (list, np.ndarray)) for part in parts) and holds_text(parts[0])
 
 
 def _is_feature_dict(x):
@@ -70,14 +85,7 @@ def _is_feature_dict(x):
     return isinstance(x, dict) and bool(x) and all(hasattr(v, "shape") and len(v.shape) for v in x.values())
 
 
-def _holds_strings(values):
-    first = values[0] if len(values) else None
-    while isinstance(first, (list, tuple, np.ndarray)) and len(first):
-        first = first[0]
-    return isinstance(first, (str, bytes))
-
-
-def _holds_no_examples(x):
+def holds_no_examples(x):
     """True for raw inputs with no examples: `[]`, an empty array, or a pair
     (tuple) of them."""
     parts = x if isinstance(x, tuple) and x else (x,)
@@ -193,7 +201,7 @@ class RawInputsMixin:
     def _check_fit_inputs(self, x, y, method="fit"):
         """Hook: raises a clear error for `fit` (or `evaluate`) inputs it
         cannot train on (no examples; tasks: no labels where they need them)."""
-        if method == "fit" and _holds_no_examples(x):
+        if method == "fit" and holds_no_examples(x):
             raise ValueError("`x` holds no examples: `fit` needs at least one.")
 
     def _checked_labels(self, y, features=None):

@@ -13,6 +13,8 @@ from bertzoo.models.jax_predict import JaxPredictOnBatchMixin
 from bertzoo.models.optimizers import bert_optimizer
 from bertzoo.models.raw_inputs import DEFAULT_BATCH_SIZE
 from bertzoo.models.raw_inputs import RawInputsMixin
+from bertzoo.models.raw_inputs import holds_no_examples
+from bertzoo.models.raw_inputs import holds_text
 from bertzoo.models.resumable import EpochOrder
 from bertzoo.models.serving import XLA_LENGTH_MULTIPLE
 from bertzoo.models.serving import TextServing
@@ -81,20 +83,6 @@ def _is_tokenized(x):
     return isinstance(x, dict) and "token_ids" in x
 
 
-def _holds_text(x):
-    """True for raw text: a string, a string tensor, or a list, tuple or
-    array holding strings at any depth (sentence pairs, choices, words)."""
-    if isinstance(x, (str, bytes)):
-        return True
-    if isinstance(x, tf.Tensor):
-        return x.dtype == tf.string
-    if isinstance(x, np.ndarray):
-        return x.dtype.kind in "USO" and x.size > 0 and _holds_text(x.ravel()[0])
-    if isinstance(x, (list, tuple)):
-        return any(_holds_text(v) for v in x[:2])  # A pair's or a choice list's first parts suffice.
-    return False
-
-
 def _without_labels(dataset):
     """`predict`'s raw-text dataset without its labels and weights (Keras
     ignores them; here they would be preprocessed and checked). Elements of
@@ -129,13 +117,6 @@ def _check_examples_pair_up(x, y, sample_weight):
             raise ValueError(f"`{name}` must hold one entry per example, got the single value {values!r}.")
         if shape[0] != examples:
             raise ValueError(f"`x` has {examples} examples but `{name}` has {shape[0]}: give one per example.")
-
-
-def _is_empty_batch(x):
-    """True for raw inputs with no examples: `[]`, or a pair/tuple of them."""
-    if isinstance(x, (list, tuple)) and len(x) == 0:
-        return True
-    return isinstance(x, tuple) and bool(x) and all(isinstance(v, (list, tuple)) and not v for v in x)
 
 
 class Task(
@@ -599,7 +580,7 @@ class Task(
     def _refuse_raw_batch(self, method, x):
         # Keras's batch methods take the model's features; raw text reached
         # Keras's input check as "received N input tensors".
-        if self.preprocessor is not None and not _is_tokenized(x) and _holds_text(x):
+        if self.preprocessor is not None and not _is_tokenized(x) and holds_text(x):
             raise ValueError(
                 f"{method} takes the model's features (a dict like model.preprocessor(texts) returns), not raw "
                 f"text: call {'predict' if method == 'predict_on_batch' else 'fit or evaluate'} with the texts, "
@@ -662,8 +643,8 @@ class Task(
 
     def _labels_checked_in_graph(self, labels):
         """Hook: one batch of labels from a `tf.data.Dataset`, behind the
-        in-graph checks a task runs on labels it cannot see up front. None by
-        default."""
+        in-graph checks a task runs on labels it cannot see up front.
+        Unchanged by default."""
         return labels
 
     def _raw_to_tensors(self, x, y):
@@ -699,7 +680,7 @@ class Task(
         return preprocessor(x, y, sample_weight)
 
     def predict(self, x, batch_size=None, **kwargs):
-        if self.preprocessor is not None and _is_empty_batch(x):
+        if self.preprocessor is not None and holds_no_examples(x):
             # Keras cannot predict on zero batches; an empty input gives empty outputs.
             return keras.tree.map_structure(
                 lambda t: np.zeros((0,) + tuple(d or 0 for d in t.shape[1:]), t.dtype), self.output

@@ -336,10 +336,9 @@ class Preset:
         Its tasks load with `preprocessor=None` and take tokenized inputs."""
         if self.directory is None or self.config.get("preprocessor") is not None or self.has_tokenizer_files:
             return True
-        if self.format_version < 2 or not isinstance(self.metadata, dict) or not self.metadata:
+        if self.format_version < 2 or not self.metadata:
             return True  # Format 1 and hand-made presets record no tokenizer: a missing file is an error.
-        files = self.metadata.get("files")
-        return "vocabulary" in self.metadata or SENTENCEPIECE_FILE in (files if isinstance(files, dict) else {})
+        return "vocabulary" in self.metadata or SENTENCEPIECE_FILE in self.metadata.get("files", {})
 
     def _node_class(self, key, config_path):
         node = self.config[key]

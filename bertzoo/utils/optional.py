@@ -84,3 +84,10 @@ def is_tf_dataset(x):
     """
     dataset = getattr(getattr(sys.modules.get("tensorflow"), "data", None), "Dataset", None)
     return dataset is not None and isinstance(x, dataset)
+
+
+def is_tf_tensor(x):
+    """True when `x` is a TensorFlow tensor, without importing TensorFlow
+    (as `is_tf_dataset`)."""
+    tensor = getattr(sys.modules.get("tensorflow"), "Tensor", None)
+    return tensor is not None and isinstance(x, tensor)
