@@ -16,6 +16,7 @@ with `argument(...)`.
 """
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -35,6 +36,7 @@ from bertzoo.convert import convert_checkpoint
 from bertzoo.datasets.files import load_texts
 from bertzoo.models.bert_backbone import BertBackbone
 from bertzoo.models.listing import list_presets
+from bertzoo.saving.atomic import occupied
 from bertzoo.saving.preset import Preset
 from bertzoo.version import __version__
 
@@ -60,6 +62,17 @@ def _smoothing(value):
         return float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number in [0, 1] or 'none', got {value!r}") from None
+
+
+def _finite(value):
+    """A finite number (`float()` alone also takes "nan" and "inf")."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {value!r}")
+    return number
 
 
 def command(name, help, arguments=()):
@@ -176,9 +189,10 @@ def _model_from_preset_directory(path):
         argument("--text-column", default="text", help="--calibration: the text column (default: %(default)s)"),
         argument(
             "--smoothing",
-            type=float,
-            default=None,
-            help=f"--calibration: SmoothQuant migration strength in [0, 1] (default: {DEFAULT_SMOOTHING})",
+            type=_smoothing,
+            default=argparse.SUPPRESS,  # Absent unless given, as in compress.
+            help=f"--calibration: SmoothQuant migration strength in [0, 1] (default: {DEFAULT_SMOOTHING}); "
+            "'none': plain int8, without --calibration",
         ),
         argument(
             "--input-ranges",
@@ -197,18 +211,23 @@ def _model_from_preset_directory(path):
     ),
 )
 def _quantize(args):
-    from pathlib import Path
-
-    if Path(args.output).exists() and not args.overwrite:
+    if occupied(args.output) and not args.overwrite:
         raise ValueError(f"{args.output} already exists. Pass --overwrite to replace it, or choose a new path.")
     model, preset = _model_from_preset_directory(args.preset)
     calibration = None
-    if args.weight_only and (args.calibration, args.smoothing, args.input_ranges) != (None, None, None):
+    smoothing_given = hasattr(args, "smoothing")
+    smoothing = getattr(args, "smoothing", DEFAULT_SMOOTHING)
+    if args.weight_only and (args.calibration is not None or smoothing_given or args.input_ranges is not None):
         raise ValueError(
             "--weight-only quantizes no inputs, so --calibration, --smoothing and --input-ranges do not apply: "
             "drop them, or drop --weight-only to quantize the inputs with them."
         )
-    if args.smoothing is not None and args.calibration is None:
+    if smoothing is None and args.calibration is not None:
+        raise ValueError(
+            "--smoothing none quantizes without calibration, and --calibration calibrates the smoothing: drop "
+            "one of them (plain int8: drop --calibration; smoothed int8: a number such as --smoothing 0.8)."
+        )
+    if smoothing is not None and smoothing_given and args.calibration is None:
         raise ValueError("--smoothing sets how --calibration smooths the inputs: pass --calibration FILE too.")
     if args.input_ranges is not None and args.calibration is None:
         raise ValueError("--input-ranges sets how --calibration quantizes the inputs: pass --calibration FILE too.")
@@ -223,7 +242,7 @@ def _quantize(args):
         args.mode,
         include_embeddings=not args.keep_embeddings,
         calibration=calibration,
-        smoothing=DEFAULT_SMOOTHING if args.smoothing is None else args.smoothing,
+        smoothing=DEFAULT_SMOOTHING if smoothing is None else smoothing,
         input_ranges=args.input_ranges or "dynamic",
         weight_only=args.weight_only,
         calibration_steps=None,  # The whole sample.
@@ -300,7 +319,7 @@ def _sparsity(args):
         ),
         argument(
             "--label-threshold",
-            type=float,
+            type=_finite,
             default=None,
             help="numeric labels become 1 above / 0 below this value; rows at it are dropped",
         ),

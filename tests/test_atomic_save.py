@@ -59,6 +59,22 @@ def test_replaces_the_target_and_leaves_nothing_beside_it(tmp_path):
     assert hidden_siblings(target) == []
 
 
+def test_an_empty_directory_is_free_and_anything_else_needs_overwrite(tmp_path):
+    target = tmp_path / "made_ready"
+    target.mkdir()  # `mkdir -p out && bertzoo ... out` is a common first step.
+    assert not atomic.occupied(target)
+    with atomic_directory(target, overwrite=False) as tmp:
+        write_version(tmp, 1)
+    assert check_complete(target) == 1 and atomic.occupied(target)
+    with pytest.raises(FileExistsError, match=r"made_ready already exists. Pass overwrite=True"):
+        with atomic_directory(target, overwrite=False):
+            pass
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    assert atomic.occupied(tmp_path / "file") and atomic.occupied(tmp_path / "dangling")
+    assert not atomic.occupied(tmp_path / "absent")
+
+
 def test_the_directory_gets_the_mode_mkdir_would_give(tmp_path):
     # Not mkdtemp's 0700: a serving process running as another user reads it.
     previous = os.umask(0o022)

@@ -230,6 +230,18 @@ def test_construction_compiles_with_defaults_and_a_users_compile_replaces_them()
     assert bertzoo.BertClassifier(model.backbone, class_names=["neg", "neu", "pos"]).num_classes == 3
 
 
+def test_the_compiling_constructor_keeps_its_signature_so_clone_model_works():
+    import inspect
+
+    assert inspect.getfullargspec(bertzoo.BertClassifier.__init__).args[1:3] == ["backbone", "num_classes"]
+    model = tiny_classifier()
+    # A `(*args, **kwargs)` wrapper made Keras call BertClassifier(inputs, outputs).
+    clone = keras.models.clone_model(model)
+    x = model.preprocessor(["a clone has new weights"])
+    assert clone(x).shape == model(x).shape
+    assert not {id(v) for v in clone.weights} & {id(v) for v in model.weights}
+
+
 @pytest.fixture
 def saved(tmp_path):
     model = tiny_classifier()

@@ -228,6 +228,9 @@ def test_cli_with_ratings_a_label_threshold_and_a_transfer_file(workspace, capsy
     out = workspace / "rated_out"
     argv = ["compress", str(workspace / "teacher"), "--train", str(train), "--eval", str(train), "--out", str(out)]
     argv += ["--stages", "distill", "--label-column", "rating", "--label-threshold", "0", "--recipe", "hinton"]
+    with pytest.raises(SystemExit):  # argparse's usage error: float() alone would take "nan".
+        cli.main(argv[:-6] + ["--label-threshold", "nan"])
+    assert "expected a finite number, got 'nan'" in capsys.readouterr().err
     assert cli.main(argv + ["--transfer", str(transfer), "--batch-size", "8"]) == 0
     capsys.readouterr()
     report = json.loads((out / "report.json").read_text())

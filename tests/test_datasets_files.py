@@ -4,6 +4,7 @@ fields, JSONL lines without a column and the rated-sentences TSV."""
 
 import csv
 import json
+import math
 
 import pytest
 
@@ -128,6 +129,9 @@ def test_a_numeric_label_that_is_nan_or_infinite_is_an_error(tmp_path):
     with pytest.raises(ValueError, match=r"r\.tsv: label 'nan' is not a finite number: a label threshold needs"):
         threshold_labels(["a", "b"], ["1.5", "nan"], 0.0, source="r.tsv")
     assert threshold_labels(["a", "b", "c"], [2.5, 0, -1], 0.0) == (["a", "c"], [1, 0])
+    for threshold in (math.nan, math.inf, "3", True):
+        with pytest.raises(ValueError, match=r"The label threshold must be a finite number"):
+            threshold_labels(["a"], [1], threshold)
 
 
 def test_a_csv_field_longer_than_the_csv_modules_default_limit_is_read(tmp_path):

@@ -553,6 +553,10 @@ def test_cli_export_prints_the_signatures_and_reports_errors(cli_export, tmp_pat
     assert "serving_default(text: string[-1])" in printed and "label_names: string[-1]" in printed
     assert cli.main(["export", str(preset), str(out)]) == 1
     assert "already exists. Pass overwrite=True (CLI: --overwrite)" in capsys.readouterr().err
+    (tmp_path / "ready").mkdir()  # An empty directory made for the export is no reason to refuse.
+    assert cli.main(["export", str(preset), str(tmp_path / "ready")]) == 0
+    assert (tmp_path / "ready" / "saved_model.pb").is_file()
+    capsys.readouterr()
     assert cli.main(["export", "tiny", str(tmp_path / "other")]) == 1
     assert "built-in preset definition" in capsys.readouterr().err
     assert cli.main(["export", str(tmp_path / "missing"), str(tmp_path / "other")]) == 1

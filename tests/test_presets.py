@@ -291,3 +291,17 @@ def test_a_preprocessor_longer_than_the_position_table_is_refused_up_front():
         ValueError, match=r"packs sequences of 513 tokens but the backbone has position embeddings for 512"
     ):
         bertzoo.BertClassifier(tiny.backbone, 2, preprocessor=longer)
+
+
+def test_a_local_folder_named_like_a_built_in_preset(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny").mkdir()  # Not a preset (say, data): the built-in is what was meant.
+    (tmp_path / "tiny" / "notes.txt").write_text("x")
+    builtin = Preset.resolve("tiny")
+    assert builtin.name == "tiny" and builtin.backbone_config["num_layers"] == 2
+    # A saved preset there is loaded, with a warning that names both.
+    shutil.rmtree(tmp_path / "tiny")
+    bertzoo.BertBackbone.from_preset("tiny", load_weights=False, num_layers=1).save_to_preset(tmp_path / "tiny")
+    with pytest.warns(UserWarning, match=r"'tiny' names a built-in preset and the preset directory .*tiny; loading"):
+        local = Preset.resolve("tiny")
+    assert local.backbone_config["num_layers"] == 1

@@ -168,6 +168,12 @@ def test_command_line_quantize_and_sparsity(model, tmp_path, capsys):
     assert "missing.tsv does not exist" in capsys.readouterr().err
     assert cli.main(argv[:2] + [str(tmp_path / "c"), "--smoothing", "0.5"]) == 1
     assert "pass --calibration FILE too" in capsys.readouterr().err
+    # "none", as compress spells it: plain int8, which calibrates nothing.
+    assert cli.main(argv[:2] + [str(tmp_path / "e")] + argv[3:] + ["--smoothing", "none"]) == 1
+    assert "drop one of them" in capsys.readouterr().err
+    assert cli.main(argv[:2] + [str(tmp_path / "plain"), "--smoothing", "None"]) == 0
+    again = bertzoo.BertClassifier.from_preset(tmp_path / "plain")
+    np.testing.assert_allclose(call(again, x), call(bertzoo.quantize(model), x), atol=1e-6)
 
     assert cli.main(["sparsity", str(tmp_path / "float")]) == 0
     out = capsys.readouterr().out

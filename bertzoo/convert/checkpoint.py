@@ -9,6 +9,7 @@ from bertzoo.convert import tf1
 from bertzoo.convert.common import ConversionError
 from bertzoo.convert.common import read_json_object
 from bertzoo.convert.common import write_preset
+from bertzoo.saving.atomic import occupied
 
 FORMATS = ("huggingface", "tf1", "keras_hub")
 
@@ -90,6 +91,6 @@ def convert_checkpoint(source, destination, overwrite=False):
     ```
     """
     destination = Path(destination).expanduser()
-    if destination.exists() and not overwrite:
+    if occupied(destination) and not overwrite:
         raise FileExistsError(f"{destination} already exists. Pass overwrite=True (CLI: --overwrite) to replace it.")
     return write_preset(read_checkpoint(source), destination, overwrite=overwrite)

@@ -13,6 +13,7 @@ import csv
 import functools
 import json
 import math
+import numbers
 import re
 import sys
 from pathlib import Path
@@ -276,6 +277,8 @@ def threshold_labels(texts, labels, threshold, source=None):
     texts, labels = threshold_labels(*load_labelled_texts("rated.tsv", label_column="rating"), 0.0)
     ```
     """
+    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not math.isfinite(threshold):
+        raise ValueError(f"The label threshold must be a finite number, got {threshold!r}.")
     kept_texts, kept_labels = [], []
     where = f"{source}: " if source else ""
     for text, label in zip(texts, labels):

@@ -43,6 +43,7 @@ from bertzoo.models.serving import XLA_LENGTH_MULTIPLE
 from bertzoo.models.serving import serving_functions
 from bertzoo.models.serving import xla_serving
 from bertzoo.saving.atomic import atomic_directory
+from bertzoo.saving.atomic import occupied
 from bertzoo.text.preprocessor import BertPreprocessor
 from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
@@ -165,7 +166,7 @@ def export_saved_model(
         raise ValueError(f"`pairs` must be True, False or 'auto', got {pairs!r}.")
     path = Path(path).expanduser()
     # Fail before the (slow) tracing when the target is taken.
-    if path.exists() and not overwrite:
+    if occupied(path) and not overwrite:
         raise FileExistsError(
             f"{path} already exists. Pass overwrite=True (CLI: --overwrite) to replace it, or export to a new "
             "version directory (e.g. .../2)."

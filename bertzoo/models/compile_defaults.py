@@ -13,6 +13,7 @@ cost time for models that actually run.
 """
 
 import functools
+import inspect
 import threading
 import weakref
 
@@ -48,6 +49,9 @@ class DefaultCompileMixin:
             if depth == 0 and not self.compiled:
                 self._default_compile()
 
+        # The real arguments for introspection: Keras's `clone_model` takes a
+        # `(*args, **kwargs)` constructor for Functional's `(inputs, outputs)`.
+        __init__.__signature__ = inspect.signature(init)
         __init__._compiles_after = True
         cls.__init__ = __init__
 

@@ -154,6 +154,22 @@ def current_umask():
     return umask
 
 
+def occupied(path):
+    """Whether writing a directory at `path` would replace something: it
+    exists and is not an empty directory (one made ready for the output).
+
+    Example:
+    ```python
+    if occupied(out) and not overwrite:
+        raise FileExistsError(f"{out} already exists ...")
+    ```
+    """
+    path = Path(path)
+    if path.is_symlink() or not path.is_dir():
+        return path.exists() or path.is_symlink()
+    return any(path.iterdir())
+
+
 @contextlib.contextmanager
 def atomic_directory(target, overwrite=True):
     """Yields a fresh temporary directory that replaces `target` on success.
@@ -173,7 +189,7 @@ def atomic_directory(target, overwrite=True):
         raise FileExistsError(f"{target} exists and is not a directory; choose another path.")
     target.parent.mkdir(parents=True, exist_ok=True)
     clean_leftovers(target)
-    if target.exists() and not overwrite:
+    if occupied(target) and not overwrite:
         raise FileExistsError(
             f"{target} already exists. Pass overwrite=True (CLI: --overwrite) to replace it, or choose a new path."
         )

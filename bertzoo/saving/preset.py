@@ -196,10 +196,19 @@ class Preset:
                 preset.verify_checksums, preset._verified, preset._unused_preprocessor = verify_checksums, {}, None
             return preset
         path = Path(str(preset)).expanduser()
-        if path.is_dir():
-            return cls._from_directory(path, verify_checksums)
         builtins = builtin_presets()
-        if str(preset) in builtins:
+        builtin = str(preset) in builtins
+        if path.is_dir() and builtin and not (path / CONFIG_FILE).exists():
+            pass  # A folder that happens to share the name (./base holding data) is not what was meant.
+        elif path.is_dir():
+            if builtin:
+                warnings.warn(
+                    f"{str(preset)!r} names a built-in preset and the preset directory {path.absolute()}; "
+                    f"loading the directory. For the built-in one, rename the directory or run elsewhere.",
+                    stacklevel=2,
+                )
+            return cls._from_directory(path, verify_checksums)
+        if builtin:
             return cls(str(preset), format1.upgrade(builtins[str(preset)]))
         hint = difflib.get_close_matches(str(preset), list(builtins), n=3)
         suggestion = f" Did you mean {', '.join(repr(h) for h in hint)}?" if hint else ""
