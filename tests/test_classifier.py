@@ -249,6 +249,17 @@ def saved(tmp_path):
     return tmp_path / "p"
 
 
+def test_a_new_dropout_rate_keeps_the_saved_head(saved, caplog):
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="bertzoo"):
+        again = bertzoo.BertClassifier.from_preset(saved, dropout=0.3)
+    assert again.dropout == 0.3 and "randomly initialized" not in caplog.text
+    kept = bertzoo.BertClassifier.from_preset(saved)
+    x = kept.preprocessor(["dropout has no weights"])
+    np.testing.assert_array_equal(again(x, training=False), kept(x, training=False))
+
+
 def test_missing_file_is_reported(saved):
     (saved / "task.weights.h5").unlink()
     (saved / "model.weights.h5").unlink()

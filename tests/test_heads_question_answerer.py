@@ -106,6 +106,22 @@ def test_truncation_keeps_the_question_and_drops_lost_answers():
     assert positions.tolist() == [[0, 0], [9, 9]]  # 1889 was cut off: the label points at [CLS].
 
 
+def test_unanswered_questions_train_on_cls_from_raw_text():
+    model = tiny_model()
+    start = CONTEXT.index("1889")
+    _, positions = labelled_batch(model, [QUESTION] * 3, [CONTEXT] * 3, [(start, start + 4), None, (-1, -1)])
+    assert positions.tolist() == [[13, 13], [0, 0], [0, 0]]  # SQuAD 2.0: no answer is [CLS] (the BERT paper).
+    # A dataset's spans are checked in the graph: (-1, -1) passes, other negative spans do not.
+    data = tf.data.Dataset.from_tensor_slices((([QUESTION] * 2, [CONTEXT] * 2), [[-1, -1], [start, start + 4]]))
+    _, labels = next(iter(model._as_dataset(data.batch(2))))
+    assert labels.numpy().tolist() == [[0, 0], [13, 13]]
+    bad = tf.data.Dataset.from_tensor_slices((([QUESTION], [CONTEXT]), [[-1, 4]])).batch(1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"or \(-1, -1\) for no answer"):
+        next(iter(model._as_dataset(bad)))
+    model.compile(jit_compile=False)
+    model.fit(([QUESTION] * 2, [CONTEXT] * 2), [None, (start, start + 4)], verbose=0)
+
+
 @pytest.mark.parametrize("mask_question", [True, False])
 def test_logits_are_dense_scores_with_masked_positions(mask_question):
     model = tiny_model(mask_question=mask_question)
@@ -216,7 +232,7 @@ def test_preset_round_trip(trained, tmp_path):
 def test_errors():
     model = tiny_model()
     model.compile(jit_compile=False)
-    with pytest.raises(ValueError, match="not inside its context"):
+    with pytest.raises(ValueError, match=r"not inside its context.*or None / \(-1, -1\) for a question"):
         model.fit(([QUESTION], [CONTEXT]), [(3, 99)], verbose=0)
     with pytest.raises(ValueError, match="shape \\(1, 2\\)"):
         model.fit(([QUESTION], [CONTEXT]), [3], verbose=0)

@@ -172,8 +172,9 @@ def test_mlm_only_pipeline_makes_its_own_labels(preprocessor):
     original = np.take_along_axis(clean["token_ids"].numpy(), x["mask_positions"].numpy(), 1)
     np.testing.assert_array_equal(y["mlm"].numpy()[used], original[used])
     assert used.sum(1).tolist() == [1, 1]  # round(0.15 * 7) = 1, max(1, round(0.15 * 4)) = 1.
-    with pytest.raises(ValueError, match="makes its own labels"):
+    with pytest.raises(ValueError, match="makes its own labels") as raised:
         model.fit(["the cat"], [1], verbose=0)
+    assert "in user code" not in str(raised.value)  # Raised up front, not from the tf.data trace.
 
 
 def test_preset_round_trip_keeps_heads_and_tie(preprocessor, tmp_path, rng):
@@ -190,6 +191,27 @@ def test_preset_round_trip_keeps_heads_and_tie(preprocessor, tmp_path, rng):
     np.testing.assert_array_equal(after["mlm"], before["mlm"])
     np.testing.assert_array_equal(after["sentence"], before["sentence"])
     assert again.masker.max_selections == 6
+    # The masking shapes no weight: BERT's second phase (longer rows, more
+    # predictions) continues with the trained heads, and says nothing.
+    phase_two = bertzoo.BertPretrainer.from_preset(tmp_path / "pre", max_predictions=9, masking_rate=0.2)
+    assert phase_two.masker.max_selections == 9 and phase_two.masking_rate == 0.2
+    np.testing.assert_array_equal(phase_two(x)["mlm"], before["mlm"])
+    np.testing.assert_array_equal(phase_two(x)["sentence"], before["sentence"])
+
+
+def test_a_seeded_run_masks_each_batch_the_same_however_the_map_is_scheduled(preprocessor):
+    # Many small batches: the parallel map finishes them out of order, and a
+    # stream drawn inside it handed the masks to other batches from run to run.
+    texts = [" ".join(WORDS[i % 7 : i % 7 + 6]) for i in range(96)]
+
+    def masks():
+        keras.utils.set_random_seed(0)
+        model = bertzoo.BertPretrainer(tiny_backbone(), preprocessor, sentence_objective=None)
+        return [x["token_ids"].numpy() for x, _ in model._as_dataset(texts, batch_size=2)]
+
+    first, second = masks(), masks()
+    assert len(first) == 48 and all(np.array_equal(a, b) for a, b in zip(first, second))
+    assert not all(np.array_equal(a, b) for a, b in zip(first[:-1], first[1:]))  # Masks differ per batch.
 
 
 def test_errors(preprocessor):
@@ -255,3 +277,7 @@ def test_a_preset_without_pretraining_heads_says_they_start_random(preprocessor,
     with caplog.at_level(logging.WARNING, logger="bertzoo"):
         bertzoo.BertPretrainer.from_preset(tmp_path / "pretrainer")
     assert "pre-training heads" not in caplog.text
+    # Saved heads of another objective: one warning, that the new heads start random (the preset has heads).
+    with caplog.at_level(logging.WARNING, logger="bertzoo"):
+        bertzoo.BertPretrainer.from_preset(tmp_path / "pretrainer", sentence_objective="sop")
+    assert "randomly initialized BertPretrainer head" in caplog.text and "no pre-training heads" not in caplog.text

@@ -13,6 +13,7 @@ from bertzoo.models.head_utils import check_class_ids
 from bertzoo.models.head_utils import class_ids_checked_in_graph
 from bertzoo.models.head_utils import masked_loss
 from bertzoo.models.head_utils import unused_pooler_ok
+from bertzoo.models.raw_inputs import holds_text
 from bertzoo.models.serving import TextServing
 from bertzoo.models.task import Task
 from bertzoo.text.pretraining import SENTENCE_OBJECTIVES
@@ -37,6 +38,9 @@ _SENTENCE_ARRAYS = ("nsp/kernel", "nsp/bias")
 _FILL_MASK_PREPROCESSORS = weakref.WeakKeyDictionary()
 
 
+_MLM_ONLY_LABELS = (
+    "A masked-LM-only BertPretrainer (sentence_objective=None) makes its own labels: pass texts without `y`."
+)
 # The constructor arguments `check_head_arguments` checks.
 _HEAD_ARGUMENTS = (
     "sentence_objective",
@@ -117,6 +121,9 @@ class BertPretrainer(Task):
     """
 
     fit_needs_labels = False  # Masked-LM labels come from the masking.
+    # The masking arguments shape no weight: a saved pretrainer keeps its heads
+    # when they change (BERT's second phase: longer sequences, more predictions).
+    weightless_head_arguments = ("masking_rate", "mask_token_rate", "random_token_rate", "max_predictions")
 
     def __init__(
         self,
@@ -260,6 +267,8 @@ class BertPretrainer(Task):
                 f"sentence_objective={self.sentence_objective!r} needs the pair labels: "
                 "fit((first, second), labels), e.g. from bertzoo.sentence_pairs(documents)."
             )
+        if self.sentence_objective is None and y is not None and holds_text(x):
+            raise ValueError(_MLM_ONLY_LABELS)  # Before the pipeline, not from inside its trace.
         with unused_pooler_ok():  # Masked LM alone does not use the pooler.
             return super().fit(x=x, y=y, **kwargs)
 
@@ -276,10 +285,11 @@ class BertPretrainer(Task):
             return labels
         return class_ids_checked_in_graph(labels, 2, what=SENTENCE_CLASSES)
 
-    def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
+    def preprocess(self, x, y=None, sample_weight=None, preprocessor=None, seed=None):
         """Texts (or sentence pairs and their labels) -> masked features
         (with `mask_positions`) and labels `{"mlm": ..., "sentence": ...}`;
-        masks are drawn afresh on every call."""
+        masks are drawn afresh on every call (from `seed`, a shape-(2,) int
+        tensor, when given; `fit` draws one per batch in order)."""
         paired = isinstance(x, tuple) and len(x) == 2
         if self.sentence_objective is not None:
             if not paired:
@@ -290,17 +300,17 @@ class BertPretrainer(Task):
                     "sentence_objective=None for masked LM only."
                 )
         elif y is not None:
-            raise ValueError(
-                "A masked-LM-only BertPretrainer (sentence_objective=None) makes its own labels: "
-                "pass texts without `y`."
-            )
+            raise ValueError(_MLM_ONLY_LABELS)
         features = (self.preprocessor if preprocessor is None else preprocessor)(x)
-        masked = self.masker(features["token_ids"])
+        masked = self.masker(features["token_ids"], seed=seed)
         features = dict(features, token_ids=masked["token_ids"], mask_positions=masked["mask_positions"])
         labels = {"mlm": masked["mask_labels"]}
         if y is not None:
             labels["sentence"] = y
         return keras.utils.pack_x_y_sample_weight(features, labels, sample_weight)
+
+    def _batch_seed_drawer(self):
+        return self.masker.draw_seed
 
     def serving_signatures(self, preprocessor=None, pairs="auto"):
         """Tokenized (already masked) inputs only, `serving_default` and
@@ -312,7 +322,7 @@ class BertPretrainer(Task):
     def _load_preset_extras(self, preset):
         if preset.has_arrays():
             self.load_pretraining_heads(preset.load_arrays())
-        elif preset.directory is not None:  # Trained encoder weights, untrained heads.
+        elif preset.directory is not None and preset.config.get("task") is None:  # A backbone preset.
             heads = "masked-LM head" + (" and sentence head" if self.sentence_head is not None else "")
             logger.warning(
                 "BertPretrainer.from_preset(%r): the preset has no pre-training heads (a backbone, or a "

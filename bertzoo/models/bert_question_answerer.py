@@ -23,6 +23,8 @@ MASKED_LOGIT = -1e9
 # Longest answer span, in tokens, of `predict_spans`, `decode_spans` and the
 # exported `serving_default` (BERT's SQuAD setting).
 MAX_ANSWER_LENGTH = 30
+# The character span of a question its context does not answer (SQuAD 2.0).
+NO_ANSWER = (-1, -1)
 # Tokens between the starts of consecutive context windows (BERT's SQuAD
 # `doc_stride`), when the sequence is long enough: see `window_stride`.
 DEFAULT_STRIDE = 128
@@ -363,8 +365,10 @@ class BertQuestionAnswerer(Task):
 
     Labels for raw text: answer character spans `(start, end)` (end
     exclusive) in each context, e.g. SQuAD's `(answer_start, answer_start +
-    len(text))`. They become token positions in `tf.data`; an answer cut
-    off by truncation points at `[CLS]` (position 0). A span that begins or
+    len(text))`, or `None` (or `(-1, -1)`) for a question the context does
+    not answer (SQuAD 2.0; the BERT paper trains those on `[CLS]`). They
+    become token positions in `tf.data`; an unanswered question, and an
+    answer cut off by truncation, point at `[CLS]` (position 0). A span that begins or
     ends inside a word piece takes the whole piece. Tokenized inputs take
     token positions `(start, end)` directly.
 
@@ -425,17 +429,21 @@ class BertQuestionAnswerer(Task):
         if len(questions) != len(contexts):
             raise ValueError(f"Got {len(questions)} questions but {len(contexts)} contexts.")
         if y is not None:
+            if isinstance(y, (list, tuple)):
+                y = [NO_ANSWER if span is None else span for span in y]
             y = np.asarray(y)
             if y.shape != (len(contexts), 2) or y.dtype.kind not in "iu":
                 raise ValueError(
                     f"Answer spans must be integer character offsets of shape ({len(contexts)}, 2), one "
-                    f"(start, end) per context with `end` exclusive; got shape {y.shape}, dtype {y.dtype}."
+                    f"(start, end) per context with `end` exclusive, or None for no answer; got shape {y.shape}, "
+                    f"dtype {y.dtype}."
                 )
             for i, ((start, end), context) in enumerate(zip(y, contexts)):
-                if not 0 <= start < end <= len(context):
+                if not (0 <= start < end <= len(context) or (start, end) == NO_ANSWER):
                     raise ValueError(
                         f"Answer span {i} ({start}, {end}) is not inside its context of {len(context)} "
-                        "characters: need 0 <= start < end <= len(context)."
+                        f"characters: need 0 <= start < end <= len(context), or None / {NO_ANSWER} for a "
+                        "question the context does not answer."
                     )
             y = y.astype("int32")
         return super()._raw_to_tensors((questions, contexts), y)
@@ -472,12 +480,14 @@ class BertQuestionAnswerer(Task):
         spans = tf.cast(y, tf.int32)
         # `_raw_to_tensors` checks in-memory spans; a dataset's are seen here.
         lengths = tf.strings.length(contexts, unit="UTF8_CHAR")
+        unanswered = (spans[:, 0] == NO_ANSWER[0]) & (spans[:, 1] == NO_ANSWER[1])
         inside = (spans[:, 0] >= 0) & (spans[:, 0] < spans[:, 1]) & (spans[:, 1] <= lengths)
         message = (
-            "Answer spans are (start, end) character offsets with 0 <= start < end <= len(context); these "
-            "(start, end) in this tf.data batch are not:"
+            "Answer spans are (start, end) character offsets with 0 <= start < end <= len(context), or "
+            f"{NO_ANSWER} for no answer; these (start, end) in this tf.data batch are not:"
         )
-        spans = guarded(spans, (inside, message, spans))
+        spans = guarded(spans, (inside | unanswered, message, spans))
+        spans = tf.where(unanswered[:, tf.newaxis], 0, spans)  # No token: kept below is False, [CLS].
         zeros = tf.zeros_like(spans[:, 0])
         texts = tf.concat(
             [

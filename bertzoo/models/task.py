@@ -145,6 +145,9 @@ class Task(
     """
 
     source_preset = None
+    # Head arguments that shape no weight: changing one in `from_preset`
+    # keeps the saved head.
+    weightless_head_arguments = ("dropout",)
 
     def __init__(self, *args, backbone, preprocessor=None, **kwargs):
         length, longest = getattr(preprocessor, "sequence_length", None), getattr(backbone, "max_sequence_length", None)
@@ -342,11 +345,16 @@ class Task(
         cls._check_from_preset_arguments(kwargs, task_config)
         # The model's own name and trainable flag are no head arguments: they keep the saved head.
         model_kwargs = {k: kwargs.pop(k) for k in _MODEL_ARGUMENTS if k in kwargs}
-        keeps_head = same_task and all(_as_saved(task_config.get(k)) == _as_saved(v) for k, v in kwargs.items())
+        changed = {
+            k: v
+            for k, v in kwargs.items()
+            if k not in cls.weightless_head_arguments and _as_saved(task_config.get(k)) != _as_saved(v)
+        }
+        keeps_head = same_task and not changed
         if load_weights:
             preset.check_weights(task=keeps_head)  # Before building anything.
         if preset.config.get("task") is not None and not keeps_head:
-            changed = {k: v for k, v in kwargs.items() if same_task and _as_saved(task_config.get(k)) != _as_saved(v)}
+            changed = changed if same_task else {}
             logger.warning(
                 "%s.from_preset(%r): the preset holds a %s%s; building a new, randomly initialized %s head on "
                 "its backbone (the saved head's weights are not used).",
@@ -638,8 +646,27 @@ class Task(
                 dataset = dataset.batch(batch_size)
         # `lambda *d` keeps pairs whole: element ((a, b), y) -> preprocess((a, b), y).
         trim = self.trims_padding
-        dataset = dataset.map(lambda *d: _int_features(self.preprocess(*d), trim), num_parallel_calls=tf.data.AUTOTUNE)
+        draw_seed = self._batch_seed_drawer()
+        if draw_seed is None:
+            dataset = dataset.map(
+                lambda *d: _int_features(self.preprocess(*d), trim), num_parallel_calls=tf.data.AUTOTUNE
+            )
+        else:
+            # Seeds drawn in batch order (a sequential map), used by the parallel
+            # one: a seeded run treats each batch the same however tf.data
+            # schedules the parallel calls.
+            dataset = dataset.map(lambda *d: (d, draw_seed()))
+            dataset = dataset.map(
+                lambda d, seed: _int_features(self.preprocess(*d, seed=seed), trim),
+                num_parallel_calls=tf.data.AUTOTUNE,
+            )
         return dataset.prefetch(tf.data.AUTOTUNE)
+
+    def _batch_seed_drawer(self):
+        """Hook: None, or a function drawing one stateless seed (a shape-(2,)
+        tensor) per batch, for a `preprocess` that draws random numbers and
+        takes `seed=`. None by default."""
+        return None
 
     def _labels_checked_in_graph(self, labels):
         """Hook: one batch of labels from a `tf.data.Dataset`, behind the

@@ -128,6 +128,11 @@ class BertMaskGenerator(keras.layers.Layer):
         self._generator = tf.random.Generator.from_seed(seed if seed is not None else random.getrandbits(62))
         self.built = True
 
+    def draw_seed(self):
+        """The next seed of this layer's stream (`seed` at construction): a
+        shape-(2,) int64 tensor for `call`."""
+        return self._generator.make_seeds(1)[:, 0]
+
     def call(self, token_ids, seed=None):
         token_ids = tf.cast(tf.convert_to_tensor(token_ids), tf.int32)
         unbatched = token_ids.shape.rank == 1
@@ -135,7 +140,7 @@ class BertMaskGenerator(keras.layers.Layer):
             token_ids = token_ids[tf.newaxis]
         if token_ids.shape.rank != 2:
             raise ValueError(f"BertMaskGenerator expects token ids of shape (batch, length), got {token_ids.shape}.")
-        seed = self._generator.make_seeds(1)[:, 0] if seed is None else tf.cast(seed, tf.int64)
+        seed = self.draw_seed() if seed is None else tf.cast(seed, tf.int64)
         select_seed, action_seed, token_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
         shape = tf.shape(token_ids)
         batch, length = shape[0], shape[1]
