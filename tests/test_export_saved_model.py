@@ -383,6 +383,7 @@ def test_int8_exports_serve_under_xla_where_predict_runs_xla(trained, tmp_path, 
     sentences = serving_batch()
     # "auto" follows the fast-path choice for predict: pinned to XLA here.
     monkeypatch.setenv("BERTZOO_JIT_COMPILE", "1")
+    model.compile()  # Back to jit_compile="auto" (the variant pinned False), so the variable decides.
     path = bertzoo.export_saved_model(model, tmp_path / "xla", pairs=False)
     metadata = read_export_metadata(path)
     assert metadata["jit_compile"] is True and metadata["xla_length_multiple"] == 16
@@ -428,6 +429,11 @@ def test_int8_exports_serve_under_xla_where_predict_runs_xla(trained, tmp_path, 
     model.save_to_preset(tmp_path / "int8_preset")
     assert cli.main(["export", str(tmp_path / "int8_preset"), str(tmp_path / "cli"), "--jit-compile", "false"]) == 0
     assert read_export_metadata(tmp_path / "cli")["jit_compile"] is False
+    # A user's compile() pin is what predict runs, so "auto" follows it (over the variable too).
+    model.compile(jit_compile=False)
+    pinned = bertzoo.export_saved_model(model, tmp_path / "pinned", pairs=False)
+    assert read_export_metadata(pinned)["jit_compile"] is False
+    assert bertzoo.explain_fast_path(model).source == "pinned"  # The export measured nothing over it.
 
 
 def _built_in_task(kind):

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -565,3 +566,77 @@ def test_two_modes_of_one_model_written_apart_are_both_kept(tmp_path):
         fast_path._write_cache(path, "model", entry)
     modes = fast_path._read_cache(path)["model"]["modes"]
     assert {mode: decided["chosen"] for mode, decided in modes.items()} == {"predict": True, "train": False}
+
+
+def test_entries_with_values_of_the_wrong_type_are_measured_again_and_kept_for_others(tmp_path):
+    path = tmp_path / "fast_path.json"
+    good = {"modes": {"predict": {"chosen": True, "candidates": []}}, "measured_at": "2026-11-28T00:00:00+00:00"}
+    candidate = {"mode": "predict", "jit_compile": True, "median_s": 0.01, "runs_s": [0.01], "compile_s": 1.0}
+    damaged = {
+        "median": {**good, "modes": {"predict": {"chosen": True, "candidates": [{**candidate, "median_s": "fast"}]}}},
+        "runs": {**good, "modes": {"predict": {"chosen": True, "candidates": [{**candidate, "runs_s": 3}]}}},
+        "cost": {**good, "cost_s": "x"},
+        "device": {**good, "device": {"cpu_flags": 3}},
+        "inputs": {**good, "inputs": [1, 2]},
+        "when": {**good, "measured_at": None},
+        "newer": {**good, "modes": {"predict": {"chosen": True, "candidates": [{**candidate, "gpu_util": 0.5}]}}},
+    }
+    path.write_text(json.dumps({"format": 1, "entries": {"good": good, **damaged}}))
+    assert sorted(fast_path._read_cache(path)) == ["good"]  # Each damaged one would crash explain or eviction.
+    for key in damaged:
+        with pytest.raises((TypeError, ValueError, KeyError, AttributeError)):
+            report = fast_path._from_entry(damaged[key], "m", key, path)
+            str(report), report.summary(), sorted([damaged[key]["measured_at"], ""])
+    # A writer keeps what it cannot read (another bertzoo version's entries), and its eviction copes.
+    fast_path._write_cache(path, "mine", good)
+    assert sorted(json.loads(path.read_text())["entries"]) == sorted(["good", "mine", *damaged])
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(fast_path, "MAX_CACHE_ENTRIES", 3)
+    try:
+        fast_path._write_cache(path, "latest", {**good, "measured_at": "2026-11-29T00:00:00+00:00"})
+    finally:
+        monkeypatch.undo()
+    assert "latest" in json.loads(path.read_text())["entries"]
+    assert len(json.loads(path.read_text())["entries"]) == 3
+
+
+def test_json_nested_too_deep_is_an_unreadable_cache(tmp_path, caplog):
+    path = tmp_path / "fast_path.json"
+    path.write_text("[" * 100_000)
+    with caplog.at_level(logging.WARNING, logger="bertzoo"):
+        assert fast_path._read_cache(path) == {}
+    assert "unreadable fast-path cache" in caplog.text
+
+
+def test_the_cache_directory_variable_expands_the_home_directory(monkeypatch):
+    monkeypatch.setenv("BERTZOO_CACHE_DIR", "~/bertzoo-cache")
+    assert fast_path.cache_file() == Path.home() / "bertzoo-cache" / "fast_path.json"
+
+
+@pytest.mark.parametrize("value", ["false", "auto ", "xla", 0, 1, None])
+def test_a_jit_compile_that_is_not_true_false_or_auto_is_refused(value):
+    model = tiny_classifier()
+    with pytest.raises(ValueError, match=r"jit_compile must be True, False or 'auto'"):
+        model.compile(jit_compile=value)  # Keras would run XLA for "false".
+
+
+def test_pins_run_eagerly_and_a_trainers_pin(cache_dir, monkeypatch):
+    monkeypatch.setattr(fast_path, "wall_timer", refuse)
+    model = tiny_classifier()
+    assert model.pinned_jit_compile() is None  # Constructed with "auto".
+    model.compile(run_eagerly=True)  # Eager steps compile nothing: nothing is measured.
+    model.predict(
+        {
+            "token_ids": np.ones((2, 8), "int32"),
+            "segment_ids": np.zeros((2, 8), "int32"),
+            "padding_mask": np.ones((2, 8), "int32"),
+        },
+        verbose=0,
+    )
+    model.compile(jit_compile=False)
+    assert model.pinned_jit_compile() is False
+    # A Distiller's pin is its own training step's: the student's recorded choice is untouched.
+    student = tiny_classifier()
+    student.compile(jit_compile=True)
+    bertzoo.Distiller(tiny_classifier(), student).compile(jit_compile=False)
+    assert fast_path.jit_compile_for(student, "predict") is True

@@ -231,7 +231,9 @@ def _serving_kernels(model, quantized, jit_compile, int8_kernels):
     if jit_compile == "auto":
         # Quantized models serve the path `predict` takes here (measured, or cached).
         follows_predict = bool(quantized) and int8_kernels == "auto"
-        jit_compile = follows_predict and bool(default_jit_compile(model, mode="predict"))
+        pinned = getattr(model, "pinned_jit_compile", lambda: None)()  # The user's compile() decides predict.
+        predicts_with_xla = pinned if pinned is not None else default_jit_compile(model, mode="predict")
+        jit_compile = follows_predict and bool(predicts_with_xla)
     if jit_compile:
         return True, "portable"  # The fused kernel never runs under XLA.
     if int8_kernels == "auto":

@@ -68,14 +68,23 @@ class DefaultCompileMixin:
         object.__setattr__(self, self._AUTO_JIT_ATTRIBUTE, weakref.ref(model) if auto else None)
         if auto:
             return False
-        return resolve_jit_compile(jit_compile, model, getattr(self, "distribute_strategy", None))
+        # A trainer's (a Distiller's) pin is its own step's, not its student's `predict`.
+        strategy = getattr(self, "distribute_strategy", None)
+        return resolve_jit_compile(jit_compile, model, strategy, record_pin=model is self)
+
+    def pinned_jit_compile(self):
+        """The `jit_compile` (True/False) a user's `compile()` pinned, or
+        None when the model decides ("auto", or not compiled)."""
+        if not self.compiled or getattr(self, self._AUTO_JIT_ATTRIBUTE, None) is not None:
+            return None
+        return self.jit_compile if isinstance(self.jit_compile, bool) else None
 
     def _decide_jit_compile(self, mode):
         """Sets `self.jit_compile` to the choice for `mode` ("train", "test"
         or "predict") when the user's compile said "auto"."""
         reference = getattr(self, self._AUTO_JIT_ATTRIBUTE, None)
         model = reference() if reference is not None else None
-        if model is not None:
+        if model is not None and not self.run_eagerly:  # Eager steps compile nothing: nothing to choose.
             # Only this mode is measured: a model that only predicts never
             # pays for timing training steps.
             chosen = resolve_jit_compile("auto", model, getattr(self, "distribute_strategy", None), mode=mode)

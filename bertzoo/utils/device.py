@@ -158,7 +158,7 @@ def default_jit_compile(model_or_policy=None, strategy=None, mode=None):
     return report.jit_compile if mode is None else report.choice(mode)
 
 
-def resolve_jit_compile(jit_compile, model, strategy=None, mode=None):
+def resolve_jit_compile(jit_compile, model, strategy=None, mode=None, record_pin=True):
     """The `jit_compile` value to hand to `keras.Model.compile`.
 
     `"auto"` becomes `default_jit_compile(model, strategy, mode)` (measured
@@ -167,13 +167,18 @@ def resolve_jit_compile(jit_compile, model, strategy=None, mode=None):
     `True` under a multi-replica
     strategy raises a `ValueError` naming the fix, instead of the
     device-placement error `fit()` would raise later. An explicit True/False
-    pins both modes.
+    pins both modes (recorded for `model` unless `record_pin` is False: a
+    trainer compiling its own step around `model`). Any other value is a
+    ValueError.
 
     Example:
     ```python
     resolve_jit_compile("auto", model)  # True or False, as measured here.
     ```
     """
+    if not (jit_compile is True or jit_compile is False or jit_compile == "auto"):
+        # Keras takes any truthy value for XLA: "false" would compile.
+        raise ValueError(f"jit_compile must be True, False or 'auto', got {jit_compile!r}.")
     if jit_compile == "auto":
         return default_jit_compile(model, strategy, mode)
     if jit_compile is True and not jit_compile_supported(strategy):
@@ -184,6 +189,6 @@ def resolve_jit_compile(jit_compile, model, strategy=None, mode=None):
             "('Trying to access resource ... located in device ...:1 from device ...:0'). "
             "Use jit_compile='auto' (turns XLA off there) or jit_compile=False."
         )
-    if jit_compile in (True, False):
+    if record_pin:
         fast_path.record_pinned(model, jit_compile)
     return jit_compile

@@ -83,10 +83,11 @@ logger = logging.getLogger("bertzoo")
 
 PIN_ENV = "BERTZOO_JIT_COMPILE"
 CACHE_DIR_ENV = "BERTZOO_CACHE_DIR"
-CACHE_FILE_NAME = "fast_path.json"
-# Bump when the measurement or the key changes meaning: older entries are
-# then never looked up again.
+# Bump when the measurement or the key changes meaning. Each format has a
+# file of its own, so bertzoo versions sharing a cache directory never drop
+# each other's entries.
 CACHE_FORMAT = 1
+CACHE_FILE_NAME = "fast_path.json" if CACHE_FORMAT == 1 else f"fast_path.v{CACHE_FORMAT}.json"
 MAX_CACHE_ENTRIES = 512
 # How long a cache update waits for another process's lock before going ahead without it.
 LOCK_WAIT_S = 10.0
@@ -359,15 +360,17 @@ def cache_key(device, versions, signature):
 def cache_file():
     """`$BERTZOO_CACHE_DIR/fast_path.json`, else `~/.cache/bertzoo/fast_path.json`."""
     directory = os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "bertzoo"
-    return Path(directory) / CACHE_FILE_NAME
+    return Path(directory).expanduser() / CACHE_FILE_NAME
 
 
 # --- The disk cache -----------------------------------------------------------
 
 
-def _read_cache(path):
+def _read_cache(path, keep_unknown=False):
     """`{key: entry}` from `path`; {} when missing, and when unreadable (with a
-    logged warning: the file is rewritten at the next measurement)."""
+    logged warning: the file is rewritten at the next measurement). Entries
+    of another layout are left out, or with `keep_unknown` kept as they are
+    (a writer keeps what another bertzoo version of this format wrote)."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -383,26 +386,55 @@ def _read_cache(path):
             or not isinstance(data.get("entries"), dict)
         ):
             raise ValueError(f"not a format-{CACHE_FORMAT} bertzoo fast-path cache")
-        return {k: v for k, v in data["entries"].items() if _valid_entry(v)}
-    except ValueError as e:
+        return {k: v for k, v in data["entries"].items() if keep_unknown or _valid_entry(v)}
+    except (ValueError, RecursionError) as e:  # RecursionError: JSON nested too deep to parse.
         logger.warning("Ignoring the unreadable fast-path cache %s (%s); it will be rewritten.", path, e)
         return {}
 
 
+def _number_or_none(value):
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def _valid_candidate(candidate):
+    fields = {field.name for field in dataclasses.fields(Candidate)}
+    if not (isinstance(candidate, dict) and {"mode", "jit_compile"} <= set(candidate) <= fields):
+        return False
+    runs = candidate.get("runs_s", [])
+    return (
+        candidate["mode"] in MODES
+        and isinstance(candidate["jit_compile"], bool)
+        and _number_or_none(candidate.get("median_s"))
+        and _number_or_none(candidate.get("compile_s"))
+        and isinstance(runs, list)
+        and all(_number_or_none(run) and run is not None for run in runs)
+        and isinstance(candidate.get("error"), (str, type(None)))
+    )
+
+
 def _valid_entry(entry):
-    """Whether a cache entry has the layout `_to_entry` writes (a damaged or
-    hand-edited one is dropped, so that model is measured again)."""
+    """Whether a cache entry has the layout and value types `_to_entry`
+    writes (a damaged or hand-edited one is dropped, so that model is
+    measured again)."""
     if not isinstance(entry, dict) or not isinstance(entry.get("modes"), dict):
         return False
-    fields = {field.name for field in dataclasses.fields(Candidate)}
     for mode, decided in entry["modes"].items():
         if mode not in MODES or not isinstance(decided, dict) or decided.get("chosen") not in (True, False, None):
             return False
         candidates = decided.get("candidates", [])
-        if not isinstance(candidates, list) or not all(
-            isinstance(c, dict) and {"mode", "jit_compile"} <= set(c) <= fields for c in candidates
-        ):
+        if not isinstance(candidates, list) or not all(_valid_candidate(c) for c in candidates):
             return False
+    if not (
+        _number_or_none(entry.get("cost_s"))
+        and isinstance(entry.get("measured_at"), str)  # Also the eviction order.
+        and all(isinstance(entry.get(k), (dict, type(None))) for k in ("device", "versions", "inputs"))
+    ):
+        return False
+    try:  # The report must print (`explain_fast_path`): nested device and input fields included.
+        report = _from_entry(entry, "", None, None)
+        str(report), report.summary()
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return False
     return True
 
 
@@ -482,12 +514,17 @@ def _write_cache(path, key, entry):
 
 
 def _update_cache(path, key, entry):
-    entries = _read_cache(path)
-    if key in entries:  # Another process measured this model's other mode meanwhile: keep it too.
+    entries = _read_cache(path, keep_unknown=True)
+    if _valid_entry(entries.get(key)):  # Another process measured this model's other mode meanwhile: keep it too.
         entry = {**entry, "modes": {**entries[key]["modes"], **entry["modes"]}}
     entries[key] = entry
+
+    def measured_at(k):  # Entries of another layout sort first.
+        when = entries[k].get("measured_at") if isinstance(entries[k], dict) else None
+        return when if isinstance(when, str) else ""
+
     if len(entries) > MAX_CACHE_ENTRIES:  # Oldest first out.
-        for old in sorted(entries, key=lambda k: entries[k].get("measured_at", ""))[: len(entries) - MAX_CACHE_ENTRIES]:
+        for old in sorted(entries, key=measured_at)[: len(entries) - MAX_CACHE_ENTRIES]:
             del entries[old]
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -647,7 +684,7 @@ def record_pinned(model, value, reason="jit_compile passed to compile()"):
     the per-mode choice (`jit_compile_for`) follows it."""
     if isinstance(model, keras.layers.Layer):
         report = FastPathReport(model=_name(model), source="pinned", predict=value, train=value, reason=reason)
-        _record(model, report, log=False)
+        _record(model, report)
     return value
 
 
