@@ -640,3 +640,20 @@ def test_pins_run_eagerly_and_a_trainers_pin(cache_dir, monkeypatch):
     student.compile(jit_compile=True)
     bertzoo.Distiller(tiny_classifier(), student).compile(jit_compile=False)
     assert fast_path.jit_compile_for(student, "predict") is True
+
+
+def test_a_candidate_that_ran_out_of_memory_is_not_cached_for_good(cache_dir, model):
+    import tensorflow as tf
+
+    costs = FakeTimer(XLA_FASTER_FOR_PREDICT)
+
+    def out_of_memory_once(name, fn):
+        if name == "predict/xla":
+            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
+        return costs(name, fn)
+
+    report = choose(model, out_of_memory_once)
+    assert report.predict is False and "ResourceExhaustedError" in str(report)
+    assert not (cache_dir / "fast_path.json").exists()  # Another process (or a later one) measures again.
+    fast_path.clear_memory_cache()
+    assert choose(model, FakeTimer(XLA_FASTER_FOR_PREDICT)).predict is True

@@ -944,9 +944,18 @@ def choose_jit_compile(
             report.cost_s += earlier.get("cost_s") or 0.0
             entry["cost_s"] = report.cost_s
         _memory[key] = entry
-        if cache:
+        if cache and not any(_transient(c.error) for c in candidates):
             _write_cache(path, key, entry)
     return _record(model, report)
+
+
+# Failures that say nothing lasting about a candidate (memory another process
+# held, say): such a measurement serves this process only, the next measures again.
+_TRANSIENT_ERRORS = ("ResourceExhaustedError", "UnavailableError", "MemoryError", "OutOfMemoryError")
+
+
+def _transient(error):
+    return error is not None and error.split(":", 1)[0] in _TRANSIENT_ERRORS
 
 
 def auto_jit_compile(model_or_policy, rule, rule_reason="the rule: nothing measured", mode=None):
