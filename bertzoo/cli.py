@@ -232,6 +232,11 @@ def _quantize(args):
     if args.input_ranges is not None and args.calibration is None:
         raise ValueError("--input-ranges sets how --calibration quantizes the inputs: pass --calibration FILE too.")
     if args.calibration is not None:
+        if preset.class_name == "BertBackbone":
+            raise ValueError(
+                f"--calibration needs a task preset (it runs the texts through the task's preprocessor); "
+                f"{args.preset} is a backbone preset. Quantize the fine-tuned task preset, or drop --calibration."
+            )
         if getattr(model, "preprocessor", None) is None:
             raise ValueError(
                 f"--calibration needs a task preset with a vocabulary (it tokenizes the texts); {args.preset} has none."

@@ -132,7 +132,7 @@ def parse_args(argv):
     arg("--sequence-length", type=int, default=64)
     arg("--batch-size", type=int, default=32)
     arg("--latency-runs", type=int, default=7, help="timed runs per latency figure (median)")
-    arg("--jit-compile", default="auto", choices=["auto", "on", "off"], help="XLA for train and predict steps")
+    arg("--jit-compile", default="auto", choices=["auto", "true", "false"], help="XLA for train and predict steps")
     arg("--output", default="runs/distill", help="where the presets (and SavedModel) go")
     arg("--seed", type=int, default=0)
     return parser.parse_args(argv)
@@ -152,13 +152,15 @@ def settings(**overrides):
 # --- Data -------------------------------------------------------------------
 def load_data(args):
     rng = np.random.default_rng(args.seed)
-    path = None if args.data == "synthetic" else (args.data or find_shared_sentiment("amazon"))
+    asked = args.data == "synthetic"
+    path = None if asked else (args.data or find_shared_sentiment("amazon"))
     if path:
         texts, labels = load_rated_sentences(path)
         source = f"{path} ({len(texts)} human-rated sentences, neutral dropped)"
     else:
         texts, labels = synthetic_sentiment(2000, seed=args.seed)
-        source = "generated sentiment sentences (bertzoo.datasets.synthetic_sentiment; no data file found)"
+        why = "as asked" if asked else "no data file found"
+        source = f"generated sentiment sentences (bertzoo.datasets.synthetic_sentiment; {why})"
     (train_x, train_y), (test_x, test_y) = split(texts, labels, test_fraction=0.2, seed=args.seed)
     full_train, full_test = len(train_x), len(test_x)
 
@@ -180,7 +182,7 @@ def load_data(args):
 
 # --- Models -----------------------------------------------------------------
 def _jit(args):
-    return {"auto": "auto", "on": True, "off": False}[args.jit_compile]
+    return {"auto": "auto", "true": True, "false": False}[args.jit_compile]
 
 
 def build_teacher(args, train, output):

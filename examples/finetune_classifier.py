@@ -127,7 +127,7 @@ def _run(args):
     examples_per_second = len(train_x) / float(np.median(steady))
     print(
         f"Test accuracy {accuracy:.4f}; training {examples_per_second:.1f} examples/s "
-        f"(median over epochs {'2..' if len(timer.seconds) > 1 else '1'}{len(timer.seconds)})"
+        f"(median over epochs {f'2..{len(timer.seconds)}' if len(timer.seconds) > 1 else '1'})"
     )
     model.save_to_preset(args.output)
     print(f"Saved the fine-tuned preset to {args.output}")

@@ -40,7 +40,7 @@ def test_example_runs_end_to_end(tmp_path, capsys, word_classifier):
             "--latency-runs",
             "1",
             "--jit-compile",
-            "off",
+            "false",
             "--output",
             str(tmp_path),
         ]

@@ -238,3 +238,14 @@ def test_pyproject_lists_every_package_setuptools_must_install():
     assert config["package-dir"]["bertzoo.builtin_presets"] == "presets"
     assert (PACKAGE.parent / "presets" / "__init__.py").is_file()
     assert config["package-data"]["bertzoo.builtin_presets"] == ["*.json"]
+
+
+def test_the_top_level_all_lists_the_public_names():
+    import inspect
+
+    import bertzoo
+
+    public = {n for n in dir(bertzoo) if not n.startswith("_") and not inspect.ismodule(getattr(bertzoo, n))}
+    listed = set(bertzoo.__all__)
+    assert public | {"compression", "convert", "export", "__version__"} == listed
+    assert len(listed) == len(bertzoo.__all__)

@@ -270,7 +270,7 @@ def test_a_preset_without_pretraining_heads_says_they_start_random(preprocessor,
     backbone.save_to_preset(tmp_path / "encoder")
     with caplog.at_level(logging.WARNING, logger="bertzoo"):
         model = bertzoo.BertPretrainer.from_preset(tmp_path / "encoder", preprocessor=preprocessor)
-    assert "has no pre-training heads" in caplog.text and "masked-LM head and sentence head" in caplog.text
+    assert "has no pre-training heads" in caplog.text and "masked-LM and sentence heads start randomly" in caplog.text
     assert "`predict_masked` gives meaningless tokens" in caplog.text
     caplog.clear()
     model.save_to_preset(tmp_path / "pretrainer")  # Heads saved with it: they load silently.

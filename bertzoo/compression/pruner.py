@@ -687,7 +687,7 @@ class Pruner:
         ```python
         pruner = bertzoo.Pruner(student, bertzoo.ConstantSparsity(0.5, begin_step=0))
         distiller = bertzoo.Distiller(teacher, student)
-        distiller.compile(optimizer=bertzoo.bert_optimizer(1e-4))
+        distiller.compile(optimizer=bertzoo.models.optimizers.bert_optimizer(1e-4))
         pruner.prepare_trainer(distiller)
         distiller.fit(texts, epochs=1)
         ```

@@ -99,7 +99,7 @@ def sparsity_report(model):
     ```python
     report = bertzoo.sparsity_report(pruner.strip())
     print(report)  # a table; report.to_dict() for the figures
-    report.total_sparsity  # 0.9
+    report.total_sparsity  # zeros over every weight matrix, embedding tables included
     ```
     """
     if not isinstance(model, keras.Model) or not model.built:

@@ -126,7 +126,7 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
     if path.exists() and not _holds_a_portable_export(path, format):
         raise FileExistsError(
             f"{path} exists and is not an earlier {format} export, which is all overwrite=True replaces: choose "
-            f"another path (e.g. one ending in {suffix})."
+            "another path."
         )
     # The model's own inputs, the token axis of the BERT inputs free (None) or fixed.
     signature = [

@@ -323,10 +323,10 @@ class BertPretrainer(Task):
         if preset.has_arrays():
             self.load_pretraining_heads(preset.load_arrays())
         elif preset.directory is not None and preset.config.get("task") is None:  # A backbone preset.
-            heads = "masked-LM head" + (" and sentence head" if self.sentence_head is not None else "")
+            heads = "masked-LM head starts" if self.sentence_head is None else "masked-LM and sentence heads start"
             logger.warning(
                 "BertPretrainer.from_preset(%r): the preset has no pre-training heads (a backbone, or a "
-                "checkpoint converted without them), so its %s start randomly initialized: `predict_masked` "
+                "checkpoint converted without them), so its %s randomly initialized: `predict_masked` "
                 "gives meaningless tokens until they are trained.",
                 preset.name,
                 heads,

@@ -39,12 +39,12 @@ class FeatureExtractor(keras.layers.Layer):
 
     Example:
     ```python
-    backbone = bertzoo.BertBackbone.from_preset("tiny", load_weights=False)
+    backbone = bertzoo.BertBackbone.from_preset("mini", load_weights=False)  # 4 layers: the last four
     inputs = {name: keras.Input((None,), dtype="int32", name=name)
               for name in ("token_ids", "segment_ids", "padding_mask")}
     features = bertzoo.FeatureExtractor(backbone, combine="concat_last_four")(inputs)
     hidden = keras.layers.Bidirectional(keras.layers.LSTM(64, return_sequences=True))(features)
-    tagger = keras.Model(inputs, keras.layers.Dense(num_tags)(hidden))
+    tagger = keras.Model(inputs, keras.layers.Dense(9)(hidden))  # 9 tags
     ```
     """
 

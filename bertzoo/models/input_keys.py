@@ -13,7 +13,7 @@ class DeclaredInputsMixin:
 
     Example:
     ```python
-    features = pretrainer.preprocess(texts)  # also holds "mask_positions"
+    features, _ = pretrainer.preprocess((first, second), labels)  # features hold "mask_positions" too
     backbone({k: features[k] for k in backbone.input})  # not backbone(features)
     ```
     """
