@@ -307,6 +307,8 @@ def export_student(student, directory):
     export = getattr(bertzoo, "export_saved_model", None)
     if export is None:
         return "not available yet in this bertzoo (bertzoo.export_saved_model is missing)"
+    if keras.backend.backend() != "tensorflow":
+        return f"skipped: a SavedModel needs the TensorFlow backend (Keras runs on {keras.backend.backend()})"
     export(student, directory, overwrite=True)
     return str(directory)
 

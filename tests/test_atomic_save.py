@@ -75,6 +75,15 @@ def test_an_empty_directory_is_free_and_anything_else_needs_overwrite(tmp_path):
     assert not atomic.occupied(tmp_path / "absent")
 
 
+def test_a_mount_point_is_refused_before_any_work(tmp_path, monkeypatch):
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    monkeypatch.setattr(os.path, "ismount", lambda path: str(path) == str(volume))
+    with pytest.raises(FileExistsError, match=r"volume is a mount point.*inside it \(e\.g\. .*volume/1\)"):
+        with atomic_directory(volume, overwrite=True):
+            raise AssertionError("the body ran")
+
+
 def test_the_directory_gets_the_mode_mkdir_would_give(tmp_path):
     # Not mkdtemp's 0700: a serving process running as another user reads it.
     previous = os.umask(0o022)

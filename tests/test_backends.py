@@ -270,6 +270,28 @@ SCRIPT = textwrap.dedent(
             model.fit(features, labels, epochs=1, verbose=0)  # Not through the pruner.
         except RuntimeError as error:
             report["unprepared_trainer_error"] = str(error)
+        # Refused before Keras's step started: raised inside it, the model's variables were lost.
+        report["usable_after_refusal"] = bool(np.all(np.isfinite(np.asarray(model.predict_on_batch(features)))))
+    # A student initialized from the teacher, and a task given a new backbone,
+    # train without touching the models they were copied from (on JAX they
+    # shared the teacher's buffers, which the train step then donated).
+    teacher = bertzoo.BertClassifier.from_preset(preset)
+    before = np.asarray(teacher.predict_on_batch(features))
+    student = bertzoo.init_student_from_teacher(teacher, {"num_layers": 1})
+    student.compile(optimizer=keras.optimizers.SGD(0.1))
+    student.fit(features, labels, batch_size=8, epochs=1, verbose=0)
+    moved = teacher.with_backbone(bertzoo.BertBackbone.from_preset(preset))
+    moved.compile(optimizer=keras.optimizers.SGD(0.1))
+    moved.fit(features, labels, batch_size=8, epochs=1, verbose=0)
+    try:  # Before any training: every stage ends in a TensorFlow SavedModel.
+        bertzoo.compress(preset, "train.tsv", "eval.tsv", "never_written")
+    except RuntimeError as error:
+        report["compress_error"] = str(error)
+    try:
+        bertzoo.compression.head_and_neuron_importance(teacher, (features, labels))
+    except NotImplementedError as error:
+        report["structured_scores_error"] = str(error)
+    report["teacher_after_copies_train"] = float(np.abs(np.asarray(teacher.predict_on_batch(features)) - before).max())
     report["one_device"] = train()
     if keras.backend.backend() == "jax":
         import jax
@@ -425,6 +447,19 @@ def test_pruning_trains_like_tensorflow(backend_run):
         np.testing.assert_allclose(ours["logits"], tf_run["logits"], atol=1e-4, rtol=1e-3, err_msg=run)
 
 
+def test_copies_of_a_model_train_without_touching_it(backend_run):
+    assert backend_run["teacher_after_copies_train"] == 0.0
+
+
+def test_compress_refuses_other_backends_before_training(backend_run):
+    assert "needs the TensorFlow backend" in backend_run["compress_error"]
+
+
+def test_structured_scores_name_the_backend_they_need(backend_run):
+    assert "KERAS_BACKEND=tensorflow" in backend_run["structured_scores_error"]
+    assert "`importance=`" in backend_run["structured_scores_error"]
+
+
 def test_lottery_ticket_rounds_train_on_the_backend(backend_run):
     assert backend_run["lottery_sparsity"] == pytest.approx(0.5, abs=1e-3)
 
@@ -441,6 +476,7 @@ def test_jax_refuses_a_trainer_that_does_not_carry_the_pruning_state(backend_run
     if backend_run["expected_backend"] != "jax":
         pytest.skip("JAX only")
     assert "pruner.prepare_trainer(trainer)" in backend_run["unprepared_trainer_error"]
+    assert backend_run["usable_after_refusal"] is True
     assert "does not support a LossScaleOptimizer" in backend_run["float16_pruning_error"]
 
 

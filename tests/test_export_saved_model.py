@@ -415,11 +415,19 @@ def test_int8_exports_serve_under_xla_where_predict_runs_xla(trained, tmp_path, 
     three = served.signatures["serving_default"](text=tf.constant(sentences[:3]))["logits"].numpy()
     np.testing.assert_allclose(three, reference[:3], atol=1e-4)
     assert served.signatures["serving_default"](text=tf.constant([], tf.string))["logits"].shape == (0, 2)
-    # A float model is served without XLA unless asked; bad combinations are refused.
+    # A float model is served without XLA unless asked, and nothing is timed for it; bad combinations are refused.
+    monkeypatch.delenv("BERTZOO_JIT_COMPILE")
+    monkeypatch.setenv("BERTZOO_CACHE_DIR", str(tmp_path / "cache"))
+
+    def refuse(name, fn):
+        raise AssertionError(f"timed {name} for a float export")
+
+    monkeypatch.setattr(bertzoo.utils.fast_path, "wall_timer", refuse)
     assert (
         read_export_metadata(bertzoo.export_saved_model(trained, tmp_path / "float", pairs=False))["jit_compile"]
         is False
     )
+    monkeypatch.setenv("BERTZOO_JIT_COMPILE", "1")
     with pytest.raises(ValueError, match="cannot be combined with jit_compile=True"):
         bertzoo.export_saved_model(model, tmp_path / "x", int8_kernels="onednn", jit_compile=True)
     with pytest.raises(ValueError, match="`jit_compile` must be True, False or 'auto'"):

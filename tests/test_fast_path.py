@@ -623,7 +623,7 @@ def test_a_jit_compile_that_is_not_true_false_or_auto_is_refused(value):
 def test_pins_run_eagerly_and_a_trainers_pin(cache_dir, monkeypatch):
     monkeypatch.setattr(fast_path, "wall_timer", refuse)
     model = tiny_classifier()
-    assert model.pinned_jit_compile() is None  # Constructed with "auto".
+    assert model.compile_pin() is None  # Constructed with "auto".
     model.compile(run_eagerly=True)  # Eager steps compile nothing: nothing is measured.
     model.predict(
         {
@@ -634,7 +634,7 @@ def test_pins_run_eagerly_and_a_trainers_pin(cache_dir, monkeypatch):
         verbose=0,
     )
     model.compile(jit_compile=False)
-    assert model.pinned_jit_compile() is False
+    assert model.compile_pin() is False
     # A Distiller's pin is its own training step's: the student's recorded choice is untouched.
     student = tiny_classifier()
     student.compile(jit_compile=True)

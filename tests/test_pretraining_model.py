@@ -175,6 +175,9 @@ def test_mlm_only_pipeline_makes_its_own_labels(preprocessor):
     with pytest.raises(ValueError, match="makes its own labels") as raised:
         model.fit(["the cat"], [1], verbose=0)
     assert "in user code" not in str(raised.value)  # Raised up front, not from the tf.data trace.
+    with pytest.raises(ValueError, match="makes its own labels") as raised:
+        model.evaluate(["the cat"], [1], verbose=0)
+    assert "in user code" not in str(raised.value)
 
 
 def test_preset_round_trip_keeps_heads_and_tie(preprocessor, tmp_path, rng):
@@ -212,6 +215,24 @@ def test_a_seeded_run_masks_each_batch_the_same_however_the_map_is_scheduled(pre
     first, second = masks(), masks()
     assert len(first) == 48 and all(np.array_equal(a, b) for a, b in zip(first, second))
     assert not all(np.array_equal(a, b) for a, b in zip(first[:-1], first[1:]))  # Masks differ per batch.
+
+    # Each dataset draws from a stream of its own: reading another (validation) between
+    # batches leaves a training dataset's masks as they were.
+    keras.utils.set_random_seed(0)
+    model = bertzoo.BertPretrainer(tiny_backbone(), preprocessor, sentence_objective=None)
+    train = iter(model._as_dataset(texts, batch_size=2))
+    validation = model._as_dataset(texts[:8], batch_size=2)
+    interleaved = [next(train)[0]["token_ids"].numpy() for _ in range(3)]
+    list(validation)
+    interleaved += [x["token_ids"].numpy() for x, _ in train]
+    assert all(np.array_equal(a, b) for a, b in zip(interleaved, first))
+
+    class OwnPreprocess(bertzoo.BertPretrainer):  # A subclass's `preprocess` without `seed` still trains.
+        def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
+            return super().preprocess(x, y, sample_weight, preprocessor)
+
+    model = OwnPreprocess(tiny_backbone(), preprocessor, sentence_objective=None)
+    assert len(list(model._as_dataset(texts[:4], batch_size=2))) == 2
 
 
 def test_errors(preprocessor):

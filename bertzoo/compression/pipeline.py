@@ -374,6 +374,12 @@ def compress(
     ```
     """
     stages = parse_stages(stages)
+    if keras.backend.backend() != "tensorflow":  # Before any training: each stage ends in a SavedModel.
+        raise RuntimeError(
+            f"compress saves a TensorFlow SavedModel of every stage, so it needs the TensorFlow backend (Keras "
+            f"runs on {keras.backend.backend()!r}): run it with KERAS_BACKEND=tensorflow, or call bertzoo.distill, "
+            "Pruner and quantize yourself on this backend."
+        )
     if target_speedup is not None:
         student_layers(1, target_speedup)  # Checks the value before any work.
     for name, value in (("epochs", epochs), ("batch_size", batch_size)):

@@ -185,6 +185,12 @@ class PruningState(keras.layers.Layer):
         return config
 
 
+_UNCARRIED_STATE = (
+    "On the JAX backend a pruned model's trainer must carry the pruning state through its train step: train "
+    "with pruner.fit(...), or call pruner.prepare_trainer(trainer) before trainer.fit(...)."
+)
+
+
 class _MaskConstraint(keras.constraints.Constraint):
     """Updates weight `index`'s mask on schedule and applies it. Attached to
     the variable (not to the layer's config), so model configs stay clean."""
@@ -194,6 +200,15 @@ class _MaskConstraint(keras.constraints.Constraint):
         self.index = index
         self.inner = inner
 
+    def check_trainer(self, trainer):
+        """Raises the error below before `trainer.fit` starts its step (bertzoo
+        trainers call it): raised inside a JAX step, Keras loses the models'
+        variables with it."""
+        if keras.backend.backend() == "jax" and not private_api.carries_jax_step_values(
+            trainer, self.pruner.state.variables
+        ):
+            raise RuntimeError(_UNCARRIED_STATE)
+
     def __call__(self, w):
         if self.inner is not None:
             w = self.inner(w)
@@ -202,11 +217,7 @@ class _MaskConstraint(keras.constraints.Constraint):
         step = state.steps[self.index]
         carried = any(id(mask) in values for values in _STEP_VALUES)
         if not carried and keras.backend.backend() == "jax" and private_api.in_stateless_scope():
-            raise RuntimeError(
-                "On the JAX backend a pruned model's trainer must carry the pruning state through its "
-                "train step: train with pruner.fit(...), or call pruner.prepare_trainer(trainer) before "
-                "trainer.fit(...)."
-            )
+            raise RuntimeError(_UNCARRIED_STATE)
         current = _read(mask)
         if pruner.scores == "movement":
             # The variable already holds `w`; `previous` holds the value before this update.

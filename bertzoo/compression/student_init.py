@@ -2,13 +2,12 @@
 
 import warnings
 
-from keras import ops
-
 from bertzoo.compression.layer_maps import check_layer_index
 from bertzoo.models.bert_backbone import BertBackbone
 from bertzoo.models.task import Task
 from bertzoo.saving.preset import Preset
 from bertzoo.utils import quantization_mode
+from bertzoo.utils.layers import assign_copy
 
 _SHAPE_KEYS = ("vocabulary_size", "hidden_dim", "embedding_dim", "head_dim", "max_sequence_length", "num_segments")
 
@@ -155,7 +154,7 @@ def init_student_from_teacher(teacher, student, layers="every_k"):
         for s_var, t_var in zip(s_layer.weights, t_layer.weights):
             if tuple(s_var.shape) != tuple(t_var.shape):  # Guarded above; a last line of defence.
                 raise ValueError(f"Shape mismatch copying {t_var.path} {t_var.shape} into {s_var.path} {s_var.shape}.")
-            s_var.assign(ops.cast(t_var.value, s_var.dtype))
+            assign_copy(s_var, t_var)
 
     if isinstance(teacher, BertBackbone):
         return student_backbone

@@ -112,10 +112,10 @@ def export_saved_model(
             (`bertzoo.models.serving.batch_bucket`), and text batches cut to
             multiples of 16 tokens (at most 8 lengths for 128-token inputs;
             `serving_tokenized` keeps the length it is sent). `"auto"`: for
-            quantized models, XLA when
-            bertzoo's fast-path measurement on this machine picks it for the
-            model's `predict` (`bertzoo.explain_fast_path(model)`), so the
-            export serves the path `predict` runs; float models serve
+            quantized models, XLA when the model's `compile()` pinned it,
+            else when bertzoo's fast-path measurement on this machine picks
+            it for the model's `predict` (`bertzoo.explain_fast_path(model)`),
+            so the export serves the path `predict` runs; float models serve
             without XLA. True/False pin it. Recorded in the metadata.
         **serving_options: export-time settings of the model's own
             `serving_signatures` (e.g. `BertQuestionAnswerer`'s `stride`,
@@ -230,10 +230,10 @@ def _serving_kernels(model, quantized, jit_compile, int8_kernels):
     `export_saved_model`; the arguments are checked already)."""
     if jit_compile == "auto":
         # Quantized models serve the path `predict` takes here (measured, or cached).
-        follows_predict = bool(quantized) and int8_kernels == "auto"
-        pinned = getattr(model, "pinned_jit_compile", lambda: None)()  # The user's compile() decides predict.
-        predicts_with_xla = pinned if pinned is not None else default_jit_compile(model, mode="predict")
-        jit_compile = follows_predict and bool(predicts_with_xla)
+        jit_compile = False
+        if quantized and int8_kernels == "auto":
+            pinned = getattr(model, "compile_pin", lambda: None)()  # The user's compile() decides predict.
+            jit_compile = bool(pinned if pinned is not None else default_jit_compile(model, mode="predict"))
     if jit_compile:
         return True, "portable"  # The fused kernel never runs under XLA.
     if int8_kernels == "auto":

@@ -13,7 +13,6 @@ from bertzoo.models.head_utils import check_class_ids
 from bertzoo.models.head_utils import class_ids_checked_in_graph
 from bertzoo.models.head_utils import masked_loss
 from bertzoo.models.head_utils import unused_pooler_ok
-from bertzoo.models.raw_inputs import holds_text
 from bertzoo.models.serving import TextServing
 from bertzoo.models.task import Task
 from bertzoo.text.pretraining import SENTENCE_OBJECTIVES
@@ -21,6 +20,7 @@ from bertzoo.text.pretraining import BertMaskGenerator
 from bertzoo.text.pretraining import check_masking
 from bertzoo.text.pretraining import default_max_selections
 from bertzoo.utils.checks import constructor_arguments
+from bertzoo.utils.optional import tf
 
 logger = logging.getLogger("bertzoo")
 # What the pair labels name, for the label checks' messages.
@@ -123,7 +123,12 @@ class BertPretrainer(Task):
     fit_needs_labels = False  # Masked-LM labels come from the masking.
     # The masking arguments shape no weight: a saved pretrainer keeps its heads
     # when they change (BERT's second phase: longer sequences, more predictions).
-    weightless_head_arguments = ("masking_rate", "mask_token_rate", "random_token_rate", "max_predictions")
+    weightless_head_arguments = Task.weightless_head_arguments + (
+        "masking_rate",
+        "mask_token_rate",
+        "random_token_rate",
+        "max_predictions",
+    )
 
     def __init__(
         self,
@@ -267,12 +272,12 @@ class BertPretrainer(Task):
                 f"sentence_objective={self.sentence_objective!r} needs the pair labels: "
                 "fit((first, second), labels), e.g. from bertzoo.sentence_pairs(documents)."
             )
-        if self.sentence_objective is None and y is not None and holds_text(x):
-            raise ValueError(_MLM_ONLY_LABELS)  # Before the pipeline, not from inside its trace.
         with unused_pooler_ok():  # Masked LM alone does not use the pooler.
             return super().fit(x=x, y=y, **kwargs)
 
     def _raw_to_tensors(self, x, y):
+        if self.sentence_objective is None and y is not None:
+            raise ValueError(_MLM_ONLY_LABELS)  # fit and evaluate: before the pipeline, not from its trace.
         return super()._raw_to_tensors(x, self._checked_labels(y) if y is not None else None)
 
     def _checked_labels(self, y, features=None):
@@ -310,7 +315,11 @@ class BertPretrainer(Task):
         return keras.utils.pack_x_y_sample_weight(features, labels, sample_weight)
 
     def _batch_seed_drawer(self):
-        return self.masker.draw_seed
+        # A stream per dataset, seeded from the masker's here, in the calling
+        # thread: datasets iterated at once (training and validation) then
+        # never take each other's seeds.
+        generator = tf.random.Generator.from_seed(int(self.masker.draw_seed()[0]))
+        return lambda: generator.make_seeds(1)[:, 0]
 
     def serving_signatures(self, preprocessor=None, pairs="auto"):
         """Tokenized (already masked) inputs only, `serving_default` and

@@ -429,7 +429,7 @@ class BertQuestionAnswerer(Task):
         if len(questions) != len(contexts):
             raise ValueError(f"Got {len(questions)} questions but {len(contexts)} contexts.")
         if y is not None:
-            if isinstance(y, (list, tuple)):
+            if isinstance(y, (list, tuple)) or (isinstance(y, np.ndarray) and y.dtype == object):
                 y = [NO_ANSWER if span is None else span for span in y]
             y = np.asarray(y)
             if y.shape != (len(contexts), 2) or y.dtype.kind not in "iu":

@@ -72,7 +72,7 @@ class DefaultCompileMixin:
         strategy = getattr(self, "distribute_strategy", None)
         return resolve_jit_compile(jit_compile, model, strategy, record_pin=model is self)
 
-    def pinned_jit_compile(self):
+    def compile_pin(self):
         """The `jit_compile` (True/False) a user's `compile()` pinned, or
         None when the model decides ("auto", or not compiled)."""
         if not self.compiled or getattr(self, self._AUTO_JIT_ATTRIBUTE, None) is not None:

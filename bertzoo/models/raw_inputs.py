@@ -155,6 +155,10 @@ class RawInputsMixin:
         **kwargs,
     ):
         self._check_fit_inputs(x, y)
+        for variable in self.trainable_variables:  # Before Keras's step: an error inside it loses state on JAX.
+            check = getattr(variable.constraint, "check_trainer", None)
+            if check is not None:
+                check(self)
         split = kwargs.pop("validation_split", 0.0)
         if split and validation_data is None and (_is_raw_sequence(x) or _is_feature_dict(x)):
             x, y, sample_weight, validation_data = split_for_validation(x, y, sample_weight, split)

@@ -1,5 +1,6 @@
 """Base class for task models: a backbone, a head, and raw-text handling."""
 
+import inspect
 import logging
 import numbers
 
@@ -27,6 +28,7 @@ from bertzoo.saving.serialization import quantize_layers
 from bertzoo.saving.serialization import quantized_policy_map
 from bertzoo.utils.checks import check_config_keys
 from bertzoo.utils.checks import constructor_arguments
+from bertzoo.utils.layers import assign_copy
 from bertzoo.utils.optional import is_tf_dataset
 from bertzoo.utils.optional import tf
 from bertzoo.utils.private_api import flatten_layers
@@ -217,7 +219,10 @@ class Task(
         two tasks share no layer). Head weights are copied when every head
         weight of the new task has the shape of this one's (a backbone of the
         same hidden size); otherwise the whole head keeps its fresh
-        initialization, as `from_preset` gives a new head.
+        initialization, as `from_preset` gives a new head. (Keras's
+        `clone_model` rebuilds a task as a plain functional model of the same
+        layers, without its preprocessor; for a copy that stays a task:
+        `type(model).from_config(model.get_config())`, then `set_weights`.)
 
         Example:
         ```python
@@ -241,7 +246,7 @@ class Task(
         sources, targets = head_weights(self), head_weights(task)
         if len(sources) == len(targets) and all(tuple(s.shape) == tuple(t.shape) for s, t in zip(sources, targets)):
             for source, target in zip(sources, targets):
-                target.assign(keras.ops.cast(source.value, target.dtype))
+                assign_copy(target, source)
         return task
 
     def compute_head_outputs(self, inputs, features, training=None):
@@ -323,7 +328,8 @@ class Task(
         intact (a missing or unreadable head is a `bertzoo.PresetError`, never
         a random head). A new head on purpose: load the preset into another
         task class, or pass head arguments that differ from the saved ones
-        (e.g. `num_classes=5`); then only the backbone weights load, the head
+        (e.g. `num_classes=5`; not `weightless_head_arguments` such as
+        `dropout`, which keep the saved head); then only the backbone weights load, the head
         is freshly initialized, and a warning on the "bertzoo" logger says so
         (a backbone preset, the usual start of fine-tuning, loads silently).
         `preprocessor="auto"` builds the preset's tokenizer and packer;
@@ -647,6 +653,8 @@ class Task(
         # `lambda *d` keeps pairs whole: element ((a, b), y) -> preprocess((a, b), y).
         trim = self.trims_padding
         draw_seed = self._batch_seed_drawer()
+        if draw_seed is not None and "seed" not in inspect.signature(self.preprocess).parameters:
+            draw_seed = None  # A subclass's own `preprocess` that takes no seed.
         if draw_seed is None:
             dataset = dataset.map(
                 lambda *d: _int_features(self.preprocess(*d), trim), num_parallel_calls=tf.data.AUTOTUNE
@@ -665,7 +673,8 @@ class Task(
     def _batch_seed_drawer(self):
         """Hook: None, or a function drawing one stateless seed (a shape-(2,)
         tensor) per batch, for a `preprocess` that draws random numbers and
-        takes `seed=`. None by default."""
+        takes `seed=`; called once per dataset, so that each dataset can have
+        a stream of its own. None by default."""
         return None
 
     def _labels_checked_in_graph(self, labels):

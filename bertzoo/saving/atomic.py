@@ -187,6 +187,11 @@ def atomic_directory(target, overwrite=True):
     target = Path(target).expanduser().absolute()
     if target.is_symlink() or (target.exists() and not target.is_dir()):
         raise FileExistsError(f"{target} exists and is not a directory; choose another path.")
+    if os.path.ismount(target):  # E.g. a Docker volume: the swap into place would fail with EBUSY at the end.
+        raise FileExistsError(
+            f"{target} is a mount point, which a save cannot replace: write into a directory inside it "
+            f"(e.g. {target / '1'})."
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     clean_leftovers(target)
     if occupied(target) and not overwrite:

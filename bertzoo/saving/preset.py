@@ -198,14 +198,16 @@ class Preset:
         path = Path(str(preset)).expanduser()
         builtins = builtin_presets()
         builtin = str(preset) in builtins
-        if path.is_dir() and builtin and not (path / CONFIG_FILE).exists():
+        config = path / CONFIG_FILE
+        if path.is_dir() and builtin and not (config.exists() or config.is_symlink()):
             pass  # A folder that happens to share the name (./base holding data) is not what was meant.
         elif path.is_dir():
             if builtin:
-                warnings.warn(
-                    f"{str(preset)!r} names a built-in preset and the preset directory {path.absolute()}; "
-                    f"loading the directory. For the built-in one, rename the directory or run elsewhere.",
-                    stacklevel=2,
+                logger.warning(
+                    "%r names a built-in preset and the preset directory %s; loading the directory. For the "
+                    "built-in one, rename the directory or run elsewhere.",
+                    str(preset),
+                    path.absolute(),
                 )
             return cls._from_directory(path, verify_checksums)
         if builtin:

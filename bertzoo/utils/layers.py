@@ -77,3 +77,17 @@ def quantizes_int8_inputs(model):
         getattr(layer, "quantization_mode", None) == "int8" and getattr(layer, "inputs_quantizer", None) is not None
         for layer in layers
     )
+
+
+def assign_copy(target, source):
+    """`target.assign(source)` in `target`'s dtype, always into a buffer of
+    its own. On JAX a variable keeps the very array it is assigned, so taking
+    another variable's array would make two models share one buffer, which
+    a jitted training step then donates: the other model's weights are gone.
+
+    Example:
+    ```python
+    assign_copy(student_layer.kernel, teacher_layer.kernel)
+    ```
+    """
+    target.assign(keras.ops.copy(keras.ops.cast(source, target.dtype)))

@@ -403,6 +403,11 @@ def in_variable_scope():
     return in_stateless_scope() or get_autocast_scope() is not None
 
 
+def carries_jax_step_values(trainer, variables):
+    """Whether `carry_jax_step_values(trainer, variables, ...)` was done."""
+    return tuple(id(v) for v in variables) in getattr(trainer, "_bertzoo_carried_step_values", set())
+
+
 def carry_jax_step_values(trainer, variables, values_scope):
     """Threads `variables` (non-trainable variables of `trainer`) through
     `trainer`'s JAX train step: the step runs inside `values_scope(values)`,
