@@ -385,3 +385,10 @@ def test_batch_methods_point_raw_text_to_predict_and_fit():
     features = model.preprocessor(["a", "b"])  # What they take.
     np.testing.assert_allclose(model.predict_on_batch(features), model.predict(["a", "b"], verbose=0), atol=1e-5)
     assert np.isfinite(model.train_on_batch(features, np.array([0, 1]))).all()
+
+
+def test_raw_text_without_a_preprocessor_names_the_fix():
+    model = bertzoo.BertClassifier(tiny_classifier().backbone, 2, preprocessor=None)
+    for call in (lambda: model.predict(["text"]), lambda: model.fit(["text"], [1]), lambda: model.evaluate(["a"], [0])):
+        with pytest.raises(ValueError, match=r"got raw text, but this model has no preprocessor.*pass token ids"):
+            call()

@@ -17,6 +17,7 @@ from bertzoo.models.raw_inputs import RawInputsMixin
 from bertzoo.models.raw_inputs import holds_no_examples
 from bertzoo.models.raw_inputs import holds_text
 from bertzoo.models.resumable import EpochOrder
+from bertzoo.models.serving import TOKENIZED_KEYS
 from bertzoo.models.serving import XLA_LENGTH_MULTIPLE
 from bertzoo.models.serving import TextServing
 from bertzoo.models.serving import exporter
@@ -36,7 +37,7 @@ from bertzoo.utils.private_api import flatten_layers
 # `predict` tokenizes inputs up to this many examples eagerly, larger ones
 # stream through tf.data (see `Task._preprocess_in_memory`).
 EAGER_PREPROCESS_LIMIT = 4096
-_TOKENIZED_KEYS = ("token_ids", "segment_ids", "padding_mask")
+
 _NOT_HEAD_ARGUMENTS = ("name", "trainable", "dtype", "backbone", "preprocessor")
 # Keras Model arguments `from_preset` passes on (not compared with the saved head's).
 _MODEL_ARGUMENTS = ("name", "trainable")
@@ -582,6 +583,7 @@ class Task(
 
     def _check_fit_inputs(self, x, y, method="fit"):
         super()._check_fit_inputs(x, y, method)
+        self._check_text_has_a_preprocessor(method, x)
         # Texts, pairs or feature dicts carry no labels: without `y`, Keras
         # would fail deep in the loss ("None values not supported").
         if self.fit_needs_labels and y is None and isinstance(x, (str, list, tuple, np.ndarray, dict)):
@@ -589,6 +591,14 @@ class Task(
                 f"{type(self).__name__}.{method} got no labels: pass `y` (or a tf.data.Dataset of (inputs, "
                 "labels)). To learn from unlabelled texts, distill a teacher's predictions instead: "
                 "`bertzoo.distill`, or `Pruner.fit(texts, teacher=...)` while pruning."
+            )
+
+    def _check_text_has_a_preprocessor(self, method, x):
+        if self.preprocessor is None and holds_text(x):  # Keras: "Unrecognized data type".
+            raise ValueError(
+                f"{type(self).__name__}.{method} got raw text, but this model has no preprocessor (built with "
+                "preprocessor=None, or from a preset saved without a vocabulary): pass token ids, a dict of "
+                f"{', '.join(TOKENIZED_KEYS)}, or build the model with a preprocessor."
             )
 
     def _refuse_raw_batch(self, method, x):
@@ -723,6 +733,7 @@ class Task(
             )
         if x is None:
             raise ValueError(f"{type(self).__name__}.predict got no inputs (x=None): pass the texts to predict on.")
+        self._check_text_has_a_preprocessor("predict", x)
         features = self._preprocess_in_memory(x)
         if features is not None:
             return super().predict(features, batch_size=batch_size or DEFAULT_BATCH_SIZE, **kwargs)
