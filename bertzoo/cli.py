@@ -412,7 +412,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except (ValueError, OSError) as e:  # Bad input: a message, not a traceback.
+    except (ValueError, OSError, RuntimeError) as e:  # Bad input or setup (a backend): a message, not a traceback.
         print(f"bertzoo {args.command}: error: {e}", file=sys.stderr)
         return 1
 

@@ -271,27 +271,47 @@ SCRIPT = textwrap.dedent(
         except RuntimeError as error:
             report["unprepared_trainer_error"] = str(error)
         # Refused before Keras's step started: raised inside it, the model's variables were lost.
-        report["usable_after_refusal"] = bool(np.all(np.isfinite(np.asarray(model.predict_on_batch(features)))))
+        try:
+            report["usable_after_refusal"] = bool(np.all(np.isfinite(np.asarray(model.predict_on_batch(features)))))
+        except Exception as error:
+            report["usable_after_refusal"] = repr(error)
     # A student initialized from the teacher, and a task given a new backbone,
     # train without touching the models they were copied from (on JAX they
     # shared the teacher's buffers, which the train step then donated).
     teacher = bertzoo.BertClassifier.from_preset(preset)
     before = np.asarray(teacher.predict_on_batch(features))
-    student = bertzoo.init_student_from_teacher(teacher, {"num_layers": 1})
-    student.compile(optimizer=keras.optimizers.SGD(0.1))
-    student.fit(features, labels, batch_size=8, epochs=1, verbose=0)
-    moved = teacher.with_backbone(bertzoo.BertBackbone.from_preset(preset))
-    moved.compile(optimizer=keras.optimizers.SGD(0.1))
-    moved.fit(features, labels, batch_size=8, epochs=1, verbose=0)
+    try:  # Failures are reported, not fatal: the other tests of this run still say what they saw.
+        student = bertzoo.init_student_from_teacher(teacher, {"num_layers": 1})
+        student.compile(optimizer=keras.optimizers.SGD(0.1))
+        student.fit(features, labels, batch_size=8, epochs=1, verbose=0)
+        moved = teacher.with_backbone(bertzoo.BertBackbone.from_preset(preset))
+        moved.compile(optimizer=keras.optimizers.SGD(0.1))
+        moved.fit(features, labels, batch_size=8, epochs=1, verbose=0)
+    except Exception as error:
+        report["copies_error"] = repr(error)
+    try:  # Movement pruning after an eager optimizer step (its `previous` copy of each weight), then fit.
+        moving = bertzoo.BertClassifier.from_preset(preset)
+        moving.compile(optimizer=keras.optimizers.SGD(0.1))
+        movement = bertzoo.Pruner(moving, bertzoo.ConstantSparsity(0.5, begin_step=0), scores="movement")
+        moving.optimizer.apply([keras.ops.ones(v.shape) for v in moving.trainable_variables], moving.trainable_variables)
+        movement.fit(features, labels, batch_size=8, epochs=1, verbose=0)
+        report["movement_after_eager_step"] = bool(np.isfinite(np.asarray(moving.predict_on_batch(features))).all())
+    except Exception as error:
+        report["movement_after_eager_step"] = repr(error)
     try:  # Before any training: every stage ends in a TensorFlow SavedModel.
         bertzoo.compress(preset, "train.tsv", "eval.tsv", "never_written")
     except RuntimeError as error:
         report["compress_error"] = str(error)
     try:
         bertzoo.compression.head_and_neuron_importance(teacher, (features, labels))
-    except NotImplementedError as error:
+    except RuntimeError as error:
         report["structured_scores_error"] = str(error)
-    report["teacher_after_copies_train"] = float(np.abs(np.asarray(teacher.predict_on_batch(features)) - before).max())
+    try:
+        report["teacher_after_copies_train"] = float(
+            np.abs(np.asarray(teacher.predict_on_batch(features)) - before).max()
+        )
+    except Exception as error:
+        report["teacher_after_copies_train"] = repr(error)
     report["one_device"] = train()
     if keras.backend.backend() == "jax":
         import jax
@@ -448,7 +468,10 @@ def test_pruning_trains_like_tensorflow(backend_run):
 
 
 def test_copies_of_a_model_train_without_touching_it(backend_run):
+    assert "copies_error" not in backend_run, backend_run.get("copies_error")
     assert backend_run["teacher_after_copies_train"] == 0.0
+    # On JAX the pruner's copy of each weight shared its buffer after an eager step.
+    assert backend_run["movement_after_eager_step"] is True
 
 
 def test_compress_refuses_other_backends_before_training(backend_run):
@@ -457,7 +480,7 @@ def test_compress_refuses_other_backends_before_training(backend_run):
 
 def test_structured_scores_name_the_backend_they_need(backend_run):
     assert "KERAS_BACKEND=tensorflow" in backend_run["structured_scores_error"]
-    assert "`importance=`" in backend_run["structured_scores_error"]
+    assert "prune_heads_and_neurons(..., importance=scores)" in backend_run["structured_scores_error"]
 
 
 def test_lottery_ticket_rounds_train_on_the_backend(backend_run):

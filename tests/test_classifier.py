@@ -237,7 +237,7 @@ def test_the_compiling_constructor_keeps_its_signature_so_clone_model_works():
     model = tiny_classifier()
     # A `(*args, **kwargs)` wrapper made Keras call BertClassifier(inputs, outputs).
     clone = keras.models.clone_model(model)
-    # Keras rebuilds any Functional subclass as a plain functional model of the same layers.
+    # Keras rebuilds any Functional subclass as a plain functional model, with new layers of the same config.
     assert isinstance(clone, keras.Model) and not isinstance(clone, bertzoo.BertClassifier)
     x = model.preprocessor(["a clone has new weights"])
     assert clone(x).shape == model(x).shape
@@ -389,6 +389,16 @@ def test_batch_methods_point_raw_text_to_predict_and_fit():
 
 def test_raw_text_without_a_preprocessor_names_the_fix():
     model = bertzoo.BertClassifier(tiny_classifier().backbone, 2, preprocessor=None)
-    for call in (lambda: model.predict(["text"]), lambda: model.fit(["text"], [1]), lambda: model.evaluate(["a"], [0])):
-        with pytest.raises(ValueError, match=r"got raw text, but this model has no preprocessor.*pass token ids"):
+    features = tiny_classifier().preprocessor(["some text", "more"])
+    texts = tf.data.Dataset.from_tensor_slices((["a", "b"], [0, 1])).batch(2)
+    calls = (
+        lambda: model.predict(["text"]),
+        lambda: model.fit(["text"], [1]),
+        lambda: model.evaluate(["a"], [0]),
+        lambda: model.fit(texts),
+        lambda: model.predict(texts),
+        lambda: model.fit(features, np.array([0, 1]), validation_data=(["a", "b"], [0, 1])),
+    )
+    for call in calls:
+        with pytest.raises(ValueError, match=r"has no preprocessor.*a dict of padding_mask, segment_ids, token_ids"):
             call()

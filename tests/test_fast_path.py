@@ -580,11 +580,12 @@ def test_entries_with_values_of_the_wrong_type_are_measured_again_and_kept_for_o
         "inputs": {**good, "inputs": [1, 2]},
         "when": {**good, "measured_at": None},
         "newer": {**good, "modes": {"predict": {"chosen": True, "candidates": [{**candidate, "gpu_util": 0.5}]}}},
+        "huge": {**good, "modes": {"predict": {"chosen": True, "candidates": [{**candidate, "median_s": 10**400}]}}},
     }
     path.write_text(json.dumps({"format": 1, "entries": {"good": good, **damaged}}))
     assert sorted(fast_path._read_cache(path)) == ["good"]  # Each damaged one would crash explain or eviction.
     for key in damaged:
-        with pytest.raises((TypeError, ValueError, KeyError, AttributeError)):
+        with pytest.raises((TypeError, ValueError, KeyError, AttributeError, OverflowError)):
             report = fast_path._from_entry(damaged[key], "m", key, path)
             str(report), report.summary(), sorted([damaged[key]["measured_at"], ""])
     # A writer keeps what it cannot read (another bertzoo version's entries), and its eviction copes.

@@ -234,6 +234,17 @@ def test_a_seeded_run_masks_each_batch_the_same_however_the_map_is_scheduled(pre
     model = OwnPreprocess(tiny_backbone(), preprocessor, sentence_objective=None)
     assert len(list(model._as_dataset(texts[:4], batch_size=2))) == 2
 
+    class PassesEverything(bertzoo.BertPretrainer):  # Takes `seed` through **kwargs: seeded masks still.
+        def preprocess(self, *args, **kwargs):
+            return super().preprocess(*args, **kwargs)
+
+    def passed_on():
+        keras.utils.set_random_seed(0)
+        model = PassesEverything(tiny_backbone(), preprocessor, sentence_objective=None)
+        return [x["token_ids"].numpy() for x, _ in model._as_dataset(texts, batch_size=2)]
+
+    assert all(np.array_equal(a, b) for a, b in zip(passed_on(), first))
+
 
 def test_errors(preprocessor):
     with pytest.raises(ValueError, match="Unknown `sentence_objective`"):

@@ -57,6 +57,7 @@ from bertzoo.compression.model_copy import pruning_state
 from bertzoo.compression.schedules import check_schedule
 from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
+from bertzoo.utils.layers import assign_copy
 
 SCOPES = ("layer", "global")
 SCORES = ("magnitude", "movement", "fisher")
@@ -96,7 +97,8 @@ def _write(variable, value):
         if id(variable) in values:
             values[id(variable)] = ops.cast(value, variable.dtype)
             return
-    variable.assign(value)
+    # A buffer of its own: on JAX `previous` would share the array the weight is then assigned.
+    assign_copy(variable, value)
 
 
 class _Target:
@@ -690,7 +692,10 @@ class Pruner:
         JAX backend needs that: its train step is stateless), and makes
         `scores="fisher"` read that trainer's optimizer (on every backend).
         `fit` does it for the trainer it runs; call it before
-        `trainer.fit(...)` with a trainer of your own. On JAX a trainer
+        `trainer.fit(...)` with a trainer of your own (bertzoo's tasks and
+        `Distiller` refuse an unprepared fit before it starts; a plain
+        `keras.Model` trainer raises inside its step, where on JAX Keras
+        loses the models' variables with the error). On JAX a trainer
         compiled with a `LossScaleOptimizer` (float16) is refused: its update
         runs inside a `lax.cond` the pruning state cannot leave.
 

@@ -74,10 +74,10 @@ def head_and_neuron_importance(model, data, steps=None):
     """
 
     if keras.backend.backend() != "tensorflow":
-        raise NotImplementedError(
+        raise RuntimeError(
             f"Scoring heads and neurons takes gradients with TensorFlow's GradientTape, so it needs the TensorFlow "
             f"backend (Keras runs on {keras.backend.backend()!r}): score them in a KERAS_BACKEND=tensorflow process "
-            "and pass the scores as `importance=` (or prune by your own scores the same way)."
+            "and pass the scores to prune_heads_and_neurons(..., importance=scores) here."
         )
     backbone = _backbone_of(model)
     if model is backbone or not hasattr(model, "default_loss"):

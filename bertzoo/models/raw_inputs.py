@@ -59,9 +59,14 @@ def build_optimizer_before_fit(model):
         optimizer.build(model.trainable_variables)
 
 
-def holds_text(x):
+def holds_text(x, datasets=False):
     """True for raw text: a string, a string tensor, or a list, tuple or
-    array holding strings at any depth (sentence pairs, choices, words)."""
+    array holding strings at any depth (sentence pairs, choices, words);
+    with `datasets`, also a `tf.data.Dataset` whose inputs hold strings."""
+    if datasets and is_tf_dataset(x):
+        spec = x.element_spec
+        inputs = spec[0] if isinstance(spec, tuple) and len(spec) > 1 else spec  # (inputs, labels[, weights])
+        return any(getattr(s, "dtype", None) == "string" for s in keras.tree.flatten(inputs))
     if isinstance(x, (str, bytes)):
         return True
     if is_tf_tensor(x):
@@ -154,7 +159,7 @@ class RawInputsMixin:
         steps_per_epoch=None,
         **kwargs,
     ):
-        self._check_fit_inputs(x, y)
+        self._check_fit_inputs(x, y, validation_data=validation_data)
         for variable in self.trainable_variables:  # Before Keras's step: an error inside it loses state on JAX.
             check = getattr(variable.constraint, "check_trainer", None)
             if check is not None:
@@ -202,7 +207,7 @@ class RawInputsMixin:
             **kwargs,
         )
 
-    def _check_fit_inputs(self, x, y, method="fit"):
+    def _check_fit_inputs(self, x, y, method="fit", validation_data=None):
         """Hook: raises a clear error for `fit` (or `evaluate`) inputs it
         cannot train on (no examples; tasks: no labels where they need them)."""
         if method == "fit" and holds_no_examples(x):

@@ -221,8 +221,9 @@ class Task(
         weight of the new task has the shape of this one's (a backbone of the
         same hidden size); otherwise the whole head keeps its fresh
         initialization, as `from_preset` gives a new head. (Keras's
-        `clone_model` rebuilds a task as a plain functional model of the same
-        layers, without its preprocessor; for a copy that stays a task:
+        `clone_model` rebuilds a task as a plain functional model with new
+        layers of the same configuration (fresh weights), without its
+        preprocessor; for a copy that stays a task:
         `type(model).from_config(model.get_config())`, then `set_weights`.)
 
         Example:
@@ -581,9 +582,12 @@ class Task(
     # --- Raw inputs -------------------------------------------------------
     fit_needs_labels = True  # A task whose `fit` makes its own labels says False.
 
-    def _check_fit_inputs(self, x, y, method="fit"):
+    def _check_fit_inputs(self, x, y, method="fit", validation_data=None):
         super()._check_fit_inputs(x, y, method)
         self._check_text_has_a_preprocessor(method, x)
+        if validation_data is not None:
+            parts = validation_data if isinstance(validation_data, tuple) else (validation_data,)
+            self._check_text_has_a_preprocessor(f"{method} (validation_data)", parts[0])
         # Texts, pairs or feature dicts carry no labels: without `y`, Keras
         # would fail deep in the loss ("None values not supported").
         if self.fit_needs_labels and y is None and isinstance(x, (str, list, tuple, np.ndarray, dict)):
@@ -594,11 +598,12 @@ class Task(
             )
 
     def _check_text_has_a_preprocessor(self, method, x):
-        if self.preprocessor is None and holds_text(x):  # Keras: "Unrecognized data type".
+        if self.preprocessor is None and holds_text(x, datasets=True):  # Keras: "Unrecognized data type".
+            inputs = sorted(self.input) if isinstance(self.input, dict) else TOKENIZED_KEYS
             raise ValueError(
                 f"{type(self).__name__}.{method} got raw text, but this model has no preprocessor (built with "
-                "preprocessor=None, or from a preset saved without a vocabulary): pass token ids, a dict of "
-                f"{', '.join(TOKENIZED_KEYS)}, or build the model with a preprocessor."
+                "preprocessor=None, or from a preset saved without a vocabulary): pass the model's inputs, a "
+                f"dict of {', '.join(inputs)}, or build the model with a preprocessor."
             )
 
     def _refuse_raw_batch(self, method, x):
@@ -662,9 +667,10 @@ class Task(
                 dataset = dataset.batch(batch_size)
         # `lambda *d` keeps pairs whole: element ((a, b), y) -> preprocess((a, b), y).
         trim = self.trims_padding
-        draw_seed = self._batch_seed_drawer()
-        if draw_seed is not None and "seed" not in inspect.signature(self.preprocess).parameters:
-            draw_seed = None  # A subclass's own `preprocess` that takes no seed.
+        parameters = inspect.signature(self.preprocess).parameters
+        takes_seed = "seed" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+        # (Not for a subclass's own `preprocess` that takes no seed.)
+        draw_seed = self._batch_seed_drawer() if takes_seed else None
         if draw_seed is None:
             dataset = dataset.map(
                 lambda *d: _int_features(self.preprocess(*d), trim), num_parallel_calls=tf.data.AUTOTUNE

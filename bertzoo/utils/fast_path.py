@@ -433,7 +433,8 @@ def _valid_entry(entry):
     try:  # The report must print (`explain_fast_path`): nested device and input fields included.
         report = _from_entry(entry, "", None, None)
         str(report), report.summary()
-    except Exception:  # Whatever a damaged entry raises (OverflowError from 1e400 too): measured again.
+    except Exception as e:  # Whatever a damaged entry raises (OverflowError from 10**400 too): measured again.
+        logger.debug("Dropping a fast-path cache entry whose report fails (%s: %s).", type(e).__name__, e)
         return False
     return True
 
