@@ -279,6 +279,7 @@ SCRIPT = textwrap.dedent(
     # train without touching the models they were copied from (on JAX they
     # shared the teacher's buffers, which the train step then donated).
     teacher = bertzoo.BertClassifier.from_preset(preset)
+    report["weight_paths"] = [w.path for w in teacher.weights]
     before = np.asarray(teacher.predict_on_batch(features))
     try:  # Failures are reported, not fatal: the other tests of this run still say what they saw.
         student = bertzoo.init_student_from_teacher(teacher, {"num_layers": 1})
@@ -362,6 +363,7 @@ def tensorflow_run(tmp_path_factory):
         "weight_only_logits": tf_weight_only_logits,
         "losses": tf_losses,
         "pruning": tf_pruning,
+        "weight_paths": [w.path for w in trained.weights],
     }
 
 
@@ -465,6 +467,11 @@ def test_pruning_trains_like_tensorflow(backend_run):
         assert ours["kept"] == [128 * 128 // 2, 128 * 512 // 2]
         np.testing.assert_allclose(ours["losses"], tf_run["losses"], rtol=1e-4, err_msg=run)
         np.testing.assert_allclose(ours["logits"], tf_run["logits"], atol=1e-4, rtol=1e-3, err_msg=run)
+
+
+def test_weights_come_in_tensorflows_order(backend_run):
+    # So a get_weights() list from one backend set_weights into a model on another.
+    assert backend_run["weight_paths"] == backend_run["tf"]["weight_paths"]
 
 
 def test_copies_of_a_model_train_without_touching_it(backend_run):
