@@ -720,3 +720,45 @@ def test_the_transfer_pool_is_every_text_once_in_a_seeded_order():
     assert sorted(transfer_pool(texts)) == sorted(texts)
     with pytest.raises(ValueError, match="`transfer` must be a list of strings"):
         transfer_pool(texts, "one string")
+
+
+def test_the_soft_target_gradient_survives_a_confidently_wrong_student():
+    # Keras's KLDivergence clips probabilities at 1e-7: loss 9.65 and a zero gradient here.
+    teacher, student = tf.constant([[0.0, 0.0, 0.0]]), tf.Variable([[40.0, 0.0, 0.0]])
+    for temperature in (1.0, 2.0):
+        with tf.GradientTape() as tape:
+            loss = soft_target_loss(temperature).compute_loss(teacher, student)
+        np.testing.assert_allclose(float(loss), np_soft_loss(teacher.numpy(), student.numpy(), temperature), rtol=1e-5)
+        q = np_softmax(student.numpy() / temperature)
+        np.testing.assert_allclose(tape.gradient(loss, student).numpy(), temperature * (q - 1 / 3), atol=1e-5)
+
+
+@pytest.mark.parametrize("head", [{"activation": "softmax"}, {"activation": "sigmoid"}, {"num_classes": 1}])
+def test_heads_that_give_no_logits_are_refused(head):
+    kwargs = {"num_classes": 2, **head}
+    teacher = classifier()
+    teacher = bertzoo.BertClassifier(teacher.backbone, preprocessor=teacher.preprocessor, **kwargs)
+    student = bertzoo.BertClassifier(classifier(num_layers=1).backbone, preprocessor=teacher.preprocessor, **kwargs)
+    with pytest.raises(ValueError, match=r"The teacher's head gives .*activation=None \(logits"):
+        Distiller(teacher, student)
+
+
+def test_a_teacher_with_per_layer_heads_distills_and_relates_its_last_layers_heads():
+    teacher = classifier(num_layers=2, hidden_dim=32, num_heads=[4, 2], head_dim=8)
+    student = classifier(num_layers=1, hidden_dim=16, num_heads=2)
+    d = Distiller(teacher, student, value_relation_weight=1.0, layer_map=[(1, 2)])
+    assert d.relation_heads == 2  # The teacher's heads in layer 2, whose values are 2 * 8 wide.
+    with pytest.raises(ValueError, match=r"relation_heads=3 does not divide the width 16 of the teacher's values"):
+        Distiller(teacher, student, value_relation_weight=1.0, layer_map=[(1, 2)], relation_heads=3)
+
+
+def test_the_metrics_average_over_examples_not_batches():
+    teacher, student = classifier(), classifier(num_layers=1)
+    d = Distiller(teacher, student)
+    d.compile(jit_compile=False)
+    texts, labels = sentiment(5, seed=3)
+    logs = d.evaluate(texts, labels, batch_size=4, return_dict=True, verbose=0)
+    x = teacher.preprocessor(texts)
+    t_logits, s_logits = np.asarray(teacher(x)), np.asarray(student(x))
+    assert logs["agreement"] == pytest.approx(np.mean(t_logits.argmax(-1) == s_logits.argmax(-1)), abs=1e-6)
+    assert logs["student_loss"] == pytest.approx(np_hard_loss(np.asarray(labels), s_logits), rel=1e-4)

@@ -122,6 +122,7 @@ def test_score_threshold_is_the_kth_smallest_score(sparsity):
     }
     for name, scores in cases.items():
         k = int(round(sparsity * scores.size))
+        k = min(k, scores.size - 1) if sparsity < 1 else k  # Below 1, at least one weight stays (TF-MOT).
         expected = -np.inf if k == 0 else np.sort(scores)[k - 1]
         got = float(keras.ops.convert_to_numpy(score_threshold(keras.ops.convert_to_tensor(scores), sparsity)))
         assert got == expected, (name, sparsity)
@@ -771,3 +772,32 @@ def test_bad_inputs_give_clear_errors():
         bertzoo.Pruner(plain, schedule)
     with pytest.raises(ValueError, match=r"is quantized"):
         bertzoo.Pruner(bertzoo.quantize(tiny_classifier(), "int8"), schedule)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"gradient_accumulation_steps": 4}, r"also run on the calls that only accumulate"),
+        ({"use_ema": True}, r"use_ema=True overwrites the pruned weights"),
+    ],
+)
+def test_optimizer_settings_that_undo_pruning_are_refused_before_fit(options, message):
+    model = bertzoo.BertClassifier(
+        bertzoo.BertBackbone(vocabulary_size=30, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32), 2
+    )
+    model.compile(optimizer=keras.optimizers.Adam(1e-2, **options), jit_compile=False)
+    pruner = bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.5, begin_step=0, frequency=1))
+    x = {"token_ids": np.ones((4, 8), "int32"), "segment_ids": np.zeros((4, 8), "int32")}
+    x["padding_mask"] = np.ones((4, 8), "int32")
+    with pytest.raises(ValueError, match=message):
+        pruner.fit(x, np.array([0, 1, 0, 1]), verbose=0)
+
+
+def test_a_small_matrix_keeps_at_least_one_weight():
+    from bertzoo.compression.masks import keep_mask
+    from bertzoo.compression.masks import score_threshold
+
+    for shape, sparsity in (((2, 2), 0.9), ((8, 4), 0.99), ((3,), 0.99)):
+        scores = np.abs(np.random.default_rng(0).standard_normal(shape)).astype("float32")
+        mask = np.asarray(keep_mask(scores, score_threshold(scores, sparsity), sparsity))
+        assert mask.sum() == 1, (shape, sparsity)  # TF-MOT keeps max(1, round(n * (1 - s))).

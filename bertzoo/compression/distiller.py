@@ -73,6 +73,8 @@ PREDICTIONS_ONLY = types.MappingProxyType(
 )
 _INTERMEDIATE = ("hidden", "attention", "embedding", "value_relation")
 _TINY = 1e-12
+# `normalize_losses` scales a term up at most this much (one near 0 at the start would get its round-off scaled up).
+MAX_TERM_BOOST = 1e6
 
 
 # --- Models -----------------------------------------------------------------
@@ -85,6 +87,13 @@ def _check_task(role, model):
         )
 
 
+def _heads_in(backbone, layer):
+    """Attention heads of `backbone`'s layer `layer` (from 1; per-layer
+    counts after structured pruning)."""
+    heads = backbone.num_heads
+    return int(heads) if isinstance(heads, int) else int(heads[max(layer, 1) - 1])
+
+
 def _check_same_head(teacher, student):
     """Teacher and student must give logits of the same kind and shape."""
     if type(teacher) is not type(student):
@@ -92,6 +101,16 @@ def _check_same_head(teacher, student):
             f"The teacher is a {type(teacher).__name__} but the student a {type(student).__name__}: "
             "distill into a student of the teacher's class."
         )
+    for role, model in (("teacher", teacher), ("student", student)):
+        activation = model._activation_name() if hasattr(model, "_activation_name") else "linear"
+        if getattr(model, "num_classes", 2) == 1 or activation != "linear":
+            # Soft targets are softmax(outputs / T): Hinton's loss is defined on logits.
+            what = "one value per example" if model.num_classes == 1 else f"{activation or 'activated'} outputs"
+            raise ValueError(
+                f"The {role}'s head gives {what}, and distillation matches softmax(logits / T) between the "
+                "models: distill classifiers built with activation=None (logits, the default) and at least two "
+                "classes."
+            )
     if getattr(teacher, "num_classes", None) != getattr(student, "num_classes", None):
         raise ValueError(
             f"The teacher predicts {teacher.num_classes} classes but the student "
@@ -204,12 +223,23 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
     the number of enabled intermediate terms. So at the start the
     intermediate terms together weigh as much as the prediction loss (each
     times its weight), whatever the models' sizes; afterwards every term
-    falls at its own pace. The scales are distiller weights (saved and
-    restored with it). `normalize_losses=False` uses the raw sums.
+    falls at its own pace. A term that starts near 0 (a student copied from
+    the teacher's layers) is scaled up at most `MAX_TERM_BOOST` (1e6)
+    times. Only the intermediate terms are scaled: the soft-target and
+    hard-label losses keep their own weights. The scales are distiller
+    weights (saved and restored with it). `normalize_losses=False` uses the
+    raw sums.
 
-    Recipes: `bertzoo.compression.distill(..., recipe="tinybert")` runs the
-    published two-stage schedules (intermediate layers first, then the
-    predictions, on a transfer set) with these losses.
+    Sample weights (and `class_weight`) weight the hard-label loss; the
+    distillation terms average over all examples. The metrics
+    (`student_loss`, `distillation_loss`, `agreement`) are averages over
+    examples.
+
+    Recipes: `bertzoo.compression.distill(..., recipe="tinybert")` runs
+    TinyBERT's two-stage schedule (intermediate layers first, then the
+    predictions, on a transfer set) with these losses; its attention term
+    is this KL between attention distributions (MiniLM's form), not the
+    paper's MSE on unnormalized scores, which the backbone does not expose.
 
     The teacher is frozen while the distiller trains (`teacher.trainable`
     is False during `fit` and `train_on_batch` and restored afterwards, so a copy of the teacher
@@ -319,8 +349,9 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
 
         hidden_projection = projection("hidden_projection") if weights["hidden"] else None
         embedding_projection = projection("embedding_projection") if weights["embedding"] else None
-        if relation_heads is None:
-            relation_heads = teacher.backbone.num_heads
+        (student_layer, teacher_layer), *_ = layer_pairs[-1:] or [(0, 0)]
+        if relation_heads is None:  # The teacher's heads in the related layer (pruned models: per layer).
+            relation_heads = _heads_in(teacher.backbone, teacher_layer)
         terms = {"soft": soft_target_loss(float(temperature))}
         if weights["hidden"]:
             terms["hidden"] = HiddenStateDistillation(layer_pairs, hidden_projection)
@@ -330,11 +361,12 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
             terms["embedding"] = HiddenStateDistillation([(0, 0)], embedding_projection)
         if weights["value_relation"]:
             terms["value_relation"] = ValueRelationDistillation(layer_pairs[-1:], relation_heads)
-            for role, model in (("teacher", teacher), ("student", student)):
-                if model.backbone.hidden_dim % relation_heads:
+            for role, model, layer in (("teacher", teacher, teacher_layer), ("student", student, student_layer)):
+                width = _heads_in(model.backbone, layer) * model.backbone.head_dim  # The values' width there.
+                if width % relation_heads:
                     raise ValueError(
-                        f"relation_heads={relation_heads} does not divide the {role}'s width "
-                        f"{model.backbone.hidden_dim}: pass relation_heads= a divisor of both widths."
+                        f"relation_heads={relation_heads} does not divide the width {width} of the {role}'s values "
+                        f"in layer {layer}: pass relation_heads= a divisor of both models' value widths."
                     )
         super().__init__(
             teacher=teacher,
@@ -487,9 +519,11 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
 
         soft_weight = (1.0 - self.student_loss_weight if y is not None else 1.0) * self.soft_target_weight
         prediction = soft_weight * terms["soft"]
+        # The trackers average over examples, as Keras's `loss` does, not over batches.
+        examples = ops.cast(ops.shape(student["logits"])[0], "float32")
         if y is not None:
             prediction = prediction + self.student_loss_weight * terms["hard"]
-            self.student_loss_tracker.update_state(terms["hard"])
+            self.student_loss_tracker.update_state(terms["hard"], sample_weight=examples)
         scales = self._term_scales(terms, prediction, training)
         distillation = soft_weight * terms["soft"]
         for key, weight in self._term_weights.items():
@@ -498,9 +532,9 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         total = distillation
         if y is not None:
             total = total + self.student_loss_weight * terms["hard"]
-        self.distillation_loss_tracker.update_state(distillation)
-        self.total_loss_tracker.update_state(total)
-        self.agreement_tracker.update_state(agreement)
+        self.distillation_loss_tracker.update_state(distillation, sample_weight=examples)
+        self.total_loss_tracker.update_state(total, sample_weight=examples)
+        self.agreement_tracker.update_state(agreement, sample_weight=examples)
         return total
 
     def _term_scales(self, terms, prediction, training):
@@ -529,7 +563,10 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         scales = {}
         for key in self._normalized_terms:
             mean = ops.where(seen, ops.convert_to_tensor(self.loss_means[key]), ops.stop_gradient(terms[key]))
-            scales[key] = reference / (len(self._normalized_terms) * ops.maximum(mean, _TINY))
+            # A term that starts near 0 (a student copied from the teacher) is
+            # boosted at most MAX_TERM_BOOST times, not up to its round-off.
+            floor = ops.maximum(reference / MAX_TERM_BOOST, _TINY)
+            scales[key] = reference / (len(self._normalized_terms) * ops.maximum(mean, floor))
         return scales
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):

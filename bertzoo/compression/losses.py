@@ -95,25 +95,26 @@ class SoftTargetDistillation(keras.distillation.LogitsDistillation):
     `compute_loss(teacher_logits, student_logits, mask=None)`: with a `mask`
     of the logits' leading shape (a tagger's `(batch, length)` padding mask),
     the average runs over the unmasked rows only, so padding tokens do not
-    count. Without one it is `keras.distillation.LogitsDistillation`'s value.
+    count. The KL is computed from log-softmax, exactly: no probability is
+    clipped, so the gradient never vanishes.
 
-    The KL is given as a `keras.losses.KLDivergence` *instance*: with the
-    default `loss="kl_divergence"` (Keras 3.15) the string resolves to the
-    plain function, `LogitsDistillation` does not recognise it as KL, and it
-    then applies KL to the raw temperature-scaled logits with no softmax and no
-    `T^2` (a meaningless value; tests/test_distillation.py checks ours against
-    NumPy).
+    The base class is configured with a `keras.losses.KLDivergence`
+    instance, the loss this computes (tests/test_distillation.py checks it
+    against NumPy).
     """
 
     def __init__(self, temperature=2.0):
         super().__init__(temperature=temperature, loss=keras.losses.KLDivergence())
 
     def compute_loss(self, teacher_outputs, student_outputs, mask=None, **kwargs):
+        # From log-softmax, not clipped probabilities (Keras's KLDivergence
+        # clips at 1e-7): a student confidently wrong still gets Hinton's
+        # gradient (q - p) / T instead of none.
+        log_p = ops.log_softmax(ops.cast(teacher_outputs, "float32") / self.temperature, axis=-1)
+        log_q = ops.log_softmax(ops.cast(student_outputs, "float32") / self.temperature, axis=-1)
+        kl = ops.sum(ops.exp(log_p) * (log_p - log_q), axis=-1)  # One value per row.
         if mask is None:
-            return super().compute_loss(teacher_outputs, student_outputs)
-        teacher = ops.softmax(ops.cast(teacher_outputs, "float32") / self.temperature, axis=-1)
-        student = ops.softmax(ops.cast(student_outputs, "float32") / self.temperature, axis=-1)
-        kl = keras.losses.kl_divergence(teacher, student)  # One value per row.
+            return ops.mean(kl) * (self.temperature**2)
         mask = ops.cast(mask, "float32")
         return ops.sum(kl * mask) / ops.maximum(ops.sum(mask), 1.0) * (self.temperature**2)
 

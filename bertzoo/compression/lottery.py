@@ -88,7 +88,7 @@ def _prune_survivors(values, masks, sparsity, scope):
     for group in groups:
         flat = np.concatenate([scores[i].reshape(-1) for i in group])
         keep = np.ones(flat.size, bool)
-        keep[np.argsort(flat, kind="stable")[: int(round(sparsity * flat.size))]] = False
+        keep[np.argsort(flat, kind="stable")[: min(int(round(sparsity * flat.size)), flat.size - 1)]] = False
         start = 0
         for i in group:
             size = scores[i].size

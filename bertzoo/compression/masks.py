@@ -73,9 +73,13 @@ def expand_blocks(block_mask, shape, rows, cols):
 
 def _flat_and_count(scores, sparsity):
     """`scores` as one float32 row, and k = round(sparsity * n), how many of
-    them pruning to `sparsity` cuts."""
+    them pruning to `sparsity` cuts; below sparsity 1 at most n - 1 (as
+    TF-MOT: a weight matrix keeps at least one weight)."""
     flat = ops.reshape(ops.cast(scores, "float32"), (-1,))
-    return flat, ops.cast(ops.round(ops.cast(sparsity, "float32") * flat.shape[0]), "int32")
+    sparsity = ops.cast(sparsity, "float32")
+    count = ops.round(sparsity * flat.shape[0])
+    count = ops.where(sparsity < 1.0, ops.minimum(count, max(flat.shape[0] - 1, 0)), count)
+    return flat, ops.cast(count, "int32")
 
 
 def score_threshold(scores, sparsity):

@@ -22,8 +22,9 @@ them away from zero, `S = sum over steps of -grad * W` (up to the learning
 rate). The constraint sees the updated weight `w_new`; Keras has already
 written it into the variable, so the state keeps each pruned weight's
 previous value `w_old` and accumulates `S += w_old * (w_new - w_old)`: the
-`-grad * W` sum times the learning rate for SGD, and the direction the
-weight actually moved for adaptive optimizers such as Adam.
+`-grad * W` sum times the learning rate for plain SGD, and the direction the
+weight actually moved for adaptive optimizers such as Adam (and for any
+optimizer with weight decay, whose pull toward zero counts as movement).
 
 Second-order scores (`scores="fisher"`) are Optimal Brain Damage's (LeCun et
 al., 1990) saliency `F_ii * W**2 / 2` with the empirical Fisher's diagonal
@@ -203,9 +204,23 @@ class _MaskConstraint(keras.constraints.Constraint):
         self.inner = inner
 
     def check_trainer(self, trainer):
-        """Raises the error below before `trainer.fit` starts its step (bertzoo
-        trainers call it): raised inside a JAX step, Keras loses the models'
-        variables with it."""
+        """Raises the errors below before `trainer.fit` starts its step
+        (bertzoo trainers call it): raised inside a JAX step, Keras loses the
+        models' variables with it."""
+        optimizer = getattr(trainer, "optimizer", None)
+        if (getattr(optimizer, "gradient_accumulation_steps", None) or 1) > 1:
+            # Keras runs constraints on every accumulation call: the schedule would count micro-batches.
+            raise ValueError(
+                "Pruning counts optimizer updates, and with gradient_accumulation_steps the optimizer's "
+                "constraints (the pruning masks) also run on the calls that only accumulate: train a pruned model "
+                "without gradient accumulation (a larger batch instead)."
+            )
+        if getattr(optimizer, "use_ema", False):
+            # Keras writes the averages, kept before the masks applied, into the weights at the end of fit.
+            raise ValueError(
+                "An optimizer with use_ema=True overwrites the pruned weights with their moving averages at the "
+                "end of fit, so pruned weights grow back: train a pruned model with use_ema=False."
+            )
         if keras.backend.backend() == "jax" and not private_api.carries_jax_step_values(
             trainer, self.pruner.state.variables
         ):

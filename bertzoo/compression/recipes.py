@@ -1,11 +1,16 @@
-"""Named distillation recipes: the published schedules, one call each.
+"""Named distillation recipes: the published stage schedules, one call each
+(with `Distiller`'s losses: see its docstring for where they differ from a
+paper's).
 
 A recipe is a list of stages; each stage is one `Distiller` fit with its own
 loss settings and its own data:
 
 - `"tinybert"` (Jiao et al. 2020): first the intermediate layers alone
   (hidden states, attention maps, embeddings; no prediction loss), then the
-  predictions alone (soft targets), both on the transfer set.
+  predictions alone (soft targets), both on the transfer set. The attention
+  term is a KL between attention distributions, where the paper takes the
+  MSE of unnormalized scores; the predictions use KL at T=2 (times T^2),
+  where the paper uses soft cross-entropy at T=1.
 - `"minilm"` (Wang et al. 2020): first the last layer's self-attention
   distributions and value relations, then the predictions.
 - `"hinton"` (Hinton et al. 2015): soft targets only, one stage.

@@ -85,8 +85,11 @@ class PolynomialDecay(PruningSchedule):
         p = clip((step - begin_step) / (end_step - begin_step), 0, 1)
         sparsity = final_sparsity + (initial_sparsity - final_sparsity) * (1 - p) ** power
 
-    Masks are recomputed every `frequency` steps from `begin_step` to
-    `end_step` included, and kept fixed afterwards.
+    Masks are recomputed at `begin_step + i * frequency` up to `end_step`
+    (included when it is on that grid; as TF-MOT, an `end_step` off the grid
+    is no pruning step, so the last sparsity reached is the last grid
+    step's: `bertzoo.compression.ramp_schedule` always lands on it), and
+    kept fixed afterwards.
 
     Example:
     ```python
