@@ -801,3 +801,18 @@ def test_a_small_matrix_keeps_at_least_one_weight():
         scores = np.abs(np.random.default_rng(0).standard_normal(shape)).astype("float32")
         mask = np.asarray(keep_mask(scores, score_threshold(scores, sparsity), sparsity))
         assert mask.sum() == 1, (shape, sparsity)  # TF-MOT keeps max(1, round(n * (1 - s))).
+
+
+def test_attaching_to_a_trained_optimizer_says_the_schedule_starts_over(caplog):
+    import logging
+
+    model = bertzoo.BertClassifier(
+        bertzoo.BertBackbone(vocabulary_size=30, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32), 2
+    )
+    model.compile(optimizer=keras.optimizers.SGD(0.1), jit_compile=False)
+    x = {"token_ids": np.ones((4, 8), "int32"), "segment_ids": np.zeros((4, 8), "int32")}
+    x["padding_mask"] = np.ones((4, 8), "int32")
+    model.fit(x, np.array([0, 1, 0, 1]), verbose=0)
+    with caplog.at_level(logging.WARNING, logger="bertzoo"):
+        bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.5, begin_step=0))
+    assert "has made 1 updates already; the pruning schedule counts from 0 now" in caplog.text

@@ -35,6 +35,7 @@ moment): that is the Fisher estimate, so these scores cost no extra state.
 
 import contextlib
 import difflib
+import logging
 import re
 import weakref
 
@@ -59,6 +60,8 @@ from bertzoo.compression.schedules import check_schedule
 from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
 from bertzoo.utils.layers import assign_copy
+
+logger = logging.getLogger("bertzoo")
 
 SCOPES = ("layer", "global")
 SCORES = ("magnitude", "movement", "fisher")
@@ -366,6 +369,17 @@ class Pruner:
                 "prune the float model first, then quantize the stripped result."
             )
         self.schedule = None if schedule is None else check_schedule(schedule)
+        optimizer = getattr(model, "optimizer", None)
+        updates = int(optimizer.iterations) if optimizer is not None and optimizer.built else 0
+        if updates and self.schedule is not None:
+            # TF-MOT steps on optimizer.iterations; this schedule counts from its attachment.
+            logger.warning(
+                "Pruner: %s's optimizer has made %d updates already; the pruning schedule counts from 0 now. To "
+                "resume a pruning run, attach the Pruner before loading its checkpoint (load_weights restores the "
+                "schedule's step).",
+                model.name,
+                updates,
+            )
         if scope not in SCOPES:
             raise ValueError(f"Unknown `scope`={scope!r}. Expected 'layer' or 'global'.")
         if not isinstance(scores, str) or scores not in SCORES:
