@@ -38,6 +38,7 @@ from bertzoo.models.bert_backbone import BertBackbone
 from bertzoo.models.listing import list_presets
 from bertzoo.saving.atomic import occupied
 from bertzoo.saving.preset import Preset
+from bertzoo.utils.checks import BackendError
 from bertzoo.version import __version__
 
 _COMMANDS = []
@@ -412,7 +413,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except (ValueError, OSError, RuntimeError) as e:  # Bad input or setup (a backend): a message, not a traceback.
+    except (ValueError, OSError, BackendError) as e:  # Bad input or setup (a backend): a message, not a traceback.
         print(f"bertzoo {args.command}: error: {e}", file=sys.stderr)
         return 1
 

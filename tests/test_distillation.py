@@ -739,8 +739,18 @@ def test_heads_that_give_no_logits_are_refused(head):
     teacher = classifier()
     teacher = bertzoo.BertClassifier(teacher.backbone, preprocessor=teacher.preprocessor, **kwargs)
     student = bertzoo.BertClassifier(classifier(num_layers=1).backbone, preprocessor=teacher.preprocessor, **kwargs)
-    with pytest.raises(ValueError, match=r"The teacher's head gives .*activation=None \(logits"):
+    with pytest.raises(
+        ValueError, match=r"The teacher's head gives .*activation=None, the default.*soft_target_weight=0"
+    ):
         Distiller(teacher, student)
+    Distiller(teacher, student, soft_target_weight=0.0, alpha=1.0)  # Hard labels and layers only: nothing to refuse.
+
+
+def test_log_probabilities_distill_like_logits():
+    teacher = classifier()
+    teacher = bertzoo.BertClassifier(teacher.backbone, 2, preprocessor=teacher.preprocessor, activation="log_softmax")
+    student = bertzoo.BertClassifier(classifier(num_layers=1).backbone, 2, activation="log_softmax")
+    Distiller(teacher, student)  # softmax(log p / T) is softmax(logits / T): the shift cancels.
 
 
 def test_a_teacher_with_per_layer_heads_distills_and_relates_its_last_layers_heads():

@@ -781,11 +781,15 @@ def test_bad_inputs_give_clear_errors():
         ({"use_ema": True}, r"use_ema=True overwrites the pruned weights"),
     ],
 )
-def test_optimizer_settings_that_undo_pruning_are_refused_before_fit(options, message):
+@pytest.mark.parametrize("loss_scaled", [False, True])
+def test_optimizer_settings_that_undo_pruning_are_refused_before_fit(options, message, loss_scaled):
     model = bertzoo.BertClassifier(
         bertzoo.BertBackbone(vocabulary_size=30, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32), 2
     )
-    model.compile(optimizer=keras.optimizers.Adam(1e-2, **options), jit_compile=False)
+    optimizer = keras.optimizers.Adam(1e-2, **options)
+    if loss_scaled:  # As float16 models compile: the settings are the inner optimizer's.
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    model.compile(optimizer=optimizer, jit_compile=False)
     pruner = bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.5, begin_step=0, frequency=1))
     x = {"token_ids": np.ones((4, 8), "int32"), "segment_ids": np.zeros((4, 8), "int32")}
     x["padding_mask"] = np.ones((4, 8), "int32")

@@ -94,6 +94,22 @@ def _heads_in(backbone, layer):
     return int(heads) if isinstance(heads, int) else int(heads[max(layer, 1) - 1])
 
 
+def _check_logits(teacher, student):
+    """The soft-target loss is softmax(outputs / T) matched between the
+    models: Hinton's loss on logits (log-probabilities do too: the shift
+    cancels). Other outputs are refused while that loss is on."""
+    for role, model in (("teacher", teacher), ("student", student)):
+        activation = model._activation_name() if hasattr(model, "_activation_name") else "linear"
+        if getattr(model, "num_classes", 2) == 1 or activation not in ("linear", "log_softmax"):
+            what = "one value per example" if model.num_classes == 1 else f"{activation or 'activated'} outputs"
+            raise ValueError(
+                f"The {role}'s head gives {what}, and the soft-target loss matches softmax(logits / T) between the "
+                f"models: distill heads that output logits of two or more classes (for {type(model).__name__}: "
+                f"{'activation=None, the default, and ' if hasattr(model, '_activation_name') else ''}"
+                "num_classes >= 2), or turn the soft-target loss off (soft_target_weight=0)."
+            )
+
+
 def _check_same_head(teacher, student):
     """Teacher and student must give logits of the same kind and shape."""
     if type(teacher) is not type(student):
@@ -101,16 +117,6 @@ def _check_same_head(teacher, student):
             f"The teacher is a {type(teacher).__name__} but the student a {type(student).__name__}: "
             "distill into a student of the teacher's class."
         )
-    for role, model in (("teacher", teacher), ("student", student)):
-        activation = model._activation_name() if hasattr(model, "_activation_name") else "linear"
-        if getattr(model, "num_classes", 2) == 1 or activation != "linear":
-            # Soft targets are softmax(outputs / T): Hinton's loss is defined on logits.
-            what = "one value per example" if model.num_classes == 1 else f"{activation or 'activated'} outputs"
-            raise ValueError(
-                f"The {role}'s head gives {what}, and distillation matches softmax(logits / T) between the "
-                "models: distill classifiers built with activation=None (logits, the default) and at least two "
-                "classes."
-            )
     if getattr(teacher, "num_classes", None) != getattr(student, "num_classes", None):
         raise ValueError(
             f"The teacher predicts {teacher.num_classes} classes but the student "
@@ -232,8 +238,9 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
 
     Sample weights (and `class_weight`) weight the hard-label loss; the
     distillation terms average over all examples. The metrics
-    (`student_loss`, `distillation_loss`, `agreement`) are averages over
-    examples.
+    (`student_loss`, `distillation_loss`, `agreement`) weight each batch by
+    its number of examples, as Keras's `loss` does (a tagger's per-token
+    values are averaged within each batch first).
 
     Recipes: `bertzoo.compression.distill(..., recipe="tinybert")` runs
     TinyBERT's two-stage schedule (intermediate layers first, then the
@@ -333,6 +340,8 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
             "value_relation": _check_weight("value_relation_weight", value_relation_weight),
         }
         soft_target_weight = _check_weight("soft_target_weight", soft_target_weight)
+        if soft_target_weight:
+            _check_logits(teacher, student)
         layer_pairs = layer_map_pairs(layer_map, student.backbone.num_layers, teacher.backbone.num_layers)
 
         # Keras freezes the teacher for good; here it is frozen while this

@@ -80,7 +80,8 @@ def _rewind_values(model, rewind_weights):
 def _prune_survivors(values, masks, sparsity, scope):
     """New masks pruning the smallest surviving `|values|` so that each
     weight (`scope="layer"`) or all together (`"global"`) reach `sparsity`
-    (round(sparsity * size) zeros); pruned weights stay pruned."""
+    (round(sparsity * size) zeros, at most size - 1 per weight in layer
+    scope); pruned weights stay pruned."""
     # Pruned weights score -1, below every survivor: they are cut first.
     scores = [np.where(m != 0, np.abs(v.astype("float32")), -1.0) for v, m in zip(values, masks)]
     groups = [[i] for i in range(len(values))] if scope == "layer" else [list(range(len(values)))]

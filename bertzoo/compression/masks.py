@@ -74,7 +74,8 @@ def expand_blocks(block_mask, shape, rows, cols):
 def _flat_and_count(scores, sparsity):
     """`scores` as one float32 row, and k = round(sparsity * n), how many of
     them pruning to `sparsity` cuts; below sparsity 1 at most n - 1 (as
-    TF-MOT: a weight matrix keeps at least one weight)."""
+    TF-MOT: with per-layer thresholds a weight matrix keeps at least one
+    weight; a global threshold keeps one of the whole set)."""
     flat = ops.reshape(ops.cast(scores, "float32"), (-1,))
     sparsity = ops.cast(sparsity, "float32")
     count = ops.round(sparsity * flat.shape[0])

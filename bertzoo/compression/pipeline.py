@@ -70,6 +70,7 @@ from bertzoo.models.optimizers import bert_optimizer
 from bertzoo.saving.atomic import atomic_directory
 from bertzoo.saving.preset import Preset
 from bertzoo.utils import quantization_mode
+from bertzoo.utils.checks import BackendError
 
 STAGES = ("distill", "prune", "prune_structured", "int8")
 # The prune stage's peak learning rate: 90% sparse, a model must move its
@@ -375,7 +376,7 @@ def compress(
     """
     stages = parse_stages(stages)
     if keras.backend.backend() != "tensorflow":  # Before any training: each stage ends in a SavedModel.
-        raise RuntimeError(
+        raise BackendError(
             f"compress saves a TensorFlow SavedModel of every stage, so it needs the TensorFlow backend (Keras "
             f"runs on {keras.backend.backend()!r}): run it with KERAS_BACKEND=tensorflow, or call bertzoo.distill, "
             "Pruner and quantize yourself on this backend."

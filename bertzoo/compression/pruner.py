@@ -211,6 +211,7 @@ class _MaskConstraint(keras.constraints.Constraint):
         (bertzoo trainers call it): raised inside a JAX step, Keras loses the
         models' variables with it."""
         optimizer = getattr(trainer, "optimizer", None)
+        optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # Under a LossScaleOptimizer (float16).
         if (getattr(optimizer, "gradient_accumulation_steps", None) or 1) > 1:
             # Keras runs constraints on every accumulation call: the schedule would count micro-batches.
             raise ValueError(

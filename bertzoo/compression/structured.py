@@ -22,6 +22,7 @@ import numpy as np
 from bertzoo.compression.calibration import calibration_batches
 from bertzoo.models.bert_backbone import BertBackbone
 from bertzoo.utils import quantization_mode
+from bertzoo.utils.checks import BackendError
 from bertzoo.utils.optional import tf
 
 # Canonical weight names (`BertBackbone.named_weights()`) that slicing cuts.
@@ -74,7 +75,7 @@ def head_and_neuron_importance(model, data, steps=None):
     """
 
     if keras.backend.backend() != "tensorflow":
-        raise RuntimeError(
+        raise BackendError(
             f"Scoring heads and neurons takes gradients with TensorFlow's GradientTape, so it needs the TensorFlow "
             f"backend (Keras runs on {keras.backend.backend()!r}): score them in a KERAS_BACKEND=tensorflow process "
             "and pass the scores to prune_heads_and_neurons(..., importance=scores) here."

@@ -47,6 +47,7 @@ from bertzoo.saving.atomic import occupied
 from bertzoo.text.preprocessor import BertPreprocessor
 from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
+from bertzoo.utils.checks import BackendError
 from bertzoo.utils.device import default_jit_compile
 from bertzoo.utils.layers import quantizes_int8_inputs
 from bertzoo.utils.onednn import fused_int8_status
@@ -137,7 +138,7 @@ def export_saved_model(
     ```
     """
     if keras.backend.backend() != "tensorflow":
-        raise RuntimeError(
+        raise BackendError(
             f"SavedModel export needs the TensorFlow backend, but Keras uses {keras.backend.backend()!r}. "
             "Set KERAS_BACKEND=tensorflow before importing keras."
         )

@@ -7,6 +7,18 @@ import numpy as np
 from keras import ops
 
 
+class BackendError(RuntimeError):
+    """What bertzoo raises when a feature needs another Keras backend than
+    the one running (e.g. a SavedModel export off TensorFlow); the CLI
+    prints it as a message.
+
+    Example:
+    ```python
+    raise BackendError("SavedModel export needs the TensorFlow backend ...")
+    ```
+    """
+
+
 def concrete_value(x):
     """Returns `x` as a NumPy array when it holds concrete values, else None.
 
