@@ -199,9 +199,8 @@ class Preset:
         builtins = builtin_presets()
         builtin = str(preset) in builtins
         config = path / CONFIG_FILE
-        if path.is_dir() and builtin and not (config.exists() or config.is_symlink()):
-            pass  # A folder that happens to share the name (./base holding data) is not what was meant.
-        elif path.is_dir():
+        # A folder that only shares a built-in's name (./base holding data) is not what was meant.
+        if path.is_dir() and (config.exists() or config.is_symlink() or not builtin):
             if builtin:
                 logger.warning(
                     "%r names a built-in preset and the preset directory %s; loading the directory. For the "

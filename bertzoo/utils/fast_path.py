@@ -392,26 +392,6 @@ def _read_cache(path, keep_unknown=False):
         return {}
 
 
-def _number_or_none(value):
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
-
-
-def _valid_candidate(candidate):
-    fields = {field.name for field in dataclasses.fields(Candidate)}
-    if not (isinstance(candidate, dict) and {"mode", "jit_compile"} <= set(candidate) <= fields):
-        return False
-    runs = candidate.get("runs_s", [])
-    return (
-        candidate["mode"] in MODES
-        and isinstance(candidate["jit_compile"], bool)
-        and _number_or_none(candidate.get("median_s"))
-        and _number_or_none(candidate.get("compile_s"))
-        and isinstance(runs, list)
-        and all(_number_or_none(run) and run is not None for run in runs)
-        and isinstance(candidate.get("error"), (str, type(None)))
-    )
-
-
 def _valid_entry(entry):
     """Whether a cache entry has the layout and value types `_to_entry`
     writes (a damaged or hand-edited one is dropped, so that model is
@@ -422,15 +402,11 @@ def _valid_entry(entry):
         if mode not in MODES or not isinstance(decided, dict) or decided.get("chosen") not in (True, False, None):
             return False
         candidates = decided.get("candidates", [])
-        if not isinstance(candidates, list) or not all(_valid_candidate(c) for c in candidates):
+        if not isinstance(candidates, list) or not all(isinstance(c, dict) for c in candidates):
             return False
-    if not (
-        _number_or_none(entry.get("cost_s"))
-        and isinstance(entry.get("measured_at"), str)  # Also the eviction order.
-        and all(isinstance(entry.get(k), (dict, type(None))) for k in ("device", "versions", "inputs"))
-    ):
+    if not isinstance(entry.get("measured_at"), str):
         return False
-    try:  # The report must print (`explain_fast_path`): nested device and input fields included.
+    try:  # The values' types: the report must build and print (`explain_fast_path`), which reads every field.
         report = _from_entry(entry, "", None, None)
         str(report), report.summary()
     except Exception as e:  # Whatever a damaged entry raises (OverflowError from 10**400 too): measured again.
