@@ -84,6 +84,21 @@ def test_a_mount_point_is_refused_before_any_work(tmp_path, monkeypatch):
             raise AssertionError("the body ran")
 
 
+def test_a_symbolic_link_or_a_file_is_refused_with_the_way_out(tmp_path):
+    real = tmp_path / "3"
+    with atomic_directory(real) as tmp:
+        write_version(tmp, 3)
+    (tmp_path / "latest").symlink_to("3")
+    # overwrite=True cannot help (the save would swap the link itself): the message says what can.
+    with pytest.raises(FileExistsError, match=r"latest is a symbolic link \(to 3\).* write to the directory it names"):
+        with atomic_directory(tmp_path / "latest", overwrite=True):
+            raise AssertionError("the body ran")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FileExistsError, match=r"file exists and is not a directory; choose another path"):
+        atomic.check_directory_target(tmp_path / "file")
+    assert check_complete(real) == 3 and (tmp_path / "file").read_text() == "x"
+
+
 def test_the_directory_gets_the_mode_mkdir_would_give(tmp_path):
     # Not mkdtemp's 0700: a serving process running as another user reads it.
     previous = os.umask(0o022)

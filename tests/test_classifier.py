@@ -123,6 +123,11 @@ def test_accepts_pairs_datasets_and_tokenized_inputs():
     unbatched = tf.data.Dataset.from_tensor_slices((a, labels))
     loss, _ = model.evaluate(unbatched, verbose=0)
     assert np.isfinite(loss)
+    # A dataset carries its own labels and weights: separate ones are refused, not silently dropped.
+    with pytest.raises(ValueError, match=r"`sample_weight` must be None when `x` is a tf.data.Dataset"):
+        model.fit(dataset, sample_weight=np.ones(8), epochs=1, verbose=0)
+    with pytest.raises(ValueError, match=r"`y` must be None when `x` is a tf.data.Dataset"):
+        model.fit(tf.data.Dataset.from_tensor_slices(a), labels, epochs=1, verbose=0)
 
 
 def test_default_compile_uses_bert_fine_tuning_recipe():

@@ -87,6 +87,22 @@ def test_a_row_with_more_fields_than_the_header_is_an_error(tmp_path):
     assert load_labelled_texts(write(tmp_path / "e.csv", "text,label,\nhi,1,\n")) == (["hi"], [1])
 
 
+def test_a_quote_that_never_closes_is_named_not_read_as_one_long_text(tmp_path):
+    # The lenient CSV reader ends the open field at the end of the file: every later row became part of
+    # one text (load_texts returned 2 texts for 4 rows) or a "missing label" on the wrong line.
+    fix = r"Close the quote, or write a quote inside a quoted field as two \(\"\"\)\."
+    open_quote = write(tmp_path / "o.csv", 'text,label\nfine,1\n"it was, well,0\nok,1\nbad,0\n')
+    for load in (load_labelled_texts, load_texts):
+        with pytest.raises(
+            ValueError, match=rf"o\.csv:3: a double quote opens a field that is never closed, .* \(to line 5\) .*{fix}"
+        ):
+            load(open_quote)
+    # Closed quotes, one line or several, and the lenient reading of a stray quote stay as they were.
+    closed = write(tmp_path / "c.csv", 'text,label\n"say ""hi""",1\nx,0\n"two\nlines",1\n')
+    assert load_labelled_texts(closed) == (['say "hi"', "x", "two\nlines"], [1, 0, 1])
+    assert load_texts(write(tmp_path / "s.csv", 'text,label\n"a"bc,1\n')) == ["abc"]
+
+
 def test_numeric_labels_are_numbers_and_whole_ones_are_ints(tmp_path):
     scores = jsonl(
         tmp_path / "r.jsonl", {"text": "a", "label": 0.5}, {"text": "b", "label": 10}, {"text": "c", "label": 2}

@@ -1,6 +1,7 @@
 """ONNX and LiteRT exports of the tokenized model give the Keras predictions."""
 
 import importlib.util
+import os
 import warnings
 
 import keras
@@ -84,6 +85,19 @@ def test_litert_export_runs_in_the_tflite_interpreter(model, features, float_tfl
         model.export(path, format="litert")
     with pytest.raises(ValueError, match="max_sequence_length=64"):
         model.export(tmp_path / "long.tflite", format="litert", sequence_length=65)
+
+
+def test_a_one_file_export_is_flushed_to_disk_before_it_takes_its_name(model, tmp_path, monkeypatch):
+    # The rename alone is atomic against a killed process, not against a power loss: the file's data
+    # must be on disk first, and the directory entry after.
+    events = []
+    for name in ("sync_tree", "sync_directory"):
+        real = getattr(portable, name)
+        monkeypatch.setattr(portable, name, lambda path, real=real, name=name: (events.append(name), real(path))[1])
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: (events.append("replace"), real_replace(a, b))[1])
+    path = model.export(tmp_path / "m.tflite", format="litert")
+    assert path.is_file() and events == ["sync_tree", "replace", "sync_directory"]
 
 
 @pytest.mark.filterwarnings("ignore:.*tf.lite.Interpreter is deprecated")

@@ -305,6 +305,8 @@ def test_exports_atomically_and_refuses_to_replace_a_version(tmp_path, monkeypat
         bertzoo.export_saved_model(model, tmp_path / "y", sequence_length=MAX_SEQUENCE_LENGTH + 1)
     with pytest.raises(ValueError, match="`pairs` must be"):
         bertzoo.export_saved_model(model, tmp_path / "y", pairs="yes")
+    with pytest.raises(ValueError, match=r"but the export has no text signatures \(preprocessor=None\)"):
+        bertzoo.export_saved_model(model, tmp_path / "y", preprocessor=None, sequence_length=16)
     with pytest.raises(ValueError, match="expects a bertzoo Task"):
         bertzoo.export_saved_model(keras.Sequential([keras.layers.Dense(2)]), tmp_path / "y")
     assert not (tmp_path / "y").exists()
@@ -369,6 +371,10 @@ def test_int8_exports_run_the_fused_kernel_where_predict_does(trained, tmp_path)
             bertzoo.export_saved_model(model, tmp_path / "fused", int8_kernels="onednn")
         return
     assert metadata["int8_kernels"] == "onednn" and "_QuantizedMatMul" in metadata["custom_ops"]
+    # The fused kernel is TensorFlow's own (oneDNN builds), not a tensorflow-text op.
+    text_line, onednn_line = describe_export(path).splitlines()[-2:]
+    assert "tensorflow-text ops" in text_line and "_QuantizedMatMul" not in text_line
+    assert "oneDNN" in onednn_line and "_QuantizedMatMul" in onednn_line
     reference = model.predict(sentences, verbose=0)  # The fused kernel, as served.
     served = tf.saved_model.load(str(path))
     outputs = {k: v.numpy() for k, v in served.signatures["serving_default"](text=tf.constant(sentences)).items()}

@@ -475,7 +475,8 @@ def test_null_answers_with_a_threshold(controlled):
 
 
 def test_the_exported_signature_answers_as_predict_spans(controlled, tmp_path):
-    path = controlled.export(tmp_path / "qa", stride=4, null_score_threshold=-1.0)
+    # NumPy scalars are accepted and recorded in the JSON metadata as the numbers they hold.
+    path = controlled.export(tmp_path / "qa", stride=np.int64(4), null_score_threshold=np.float32(-1.0))
     served = tf.saved_model.load(str(path)).signatures["serving_default"]
     questions = ["where is the gold?", "where is the gold?", "where?", "?"]
     contexts = [long_context("Go\u0301ld"), "the old red house.", "naïve GÓLD key", ""]

@@ -257,6 +257,10 @@ def test_a_task_saved_without_a_tokenizer_loads_without_one(tmp_path):
     np.testing.assert_allclose(again.predict(features, verbose=0), model.predict(features, verbose=0), atol=1e-6)
     with pytest.raises(ValueError, match="has no tokenizer .* so `sequence_length` has no preprocessor to set"):
         bertzoo.BertClassifier.from_preset(tmp_path / "tokenized", sequence_length=8)
+    # Text settings without a tokenizer would name a vocabulary the preset lacks: refused, nothing written.
+    with pytest.raises(ValueError, match=r"`preprocessor_config` .* but no tokenizer was given: pass tokenizer="):
+        backbone.save_to_preset(tmp_path / "settings_only", preprocessor_config={"sequence_length": 8})
+    assert not (tmp_path / "settings_only").exists()
     # A vocabulary the preset records but lost is damage, not "no tokenizer".
     tiny = bertzoo.BertClassifier.from_preset("tiny", load_weights=False, sequence_length=16)
     tiny.save_to_preset(tmp_path / "damaged")

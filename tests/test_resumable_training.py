@@ -39,7 +39,7 @@ def sentiment(n=20, seed=0):
     return texts, labels.astype("int32")
 
 
-def classifier(seed, num_layers=1, hidden_dim=16, dropout=0.1):
+def classifier(seed, num_layers=1, hidden_dim=16, dropout=0.1, dtype=None):
     """A tiny classifier with dropout on, compiled with bertzoo's AdamW and
     warm-up/decay schedule; `seed` decides its initial weights."""
     keras.utils.set_random_seed(seed)
@@ -51,9 +51,10 @@ def classifier(seed, num_layers=1, hidden_dim=16, dropout=0.1):
         intermediate_dim=2 * hidden_dim,
         max_sequence_length=16,
         dropout=dropout,
+        dtype=dtype,
     )
     preprocessor = BertPreprocessor(BertTokenizer(VOCAB), sequence_length=8)
-    model = bertzoo.BertClassifier(backbone, 2, preprocessor=preprocessor, dropout=dropout)
+    model = bertzoo.BertClassifier(backbone, 2, preprocessor=preprocessor, dropout=dropout, dtype=dtype)
     model.compile(optimizer=bert_optimizer(1e-2))
     return model
 
@@ -158,6 +159,18 @@ def test_pruner_resumes_with_its_masks_and_schedule(tmp_path):
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
     assert resumed.sparsity() == reference.sparsity() == pytest.approx(0.75, abs=0.01)
     assert_same_state(reference.model, resumed.model)
+
+
+def test_a_bfloat16_model_resumes_to_the_same_weights(tmp_path):
+    # NumPy writes bfloat16 arrays as raw 2-byte records; the restore failed to assign them.
+    def bfloat16_classifier(seed):
+        model = classifier(seed, dtype="bfloat16")
+        model.compile(optimizer=keras.optimizers.Adam(1e-2))  # Not global-norm clipping (see the note).
+        return model
+
+    reference, resumed = interrupted_then_resumed(bfloat16_classifier, tmp_path)
+    assert resumed.backbone.token_embedding.embeddings.dtype == "bfloat16"
+    assert_same_state(reference, resumed)
 
 
 def test_tokenized_inputs_resume_too(tmp_path):

@@ -229,6 +229,12 @@ class _MaskConstraint(keras.constraints.Constraint):
             trainer, self.pruner.state.variables
         ):
             raise RuntimeError(_UNCARRIED_STATE)
+        if self.pruner.scores == "fisher":
+            outer = getattr(trainer, "optimizer", None)
+            if outer is not None and not outer.built and trainer.built:
+                outer.build(trainer.trainable_variables)  # What Keras's fit does first; the moments exist then.
+            if outer is None or outer.built:  # Else the step itself raises the same error.
+                self.pruner._adam_second_moment(self.index, trainer)
 
     def __call__(self, w):
         if self.inner is not None:
@@ -564,15 +570,20 @@ class Pruner:
         rank by magnitude instead of all being zero). The optimizer is the
         trainer's (`prepare_trainer`), else the model's."""
         trainer = self._trainer() if self._trainer is not None else None
-        optimizer = getattr(self._model if trainer is None else trainer, "optimizer", None)
+        return self._adam_second_moment(index, self._model if trainer is None else trainer)
+
+    def _adam_second_moment(self, index, owner):
+        """`owner`'s optimizer's second moment of weight `index` plus
+        `epsilon**2`; a ValueError naming the fix when it keeps none."""
+        optimizer = getattr(owner, "optimizer", None)
         optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # Under a LossScaleOptimizer.
         variable = self.targets[index].variable
         moments = None if optimizer is None else private_api.adam_moments(optimizer, variable)
         if moments is None:
             raise ValueError(
                 f"scores='fisher' reads the squared-gradient mean that Adam keeps for each weight, but the "
-                f"{'model' if trainer is None else 'trainer'}'s optimizer ({type(optimizer).__name__}) has none for "
-                f"{self.targets[index].path!r}. "
+                f"{'model' if owner is self._model else 'trainer'}'s optimizer ({type(optimizer).__name__}) has "
+                f"none for {self.targets[index].path!r}. "
                 "Compile the model with an Adam-family optimizer (bertzoo tasks' default, or "
                 "keras.optimizers.Adam / AdamW) and train it with that optimizer; training through another "
                 "trainer (a Distiller, your own), call pruner.prepare_trainer(trainer) first."

@@ -208,6 +208,15 @@ def build_backbone(model):
     variables = backbone.named_weights()
 
     used, missing, mismatched, assignments = set(), [], [], []
+    pooler = [canonical for canonical in variables if canonical.startswith("pooler/")]
+    if all(source_name(model, canonical)[0] not in model.tensors for canonical in pooler):
+        # Saved by a masked-LM model (Hugging Face's BertForMaskedLM builds its encoder without one): the
+        # pooler keeps its fresh initialization, as Hugging Face itself does when it loads such a file.
+        model.notes.append(
+            "the checkpoint has no pooler (a masked-LM model saves none): pooled_output starts from a random "
+            "initialization, so fine-tune before using it"
+        )
+        variables = {k: v for k, v in variables.items() if k not in pooler}
     for canonical, variable in variables.items():
         name, transform = source_name(model, canonical)
         if name not in model.tensors:
@@ -297,7 +306,7 @@ def write_preset(model, destination, overwrite=False):
         backbone,
         tokenizer=tokenizer if preprocessor is None else None,
         preprocessor=preprocessor,
-        preprocessor_config=settings if preprocessor is None else None,
+        preprocessor_config=settings if tokenizer is not None and preprocessor is None else None,
         metadata=metadata,
         overwrite=overwrite,
         extra_arrays={PRETRAINING_HEADS_FILE: heads} if heads else None,

@@ -87,15 +87,19 @@ def _json_rows(f, path):
 def _delimited_rows(f, path, kind):
     """CSV or TSV rows under a header line; a row with more fields than the header is an error."""
     # TSV files are read as plain tab-separated fields (no quoting), as GLUE's are.
+    tap = _LineTap(f)
     if kind == "tsv":
-        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE}
         hint = "a tab inside a text? TSV fields cannot be quoted: remove the tab, or save as CSV and quote that field"
     else:
-        reader = csv.reader(f)
+        dialect = {}
         hint = 'a comma inside a text? Quote the fields that contain one: "hello, world",1'
+    reader = csv.reader(tap, **dialect)
     columns = None
+    held = None  # The last row read, yielded once the next one shows it was not cut off by the end of the file.
     try:
         for row in reader:
+            lines, tap.lines = tap.lines, []
             if columns is None:
                 if not row or not any(cell.strip() for cell in row):
                     continue
@@ -113,11 +117,49 @@ def _delimited_rows(f, path, kind):
                 raise ValueError(
                     f"{path}:{reader.line_num}: {len(row)} fields, the header has {len(columns)} ({hint})."
                 )
-            yield reader.line_num, columns, dict(zip(columns, row))
+            if held is not None:
+                yield held[:3]
+            held = (reader.line_num, columns, dict(zip(columns, row)), lines)
     except csv.Error as e:
         raise ValueError(f"{path}:{reader.line_num}: not valid {kind.upper()} ({e}).") from None
+    if held is not None:
+        line_number, _, _, lines = held
+        if len(lines) > 1 and _ends_inside_quotes(lines, dialect):
+            raise ValueError(
+                f"{path}:{line_number - len(lines) + 1}: a double quote opens a field that is never closed, so the "
+                f"rest of the file (to line {line_number}) would be one text. Close the quote, or write a quote "
+                'inside a quoted field as two ("").'
+            )
+        yield held[:3]
     if columns is not None:
         yield None, columns, None  # A header with no rows.
+
+
+class _LineTap:
+    """Iterates over a file's lines for `csv.reader`, keeping those read
+    since `lines` was last emptied (the current row's)."""
+
+    def __init__(self, f):
+        self.f = f
+        self.lines = []
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        line = next(self.f)
+        self.lines.append(line)
+        return line
+
+
+def _ends_inside_quotes(lines, dialect):
+    """Whether the row made of `lines` ends inside a quoted field (the
+    lenient reader takes the end of the file as the field's end)."""
+    try:
+        list(csv.reader(lines, strict=True, **dialect))
+    except csv.Error as e:
+        return "unexpected end of data" in str(e)
+    return False
 
 
 def load_labelled_texts(path, text_column="text", label_column="label"):

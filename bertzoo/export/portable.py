@@ -34,6 +34,8 @@ from bertzoo.layers.dense import portable_kernels
 from bertzoo.models.serving import TOKENIZED_KEYS
 from bertzoo.saving.atomic import clean_leftovers
 from bertzoo.saving.atomic import hidden_sibling
+from bertzoo.saving.atomic import sync_directory
+from bertzoo.saving.atomic import sync_tree
 from bertzoo.utils import quantization_mode
 from bertzoo.utils.layers import quantizes_int8_inputs
 
@@ -147,7 +149,9 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
         written = tmp / f"model{suffix}"
         with portable_kernels():  # Standard ops only: the converters know no others.
             keras.Model.export(model, str(written), format=format, verbose=verbose, input_signature=signature, **kwargs)
+        sync_tree(tmp)  # On disk before the rename makes it the export (power loss, not only kill -9).
         os.replace(written, path)
+        sync_directory(path.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path

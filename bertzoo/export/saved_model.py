@@ -37,12 +37,14 @@ import json
 from pathlib import Path
 
 import keras
+import numpy as np
 
 from bertzoo.layers.dense import portable_kernels
 from bertzoo.models.serving import XLA_LENGTH_MULTIPLE
 from bertzoo.models.serving import serving_functions
 from bertzoo.models.serving import xla_serving
 from bertzoo.saving.atomic import atomic_directory
+from bertzoo.saving.atomic import check_directory_target
 from bertzoo.saving.atomic import occupied
 from bertzoo.text.preprocessor import BertPreprocessor
 from bertzoo.utils import private_api
@@ -113,11 +115,13 @@ def export_saved_model(
             (`bertzoo.models.serving.batch_bucket`), and text batches cut to
             multiples of 16 tokens (at most 8 lengths for 128-token inputs;
             `serving_tokenized` keeps the length it is sent). `"auto"`: for
-            quantized models, XLA when the model's `compile()` pinned it,
+            quantized models with `int8_kernels="auto"`, XLA when the
+            model's `compile()` pinned it,
             else when bertzoo's fast-path measurement on this machine picks
             it for the model's `predict` (`bertzoo.explain_fast_path(model)`),
-            so the export serves the path `predict` runs; float models serve
-            without XLA. True/False pin it. Recorded in the metadata.
+            so the export serves the path `predict` runs; float models, and
+            an explicit `int8_kernels`, serve without XLA. True/False pin it.
+            Recorded in the metadata.
         **serving_options: export-time settings of the model's own
             `serving_signatures` (e.g. `BertQuestionAnswerer`'s `stride`,
             `max_answer_length`, `null_score_threshold`); recorded in the
@@ -145,9 +149,12 @@ def export_saved_model(
     if not isinstance(overwrite, bool):
         raise ValueError(f"`overwrite` must be True or False, got {overwrite!r}.")
     backbone = _backbone_of(model)
+    chosen = preprocessor is None
     if preprocessor == "auto":
         preprocessor = getattr(model, "preprocessor", None)
-    preprocessor = _packing_preprocessor(preprocessor, sequence_length, backbone)
+    preprocessor = _packing_preprocessor(preprocessor, sequence_length, backbone, chosen=chosen)
+    # Recorded in the metadata (JSON): a NumPy scalar is written as the number it holds.
+    serving_options = {k: v.item() if isinstance(v, np.generic) else v for k, v in serving_options.items()}
     if int8_kernels not in ("auto", "portable", "onednn"):
         raise ValueError(f"`int8_kernels` must be 'auto', 'portable' or 'onednn', got {int8_kernels!r}.")
     if not (isinstance(jit_compile, bool) or jit_compile == "auto"):
@@ -167,6 +174,7 @@ def export_saved_model(
         raise ValueError(f"`pairs` must be True, False or 'auto', got {pairs!r}.")
     path = Path(path).expanduser()
     # Fail before the (slow) tracing when the target is taken.
+    check_directory_target(path)
     if occupied(path) and not overwrite:
         raise FileExistsError(
             f"{path} already exists. Pass overwrite=True (CLI: --overwrite) to replace it, or export to a new "
@@ -217,7 +225,7 @@ def export_saved_model(
             "signatures": signatures,
             "serving_options": serving_options or None,
             "custom_ops": ops,
-            "custom_ops_package": "tensorflow-text" if ops else None,
+            "custom_ops_package": "tensorflow-text" if any(not _is_onednn_op(op) for op in ops) else None,
         }
         (tmp / METADATA_PATH).parent.mkdir(exist_ok=True)
         (tmp / METADATA_PATH).write_text(json.dumps(metadata, indent=2) + "\n")
@@ -266,10 +274,17 @@ def describe_export(path):
         inputs = ", ".join(f"{k}: {v['dtype']}{v['shape']}" for k, v in signature["inputs"].items())
         outputs = ", ".join(f"{k}: {v['dtype']}{v['shape']}" for k, v in signature["outputs"].items())
         lines.append(f"  {name}({inputs})\n      -> {outputs}")
-    if metadata["custom_ops"]:
+    text_ops = [op for op in metadata["custom_ops"] if not _is_onednn_op(op)]
+    onednn_ops = [op for op in metadata["custom_ops"] if _is_onednn_op(op)]
+    if text_ops:
         lines.append(
-            f"  needs TensorFlow plus {metadata['custom_ops_package']} ops: {', '.join(metadata['custom_ops'])}"
+            f"  needs TensorFlow plus tensorflow-text ops: {', '.join(text_ops)}"
             " (in Python: `import tensorflow_text` before tf.saved_model.load)"
+        )
+    if onednn_ops:
+        lines.append(
+            f"  needs a TensorFlow build with oneDNN (the default x86-64 Linux and Windows builds) for: "
+            f"{', '.join(onednn_ops)}"
         )
     if metadata.get("jit_compile"):
         lines.append(
@@ -304,6 +319,13 @@ def custom_ops(path):
     return sorted(op for op in used if not hasattr(tf.raw_ops, op))
 
 
+def _is_onednn_op(op):
+    """Whether `custom_ops` lists `op` because it is one of TensorFlow's own
+    oneDNN kernels (internal ops are named with a leading underscore, e.g. the
+    fused int8 matmul `_QuantizedMatMul`), not a tensorflow-text op."""
+    return op.startswith("_")
+
+
 def _backbone_of(model):
     backbone = getattr(model, "backbone", model)
     missing = [a for a in ("vocabulary_size", "max_sequence_length", "num_segments") if not hasattr(backbone, a)]
@@ -317,13 +339,15 @@ def _backbone_of(model):
     return backbone
 
 
-def _packing_preprocessor(preprocessor, sequence_length, backbone):
-    """The preprocessor the text signatures use (with `sequence_length` applied)."""
+def _packing_preprocessor(preprocessor, sequence_length, backbone, chosen=False):
+    """The preprocessor the text signatures use (with `sequence_length`
+    applied); `chosen`: the caller passed `preprocessor=None` itself."""
     if preprocessor is None:
         if sequence_length is not None:
+            why = "the export has no text signatures (preprocessor=None)" if chosen else "the model has no preprocessor"
             raise ValueError(
-                "`sequence_length` sets how raw text is packed, but the model has no preprocessor; "
-                "tokenized inputs may have any length up to max_sequence_length."
+                f"`sequence_length` sets how raw text is packed, but {why}; tokenized inputs may have any length "
+                "up to max_sequence_length."
             )
         return None
     if not isinstance(preprocessor, BertPreprocessor):

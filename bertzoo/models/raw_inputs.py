@@ -90,6 +90,17 @@ def _is_feature_dict(x):
     return isinstance(x, dict) and bool(x) and all(hasattr(v, "shape") and len(v.shape) for v in x.values())
 
 
+def check_dataset_carries_targets(y, sample_weight):
+    """A `tf.data.Dataset` `x` brings its own labels and sample weights:
+    a ValueError when `fit` is also given them (they would be dropped)."""
+    for name, value in (("y", y), ("sample_weight", sample_weight)):
+        if value is not None:
+            raise ValueError(
+                f"`{name}` must be None when `x` is a tf.data.Dataset: put the labels (and sample weights) in "
+                "the dataset, as (inputs, labels, sample_weights) elements."
+            )
+
+
 def holds_no_examples(x):
     """True for raw inputs with no examples: `[]`, an empty array, or a pair
     (tuple) of them."""

@@ -49,6 +49,7 @@ import keras
 import numpy as np
 
 from bertzoo.models.raw_inputs import DEFAULT_BATCH_SIZE
+from bertzoo.models.raw_inputs import check_dataset_carries_targets
 from bertzoo.models.raw_inputs import set_schedule_length
 from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.saving.atomic import current_umask
@@ -332,7 +333,10 @@ class ResumableTraining(keras.callbacks.Callback):
                     "it, attach a Pruner) exactly as the interrupted run did, or delete the checkpoint."
                 )
             for i, variable in enumerate(variables):
-                variable.assign(arrays[f"{prefix}{i:05d}"])
+                value = arrays[f"{prefix}{i:05d}"]
+                if value.dtype.kind == "V":  # NumPy stores ml_dtypes arrays (bfloat16) as raw bytes, intact.
+                    value = value.view(np.dtype(keras.backend.standardize_dtype(variable.dtype)))
+                variable.assign(value)
         schedule = private_api.learning_rate_schedule(model.optimizer)
         if isinstance(schedule, WarmupLinearDecay) and meta.get("schedule_total_steps") is not None:
             schedule.total_steps = int(meta["schedule_total_steps"])
@@ -434,8 +438,7 @@ class ResumableTraining(keras.callbacks.Callback):
                 return data
 
             if is_tf_dataset(x):
-                if y is not None or sample_weight is not None:
-                    raise ValueError("`y` must be None when `x` is a tf.data.Dataset: put labels in the dataset.")
+                check_dataset_carries_targets(y, sample_weight)
                 return order.repeat(x)
             labels = model._checked_labels(y, x) if y is not None else None
             examples = (x,) + tuple(v for v in (labels, sample_weight) if v is not None)

@@ -14,6 +14,7 @@ from bertzoo.models.jax_predict import JaxPredictOnBatchMixin
 from bertzoo.models.optimizers import bert_optimizer
 from bertzoo.models.raw_inputs import DEFAULT_BATCH_SIZE
 from bertzoo.models.raw_inputs import RawInputsMixin
+from bertzoo.models.raw_inputs import check_dataset_carries_targets
 from bertzoo.models.raw_inputs import holds_no_examples
 from bertzoo.models.raw_inputs import holds_text
 from bertzoo.models.resumable import EpochOrder
@@ -640,8 +641,7 @@ class Task(
             return None
         batch_size = batch_size or DEFAULT_BATCH_SIZE
         if is_tf_dataset(x):
-            if y is not None:
-                raise ValueError("`y` must be None when `x` is a tf.data.Dataset: put labels in the dataset.")
+            check_dataset_carries_targets(y, sample_weight)
             dataset = x
             first = tf.nest.flatten(dataset.element_spec)[0]
             if first.shape.rank == 0:  # Unbatched elements of single strings.

@@ -119,7 +119,7 @@ def sync_directory(path):
         os.close(fd)
 
 
-def _sync_tree(root):
+def sync_tree(root):
     """fsyncs every file and directory under `root`."""
     for directory, _, files in os.walk(root):
         for name in files:
@@ -170,6 +170,31 @@ def occupied(path):
     return any(path.iterdir())
 
 
+def check_directory_target(target):
+    """Raises a `FileExistsError` naming the fix when no save can put a
+    directory at `target`: a symbolic link, a file, a mount point. Callers
+    with slow work before `atomic_directory` call it first.
+
+    Example:
+    ```python
+    check_directory_target("serving/sentiment/1")  # Fine: missing, or a directory.
+    ```
+    """
+    target = Path(target).expanduser().absolute()
+    if target.is_symlink():  # The save would swap the link itself, not the directory it names.
+        raise FileExistsError(
+            f"{target} is a symbolic link (to {os.readlink(target)}); a save replaces a whole directory, so it "
+            f"will not replace the link: write to the directory it names ({target.resolve()}) or to a new path."
+        )
+    if target.exists() and not target.is_dir():
+        raise FileExistsError(f"{target} exists and is not a directory; choose another path.")
+    if os.path.ismount(target):  # E.g. a Docker volume: the swap into place would fail with EBUSY at the end.
+        raise FileExistsError(
+            f"{target} is a mount point, which a save cannot replace: write into a directory inside it "
+            f"(e.g. {target / '1'})."
+        )
+
+
 @contextlib.contextmanager
 def atomic_directory(target, overwrite=True):
     """Yields a fresh temporary directory that replaces `target` on success.
@@ -185,13 +210,7 @@ def atomic_directory(target, overwrite=True):
     ```
     """
     target = Path(target).expanduser().absolute()
-    if target.is_symlink() or (target.exists() and not target.is_dir()):
-        raise FileExistsError(f"{target} exists and is not a directory; choose another path.")
-    if os.path.ismount(target):  # E.g. a Docker volume: the swap into place would fail with EBUSY at the end.
-        raise FileExistsError(
-            f"{target} is a mount point, which a save cannot replace: write into a directory inside it "
-            f"(e.g. {target / '1'})."
-        )
+    check_directory_target(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     clean_leftovers(target)
     if occupied(target) and not overwrite:
@@ -201,7 +220,7 @@ def atomic_directory(target, overwrite=True):
     tmp = hidden_sibling(target, "tmp")
     try:
         yield tmp
-        _sync_tree(tmp)  # On disk before the swap makes it the target (power loss, not only kill -9).
+        sync_tree(tmp)  # On disk before the swap makes it the target (power loss, not only kill -9).
         if not target.exists():
             os.rename(tmp, target)
         elif not _exchange(tmp, target):

@@ -849,7 +849,14 @@ def save_preset(
                 "the tokenizer with them and pass it, with the packer's settings only (e.g. sequence_length)."
             )
         preprocessor_node = serialize(BertPreprocessor(tokenizer, **settings))
-    if preprocessor_node is None and (tokenizer is not None or preprocessor_config):
+    if preprocessor_node is None and preprocessor_config and tokenizer is None:
+        # The preprocessor would name a vocabulary file the preset does not have.
+        raise ValueError(
+            "`preprocessor_config` sets how text is tokenized and packed, but no tokenizer was given: pass "
+            "tokenizer= (its vocabulary is saved with the preset), or leave preprocessor_config out for a preset "
+            "of tokenized inputs."
+        )
+    if preprocessor_node is None and tokenizer is not None:
         preprocessor_node = format1.preprocessor_node(preprocessor_config, tokenizer)
     vocabulary = sentencepiece = None
     if preprocessor_node:

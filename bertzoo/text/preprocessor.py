@@ -26,6 +26,22 @@ def _settings(layer):
     )
 
 
+def _check_sequence_length(sequence_length):
+    if isinstance(sequence_length, bool) or not isinstance(sequence_length, int) or sequence_length < 3:
+        raise ValueError(
+            f"`sequence_length` must be an integer >= 3 (room for [CLS], [SEP], [SEP]), "
+            f"got {sequence_length!r}. Pass e.g. sequence_length=128."
+        )
+
+
+def _check_truncate(truncate):
+    if truncate not in TRUNCATE_MODES:
+        raise ValueError(
+            f"Unknown `truncate` mode {truncate!r}. Use 'round_robin' (split the "
+            "budget evenly between segments) or 'waterfall' (first segment first)."
+        )
+
+
 @keras.saving.register_keras_serializable(package="bertzoo")
 class BertPreprocessor(keras.layers.Layer):
     """Tokenizes and packs text into `token_ids`, `segment_ids`, `padding_mask`.
@@ -80,19 +96,9 @@ class BertPreprocessor(keras.layers.Layer):
                 f"{type(tokenizer).__name__}. Build one with BertTokenizer(vocabulary) "
                 "(WordPiece) or SentencePieceTokenizer(proto) (ALBERT)."
             )
-        if isinstance(sequence_length, bool) or not isinstance(sequence_length, int) or sequence_length < 3:
-            raise ValueError(
-                f"`sequence_length` must be an integer >= 3 (room for [CLS], [SEP], [SEP]), "
-                f"got {sequence_length!r}. Pass e.g. sequence_length=128."
-            )
-        if truncate not in TRUNCATE_MODES:
-            raise ValueError(
-                f"Unknown `truncate` mode {truncate!r}. Use 'round_robin' (split the "
-                "budget evenly between segments) or 'waterfall' (first segment first)."
-            )
+        _check_sequence_length(sequence_length)
+        _check_truncate(truncate)
         self.tokenizer = tokenizer
-        self.sequence_length = sequence_length
-        self.truncate = truncate
         # Imported here: keras-hub imports TensorFlow when it is installed,
         # which `import bertzoo` on the JAX or torch backend should not.
         from keras_hub.layers import MultiSegmentPacker
@@ -105,6 +111,25 @@ class BertPreprocessor(keras.layers.Layer):
             truncate=truncate,
         )
         self.built = True
+
+    # The packer reads both on every call: set there, so a change after construction packs as it says.
+    @property
+    def sequence_length(self):
+        return self.packer.sequence_length
+
+    @sequence_length.setter
+    def sequence_length(self, value):
+        _check_sequence_length(value)
+        self.packer.sequence_length = value
+
+    @property
+    def truncate(self):
+        return self.packer.truncate
+
+    @truncate.setter
+    def truncate(self, value):
+        _check_truncate(value)
+        self.packer.truncate = value
 
     def _segments(self, x):
         """Canonicalizes `x` to a tuple of 1 or 2 string tensors of equal rank."""
@@ -148,7 +173,10 @@ class BertPreprocessor(keras.layers.Layer):
         (`lowercase`, ...) or either object changed since, as eager calls
         would follow it."""
         # The objects themselves, not their ids (an id can be reused once one is gone).
-        settings = (self.tokenizer, self.packer, _settings(self), _settings(self.tokenizer))
+        settings = (self.tokenizer, self.packer, _settings(self), _settings(self.packer), _settings(self.tokenizer))
+        # A resource the tokenizer rebuilt since (SentencePiece's, after `tf.random.set_seed`) retraces:
+        # the traced function holds the old one's handle.
+        settings += tuple(self.tokenizer.export_resources())
         cached = _GRAPH_FEATURES.get(self)
         if cached is None or cached[0] != settings:
             # A weak reference: the function must not keep its own key alive.

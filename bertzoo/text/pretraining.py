@@ -57,7 +57,9 @@ class BertMaskGenerator(keras.layers.Layer):
     In each sequence, `round(selection_rate * n)` of the `n` selectable tokens
     (at least one, at most `max_selections`) are chosen uniformly at random;
     tokens in `unselectable_token_ids` (padding, `[CLS]`, `[SEP]`) are never
-    chosen. Of the chosen tokens, a fraction `mask_token_rate` becomes
+    chosen. (BERT's `create_pretraining_data.py` counts `[CLS]` and `[SEP]` in
+    `n`, so where `selection_rate * n` sits near a half it may choose one
+    token more than this layer.) Of the chosen tokens, a fraction `mask_token_rate` becomes
     `[MASK]`, `random_token_rate` becomes a token drawn uniformly from the
     vocabulary, and the rest stay unchanged (80/10/10 by default).
 
@@ -150,8 +152,9 @@ class BertMaskGenerator(keras.layers.Layer):
             tf.not_equal(token_ids[..., tf.newaxis], tf.constant(self.unselectable_token_ids or [-1])), axis=-1
         )
         available = tf.reduce_sum(tf.cast(selectable, tf.float32), axis=1)
-        # BERT: max(1, round(n * rate)) capped at the slots; tf.round rounds
-        # half to even, as Python's round() does in the reference code.
+        # BERT: max(1, round(n * rate)) capped at the slots (n: the selectable
+        # tokens here); tf.round rounds half to even, as Python's round() does
+        # in the reference code.
         count = tf.maximum(1.0, tf.round(available * self.selection_rate))
         count = tf.where(available > 0, tf.minimum(count, float(slots)), 0.0)
         count = tf.cast(count, tf.int32)

@@ -150,6 +150,10 @@ def build_vocabulary(
                 "`texts_or_dataset` must yield string tensors, got a dataset with "
                 f"element_spec={dataset.element_spec}. Map it to the text field first."
             )
+        if not isinstance(dataset.element_spec, tf.TensorSpec):  # Pairs (or dicts) of texts: every field.
+            dataset = dataset.map(
+                lambda *element: tf.concat([tf.reshape(t, [-1]) for t in tf.nest.flatten(element)], axis=0)
+            )
     else:
         if isinstance(texts_or_dataset, (str, bytes)):
             raise ValueError(

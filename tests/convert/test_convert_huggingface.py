@@ -208,6 +208,27 @@ def test_hf_bert_matches_numpy(ref, rng, make_bert_inputs, tmp_path, hidden_act,
     assert PRETRAINING_HEADS_FILE in summary and "nsp/kernel <- cls.seq_relationship.weight" in summary
 
 
+def test_a_masked_lm_checkpoint_without_a_pooler_converts_with_a_note(ref, rng, make_bert_inputs, tmp_path):
+    # Hugging Face's BertForMaskedLM saves its encoder without the pooler (run_mlm.py's checkpoints).
+    model = ref.random_model(rng, num_layers=2)
+    arrays = ref.hf_bert_arrays(model, prefix="bert.")
+    full = ref.write_hf(tmp_path / "full", ref.hf_config(model), arrays, vocabulary=ref.tiny_vocabulary(40))
+    no_pooler = {k: v for k, v in arrays.items() if ".pooler." not in k}
+    assert len(no_pooler) == len(arrays) - 2
+    mlm = ref.write_hf(tmp_path / "mlm", ref.hf_config(model), no_pooler, vocabulary=ref.tiny_vocabulary(40))
+    result = bertzoo.convert_checkpoint(mlm, tmp_path / "mlm_preset")
+    assert "no pooler" in str(result) and "fine-tune before using it" in str(result)
+    inputs = make_bert_inputs(batch=2, length=10, vocabulary_size=40, lengths=[10, 6])
+    ours = bertzoo.BertBackbone.from_preset(result.path)(inputs)["sequence_output"]
+    reference = bertzoo.BertBackbone.from_preset(bertzoo.convert_checkpoint(full, tmp_path / "full_preset").path)
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(reference(inputs)["sequence_output"]))
+    # Half a pooler is damage, still refused.
+    half = {k: v for k, v in arrays.items() if not k.endswith("pooler.dense.bias")}
+    damaged = ref.write_hf(tmp_path / "half", ref.hf_config(model), half, vocabulary=ref.tiny_vocabulary(40))
+    with pytest.raises(bertzoo.convert.ConversionError, match=r"(?s)Missing tensors.*pooler\.dense\.bias"):
+        bertzoo.convert_checkpoint(damaged, tmp_path / "half_preset")
+
+
 def keras_hub_albert(model, num_layers):
     """keras-hub's AlbertBackbone with the random weights, mapped here by hand."""
     s = model["sizes"]
@@ -278,6 +299,10 @@ def test_hf_albert_matches_numpy_and_keras_hub(ref, rng, make_bert_inputs, tmp_p
     np.testing.assert_array_equal(heads["nsp/kernel"], model["heads"]["nsp"][0])
     assert preset.metadata["conversion"]["pretraining_heads"]["nsp/bias"] == "sop_classifier.classifier.bias"
     assert not result.has_vocabulary and "no vocabulary" in str(result)
+    # As the summary says: its tasks load without a preprocessor and take tokenized inputs.
+    assert Preset.resolve(result.path).config["preprocessor"] is None
+    classifier = bertzoo.BertClassifier.from_preset(result.path, num_classes=2)
+    assert classifier.preprocessor is None and classifier.predict(inputs, verbose=0).shape == (2, 2)
 
 
 def test_hf_albert_with_spiece_model_fits_raw_strings(ref, rng, tmp_path):

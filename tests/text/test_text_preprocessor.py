@@ -209,6 +209,20 @@ def test_new_pipelines_reuse_one_traced_tokenization():
     eager = preprocessor(["THE FOX"])["token_ids"].numpy().tolist()
     assert eager[0][1:3] == [UNK, UNK]
     assert next(iter(shouting.map(preprocessor)))["token_ids"].numpy().tolist() == eager
+    # So are its own settings: the packer packs to the new length and truncation (a new length once
+    # gave 2 rows of 4 for one text of 8).
+    preprocessor.sequence_length, preprocessor.truncate = 4, "waterfall"
+    assert preprocessor.get_config()["sequence_length"] == 4 and preprocessor.get_config()["truncate"] == "waterfall"
+    pair = (tf.constant(["the quick fox"]), tf.constant(["dog"]))
+    eager = preprocessor(pair)["token_ids"].numpy().tolist()
+    assert eager == [[CLS, THE, SEP, SEP]]  # Waterfall: the first segment takes the budget first.
+    both = tf.data.Dataset.from_tensor_slices(pair).batch(1)
+    assert next(iter(both.map(lambda a, b: preprocessor((a, b)))))["token_ids"].numpy().tolist() == eager
+    with pytest.raises(ValueError, match=r"`sequence_length` must be an integer >= 3"):
+        preprocessor.sequence_length = 2
+    with pytest.raises(ValueError, match=r"Unknown `truncate` mode"):
+        preprocessor.truncate = "longest_first"
+    assert (preprocessor.sequence_length, preprocessor.truncate) == (4, "waterfall")
     # The cache does not keep its preprocessor alive.
     alive = weakref.ref(preprocessor)
     del preprocessor, traced

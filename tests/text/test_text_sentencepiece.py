@@ -334,6 +334,12 @@ def test_seeding_tensorflow_after_building_leaves_the_tokenizer_working(proto):
     assert [row for batch in dataset for row in batch.to_list()] == before
     tf.random.set_seed(9)
     assert preprocessor(HARD_STRINGS[:2])["token_ids"].shape == (2, 16)
+    # The preprocessor's traced function (one per preprocessor, reused by every pipeline) too: each
+    # `fit` on raw text after `keras.utils.set_random_seed` builds a new pipeline through it.
+    texts = tf.data.Dataset.from_tensor_slices(HARD_STRINGS).batch(4)
+    packed = next(iter(texts.map(preprocessor)))["token_ids"].numpy().tolist()
+    keras.utils.set_random_seed(10)
+    assert next(iter(texts.map(preprocessor)))["token_ids"].numpy().tolist() == packed
 
 
 def test_nul_and_next_line_characters_as_albert_reads_them(proto):

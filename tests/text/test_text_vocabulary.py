@@ -181,6 +181,10 @@ def test_build_vocabulary_tokenizer_round_trips_words(trained):
 def test_build_vocabulary_from_dataset_matches_list(trained):
     dataset = tf.data.Dataset.from_tensor_slices(CORPUS).batch(7)
     assert build_vocabulary(dataset, vocabulary_size=120) == trained
+    # A dataset of sentence pairs learns from both sides: (CORPUS[0], CORPUS[1]), ... reads as CORPUS.
+    pairs = tf.data.Dataset.from_tensor_slices((CORPUS[0::2], CORPUS[1::2]))
+    assert build_vocabulary(pairs, vocabulary_size=120) == trained
+    assert sorted(build_vocabulary(pairs.batch(5), vocabulary_size=120)) == sorted(trained)
 
 
 def test_build_vocabulary_options():
