@@ -173,7 +173,8 @@ class BertPreprocessor(keras.layers.Layer):
         (`lowercase`, ...) or either object changed since, as eager calls
         would follow it."""
         # The objects themselves, not their ids (an id can be reused once one is gone).
-        settings = (self.tokenizer, self.packer, _settings(self), _settings(self.packer), _settings(self.tokenizer))
+        settings = (self.tokenizer, self.packer, self.sequence_length, self.truncate, _settings(self))
+        settings += (_settings(self.tokenizer),)
         # A resource the tokenizer rebuilt since (SentencePiece's, after `tf.random.set_seed`) retraces:
         # the traced function holds the old one's handle.
         settings += tuple(self.tokenizer.export_resources())

@@ -10,7 +10,7 @@ instead of a model, a model without symbolic inputs, or
 |---|---|---|---|
 | GPU, TPU | any | on | XLA's usual win: fused elementwise work |
 | CPU | float32 | off | about as fast either way on the CPUs measured, and no compile time |
-| CPU | bfloat16 / float16 compute | off | XLA:CPU's bf16 dots were far slower than oneDNN's AVX512-BF16 kernels |
+| CPU | bfloat16 / float16 compute | off | XLA:CPU's bf16 dots were far slower than oneDNN's AVX512-BF16 kernels (without AVX512-BF16 the measurement picks XLA) |
 | CPU | int8-quantized layers, TensorFlow with oneDNN | off | the fused oneDNN int8 kernel (`bertzoo.layers.dense`) runs only outside XLA |
 | CPU | other quantized layers (int4; int8 without oneDNN) | on | Keras's int8 ops have no fast matmul kernel outside XLA |
 | any | multi-replica `tf.distribute` strategy | off | Keras cannot compile those steps, see `jit_compile_supported` |

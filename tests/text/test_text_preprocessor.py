@@ -217,7 +217,7 @@ def test_new_pipelines_reuse_one_traced_tokenization():
     eager = preprocessor(pair)["token_ids"].numpy().tolist()
     assert eager == [[CLS, THE, SEP, SEP]]  # Waterfall: the first segment takes the budget first.
     both = tf.data.Dataset.from_tensor_slices(pair).batch(1)
-    assert next(iter(both.map(lambda a, b: preprocessor((a, b)))))["token_ids"].numpy().tolist() == eager
+    assert next(iter(both.map(lambda a, b, packer=preprocessor: packer((a, b)))))["token_ids"].numpy().tolist() == eager
     with pytest.raises(ValueError, match=r"`sequence_length` must be an integer >= 3"):
         preprocessor.sequence_length = 2
     with pytest.raises(ValueError, match=r"Unknown `truncate` mode"):
