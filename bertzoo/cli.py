@@ -292,9 +292,10 @@ def _sparsity(args):
         ),
         argument(
             "--target-speedup",
-            type=float,
+            type=_finite,
             default=None,
-            help="distilled student keeps 1/X of the teacher's layers (default: every 3rd layer)",
+            help="distilled student keeps 1/X of the teacher's layers (default: every 3rd layer); without a "
+            "distill stage, prune_structured keeps 1/X of the heads and neurons (default: half)",
         ),
         argument("--text-column", default="text", help="text column name (default: %(default)s)"),
         argument("--label-column", default="label", help="label column name (default: %(default)s)"),
@@ -314,7 +315,12 @@ def _sparsity(args):
             "--transfer",
             type=_path,
             default=None,
-            help="file of unlabelled texts for the distill and prune stages (text column)",
+            help="file of unlabelled texts for the distill (with a recipe, not 'none') and prune stages",
+        ),
+        argument(
+            "--transfer-column",
+            default=None,
+            help="text column of the --transfer file (default: --text-column)",
         ),
         argument(
             "--augment",
@@ -376,6 +382,7 @@ def _compress(args):
         sequence_length=args.sequence_length,
         recipe=None if args.recipe == "none" else args.recipe,
         transfer=args.transfer,
+        transfer_column=args.transfer_column,
         augment=args.augment,
         label_threshold=args.label_threshold,
         qat_epochs=args.qat_epochs,

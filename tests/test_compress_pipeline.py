@@ -224,14 +224,14 @@ def test_cli_with_ratings_a_label_threshold_and_a_transfer_file(workspace, capsy
     ratings = [f"{(1.5 if y else -2.0) + 0.25 * i:.2f}" for i, y in enumerate(labels)]
     ratings[0] = "0.0"  # Exactly at the threshold: dropped.
     train = write_tsv(workspace / "rated.tsv", texts, ratings, label_column="rating")
-    transfer = write_jsonl(workspace / "transfer.jsonl", *sentiment(16, seed=6))
+    transfer = write_csv(workspace / "transfer.csv", *sentiment(16, seed=6))  # Its column: "sentence".
     out = workspace / "rated_out"
     argv = ["compress", str(workspace / "teacher"), "--train", str(train), "--eval", str(train), "--out", str(out)]
     argv += ["--stages", "distill", "--label-column", "rating", "--label-threshold", "0", "--recipe", "hinton"]
     with pytest.raises(SystemExit):  # argparse's usage error: float() alone would take "nan".
         cli.main(argv[:-6] + ["--label-threshold", "nan"])
     assert "expected a finite number, got 'nan'" in capsys.readouterr().err
-    assert cli.main(argv + ["--transfer", str(transfer), "--batch-size", "8"]) == 0
+    assert cli.main(argv + ["--transfer", str(transfer), "--transfer-column", "sentence", "--batch-size", "8"]) == 0
     capsys.readouterr()
     report = json.loads((out / "report.json").read_text())
     assert report["classes"] == [0, 1]
@@ -352,9 +352,12 @@ def test_augmented_copies_join_the_transfer_set_of_every_stage_that_uses_it(work
     assert plain_fits == []
     report = json.loads((workspace / "augment_out" / "report.json").read_text())
     assert report["augment"] == 2 and report["transfer_size"] == 0
-    # Without a recipe the distill stage trains on the labelled texts: no copies made, none reported.
+    # Without a recipe the distill stage trains on the labelled texts: copies would be ignored, so are refused.
     out = workspace / "augment_no_recipe_out"
-    assert cli.main(argv[:-1] + [str(out), "--stages", "distill", "--recipe", "none", "--augment", "2"]) == 0
+    no_recipe = argv[:-1] + [str(out), "--stages", "distill", "--recipe", "none"]
+    assert cli.main(no_recipe + ["--augment", "2"]) == 1
+    assert not out.exists() and plain_fits == []
+    assert cli.main(no_recipe) == 0
     assert distill_calls[2:] == [] and json.loads((out / "report.json").read_text())["augment"] == 0
     ((texts, labels),) = plain_fits
     assert texts == train_texts and len(labels) == len(train_texts)
@@ -390,8 +393,15 @@ def test_bad_inputs_give_clear_errors(workspace, tmp_path):
         ValueError, match=r"Unknown recipe 'distilbert'. Choose one of \['hinton', 'minilm', 'tinybert'\]"
     ):
         bertzoo.compress(teacher, train, train, tmp_path / "a", recipe="distilbert", verbose=0)
-    with pytest.raises(ValueError, match=r"no text column 'text'"):
+    with pytest.raises(ValueError, match=r"no text column 'text'.*--transfer-column \(Python: transfer_column=...\)"):
         bertzoo.compress(teacher, train, train, tmp_path / "a", transfer=wrong, verbose=0)
+    with pytest.raises(ValueError, match=r"no text column 'words'.*--transfer-column"):
+        bertzoo.compress(teacher, train, train, tmp_path / "a", transfer=wrong, transfer_column="words", verbose=0)
+    with pytest.raises(ValueError, match=r"transfer_column \(--transfer-column\) names a column of a transfer file"):
+        bertzoo.compress(teacher, train, train, tmp_path / "a", transfer=["a text"], transfer_column="x", verbose=0)
+    (tmp_path / "array.json").write_text('[\n  {"text": "good", "label": 1}\n]\n')
+    with pytest.raises(ValueError, match=r"array\.json:1: not valid JSON .* read as JSON Lines: one object per line"):
+        load_labelled_texts(tmp_path / "array.json")
     with pytest.raises(ValueError, match=r"`qat_epochs` must be an integer >= 0 \(0: post-training int8\), got -1"):
         bertzoo.compress(teacher, train, train, tmp_path / "a", qat_epochs=-1, verbose=0)
     with pytest.raises(ValueError, match=r"`smoothing` must be a number in \[0, 1\] \(SmoothQuant's alpha\) or None"):
@@ -449,6 +459,80 @@ def test_labels_map_by_sorted_order_and_student_depth_follows_the_speedup():
     assert student_layers(2, target_speedup=10) == [2]
     with pytest.raises(ValueError, match="target_speedup"):
         student_layers(6, target_speedup=0.5)
+    # Each student layer starts from the teacher layer the "uniform" map
+    # distills it from: ceil(i * L / count), not Python's round-half-even.
+    assert student_layers(12, target_speedup=2.4) == [3, 5, 8, 10, 12]
+    assert student_layers(10) == [4, 7, 10]
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"`target_speedup` \(CLI: --target-speedup\) must be a finite number"):
+            student_layers(6, target_speedup=bad)
+
+
+def test_settings_a_run_would_ignore_or_lose_work_on_are_refused_first(workspace, tmp_path):
+    teacher, train = workspace / "teacher", workspace / "train.tsv"
+
+    def refused(match, **settings):
+        options = {"verbose": 0, **settings}
+        with pytest.raises(ValueError, match=match):
+            bertzoo.compress(
+                options.pop("teacher", teacher), options.pop("train", train), train, tmp_path / "a", **options
+            )
+
+    refused(r"Stage\(s\) \['int8'\] appear more than once", stages="int8,int8")
+    refused(r"Stage\(s\) \['prune'\] appear more than once", stages="distill,prune,prune")
+    refused(
+        r"target_speedup \(--target-speedup\) sizes the distill stage's student", stages="prune,int8", target_speedup=3
+    )
+    refused(r"qat_epochs \(--qat-epochs\) trains the int8 stage", stages="distill", qat_epochs=1)
+    refused(r"heads_to_keep and ffn_keep_ratio set the prune_structured stage", stages="distill", ffn_keep_ratio=0.5)
+    refused(r"transfer texts and augment copies train .* stages \['int8'\] use neither", stages="int8", augment=2)
+    refused(r"with recipe None use neither", stages="distill,int8", recipe=None, transfer=["some text"])
+    refused(r"`latency_repeats` must be a positive integer, got 0", latency_repeats=0)
+    refused(r"`teacher_epochs` must be a positive integer or None", teacher_epochs=0)
+    one_class = write_tsv(tmp_path / "one_class.tsv", ["good", "great"], [1, 1])
+    refused(r"one_class\.tsv: every training row has the label 1 \(column 'label'\)", train=one_class)
+    quantized = bertzoo.quantize(bertzoo.BertClassifier.from_preset(teacher), "int8")
+    quantized.save_to_preset(tmp_path / "int8_teacher")
+    refused(r"The teacher is quantized \(int8\).*Pass the float model's preset", teacher=tmp_path / "int8_teacher")
+    assert not (tmp_path / "a").exists()
+
+
+def test_overwrite_keeps_the_users_files_and_refuses_to_remove_its_own_inputs(workspace, tmp_path, quick_reports):
+    previous = tmp_path / "previous"
+    bertzoo.BertClassifier.from_preset(workspace / "teacher").save_to_preset(previous / "1_distill" / "preset")
+    (previous / "2024_notes").mkdir()  # Digits and an underscore, but no stage of a run.
+    (previous / "report.json").write_text("{}")
+    train = workspace / "train.tsv"
+    with pytest.raises(ValueError, match=r"1_distill/preset lies inside .*1_distill, which --overwrite"):
+        bertzoo.compress(previous / "1_distill" / "preset", train, train, previous, overwrite=True, verbose=0)
+    assert (previous / "1_distill" / "preset" / "config.json").is_file()
+    assert (previous / "report.json").read_text() == "{}"
+    bertzoo.compress(workspace / "teacher", train, train, previous, stages="int8", overwrite=True, verbose=0)
+    assert sorted(p.name for p in previous.iterdir()) == [
+        "1_int8",
+        "2024_notes",
+        "report.json",
+        "report.md",
+        "tradeoff.png",
+    ]
+
+
+def test_the_chart_leaves_the_callers_matplotlib_alone(run, tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from bertzoo.compression.pipeline import tradeoff_chart
+
+    backend = matplotlib.get_backend()
+    matplotlib.use("svg")  # A notebook's backend stands in: switching it closes every open figure.
+    try:
+        mine = plt.figure()
+        assert tradeoff_chart(run[1], tmp_path / "chart.png").read_bytes().startswith(PNG_HEADER)
+        assert matplotlib.get_backend() == "svg"
+        assert plt.fignum_exists(mine.number)
+    finally:
+        plt.close("all")
+        matplotlib.use(backend)
 
 
 def test_string_labels_take_the_ids_of_the_teachers_class_names(workspace, quick_reports):

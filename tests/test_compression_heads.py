@@ -61,7 +61,7 @@ def data(head, n=N, seed=0):
     elif head == "tagger":
         y = np.where(mask == 1, rng.integers(0, 3, shape), -100)
     elif head == "question_answerer":
-        start = rng.integers(3, 5, n)
+        start = np.minimum(rng.integers(3, 5, n), lengths - 2)
         y = np.stack([start, start], axis=1)  # Inside every context (positions 3..lengths-2).
     else:
         y = rng.integers(0, 2, n)

@@ -422,6 +422,10 @@ def test_the_teachers_pass_is_not_recorded(pair, monkeypatch):
         ({"soft_target_weight": -1}, "`soft_target_weight` must be a finite number >= 0"),
         ({"value_relation_weight": 1.0, "relation_heads": 3}, "relation_heads=3 does not divide"),
         ({"value_relation_weight": 1.0, "relation_heads": 0}, "`relation_heads` must be an int >= 1"),
+        (
+            {"alpha": 0.0, "soft_target_weight": 0.0, **distiller_module.PREDICTIONS_ONLY},
+            r"Every loss of this Distiller has weight 0 .*Set soft_target_weight > 0",
+        ),
     ],
 )
 def test_bad_arguments(pair, kwargs, match):

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 import bertzoo
+from bertzoo.models.bert_question_answerer import context_positions
 from bertzoo.models.head_utils import check_class_ids
 
 
@@ -90,6 +91,71 @@ def test_the_tagger_takes_word_label_names_and_refuses_bad_ids():
     nameless = bertzoo.BertTokenClassifier.from_preset("tiny", load_weights=False, num_classes=3, sequence_length=16)
     with pytest.raises(ValueError, match="this tagger has no `class_names`"):
         nameless.fit(sentence, [["PER", "O", "LOC"]], verbose=0)
+
+
+def test_a_taggers_dataset_of_sentences_is_padded_named_and_checked():
+    tagger = bertzoo.BertTokenClassifier.from_preset(
+        "tiny", load_weights=False, num_classes=3, class_names=["O", "PER", "LOC"], sequence_length=16
+    )
+    tagger.compile(jit_compile=False)
+    sentences = [["Anna", "visited", "Oslo"], ["Olaf", "left"]]
+
+    def one_sentence_each(labels):
+        return tf.data.Dataset.from_generator(
+            lambda: zip(sentences, labels),
+            output_signature=(
+                tf.TensorSpec([None], tf.string),
+                tf.TensorSpec([None], tf.string if isinstance(labels[0][0], str) else tf.int32),
+            ),
+        )
+
+    # Unbatched sentences of different lengths are padded into batches; the
+    # padded words and labels get no weight: the same step as in-memory lists.
+    weights = {}
+    for name, data in (
+        ("names", one_sentence_each([["PER", "O", "LOC"], ["PER", "O"]])),
+        ("ids", one_sentence_each([[1, 0, 2], [1, 0]])),
+        ("lists", None),
+    ):
+        keras.utils.set_random_seed(0)
+        model = bertzoo.BertTokenClassifier.from_config(tagger.get_config())
+        model.set_weights(tagger.get_weights())
+        model.compile(optimizer="sgd", jit_compile=False)
+        if data is None:
+            model.fit(sentences, [[1, 0, 2], [1, 0]], batch_size=2, shuffle=False, verbose=0)
+        else:
+            model.fit(data, batch_size=2, verbose=0)
+        weights[name] = model.get_weights()
+    for name in ("names", "ids"):
+        for a, b in zip(weights[name], weights["lists"]):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"batch are outside this model.{1,2}s 3 classes(.|\n)*7"):
+        tagger.fit(one_sentence_each([[1, 0, 7], [1, 0]]), verbose=0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Word labels in this tf.data batch are not among"):
+        tagger.fit(one_sentence_each([["PER", "X", "LOC"], ["PER", "O"]]), verbose=0)
+    texts = tf.data.Dataset.from_tensor_slices((["Anna visited Oslo"], [[1, 0, 2]]))
+    with pytest.raises(ValueError, match=r"A tagger's tf.data.Dataset gives words(.|\n)*tf.strings.split"):
+        tagger.fit(texts, verbose=0)
+
+
+def test_tokenized_answer_labels_must_point_where_an_answer_can_be():
+    qa = bertzoo.BertQuestionAnswerer.from_preset("tiny", load_weights=False, sequence_length=32)
+    qa.compile(jit_compile=False)
+    features = {k: np.asarray(v) for k, v in qa.preprocessor((["who?"], ["anna went home"])).items()}
+    context = np.flatnonzero(np.asarray(context_positions(features["padding_mask"], features["segment_ids"]))[0])
+    padding = int(np.flatnonzero(features["padding_mask"][0] == 0)[0])
+    assert np.isfinite(qa.fit(features, np.array([[context[0], context[-1]]]), verbose=0).history["loss"]).all()
+    assert np.isfinite(qa.fit(features, np.array([[0, 0]]), verbose=0).history["loss"]).all()  # No answer.
+    for start, end in ((context[0], padding), (1, context[0])):  # Padding; the question.
+        with pytest.raises(ValueError, match=r"Answer labels of examples \[0\] .*point at positions the model masks"):
+            qa.fit(features, np.array([[start, end]]), verbose=0)
+    unmasked = bertzoo.BertQuestionAnswerer.from_preset(
+        "tiny", load_weights=False, sequence_length=32, mask_question=False
+    )
+    unmasked.compile(jit_compile=False)
+    assert np.isfinite(unmasked.fit(features, np.array([[1, context[0]]]), verbose=0).history["loss"]).all()
+    with pytest.raises(ValueError, match=r"each of start and end must be a real token \(not padding\)"):
+        unmasked.fit(features, np.array([[1, padding]]), verbose=0)
 
 
 def test_multiple_choice_answers_must_be_one_of_the_choices():

@@ -730,6 +730,23 @@ def test_lottery_ticket_prunes_geometrically_rewinds_and_keeps_pruned_weights_pr
 
 
 # --- Bad input --------------------------------------------------------------
+def test_a_trainer_that_already_trained_prunes_once_prepared():
+    # Keras keeps a trainer's traced step; the one traced before the Pruner
+    # existed would run without its masks and never prune.
+    teacher = tiny_classifier(seed=1)
+    student = tiny_classifier(seed=2)
+    x, y = tokenized(16)
+    distiller = bertzoo.Distiller(teacher, student, alpha=0.5)
+    distiller.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
+    distiller.fit(x, y, batch_size=8, epochs=1, verbose=0)  # A first stage, no pruning.
+    pruner = bertzoo.Pruner(student, bertzoo.ConstantSparsity(0.5, begin_step=0, frequency=1))
+    pruner.prepare_trainer(distiller)
+    distiller.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    assert pruner.sparsity() == pytest.approx(0.5, abs=0.01)
+    for path, w in numpy_of(encoder_kernels(student)).items():
+        assert np.mean(w == 0) == pytest.approx(0.5, abs=1 / w.size), path
+
+
 def test_bad_inputs_give_clear_errors():
     model = tiny_classifier()
     schedule = bertzoo.ConstantSparsity(0.5, 0)

@@ -203,6 +203,10 @@ def test_bad_smoothing_requests(model):
         bertzoo.quantize(model, "int8", calibration="train.tsv")
     with pytest.raises(ValueError, match=r"inputs alone .* not an \(inputs, labels\) tuple"):
         bertzoo.quantize(model, "int8", calibration=(TEXTS, [0] * len(TEXTS)))
+    with pytest.raises(ValueError, match=r"For sentence pairs, pass them tokenized: calibration=model.preprocessor"):
+        bertzoo.quantize(model, "int8", calibration=(TEXTS, TEXTS))
+    pairs = bertzoo.quantize(model, "int8", calibration=model.preprocessor((TEXTS, TEXTS)))  # The way it names.
+    assert np.isfinite(np.asarray(pairs.predict((TEXTS, TEXTS), verbose=0))).all()
     with pytest.raises(ValueError, match="Calibration data must be raw strings"):
         bertzoo.quantize(model.backbone, "int8", calibration=42)
     layer = bertzoo.quantize(model, "int8").backbone.pooler

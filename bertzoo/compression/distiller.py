@@ -340,6 +340,13 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
             "value_relation": _check_weight("value_relation_weight", value_relation_weight),
         }
         soft_target_weight = _check_weight("soft_target_weight", soft_target_weight)
+        if not alpha and not soft_target_weight and not any(weights.values()):
+            raise ValueError(
+                "Every loss of this Distiller has weight 0 (alpha=0, soft_target_weight=0, no intermediate-layer "
+                "weight): it would train nothing while the optimizer's weight decay shrank the student. Set "
+                "soft_target_weight > 0 (the teacher's predictions), alpha > 0 (the labels) or an intermediate "
+                "weight (hidden_state_weight, attention_weight, ...)."
+            )
         if soft_target_weight:
             _check_logits(teacher, student)
         layer_pairs = layer_map_pairs(layer_map, student.backbone.num_layers, teacher.backbone.num_layers)

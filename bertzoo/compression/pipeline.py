@@ -43,6 +43,7 @@ import numpy as np
 
 from bertzoo.compression.calibration import calibration_sample
 from bertzoo.compression.distiller import Distiller
+from bertzoo.compression.layer_maps import layer_map_pairs
 from bertzoo.compression.model_copy import copy_model
 from bertzoo.compression.pruner import Pruner
 from bertzoo.compression.quantization import DEFAULT_SMOOTHING
@@ -98,7 +99,7 @@ REPORT_KEYS = (
     "latency_b32_ms",
     "speedup_b32",
 )
-_STAGE_DIR = re.compile(r"^\d+_[a-z0-9_]+$")
+_STAGE_DIR = re.compile(rf"^\d+_(teacher|{'|'.join(STAGES)})$")
 _OUTPUT_FILES = ("report.md", "report.json", "tradeoff.png")
 
 
@@ -113,6 +114,12 @@ def parse_stages(stages):
     for stage in stages:
         if stage not in STAGES:
             raise ValueError(f"Unknown stage {stage!r}; choose from {list(STAGES)} (comma-separated, in order).")
+    repeated = sorted({stage for stage in stages if stages.count(stage) > 1})
+    if repeated:
+        raise ValueError(
+            f"Stage(s) {repeated} appear more than once in {list(stages)}; give each stage once (to prune "
+            "further, raise the sparsity or run compress again on this run's preset)."
+        )
     if "int8" in stages and stages.index("int8") != len(stages) - 1:
         raise ValueError("'int8' must be the last stage: a quantized model cannot be distilled or pruned further.")
     return stages
@@ -120,18 +127,35 @@ def parse_stages(stages):
 
 def student_layers(teacher_layers, target_speedup=None):
     """Teacher layers (from 1) a distilled student copies: every 3rd by
-    default, or `teacher_layers / target_speedup` evenly spaced ones."""
+    default, or `teacher_layers / target_speedup` evenly spaced ones; the
+    layers the `"uniform"` layer map then distills each student layer from,
+    so each starts from the layer it learns to imitate.
+
+    Example:
+    ```python
+    student_layers(12, target_speedup=2.4)  # [3, 5, 8, 10, 12]
+    ```
+    """
     if target_speedup is None:
         count = max(1, teacher_layers // 3)
     else:
-        if isinstance(target_speedup, bool) or not isinstance(target_speedup, (int, float)) or target_speedup < 1:
-            raise ValueError(f"`target_speedup` must be a number >= 1, got {target_speedup!r}.")
+        check_target_speedup(target_speedup)
         count = max(1, int(math.floor(teacher_layers / target_speedup)))
     count = min(count, teacher_layers)
-    return [int(round((i + 1) * teacher_layers / count)) for i in range(count)]
+    return [teacher for _, teacher in layer_map_pairs("uniform", count, teacher_layers)]
 
 
-def _check_output(out, overwrite):
+def check_target_speedup(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 1:
+        raise ValueError(f"`target_speedup` (CLI: --target-speedup) must be a finite number >= 1, got {value!r}.")
+    return float(value)
+
+
+def _check_output(out, overwrite, inputs=()):
+    """`out`, created, after removing a previous run's outputs (`overwrite`).
+    `inputs` (the teacher preset, data files) must not lie inside what would
+    be removed: a run that reuses a previous run's preset as its teacher
+    would delete it before reading it."""
     out = Path(out).expanduser()
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out} exists and is not a directory; choose another --out.")
@@ -142,10 +166,24 @@ def _check_output(out, overwrite):
                 "replace a previous run's outputs, or choose a new directory."
             )
         # Only a previous run's outputs go; anything else the user put there stays.
-        for entry in out.iterdir():
-            if entry.is_dir() and _STAGE_DIR.match(entry.name):
+        doomed = [
+            entry
+            for entry in out.iterdir()
+            if (entry.is_dir() and not entry.is_symlink() and _STAGE_DIR.match(entry.name))
+            or entry.name in _OUTPUT_FILES
+        ]
+        for path in inputs:
+            resolved = Path(path).expanduser().resolve()
+            for entry in doomed:
+                if resolved == entry.resolve() or entry.resolve() in resolved.parents:
+                    raise ValueError(
+                        f"{path} lies inside {entry}, which --overwrite (overwrite=True) would remove before "
+                        f"this run reads it. Copy it out of {out} first, or choose another --out."
+                    )
+        for entry in doomed:
+            if entry.is_dir():
                 shutil.rmtree(entry)
-            elif entry.name in _OUTPUT_FILES:
+            else:
                 entry.unlink()
     out.mkdir(parents=True, exist_ok=True)
     return out
@@ -186,6 +224,11 @@ def _load_teacher(teacher, classes, sequence_length):
             )
             return model, None, True
         directory = preset.directory
+    if quantization_mode(model) is not None:
+        raise ValueError(
+            f"The teacher is quantized ({quantization_mode(model)}): it cannot be distilled, pruned or quantized "
+            "again. Pass the float model's preset (the stage before the int8 one)."
+        )
     if model.preprocessor is None:
         raise ValueError("The teacher needs a preprocessor (tokenizer) to read raw text.")
     named = _names_the_labels(model, classes)  # Checked name by name, once mapped.
@@ -280,6 +323,7 @@ def compress(
     distiller_options=None,
     recipe="tinybert",
     transfer=None,
+    transfer_column=None,
     augment=0,
     label_threshold=None,
     qat_epochs=0,
@@ -327,11 +371,13 @@ def compress(
             `"hinton"`), `epochs` epochs per stage; None: one `Distiller`
             with `distiller_options`.
         transfer: unlabelled texts the teacher labels for the distill stage
-            (a list, or a TSV/CSV/JSONL file with `text_column`), or None.
+            (a list, or a TSV/CSV/JSONL file with `transfer_column`), or None.
             The prune stages train on them too, with the training texts
             (soft targets of their input model): `"prune"` while its
             sparsity ramps up, `"prune_structured"` to recover (the
             `"hinton"` recipe).
+        transfer_column: the text column of a `transfer` file (default:
+            `text_column`).
         augment: perturbed copies of each training text (`augment_texts`)
             added to the transfer texts of the distill stage (with a
             `recipe`; None trains on the labelled texts alone) and of both
@@ -381,13 +427,33 @@ def compress(
             f"runs on {keras.backend.backend()!r}): run it with KERAS_BACKEND=tensorflow, or call bertzoo.distill, "
             "Pruner and quantize yourself on this backend."
         )
+    # Every setting is checked before any work, and one whose stage is absent is refused, not ignored.
     if target_speedup is not None:
-        student_layers(1, target_speedup)  # Checks the value before any work.
-    for name, value in (("epochs", epochs), ("batch_size", batch_size)):
+        check_target_speedup(target_speedup)
+        if not {"distill", "prune_structured"} & set(stages):
+            raise ValueError(
+                "target_speedup (--target-speedup) sizes the distill stage's student, or without one the "
+                f"prune_structured stage; stages {list(stages)} have neither. Leave it out, or add one of them."
+            )
+    for name, value in (("epochs", epochs), ("batch_size", batch_size), ("latency_repeats", latency_repeats)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+    if teacher_epochs is not None and (
+        isinstance(teacher_epochs, bool) or not isinstance(teacher_epochs, int) or teacher_epochs < 1
+    ):
+        raise ValueError(f"`teacher_epochs` must be a positive integer or None (`epochs`), got {teacher_epochs!r}.")
+    if (heads_to_keep is not None or ffn_keep_ratio is not None) and "prune_structured" not in stages:
+        raise ValueError(
+            "heads_to_keep and ffn_keep_ratio set the prune_structured stage, which is not among the stages "
+            f"{list(stages)}. Leave them out, or add that stage."
+        )
     if isinstance(qat_epochs, bool) or not isinstance(qat_epochs, int) or qat_epochs < 0:
         raise ValueError(f"`qat_epochs` must be an integer >= 0 (0: post-training int8), got {qat_epochs!r}.")
+    if qat_epochs and "int8" not in stages:
+        raise ValueError(
+            f"qat_epochs (--qat-epochs) trains the int8 stage, which is not among the stages {list(stages)}. "
+            "Leave it out, or end the stages with int8."
+        )
     if smoothing != "auto":
         check_smoothing(smoothing, allow_none=True)
     check_input_ranges(input_ranges)
@@ -418,6 +484,18 @@ def compress(
         raise ValueError(f"`augment` must be an integer >= 0 (perturbed copies of each text), got {augment!r}.")
     if recipe is not None and recipe not in RECIPES:
         raise ValueError(f"Unknown recipe {recipe!r}. Choose one of {sorted(RECIPES)}, or None.")
+    # The distill stage without a recipe trains on the labelled texts alone.
+    uses_transfer_set = bool({"prune", "prune_structured"} & set(stages)) or (
+        "distill" in stages and recipe is not None
+    )
+    if transfer_column is not None and not isinstance(transfer, (str, os.PathLike)):
+        raise ValueError("transfer_column (--transfer-column) names a column of a transfer file; no file is given.")
+    if (transfer is not None or augment) and not uses_transfer_set:
+        raise ValueError(
+            f"transfer texts and augment copies train the distill stage (with a recipe) and the prune stages; "
+            f"stages {list(stages)}{' with recipe None' if 'distill' in stages else ''} use neither. Leave "
+            "--transfer / --augment out, or add such a stage."
+        )
     train_texts, train_raw = load_labelled_texts(train, text_column, label_column)
     eval_texts, eval_raw = load_labelled_texts(eval, text_column, label_column)
     if label_threshold is not None:
@@ -431,6 +509,13 @@ def compress(
                 "dropped). The threshold splits numeric ratings (e.g. 0 for ratings from -2 to 2); labels that "
                 "are already classes (0/1, names) need none: leave out --label-threshold (`label_threshold=None`)."
             )
+        label_threshold = float(label_threshold)
+    if len(set(train_raw)) < 2:
+        raise ValueError(
+            f"{train}: every training row has the label {train_raw[0]!r} (column {label_column!r}); a classifier "
+            "needs at least two classes. Check the label column, and that the file is not a slice of one "
+            "sorted by label."
+        )
     if not eval_texts:
         raise ValueError(
             f"{eval}: no rows left to evaluate on"
@@ -440,8 +525,9 @@ def compress(
                 else "."
             )
         )
-    if isinstance(transfer, (str, os.PathLike)):
-        transfer = load_texts(transfer, text_column)
+    transfer_file = transfer if isinstance(transfer, (str, os.PathLike)) else None
+    if transfer_file is not None:
+        transfer = load_texts(transfer, transfer_column or text_column, option="transfer")
     elif transfer is not None:
         transfer = as_texts(transfer, "transfer")  # Checked before any work.
     train_labels, classes = label_ids(train_raw)
@@ -455,7 +541,8 @@ def compress(
     eval_labels, _ = label_ids(eval_raw, classes, source=eval, of=of)
     train_data = (train_texts, np.asarray(train_labels, dtype="int32"))
     eval_data = (eval_texts, np.asarray(eval_labels, dtype="int32"))
-    out = _check_output(out, overwrite)
+    inputs = [p for p in (teacher, train, eval, transfer_file) if isinstance(p, (str, os.PathLike))]
+    out = _check_output(out, overwrite, inputs=inputs)
     distiller_options = dict(distiller_options or {})
 
     def say(message):
@@ -566,10 +653,6 @@ def compress(
         rows.append(_measure(stage, model, stage_dir / "preset", eval_data, batches, batch_size, latency_repeats))
 
     teacher_row = rows[0]
-    # The distill stage without a recipe trains on the labelled texts alone.
-    uses_transfer_set = bool({"prune", "prune_structured"} & set(stages)) or (
-        "distill" in stages and recipe is not None
-    )
     for row in rows:
         row["percent_of_teacher"] = (
             100.0 * row["accuracy"] / teacher_row["accuracy"] if teacher_row["accuracy"] > 0 else None
@@ -653,17 +736,18 @@ def tradeoff_chart(report, path):
     """Accuracy against batch-32 latency, point area by preset size; writes
     a PNG atomically and returns its path (None without matplotlib)."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
     except ImportError:
         return None
 
     rows = report["rows"]
     sizes = [row["preset_mb"] or 0.0 for row in rows]
     largest = max(sizes) or 1.0
-    figure, axes = plt.subplots(figsize=(6, 4), dpi=100)
+    # A Figure of its own, not pyplot's: the caller's backend and open figures (a notebook's) stay as they are.
+    figure = Figure(figsize=(6, 4), dpi=100)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
     for row, size in zip(rows, sizes):
         axes.scatter(row["latency_b32_ms"], row["accuracy"], s=40 + 400 * size / largest, alpha=0.6)
         axes.annotate(
@@ -676,6 +760,5 @@ def tradeoff_chart(report, path):
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
-    plt.close(figure)
     _write_file(path, buffer.getvalue())
     return Path(path)

@@ -750,6 +750,10 @@ class Pruner:
         ```
         """
         self._trainer = weakref.ref(trainer)
+        # A trainer that has run keeps its traced step, which reads the
+        # optimizer's constraints as they were: without the masks it would
+        # never prune. The next `fit` traces the step again.
+        trainer.train_function = None
         if keras.backend.backend() != "jax":
             return
         if isinstance(getattr(trainer, "optimizer", None), keras.optimizers.LossScaleOptimizer):

@@ -76,7 +76,7 @@ class SourceModel:
         skipped: source name -> why it is not converted (reported, not hidden).
         vocabulary: WordPiece tokens, or None.
         sentencepiece: the path of a SentencePiece model (ALBERT's
-            `spiece.model` / `30k-clean.model`), or None.
+            `spiece.model` / `30k-clean.model`), its bytes, or None.
         sentencepiece_options: `SentencePieceTokenizer` options for it (see
             `bertzoo.text.albert_tokenizer_options`).
         preprocessor: preset preprocessor settings.
@@ -278,8 +278,9 @@ def write_preset(model, destination, overwrite=False):
     if model.sentencepiece is not None:
         tokenizer = SentencePieceTokenizer(model.sentencepiece, **model.sentencepiece_options)
         if tokenizer.vocabulary_size() != model.config["vocabulary_size"]:
+            source = model.sentencepiece if isinstance(model.sentencepiece, (str, Path)) else model.path
             raise ConversionError(
-                f"{model.sentencepiece}: the SentencePiece model has {tokenizer.vocabulary_size()} pieces but "
+                f"{source}: the SentencePiece model has {tokenizer.vocabulary_size()} pieces but "
                 f"the config's vocabulary size is {model.config['vocabulary_size']}: they do not belong together."
             )
         preprocessor = BertPreprocessor(tokenizer, sequence_length=settings.get("sequence_length", 128))

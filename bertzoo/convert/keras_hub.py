@@ -127,15 +127,20 @@ def read(source):
         )
         config.update(num_layers=layers, num_groups=groups, shared_sublayers="all", embedding_dim=kh["embedding_dim"])
 
-    vocabulary, notes, preprocessor = None, [], {}
+    vocabulary, sentencepiece, notes, preprocessor = None, None, [], {}
     if isinstance(tokenizer, keras_hub.tokenizers.WordPieceTokenizer):
         vocabulary = list(tokenizer.get_vocabulary())
         check_vocabulary_size(vocabulary, config, origin)
         preprocessor["lowercase"] = bool(tokenizer.lowercase)
         preprocessor["strip_accents"] = bool(tokenizer.strip_accents)
+    elif isinstance(tokenizer, keras_hub.tokenizers.SentencePieceTokenizer) and tokenizer.proto is not None:
+        # keras-hub's ALBERT tokenizer is the model's SentencePiece alone (no
+        # lower-casing or ALBERT preprocessing): SentencePieceTokenizer's defaults.
+        sentencepiece = bytes(tokenizer.proto)
     elif tokenizer is not None:
         notes.append(
-            f"the keras-hub {type(tokenizer).__name__} is not a WordPiece tokenizer: the preset has no vocabulary."
+            f"the keras-hub {type(tokenizer).__name__} is neither a WordPiece nor a SentencePiece tokenizer: "
+            "the preset has no vocabulary."
         )
     preprocessor = {"sequence_length": default_sequence_length(config["max_sequence_length"]), **preprocessor}
 
@@ -147,6 +152,7 @@ def read(source):
         table=_table(albert),
         index_fields=index_fields,
         vocabulary=vocabulary,
+        sentencepiece=sentencepiece,
         preprocessor=preprocessor,
         notes=notes,
     )

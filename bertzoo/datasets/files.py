@@ -78,7 +78,14 @@ def _json_rows(f, path):
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{line_number}: not valid JSON ({e.msg}).") from None
+            hint = ""
+            if line.lstrip().startswith(("[", "{")) and line_number == 1:
+                hint = (
+                    " JSON files are read as JSON Lines: one object per line, e.g. "
+                    '{"text": "...", "label": 1}; a JSON array or an object spread over several lines is not. '
+                    "Write one object per line (with Python: json.dumps(row) per line)."
+                )
+            raise ValueError(f"{path}:{line_number}: not valid JSON ({e.msg}).{hint}") from None
         if not isinstance(row, dict):
             raise ValueError(f"{path}:{line_number}: expected a JSON object per line, got {type(row).__name__}.")
         yield line_number, list(row), row
@@ -182,20 +189,21 @@ def load_labelled_texts(path, text_column="text", label_column="label"):
     return texts, _as_numbers_if_possible(labels, path)
 
 
-def load_texts(path, text_column="text"):
+def load_texts(path, text_column="text", option="text"):
     """Returns the texts of a TSV, CSV or JSONL file (other columns are
     ignored): unlabelled text, e.g. a distillation transfer set. Errors as
-    `load_labelled_texts`.
+    `load_labelled_texts`; a missing column's message names the setting
+    `--<option>-column` / `<option>_column` that chooses it.
 
     Example:
     ```python
     transfer = load_texts("unlabelled.jsonl")
     ```
     """
-    return _read_columns(path, text_column, None)[1]
+    return _read_columns(path, text_column, None, text_option=option)[1]
 
 
-def _read_columns(path, text_column, label_column):
+def _read_columns(path, text_column, label_column, text_option="text"):
     """`(path, texts, labels)`; no labels (an empty list) when `label_column` is None."""
     path = Path(path).expanduser()
     if path.is_dir():
@@ -205,11 +213,13 @@ def _read_columns(path, text_column, label_column):
     kind = _format_of(path)
     texts, labels = [], []
     columns = None
-    wanted = (("text", text_column),) + ((("label", label_column),) if label_column is not None else ())
+    wanted = (("text", text_column, text_option),) + (
+        (("label", label_column, "label"),) if label_column is not None else ()
+    )
     for line_number, columns, row in _rows(path, kind):
-        for role, name in wanted:
+        for role, name, option in wanted:
             if name not in columns:
-                raise _missing_column(path, kind, line_number, role, name, columns)
+                raise _missing_column(path, kind, line_number, role, name, columns, option)
         if row is None:
             break
         text = row.get(text_column)
@@ -228,10 +238,11 @@ def _read_columns(path, text_column, label_column):
     return path, texts, labels
 
 
-def _missing_column(path, kind, line_number, role, name, columns):
+def _missing_column(path, kind, line_number, role, name, columns, option):
     """The `ValueError` for a column the header (CSV, TSV) or one line's
-    object (JSONL, whose lines may differ) does not have."""
-    fix = f"Name the right one with --{role}-column (Python: {role}_column=...)."
+    object (JSONL, whose lines may differ) does not have; `option` names the
+    setting that chooses the column."""
+    fix = f"Name the right one with --{option}-column (Python: {option}_column=...)."
     if kind == "jsonl":
         return ValueError(
             f"{path}:{line_number}: no value in the {role} column {name!r}; the keys on this line are {columns}. "

@@ -38,6 +38,17 @@ def context_positions(padding_mask, segment_ids):
     return ops.logical_and(ops.equal(ops.cast(segment_ids, "int32"), 1), next_is_real)
 
 
+def answer_positions(padding_mask, segment_ids, mask_question=True):
+    """Where a span may start or end, `(batch, length)` booleans: every real
+    token, or with `mask_question` `[CLS]` (position 0, "no answer in this
+    window") and the context tokens (`context_positions`)."""
+    allowed = ops.cast(padding_mask, "bool")
+    if mask_question:
+        first = ops.expand_dims(ops.equal(ops.arange(ops.shape(allowed)[1]), 0), 0)
+        allowed = ops.logical_or(context_positions(padding_mask, segment_ids), first)
+    return allowed
+
+
 @keras.saving.register_keras_serializable(package="bertzoo")
 class SpanLogits(keras.layers.Layer):
     """`(batch, length, 2)` token scores -> `(batch, 2, length)` start/end
@@ -54,10 +65,7 @@ class SpanLogits(keras.layers.Layer):
 
     def call(self, scores, padding_mask, segment_ids):
         logits = ops.transpose(scores, (0, 2, 1))
-        allowed = ops.cast(padding_mask, "bool")
-        if self.mask_question:
-            first = ops.expand_dims(ops.equal(ops.arange(ops.shape(allowed)[1]), 0), 0)
-            allowed = ops.logical_or(context_positions(padding_mask, segment_ids), first)
+        allowed = answer_positions(padding_mask, segment_ids, self.mask_question)
         return ops.where(ops.expand_dims(allowed, 1), logits, ops.cast(MASKED_LOGIT, logits.dtype))
 
     def compute_output_shape(self, scores_shape, padding_mask_shape, segment_ids_shape):
@@ -459,6 +467,24 @@ class BertQuestionAnswerer(Task):
                     f"Answer labels of tokenized inputs are (start, end) token positions in [0, {length}), one "
                     f"pair per example; got shape {values.shape}, values from {values.min()} to {values.max()}."
                 )
+            if "padding_mask" in features and "segment_ids" in features:
+                # A label at a masked position costs about 1e9 and teaches nothing.
+                allowed = ops.convert_to_numpy(
+                    answer_positions(features["padding_mask"], features["segment_ids"], self.mask_question)
+                )
+                rows = np.arange(len(values))
+                bad = np.flatnonzero(~(allowed[rows, values[:, 0]] & allowed[rows, values[:, 1]]))
+                if bad.size:
+                    where = (
+                        "a context token, or 0 ([CLS]) for no answer (mask_question=True)"
+                        if self.mask_question
+                        else "a real token (not padding)"
+                    )
+                    raise ValueError(
+                        f"Answer labels of examples {bad[:10].tolist()} (e.g. {values[bad[0]].tolist()}) point at "
+                        f"positions the model masks: each of start and end must be {where}. Fix the labels"
+                        + (", or build the model with mask_question=False." if self.mask_question else ".")
+                    )
         return y
 
     def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):

@@ -9,7 +9,9 @@ from bertzoo.models.head_utils import IGNORE_LABEL
 from bertzoo.models.head_utils import MaskedAccuracy
 from bertzoo.models.head_utils import check_class_ids
 from bertzoo.models.head_utils import check_classes
+from bertzoo.models.head_utils import class_ids_checked_in_graph
 from bertzoo.models.head_utils import class_ids_of_names
+from bertzoo.models.head_utils import class_ids_of_names_in_graph
 from bertzoo.models.head_utils import masked_loss
 from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.serving import TextServing
@@ -157,7 +159,8 @@ class BertTokenClassifier(Task):
 
     Raw inputs are pre-split words with one label per word:
     `fit(words, labels)` with `words` a list of word lists and `labels` a list
-    of label lists. The first sub-token of each word carries its label, the
+    of label lists; or a `tf.data.Dataset` of `(words, labels)`, each element
+    one sentence (padded into batches here) or a batch padded with `""`. The first sub-token of each word carries its label, the
     other positions are ignored (see `align_word_labels`). Tokenized inputs
     take token labels with -100 where there is no target. `predict_words`
     gives one prediction per word.
@@ -246,6 +249,42 @@ class BertTokenClassifier(Task):
             check_class_ids(labels, self.num_classes, ignore=IGNORE_LABEL)  # Before int32 padding rounds 1.5.
             return labels
         return class_ids_of_names([str(v) for v in labels], self.class_names, "tagger", kind="word labels")
+
+    def _batched(self, dataset, batch_size):
+        # One example is a sentence: a vector of words (and of labels).
+        # Sentences of different lengths are padded as `_pad_words` pads:
+        # words with "", labels with -100 ("" for names), weights with 0.
+        words = tf.nest.flatten(dataset.element_spec)[0]
+        if words.dtype != tf.string or words.shape.rank not in (1, 2):
+            raise ValueError(
+                "A tagger's tf.data.Dataset gives words: each element one sentence's words (a vector of "
+                'strings, with a vector of per-word labels) or a batch of them (batch, words), padded with ""; '
+                f"got {words.dtype.name} elements of shape {words.shape}. Split sentences into words first "
+                "(e.g. dataset.map(lambda text, labels: (tf.strings.split(text), labels)))."
+            )
+        if words.shape.rank == 2:
+            return dataset
+
+        def padding(spec):
+            if spec.dtype == tf.string:
+                return tf.constant("", tf.string)
+            return tf.constant(IGNORE_LABEL if spec.dtype.is_integer else 0, spec.dtype)
+
+        padded = tf.nest.map_structure(padding, dataset.element_spec)
+        return dataset.padded_batch(batch_size, padding_values=padded)
+
+    def _labels_checked_in_graph(self, labels):
+        # A dataset's word labels, batch by batch, as `_word_label_ids`
+        # checks in-memory ones: names (with `class_names`) become ids, ""
+        # (padding) becomes -100; ids must be classes or -100.
+        if not hasattr(labels, "dtype"):
+            return labels
+        if labels.dtype == tf.string:
+            padding = tf.equal(labels, "")
+            named = tf.where(padding, tf.constant(str((self.class_names or [""])[0])), labels)
+            ids = class_ids_of_names_in_graph(named, self.class_names, "tagger", kind="word labels")
+            return tf.where(padding, IGNORE_LABEL, ids)
+        return class_ids_checked_in_graph(labels, self.num_classes, ignore=IGNORE_LABEL)
 
     def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
         """Words `(batch, W)` (`""` pads) and per-word labels -> features and

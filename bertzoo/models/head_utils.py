@@ -156,16 +156,19 @@ def check_class_ids(labels, num_classes, ignore=None, what="classes"):
         raise ValueError(_out_of_range_labels_message(bad[:5].tolist(), num_classes, what))
 
 
-def class_ids_checked_in_graph(labels, num_classes, what="classes"):
+def class_ids_checked_in_graph(labels, num_classes, what="classes", ignore=None):
     """`labels`, one batch of a `tf.data.Dataset`, behind the checks
     `check_class_ids` runs up front on in-memory labels: a dataset's labels
     are only seen batch by batch, so a bad batch stops `fit` there with the
     same message (and the bad values), before its step can turn the weights
-    into NaN. Labels that are not numbers pass unchecked."""
+    into NaN. `ignore` (e.g. -100) passes too. Labels that are not numbers
+    pass unchecked."""
     if not (labels.dtype.is_integer or labels.dtype.is_floating):
         return labels
     where = "in this tf.data batch"
     in_range = (labels >= 0) & (labels < tf.cast(num_classes, labels.dtype))
+    if ignore is not None:
+        in_range |= tf.equal(labels, tf.cast(ignore, labels.dtype))
     checks = [(in_range, _out_of_range_labels_message(where, num_classes, what), labels)]
     if labels.dtype.is_floating:
         checks.append((tf.equal(labels, tf.round(labels)), _fractional_labels_message(where), labels))

@@ -66,28 +66,37 @@ def _apply_fused_step(optimizer, grads, variables):
     return True
 
 
-def _clip_across_replicas(optimizer, grads):
-    """Global-norm clipping of the gradient summed over `tf.distribute`
-    replicas, what one device computes; None (Keras's clipping) elsewhere.
+def _clip_gradients(optimizer, grads):
+    """Global-norm clipping where Keras's own would be wrong or fail on
+    TensorFlow; None (Keras's clipping) elsewhere.
 
-    Keras clips each replica's gradient before the replicas' gradients are
-    summed, so under `MirroredStrategy` `global_clipnorm=1` bounds each
-    replica's share, not the step. Here the replicas' gradients are summed
-    first (one extra all-reduce of the gradients, only when clipping by
-    global norm under several replicas), Keras's clip factor is computed from
-    the sum's norm, and every replica's gradient is multiplied by that one
-    factor: Keras's own all-reduce then sums them to the clipped sum."""
+    - Under a `tf.distribute` strategy of several replicas: the gradient
+      summed over the replicas is clipped, what one device computes. Keras
+      clips each replica's gradient before the replicas' gradients are
+      summed, so under `MirroredStrategy` `global_clipnorm=1` bounds each
+      replica's share, not the step. Here the replicas' gradients are summed
+      first (one extra all-reduce of the gradients, only when clipping by
+      global norm under several replicas), Keras's clip factor is computed
+      from the sum's norm, and every replica's gradient is multiplied by that
+      one factor: Keras's own all-reduce then sums them to the clipped sum.
+    - When an embedding's sparse gradient is not float32 (a model built with
+      `dtype="bfloat16"`): Keras's factor is float32 and multiplying it into
+      a bfloat16 `IndexedSlices` fails ("Incompatible tensor conversion
+      requested to dtype float32 for IndexedSlices"). Here the norm is taken
+      in float32 and the factor cast to each gradient's dtype.
+    """
     if keras.backend.backend() != "tensorflow" or not (optimizer.global_clipnorm or 0) > 0:
         return None
     context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync < 2:
-        return None
     present = [g for g in grads if g is not None]
-    summed = context.all_reduce(tf.distribute.ReduceOp.SUM, present)
-    # Keras's clip_by_global_norm on the sum: an embedding's sparse gradient
-    # squared slice by slice (the replicas' slices side by side), min(1,
+    if context is not None and context.num_replicas_in_sync > 1:
+        present = context.all_reduce(tf.distribute.ReduceOp.SUM, present)
+    elif not any(isinstance(g, tf.IndexedSlices) and g.dtype != tf.float32 for g in present):
+        return None
+    # Keras's clip_by_global_norm: an embedding's sparse gradient squared
+    # slice by slice (under replicas, their slices side by side), min(1,
     # clipnorm / norm), NaN for a non-finite norm.
-    parts = [g.values if isinstance(g, tf.IndexedSlices) else g for g in summed]
+    parts = [g.values if isinstance(g, tf.IndexedSlices) else g for g in present]
     norm = _global_norm(parts)
     clip = optimizer.global_clipnorm
     scale = clip * tf.minimum(1.0 / norm, 1.0 / clip) + (norm - norm)
@@ -141,7 +150,7 @@ def _adamw_kernel(optimizer):
     return adamw_step
 
 
-@private_api.route_gradient_clipping(clip=_clip_across_replicas)
+@private_api.route_gradient_clipping(clip=_clip_gradients)
 @private_api.route_gradient_application(apply_step=_apply_fused_step)
 @keras.saving.register_keras_serializable(package="bertzoo")
 class AdamW(keras.optimizers.AdamW):
@@ -165,10 +174,11 @@ class AdamW(keras.optimizers.AdamW):
     `clipnorm` or `clipvalue`, gradient accumulation or EMA, when this Keras
     release exposes what it needs (`private_api.route_gradient_application`,
     `adam_moments`, `weight_decay_applies`); everything else (JAX, torch,
-    replicas, other dtypes and options) runs Keras's step, with one change
-    under a `tf.distribute` strategy of several replicas: `global_clipnorm`
-    clips the gradient summed over the replicas, as on one device (Keras
-    clips each replica's share; `_clip_across_replicas`).
+    replicas, other dtypes and options) runs Keras's step, with two changes
+    to `global_clipnorm` (`_clip_gradients`): under a `tf.distribute`
+    strategy of several replicas it clips the gradient summed over the
+    replicas, as on one device (Keras clips each replica's share), and it
+    clips a bfloat16 embedding's sparse gradient, where Keras's clipping fails.
 
     Example:
     ```python
@@ -176,6 +186,37 @@ class AdamW(keras.optimizers.AdamW):
     model.compile(optimizer=optimizer)
     ```
     """
+
+    def update_step(self, gradient, variable, learning_rate):
+        """Keras's Adam step; for bfloat16 or float16 weights, its arithmetic
+        in float32. Keras casts the betas to the variable's dtype, and
+        `beta_2=0.999` is 1.0 in bfloat16: `1 - beta_2 ** t` is then 0 and
+        every step of a `dtype="bfloat16"` model is zero (keras-hub issue
+        2629). Here the moments are updated and the step computed from the
+        float32 values and stored back in the variables' dtype."""
+        if keras.backend.standardize_dtype(variable.dtype) not in ("bfloat16", "float16"):
+            return super().update_step(gradient, variable, learning_rate)
+        ops = keras.ops
+        index = self._get_variable_index(variable)
+        m, v = self._momentums[index], self._velocities[index]
+        step = ops.cast(self.iterations + 1, "float32")
+        # A sparse gradient (an embedding's, unclipped) is summed into a dense one here.
+        gradient = ops.cast(ops.convert_to_tensor(gradient), "float32")
+        m_new = ops.cast(m, "float32") + (gradient - ops.cast(m, "float32")) * (1 - self.beta_1)
+        v_new = ops.cast(v, "float32") + (ops.square(gradient) - ops.cast(v, "float32")) * (1 - self.beta_2)
+        self.assign(m, ops.cast(m_new, m.dtype))
+        self.assign(v, ops.cast(v_new, v.dtype))
+        if self.amsgrad:
+            v_hat = self._velocity_hats[index]
+            v_new = ops.maximum(ops.cast(v_hat, "float32"), v_new)
+            self.assign(v_hat, ops.cast(v_new, v_hat.dtype))
+        alpha = (
+            ops.cast(learning_rate, "float32")
+            * ops.sqrt(1 - ops.power(ops.cast(self.beta_2, "float32"), step))
+            / (1 - ops.power(ops.cast(self.beta_1, "float32"), step))
+        )
+        updated = ops.cast(variable, "float32") - m_new * alpha / (ops.sqrt(v_new) + self.epsilon)
+        self.assign(variable, ops.cast(updated, variable.dtype))
 
     def _fused_step_plan(self, grads, variables):
         """Per variable `(m, v, decays)` for the fused step, or None where

@@ -643,9 +643,7 @@ class Task(
         if is_tf_dataset(x):
             check_dataset_carries_targets(y, sample_weight)
             dataset = x
-            first = tf.nest.flatten(dataset.element_spec)[0]
-            if first.shape.rank == 0:  # Unbatched elements of single strings.
-                dataset = dataset.batch(batch_size)
+            dataset = self._batched(dataset, batch_size)
             spec = dataset.element_spec
             if isinstance(spec, tuple) and len(spec) > 1:  # (inputs, labels[, weights])
                 check = self._labels_checked_in_graph
@@ -692,6 +690,14 @@ class Task(
         takes `seed=`; called once per dataset, so that each dataset can have
         a stream of its own. None by default."""
         return None
+
+    def _batched(self, dataset, batch_size):
+        """A raw-input `tf.data.Dataset` in batches: one of unbatched
+        elements (single strings) is batched here. Hook: a task whose one
+        example is more than a string (the tagger's word list) overrides it."""
+        if tf.nest.flatten(dataset.element_spec)[0].shape.rank == 0:
+            return dataset.batch(batch_size)
+        return dataset
 
     def _labels_checked_in_graph(self, labels):
         """Hook: one batch of labels from a `tf.data.Dataset`, behind the
