@@ -488,7 +488,7 @@ def test_settings_a_run_would_ignore_or_lose_work_on_are_refused_first(workspace
     refused(r"transfer texts and augment copies train .* stages \['int8'\] use neither", stages="int8", augment=2)
     refused(r"with recipe None use neither", stages="distill,int8", recipe=None, transfer=["some text"])
     refused(r"`latency_repeats` must be a positive integer, got 0", latency_repeats=0)
-    refused(r"`teacher_epochs` must be a positive integer or None", teacher_epochs=0)
+    refused(r"`teacher_epochs` must be a positive integer, got 0", teacher_epochs=0)
     one_class = write_tsv(tmp_path / "one_class.tsv", ["good", "great"], [1, 1])
     refused(r"one_class\.tsv: every training row has the label 1 \(column 'label'\)", train=one_class)
     quantized = bertzoo.quantize(bertzoo.BertClassifier.from_preset(teacher), "int8")

@@ -72,6 +72,7 @@ from bertzoo.saving.atomic import atomic_directory
 from bertzoo.saving.preset import Preset
 from bertzoo.utils import quantization_mode
 from bertzoo.utils.checks import BackendError
+from bertzoo.utils.checks import check_positive_int
 
 STAGES = ("distill", "prune", "prune_structured", "int8")
 # The prune stage's peak learning rate: 90% sparse, a model must move its
@@ -175,7 +176,7 @@ def _check_output(out, overwrite, inputs=()):
         for path in inputs:
             resolved = Path(path).expanduser().resolve()
             for entry in doomed:
-                if resolved == entry.resolve() or entry.resolve() in resolved.parents:
+                if resolved.is_relative_to(entry.resolve()):
                     raise ValueError(
                         f"{path} lies inside {entry}, which --overwrite (overwrite=True) would remove before "
                         f"this run reads it. Copy it out of {out} first, or choose another --out."
@@ -436,12 +437,9 @@ def compress(
                 f"prune_structured stage; stages {list(stages)} have neither. Leave it out, or add one of them."
             )
     for name, value in (("epochs", epochs), ("batch_size", batch_size), ("latency_repeats", latency_repeats)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-    if teacher_epochs is not None and (
-        isinstance(teacher_epochs, bool) or not isinstance(teacher_epochs, int) or teacher_epochs < 1
-    ):
-        raise ValueError(f"`teacher_epochs` must be a positive integer or None (`epochs`), got {teacher_epochs!r}.")
+        check_positive_int(name, value)
+    if teacher_epochs is not None:
+        check_positive_int("teacher_epochs", teacher_epochs)
     if (heads_to_keep is not None or ffn_keep_ratio is not None) and "prune_structured" not in stages:
         raise ValueError(
             "heads_to_keep and ffn_keep_ratio set the prune_structured stage, which is not among the stages "

@@ -160,7 +160,8 @@ class BertTokenClassifier(Task):
     Raw inputs are pre-split words with one label per word:
     `fit(words, labels)` with `words` a list of word lists and `labels` a list
     of label lists; or a `tf.data.Dataset` of `(words, labels)`, each element
-    one sentence (padded into batches here) or a batch padded with `""`. The first sub-token of each word carries its label, the
+    one sentence (padded into batches here) or a batch padded with `""`. The
+    first sub-token of each word carries its label, the
     other positions are ignored (see `align_word_labels`). Tokenized inputs
     take token labels with -100 where there is no target. `predict_words`
     gives one prediction per word.

@@ -202,8 +202,9 @@ class AdamW(keras.optimizers.AdamW):
         step = ops.cast(self.iterations + 1, "float32")
         # A sparse gradient (an embedding's, unclipped) is summed into a dense one here.
         gradient = ops.cast(ops.convert_to_tensor(gradient), "float32")
-        m_new = ops.cast(m, "float32") + (gradient - ops.cast(m, "float32")) * (1 - self.beta_1)
-        v_new = ops.cast(v, "float32") + (ops.square(gradient) - ops.cast(v, "float32")) * (1 - self.beta_2)
+        m_old, v_old = ops.cast(m, "float32"), ops.cast(v, "float32")
+        m_new = m_old + (gradient - m_old) * (1 - self.beta_1)
+        v_new = v_old + (ops.square(gradient) - v_old) * (1 - self.beta_2)
         self.assign(m, ops.cast(m_new, m.dtype))
         self.assign(v, ops.cast(v_new, v.dtype))
         if self.amsgrad:
