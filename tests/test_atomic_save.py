@@ -253,3 +253,60 @@ def test_kill_9_during_repeated_saves_never_loses_the_target_and_leaks_nothing(t
         write_version(tmp, 2, size=1 << 16)
     assert check_complete(target) == 2
     assert hidden_siblings(target) == []
+
+
+@pytest.mark.parametrize("renameat2", [True, False], ids=["renameat2", "plain_renames"])
+@pytest.mark.parametrize("existing", [False, True], ids=["missing", "empty_directory"])
+def test_overwrite_false_refuses_a_target_filled_during_the_save(tmp_path, monkeypatch, renameat2, existing):
+    if not renameat2:
+        monkeypatch.setattr(atomic, "_renameat2", lambda a, b, flags: False)
+    target = tmp_path / "export"
+    if existing:
+        target.mkdir()  # Empty: made ready for the output, so not "occupied".
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        with atomic_directory(target, overwrite=False) as tmp:
+            write_version(tmp, 1)
+            target.mkdir(exist_ok=True)  # Another writer, while this save was being written.
+            write_version(target, 2)
+    assert check_complete(target) == 2  # Theirs, whole.
+    assert hidden_siblings(target) == []
+
+
+def test_overwrite_false_puts_back_a_target_filled_at_the_last_instant(tmp_path, monkeypatch):
+    if not sys.platform.startswith("linux"):
+        pytest.skip("renameat2 is Linux-only")
+    target = tmp_path / "export"
+    target.mkdir()
+    real = atomic._exchange
+
+    def fill_then_exchange(a, b):  # The other writer fills it between the last check and the swap.
+        write_version(Path(b), 2)
+        monkeypatch.setattr(atomic, "_exchange", real)
+        return real(a, b)
+
+    monkeypatch.setattr(atomic, "_exchange", fill_then_exchange)
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        with atomic_directory(target, overwrite=False) as tmp:
+            write_version(tmp, 1)
+    assert check_complete(target) == 2
+    assert hidden_siblings(target) == []
+
+
+def test_a_failed_first_rename_of_the_fallback_leaves_nothing_beside_the_target(tmp_path, monkeypatch):
+    monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
+    target = tmp_path / "preset"
+    with atomic_directory(target) as tmp:
+        write_version(tmp, 1)
+    real_rename = os.rename
+
+    def busy(src, dst):
+        if Path(src) == target:
+            raise OSError(16, "Device or resource busy", str(src))
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(atomic.os, "rename", busy)
+    with pytest.raises(OSError, match="busy"):
+        with atomic_directory(target) as tmp:
+            write_version(tmp, 2)
+    assert check_complete(target) == 1
+    assert hidden_siblings(target) == []

@@ -679,6 +679,18 @@ def test_too_long_sequence_raises_in_eager_mode(make_bert_inputs):
         model(make_bert_inputs(batch=1, length=17))
 
 
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow's shape-relaxed predict graphs")
+def test_too_long_sequence_in_a_graph_of_any_length_names_the_position_table(make_bert_inputs):
+    import tensorflow as tf
+
+    model = BertBackbone(**TINY)  # max_sequence_length=16
+    model.compile(jit_compile=False)
+    for length in (8, 12, 14):  # Different lengths: Keras retraces predict with the length unknown.
+        model.predict(make_bert_inputs(batch=2, length=length), verbose=0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"length exceeds the position table \(max_sequence"):
+        model.predict(make_bert_inputs(batch=2, length=20), verbose=0)
+
+
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="documents TensorFlow's graph mode")
 def test_graph_mode_leaves_id_checks_to_the_backend(tiny_inputs):
     """Documented behaviour: inside a compiled graph bertzoo cannot look at the

@@ -243,6 +243,19 @@ def test_a_missing_fused_op_falls_back_to_keras_int8_with_a_logged_reason(monkey
 
 
 @needs_onednn
+def test_moved_tensorflow_internals_turn_the_fused_kernel_off(monkeypatch):
+    assert private_api.unexposed_op_runner_available()
+    monkeypatch.setattr(private_api, "unexposed_op_runner_available", lambda: False)
+    onednn.fused_int8_status.cache_clear()
+    try:
+        available, reason = onednn.fused_int8_status()
+    finally:
+        monkeypatch.undo()
+        onednn.fused_int8_status.cache_clear()
+    assert not available and "moved the internals" in reason
+
+
+@needs_onednn
 def test_a_fused_op_with_another_signature_is_not_called(monkeypatch):
     real = private_api.tensorflow_op_def(onednn.FUSED_INT8_OP)
     assert onednn.check_fused_int8_op(real) is None

@@ -776,3 +776,24 @@ def test_the_metrics_average_over_examples_not_batches():
     t_logits, s_logits = np.asarray(teacher(x)), np.asarray(student(x))
     assert logs["agreement"] == pytest.approx(np.mean(t_logits.argmax(-1) == s_logits.argmax(-1)), abs=1e-6)
     assert logs["student_loss"] == pytest.approx(np_hard_loss(np.asarray(labels), s_logits), rel=1e-4)
+
+
+def test_a_saved_distiller_reloads_compiled_as_it_was(tmp_path):
+    keras.utils.set_random_seed(3)
+    teacher, student = classifier(num_layers=2, hidden_dim=32), classifier(num_layers=1, hidden_dim=16, num_heads=2)
+    distiller = bertzoo.Distiller(teacher, student, alpha=0.3)
+    distiller.compile(optimizer=keras.optimizers.SGD(1e-3, momentum=0.5), jit_compile=False)
+    texts, labels = sentiment(8, seed=3)
+    features = teacher.preprocessor(texts)
+    for _ in range(2):
+        distiller.train_on_batch(features, labels)
+    distiller.save(tmp_path / "distiller.keras")
+    again = keras.saving.load_model(tmp_path / "distiller.keras")
+    # The optimizer the user compiled with, and its state: not the defaults, restarted.
+    assert isinstance(again.optimizer, keras.optimizers.SGD) and int(again.optimizer.iterations) == 2
+    assert float(again.optimizer.learning_rate) == pytest.approx(1e-3)
+    momenta = [np.asarray(v) for v in distiller.optimizer.variables[1:]]
+    np.testing.assert_allclose([np.asarray(v) for v in again.optimizer.variables[1:]][0], momenta[0])
+    np.testing.assert_allclose(
+        again.evaluate(features, labels, verbose=0), distiller.evaluate(features, labels, verbose=0), rtol=1e-5
+    )

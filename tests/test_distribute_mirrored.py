@@ -94,6 +94,15 @@ SCRIPT = textwrap.dedent(
             report["explicit_true"] = "accepted"
         except ValueError as e:
             report["explicit_true"] = str(e)
+        # Explaining does not time steps outside `strategy.run`: the rule, nothing measured or cached.
+        import os, tempfile
+        pinned = os.environ.pop("BERTZOO_JIT_COMPILE", None)  # The suite's pin: measure, as users do.
+        os.environ["BERTZOO_CACHE_DIR"] = cache = tempfile.mkdtemp()
+        explained = bertzoo.explain_fast_path(bertzoo.BertClassifier.from_preset(preset))  # Nothing recorded yet.
+        report["explained"] = [explained.source, explained.predict, explained.train, explained.reason]
+        report["explained_cache"] = os.listdir(cache)
+        if pinned is not None:
+            os.environ["BERTZOO_JIT_COMPILE"] = pinned
         # The Distiller follows the same policy as task models.
         distiller = bertzoo.Distiller(model, bertzoo.BertClassifier.from_preset(preset))
         distiller.compile()
@@ -164,6 +173,13 @@ def test_auto_turns_xla_off_under_two_replicas_with_a_logged_reason(mirrored):
     assert mirrored["auto_int4"] is False  # XLA without the strategy (see below).
     assert len(mirrored["logged"]) == 1
     assert "multi-replica tf.distribute strategy" in mirrored["logged"][0]
+
+
+def test_explaining_under_two_replicas_measures_nothing(mirrored):
+    source, predict, train, reason = mirrored["explained"]
+    assert (source, predict, train) == ("rule", False, False)
+    assert "multi-replica" in reason
+    assert mirrored["explained_cache"] == []
 
 
 def test_explicit_xla_under_two_replicas_is_refused_with_the_fix(mirrored):

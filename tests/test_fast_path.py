@@ -658,3 +658,72 @@ def test_a_candidate_that_ran_out_of_memory_is_not_cached_for_good(cache_dir, mo
     assert not (cache_dir / "fast_path.json").exists()  # Another process (or a later one) measures again.
     fast_path.clear_memory_cache()
     assert choose(model, FakeTimer(XLA_FASTER_FOR_PREDICT)).predict is True
+
+
+def test_kernel_environment_variables_are_part_of_the_key(monkeypatch):
+    for name in fast_path.KERNEL_ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
+    plain = fast_path.device_description()
+    assert "environment" not in plain  # Unset: the keys written before this setting existed still match.
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
+    monkeypatch.setenv("ONEDNN_DEFAULT_FPMATH_MODE", "BF16")
+    described = fast_path.device_description()
+    assert described["environment"] == {"TF_NUM_INTRAOP_THREADS": "1", "ONEDNN_DEFAULT_FPMATH_MODE": "BF16"}
+    assert fast_path.cache_key(described, VERSIONS, {}) != fast_path.cache_key(plain, VERSIONS, {})
+
+
+def test_a_candidate_failing_in_a_timed_run_is_reported_and_not_chosen(cache_dir, model):
+    costs = FakeTimer(XLA_FASTER_FOR_PREDICT)
+
+    def fails_after_compiling(name, fn):
+        seconds = costs(name, fn)
+        if name == "predict/xla" and costs.calls.count(name) == 2:
+            raise RuntimeError("buffers of both paths did not fit")
+        return seconds
+
+    report = choose(model, fails_after_compiling)
+    assert report.predict is False and report.train is False
+    failed = next(c for c in report.candidates if c.name == "predict/xla")
+    assert failed.error.startswith("RuntimeError: buffers") and failed.median_s is None
+    assert "RuntimeError" in str(report)
+
+
+@pytest.mark.parametrize("chosen", [1, 0, 1.0])
+def test_cache_entries_with_a_number_for_the_choice_are_dropped(tmp_path, chosen):
+    path = tmp_path / "fast_path.json"
+    entry = {"modes": {"predict": {"chosen": chosen, "candidates": []}}, "measured_at": "2026-11-28T00:00:00+00:00"}
+    path.write_text(json.dumps({"format": 1, "entries": {"numeric": entry}}))
+    assert fast_path._read_cache(path) == {}
+
+
+def test_a_distiller_is_measured_on_its_own_step_and_recorded_as_itself(cache_dir, monkeypatch):
+    teacher, student = tiny_classifier(hidden_dim=32), tiny_classifier()
+    student.compile(jit_compile=True)  # The student's own pin, for its own predict.
+    distiller = bertzoo.Distiller(teacher, student)
+    teacher_calls = []
+    real_features = teacher.compute_features
+
+    def counted(*args, **kwargs):
+        teacher_calls.append(kwargs.get("training"))
+        return real_features(*args, **kwargs)
+
+    monkeypatch.setattr(teacher, "compute_features", counted)
+    timed = []
+
+    def run_each(name, fn):  # Really runs the candidates (traced on the first call).
+        timed.append(name)
+        fn()
+        return {"predict/no_xla": 0.004, "predict/xla": 0.010, "train/no_xla": 0.050, "train/xla": 0.020}[name]
+
+    report = fast_path.choose_jit_compile(distiller, timer=run_each, device=CPU, versions=VERSIONS, runs=1)
+    assert report.model == "Distiller" and report.source == "measured"
+    assert report.predict is False and report.train is True
+    assert teacher_calls and set(teacher_calls) == {False}  # The train candidate ran the teacher, in inference.
+    assert fast_path.explain_fast_path(distiller) is report
+    assert fast_path.jit_compile_for(student, "predict") is True  # The student's pin is untouched.
+    # Keyed by both models and the loss settings: another teacher is another step.
+    signature = fast_path.model_signature(distiller)
+    assert set(signature["parts"]) == {"teacher", "student"}
+    other = bertzoo.Distiller(tiny_classifier(), student)
+    assert fast_path.model_signature(other) != signature
+    assert fast_path.model_signature(bertzoo.Distiller(teacher, student, attention_weight=0.0)) != signature

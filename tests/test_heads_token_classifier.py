@@ -140,6 +140,39 @@ def test_logits_loss_and_accuracy_against_numpy(rng):
     assert float(metric.result()) == pytest.approx((expected.argmax(-1) == labels)[valid].mean())
 
 
+def test_per_word_and_per_sentence_weights_weigh_the_right_tokens():
+    import tensorflow as tf
+
+    model = tiny_model()
+    model.compile(jit_compile=False)
+    sentences = [["Maria", "visited", "Reykjavik", "."], ["Olaf", "met", "Anna"]]
+    labels = [[1, 0, 2, 0], [1, 0, 1]]
+    features, token_labels = bertzoo.align_word_labels(model.preprocessor.tokenizer, sentences, labels, 12)
+    logits = np.asarray(model(features, training=False), "float64")
+    z = logits - logits.max(-1, keepdims=True)
+    log_probs = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    valid = token_labels != -100
+    nll = -np.take_along_axis(log_probs, np.where(valid, token_labels, 0)[..., None], -1)[..., 0] * valid
+    count = valid.sum()  # Keras divides the weighted sum by the labelled tokens.
+    # "Reykjavik" (word 2 of sentence 0) starts at token 4: [CLS] mar ##ia visited rey ##kja ##vik .
+    assert token_labels[0, 4] == 2 and token_labels[0, 5] == -100
+    assert token_labels[1, 3] == 0 and token_labels[1, 2] == -100  # "met": [CLS] ol ##af met anna [SEP]
+    word_weights = [[0.0, 0.0, 3.0, 0.0], [0.0, 1.0, 0.0]]
+    expected = (3.0 * nll[0, 4] + nll[1, 3]) / count
+    in_memory = model.evaluate(sentences, labels, sample_weight=word_weights, batch_size=2, verbose=0)[0]
+    assert in_memory == pytest.approx(expected, rel=1e-4)
+    padded_words = [s + [""] * (4 - len(s)) for s in sentences]
+    padded_labels = [row + [-100] * (4 - len(row)) for row in labels]
+    padded_weights = [row + [0.0] * (4 - len(row)) for row in word_weights]
+    dataset = tf.data.Dataset.from_tensor_slices((padded_words, padded_labels, padded_weights)).batch(2)
+    assert model.evaluate(dataset, verbose=0)[0] == pytest.approx(expected, rel=1e-4)
+    # One weight per sentence: on each of its tokens.
+    per_sentence = model.evaluate(sentences, labels, sample_weight=np.array([2.0, 0.0]), batch_size=2, verbose=0)[0]
+    assert per_sentence == pytest.approx(2.0 * nll[0].sum() / count, rel=1e-4)
+    with pytest.raises(ValueError, match="Sentence 1 has 3 words but 2 weights"):
+        model.evaluate(sentences, labels, sample_weight=[[1.0] * 4, [1.0, 1.0]], verbose=0)
+
+
 def synthetic_sentences(n, seed):
     rng = np.random.default_rng(seed)
     words, labels = [], []

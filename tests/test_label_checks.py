@@ -348,3 +348,38 @@ def test_a_regression_head_learns_its_targets_by_default():
     history = model.fit(["good", "bad"] * 8, [0.9, 0.1] * 8, epochs=5, batch_size=16, verbose=0)
     losses = history.history["loss"]
     assert losses[0] > 0.0 and losses[-1] < losses[0]
+
+
+def test_class_names_given_twice_are_refused():
+    # A repeated name would map to one id in memory and another in tf.data.
+    from bertzoo.models.head_utils import check_classes
+
+    with pytest.raises(ValueError, match=r"`class_names` names \['neg'\] more than once"):
+        check_classes(3, ["neg", "pos", "neg"])
+    backbone = bertzoo.BertBackbone(vocabulary_size=50, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32)
+    with pytest.raises(ValueError, match="more than once"):
+        bertzoo.BertClassifier(backbone, class_names=["a", "b", "a"])
+    with pytest.raises(ValueError, match="more than once"):
+        bertzoo.BertTokenClassifier(backbone, 3, class_names=["O", "B-PER", "O"])
+
+
+def test_two_segment_inputs_on_a_one_segment_backbone_are_refused_by_name():
+    from bertzoo.text import BertPreprocessor
+    from bertzoo.text import BertTokenizer
+
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "who", "paris"]
+    preprocessor = BertPreprocessor(BertTokenizer(vocabulary), sequence_length=8)
+    single = bertzoo.BertBackbone(
+        vocabulary_size=len(vocabulary), num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, num_segments=1
+    )
+    classifier = bertzoo.BertClassifier(single, 2, preprocessor=preprocessor)
+    assert classifier.predict(["good"], verbose=0).shape == (1, 2)  # Single texts are fine.
+    with pytest.raises(ValueError, match=r"Sentence pairs are packed as two segments .* num_segments=1"):
+        classifier.predict((["good"], ["bad"]), verbose=0)
+    with pytest.raises(ValueError, match="A question and its context are packed as two segments"):
+        bertzoo.BertQuestionAnswerer(single, preprocessor=preprocessor)
+    with pytest.raises(ValueError, match="A context and each choice are packed as two segments"):
+        bertzoo.BertMultipleChoice(single, 2, preprocessor=preprocessor)
+    with pytest.raises(ValueError, match="sentence_objective='nsp'"):
+        bertzoo.BertPretrainer(single, preprocessor)
+    assert bertzoo.BertPretrainer(single, preprocessor, sentence_objective=None).sentence_head is None

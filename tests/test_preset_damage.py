@@ -407,6 +407,11 @@ CASES += [
         ["config.json", "JSON"],
     ),
     ("format_version-3", edit_config(lambda c: c.update(format_version=3)), ["newer bertzoo"]),
+    (
+        "format_version-3-rearranged",
+        lambda d, clean: write_json(d / "config.json", {"format_version": 3, "model": {}}),
+        ["newer bertzoo", "Upgrade bertzoo"],
+    ),
     ("format_version-str", edit_config(lambda c: c.update(format_version="2")), ["config.json", "format_version"]),
     ("format_version-0", edit_config(lambda c: c.update(format_version=0)), ["config.json", "format_version"]),
     ("top-level-unknown-key", edit_config(lambda c: c.update(extra=1)), ["config.json", "extra"]),

@@ -288,6 +288,28 @@ def test_a_backbone_preset_saved_without_a_length_packs_what_its_positions_hold(
     assert model.predict(["a b c"], verbose=0).shape == (1, 2)
 
 
+def test_backbone_presets_keep_every_tokenizer_option_and_refuse_unknown_settings(tmp_path, monkeypatch):
+    from bertzoo.text import BertTokenizer
+    from bertzoo.text.vocabulary import builtin_vocabulary
+
+    backbone = bertzoo.BertBackbone(vocabulary_size=1200, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32)
+    tokenizer = BertTokenizer(builtin_vocabulary(1200), special_tokens_in_strings=True, lowercase=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    path = backbone.save_to_preset("~/kept", tokenizer=tokenizer, preprocessor_config={"sequence_length": 8})
+    assert path == tmp_path / "kept"  # Expanded and absolute, so the caller can open files in it.
+    loaded = Preset.resolve(path).build_preprocessor()
+    assert loaded.tokenizer.special_tokens_in_strings and not loaded.tokenizer.lowercase
+    text = ["[CLS] Hello"]
+    np.testing.assert_array_equal(loaded.tokenizer(text).to_list(), tokenizer(text).to_list())
+    # A text option in preprocessor_config replaces the tokenizer's own.
+    backbone.save_to_preset(tmp_path / "lower", tokenizer=tokenizer, preprocessor_config={"lowercase": True})
+    assert Preset.resolve(tmp_path / "lower").build_preprocessor().tokenizer.lowercase
+    # A setting nothing takes (a typo) is refused before anything is written, not on every later load.
+    with pytest.raises(ValueError, match=r"settings no preprocessor takes: \['sequence_lenght'\]"):
+        backbone.save_to_preset(tmp_path / "typo", tokenizer=tokenizer, preprocessor_config={"sequence_lenght": 8})
+    assert not (tmp_path / "typo").exists()
+
+
 def test_a_preprocessor_longer_than_the_position_table_is_refused_up_front():
     from bertzoo.text import BertPreprocessor
 

@@ -188,3 +188,19 @@ def test_sop_pairs_are_labelled_by_construction():
 def test_sentence_pairs_errors(documents, objective, message):
     with pytest.raises(ValueError, match=message):
         bertzoo.sentence_pairs(documents, objective)
+
+
+def test_masker_refuses_ragged_and_empty_sequences_and_takes_slots_per_call():
+    masker = bertzoo.BertMaskGenerator(
+        vocabulary_size=VOCAB, mask_token_id=MASK, unselectable_token_ids=[PAD, CLS, SEP], max_selections=4, seed=1
+    )
+    with pytest.raises(ValueError, match=r"got a RaggedTensor: pad it first \(e\.g\. `token_ids\.to_tensor\(\)`"):
+        masker(tf.ragged.constant([[CLS, 17, SEP], [CLS, SEP]]))
+    with pytest.raises(ValueError, match="length 0: there is nothing to mask"):
+        masker(tf.zeros((2, 0), tf.int32))
+    ids = [[CLS] + list(range(10, 40)) + [SEP]]
+    out = masker(ids, seed=[0, 1], max_selections=9)
+    assert out["mask_positions"].shape == (1, 9)
+    assert int(np.sum(out["mask_labels"].numpy() != -100)) == round(0.15 * 30)  # 4 with the layer's 4 slots.
+    with pytest.raises(ValueError, match="max_selections"):
+        masker(ids, max_selections=0)

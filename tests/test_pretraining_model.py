@@ -180,6 +180,20 @@ def test_mlm_only_pipeline_makes_its_own_labels(preprocessor):
     assert "in user code" not in str(raised.value)
 
 
+def test_the_prediction_slots_follow_a_changed_sequence_length():
+    from bertzoo.text.pretraining import default_max_selections
+
+    short = BertPreprocessor(BertTokenizer(VOCAB), sequence_length=8)
+    model = bertzoo.BertPretrainer(tiny_backbone(), short, sentence_objective=None)
+    short.sequence_length = 32  # The backbone's whole position table.
+    text = " ".join((WORDS * 2)[:30])  # 30 selectable tokens once packed.
+    x, y = model.preprocess(tf.constant([text]), seed=tf.constant([1, 2]))
+    slots = default_max_selections(32)
+    assert slots > default_max_selections(8)
+    assert x["mask_positions"].shape == (1, slots) == (1, model.measurement_lengths(32)["mask_positions"])
+    assert int(np.sum(y["mlm"].numpy() != -100)) == min(round(0.15 * 30), slots)
+
+
 def test_preset_round_trip_keeps_heads_and_tie(preprocessor, tmp_path, rng):
     model = bertzoo.BertPretrainer(tiny_backbone(8), preprocessor, sentence_objective="sop", max_predictions=6)
     randomize_heads(model, seed=3)

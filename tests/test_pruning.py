@@ -162,6 +162,23 @@ def test_block_patterns_prune_whole_blocks_with_the_smallest_mean_magnitude(patt
         np.testing.assert_array_equal(after[path], np.where(expected_mask, w, 0.0), err_msg=path)
 
 
+def test_blocks_cut_short_by_the_edge_average_the_weights_they_hold():
+    # hidden 10 and intermediate 20 with 4x1 blocks: the last block of each column holds 2 rows.
+    model = tiny_classifier(hidden=10, intermediate=20)
+    before = numpy_of(encoder_kernels(model))
+    bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.5, begin_step=0), pattern="4x1")
+    apply_steps(model, 1)
+    after = numpy_of(encoder_kernels(model))
+    for path, w in before.items():
+        h, c = w.shape
+        padded = np.pad(np.abs(w), [[0, -h % 4], [0, 0]])
+        counts = np.pad(np.ones_like(w), [[0, -h % 4], [0, 0]]).reshape(-1, 4, c).sum(axis=1)
+        scores = padded.reshape(-1, 4, c).sum(axis=1) / counts  # TF-MOT: "SAME" average pooling.
+        pruned_blocks = smallest(scores, int(round(0.5 * scores.size)))
+        expected_mask = np.repeat(~pruned_blocks, 4, 0)[:h]
+        np.testing.assert_array_equal(after[path], np.where(expected_mask, w, 0.0), err_msg=path)
+
+
 def test_two_of_four_keeps_the_two_largest_of_every_four_inputs():
     model = tiny_classifier()
     before = numpy_of(encoder_kernels(model))
@@ -298,6 +315,10 @@ def test_fit_under_xla_on_raw_strings_then_strip_report_and_preset(tmp_path):
     assert dense_report.compressed_bytes > 2 * report.compressed_bytes
     assert "attention_0/query" in str(report) and "gzip" in str(report)
 
+    # The model being pruned carries the pruner's masks and counters, which a preset would not keep.
+    with pytest.raises(ValueError, match=r"is being pruned .* save `pruner.strip\(\)`"):
+        model.save_to_preset(tmp_path / "unstripped")
+    assert not (tmp_path / "unstripped").exists()
     pruned.save_to_preset(tmp_path / "pruned")
     again = bertzoo.BertClassifier.from_preset(tmp_path / "pruned")
     np.testing.assert_allclose(keras.ops.convert_to_numpy(again(again.preprocessor(texts))), expected, atol=1e-6)
@@ -843,3 +864,12 @@ def test_attaching_to_a_trained_optimizer_says_the_schedule_starts_over(caplog):
     with caplog.at_level(logging.WARNING, logger="bertzoo"):
         bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.5, begin_step=0))
     assert "has made 1 updates already; the pruning schedule counts from 0 now" in caplog.text
+
+
+def test_the_sparsity_of_int4_models_is_refused_not_miscounted():
+    # int4 kernels hold two weights per byte: zero bytes are not zero weights.
+    model = tiny_classifier()
+    quantized = bertzoo.quantize(model, "int4")
+    with pytest.raises(ValueError, match=r"has int4 layers, which store two weights in each byte"):
+        bertzoo.sparsity_report(quantized)
+    assert bertzoo.sparsity_report(bertzoo.quantize(model, "int8")).total_sparsity < 0.5

@@ -185,3 +185,9 @@ def test_bad_quantization_aware_training_requests(classifier):
         bertzoo.quantization_aware_training(classifier, TEXTS, LABELS, epochs=0)
     with pytest.raises(ValueError, match=r"already quantized \(int8\)"):
         bertzoo.quantization_aware_training(bertzoo.quantize(classifier), TEXTS, LABELS)
+
+
+def test_a_head_without_class_logits_is_told_to_pass_distill_false(classifier):
+    regression = bertzoo.BertClassifier(classifier.backbone, num_classes=1, preprocessor=classifier.preprocessor)
+    with pytest.raises(ValueError, match=r"but the model's head gives one value per example: pass distill=False"):
+        bertzoo.quantization_aware_training(regression, TEXTS, [0.5] * len(TEXTS))

@@ -59,6 +59,18 @@ def test_input_peaks_are_each_channels_largest_magnitude_over_all_batches(model)
         np.testing.assert_allclose(again[model.output_dense], peaks[model.output_dense], rtol=1e-5)
 
 
+def test_input_peaks_of_per_token_layers_count_real_tokens_only(model):
+    features = {k: np.asarray(v) for k, v in model.preprocessor(TEXTS).items()}
+    assert not features["padding_mask"].all()  # The short texts are padded.
+    value = next(layer for layer in flatten_layers(model) if (layer.path or "").endswith("attention_0/value"))
+    peaks = input_peaks(model, features, [value])
+    # The first layer's value projection reads the embeddings' output, one vector per token.
+    embedded = keras.ops.convert_to_numpy(model.compute_features(features)["hidden_states"][0])
+    real = features["padding_mask"].astype(bool)
+    np.testing.assert_allclose(peaks[value], np.abs(embedded[real]).max(axis=0), rtol=1e-5)
+    assert not np.allclose(peaks[value], np.abs(embedded).max(axis=0))  # Padding rows would have set them.
+
+
 def test_smoothing_keeps_the_product_and_brings_int8_closer_to_float(model):
     x = model.preprocessor(TEXTS)
     expected = logits(model, x)

@@ -74,15 +74,20 @@ def test_each_layer_keeps_the_largest_smoothed_input_of_the_calibration_pass(mod
     static_layers = {layer.path: layer for layer in flatten_layers(static) if isinstance(layer, Dense)}
     assert len(static_layers) == 2 * 6 + 2
     largest = {}
+    features = model.preprocessor(TEXTS)
+    real = keras.ops.convert_to_numpy(features["padding_mask"]).astype(bool).reshape(-1)
+    assert not real.all()  # Padded: the ranges must come from the real tokens' rows only.
 
     def observe(layer, inputs):
         smoothed = np.abs(
             keras.ops.convert_to_numpy(inputs) * keras.ops.convert_to_numpy(static_layers[layer.path].input_scale)
         )
+        if smoothed.shape[0] == real.size:  # One row per token (the encoder's layers).
+            smoothed = smoothed[real]
         largest[layer.path] = max(largest.get(layer.path, 0.0), float(smoothed.max()))
 
     with observe_inputs(observe):
-        model(model.preprocessor(TEXTS), training=False)
+        model(features, training=False)
     assert set(largest) == set(static_layers)
     for path, layer in static_layers.items():
         np.testing.assert_allclose(float(keras.ops.convert_to_numpy(layer.input_range)), largest[path], rtol=1e-5)

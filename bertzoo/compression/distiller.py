@@ -470,10 +470,47 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
             loss = self.student.default_loss()
         if metrics == "auto":
             metrics = self.student.default_metrics()
-        # The student decides: its dtype and whether it is quantized. A
-        # multi-replica strategy turns XLA off (or rejects jit_compile=True).
-        jit_compile = self._provisional_jit_compile(jit_compile, self.student)
+        # "auto" times this distiller's own step, teacher included
+        # (`fast_path_parts`). A multi-replica strategy turns XLA off (or
+        # rejects jit_compile=True).
+        jit_compile = self._provisional_jit_compile(jit_compile, self)
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=jit_compile, **kwargs)
+
+    def get_compile_config(self):
+        # Keras's Distiller compiles its base with loss=None and keeps the
+        # student's loss aside: put it back, so a reloaded `.keras` distiller
+        # compiles as this one did (optimizer state included).
+        config = super().get_compile_config()
+        loss = getattr(self, "_student_loss_for_serialization", None)
+        if config is not None and config.get("loss") is None and loss is not None:
+            config = dict(config, loss=keras.saving.serialize_keras_object(loss))
+        return config
+
+    def compile_from_config(self, config):
+        # The optimizer is built on what training updates: the teacher frozen.
+        with self._training():
+            super().compile_from_config(config)
+
+    def fast_path_parts(self):
+        """What `jit_compile="auto"` measures this distiller's step with
+        (`bertzoo.utils.fast_path.trainer_parts`): the student's inputs, the
+        distillation loss on unlabelled inputs as the training proxy (the
+        teacher's forward pass, the student's forward and backward passes
+        and the intermediate losses), and both models' signatures and the
+        loss settings as its cache key."""
+        settings = {
+            "terms": sorted(k for k, w in self._term_weights.items() if w),
+            "soft_target_weight": self.soft_target_weight,
+            "layer_pairs": [list(p) for p in self.layer_pairs],
+            "relation_heads": self.relation_heads,
+            "normalize_losses": self.normalize_losses,
+        }
+        return {
+            "inputs": self.student,
+            "models": {"teacher": self.teacher, "student": self.student},
+            "settings": settings,
+            "train_loss": lambda x: self.compute_loss(x=x, training=True),
+        }
 
     # --- Forward and loss -------------------------------------------------
     def call(self, inputs, training=None):

@@ -58,12 +58,15 @@ def parse_pattern(pattern):
 
 
 def block_scores(scores, rows, cols):
-    """Mean score of each `rows x cols` block (edges padded with zeros)."""
+    """Mean score of each `rows x cols` block; a block cut short by the
+    matrix's edge averages the scores it holds (as TF-MOT's average pooling
+    with "SAME" padding does), so it is not pruned first for its padding."""
     height, width = scores.shape
     pad_h, pad_w = -height % rows, -width % cols
-    padded = ops.pad(scores, [[0, pad_h], [0, pad_w]])
-    blocks = ops.reshape(padded, ((height + pad_h) // rows, rows, (width + pad_w) // cols, cols))
-    return ops.mean(blocks, axis=(1, 3))
+    shape = ((height + pad_h) // rows, rows, (width + pad_w) // cols, cols)
+    sums = ops.sum(ops.reshape(ops.pad(scores, [[0, pad_h], [0, pad_w]]), shape), axis=(1, 3))
+    counts = np.pad(np.ones((height, width), "float32"), [[0, pad_h], [0, pad_w]]).reshape(shape).sum(axis=(1, 3))
+    return sums / ops.convert_to_tensor(counts, sums.dtype)
 
 
 def expand_blocks(block_mask, shape, rows, cols):

@@ -2,9 +2,7 @@
 
 import keras
 
-# The attribute under which a `bertzoo.Pruner` attaches its state (masks and
-# step counters) to the model it prunes; saved with the model's weights.
-PRUNING_STATE_ATTR = "_pruning_state"
+from bertzoo.utils.layers import PRUNING_STATE_ATTR
 
 
 def pruning_state(model):

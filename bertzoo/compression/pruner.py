@@ -53,12 +53,12 @@ from bertzoo.compression.masks import parse_pattern
 from bertzoo.compression.masks import prunable_weights
 from bertzoo.compression.masks import score_threshold
 from bertzoo.compression.masks import threshold_keeping_ties
-from bertzoo.compression.model_copy import PRUNING_STATE_ATTR
 from bertzoo.compression.model_copy import copy_model
 from bertzoo.compression.model_copy import pruning_state
 from bertzoo.compression.schedules import check_schedule
 from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
+from bertzoo.utils.layers import PRUNING_STATE_ATTR
 from bertzoo.utils.layers import assign_copy
 
 logger = logging.getLogger("bertzoo")

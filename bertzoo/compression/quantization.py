@@ -244,8 +244,10 @@ def _not_yet_quantized(select):
 def input_peaks(model, data, layers, steps=None):
     """`{layer: largest |input| per input channel}` of each of `layers`
     (bertzoo `Dense`) over `model`'s eager forward passes on the calibration
-    batches of `data` (see `calibration_batches`); layers that did not run
-    are left out.
+    batches of `data` (see `calibration_batches`), over real tokens only
+    where a layer reads one vector per token (padding positions are masked
+    out of everything the model computes); layers that did not run are
+    left out.
 
     Example:
     ```python
@@ -254,17 +256,36 @@ def input_peaks(model, data, layers, steps=None):
     """
     wanted = {id(layer) for layer in layers}
     found = {}
+    real_rows = None  # Of the current batch: `(sequences, length)` True at real (unpadded) tokens.
 
     def observe(layer, inputs):
         if id(layer) in wanted:
-            flat = ops.reshape(ops.abs(ops.cast(inputs, "float32")), (-1, inputs.shape[-1]))
-            peak = ops.convert_to_numpy(ops.max(flat, axis=0))
+            values = np.abs(ops.convert_to_numpy(ops.cast(inputs, "float32")))
+            # Per-token inputs, `(sequences, length, width)` or flattened to
+            # `(sequences * length, width)` as the encoder's layers get them:
+            # real tokens only (padding rows would set ranges the model never needs).
+            if real_rows is not None and values.ndim == 3 and values.shape[:2] == real_rows.shape:
+                values = values[real_rows]
+            elif real_rows is not None and values.ndim == 2 and real_rows.shape[1] > 1:
+                if values.shape[0] == real_rows.size:
+                    values = values[real_rows.reshape(-1)]
+            flat = values.reshape(-1, values.shape[-1])
+            if not len(flat):
+                return
+            peak = flat.max(axis=0)
             found[id(layer)] = peak if id(layer) not in found else np.maximum(found[id(layer)], peak)
 
     batches = 0
     with observe_inputs(observe):
         for batch in calibration_batches(model, data, steps, labelled=False):
-            model(batch[0] if isinstance(batch, tuple) else batch, training=False)
+            features = batch[0] if isinstance(batch, tuple) else batch
+            mask = features.get("padding_mask") if isinstance(features, dict) else None
+            if mask is not None:
+                mask = np.asarray(ops.convert_to_numpy(mask)).astype(bool)
+                real_rows = mask.reshape(-1, mask.shape[-1])  # One row per sequence (per choice, too).
+            else:
+                real_rows = None
+            model(features, training=False)
             batches += 1
     if batches == 0:
         raise ValueError("The calibration data yielded no batches: pass some of the inputs the model will see.")
@@ -444,7 +465,17 @@ def quantization_aware_training(
     try:
         trainer = student
         if distill:
-            trainer = Distiller(model, student, alpha=alpha if y is not None else 0.0, **PREDICTIONS_ONLY)
+            try:
+                trainer = Distiller(model, student, alpha=alpha if y is not None else 0.0, **PREDICTIONS_ONLY)
+            except ValueError as e:
+                if "soft-target loss" not in str(e):
+                    raise
+                what = str(e).split(", and the soft-target loss")[0].replace("The teacher's head", "the model's head")
+                raise ValueError(
+                    f"Quantization-aware training distills the model's own predictions (distill=True, the default), "
+                    f"which takes logits of two or more classes, but {what}: pass distill=False to train on the "
+                    "labels alone."
+                ) from None
         trainer.compile(optimizer=bert_optimizer(learning_rate))
         if pruner is not None:
             pruner.prepare_trainer(trainer)

@@ -10,6 +10,7 @@ from keras import ops
 
 from bertzoo.compression.masks import prunable_weights
 from bertzoo.compression.model_copy import model_weights
+from bertzoo.utils.layers import quantization_mode
 
 
 class SparsityReport:
@@ -104,6 +105,12 @@ def sparsity_report(model):
     """
     if not isinstance(model, keras.Model) or not model.built:
         raise ValueError(f"`sparsity_report` needs a built Keras model, got {model!r}.")
+    if "int4" in (quantization_mode(model) or "").split("+"):
+        # Its kernels are stored two weights to a byte: counting zero bytes would not count zero weights.
+        raise ValueError(
+            f"{type(model).__name__} '{model.name}' has int4 layers, which store two weights in each byte: "
+            "report the sparsity of the model before quantizing it (int4 keeps its zeros), or of an int8 copy."
+        )
     rows = []
     order = {id(v): i for i, v in enumerate(model.weights)}
     candidates = sorted(prunable_weights(model).items(), key=lambda kv: order.get(id(kv[1][1]), len(order)))

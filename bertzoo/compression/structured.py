@@ -59,6 +59,13 @@ def head_and_neuron_importance(model, data, steps=None):
     (`num_heads[i]` and `intermediate_dim[i]` entries), higher meaning more
     important. Layers sharing weights (ALBERT) share their scores.
 
+    A score is the magnitude of the loss gradient with respect to a gate on
+    the head's (or neuron's) output, as in Michel et al. (2019), summed over
+    batches; within a batch the gradient is of the batch's loss, so examples
+    whose gradients have opposite signs offset each other there (Michel et
+    al. take each example's magnitude). Scores therefore depend somewhat on
+    the batch size; batches of one give the paper's.
+
     Args:
         model: a bertzoo task (e.g. `BertClassifier`); its loss (the compiled
             one, or the task's default) is what the scores are gradients of.

@@ -25,10 +25,18 @@ _LAYOUTS = (
 def detect_format(path):
     """Returns "huggingface", "tf1" or "keras_hub" for a checkpoint directory.
 
-    Raises `ConversionError` when the directory is none of these, or its
-    `config.json` is not a JSON object.
+    Raises `FileNotFoundError` when `path` does not exist, and
+    `ConversionError` when it is a file, a directory of none of these
+    layouts, or its `config.json` is not a JSON object.
     """
-    path = Path(path)
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"Checkpoint directory {path} does not exist.")
+    if not path.is_dir():
+        raise ConversionError(
+            f"{path} is a file; conversion expects the checkpoint's directory. "
+            f"Expected one of these layouts:\n{_LAYOUTS}"
+        )
     if (path / "config.json").is_file():
         config = read_json_object(path / "config.json")
         if keras_hub.is_keras_hub_config(config):
@@ -54,13 +62,6 @@ def read_checkpoint(source):
     if not isinstance(source, (str, os.PathLike)):
         return keras_hub.read(source)
     path = Path(source).expanduser()
-    if not path.exists():
-        raise FileNotFoundError(f"Checkpoint directory {path} does not exist.")
-    if not path.is_dir():
-        raise ConversionError(
-            f"{path} is a file; convert_checkpoint expects the checkpoint's directory. "
-            f"Expected one of these layouts:\n{_LAYOUTS}"
-        )
     return {"huggingface": huggingface.read, "tf1": tf1.read, "keras_hub": keras_hub.read}[detect_format(path)](path)
 
 

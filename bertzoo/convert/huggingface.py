@@ -157,6 +157,12 @@ def _shard_files(index):
             f"{index}: weight_map is {describe_json(weight_map)}; expected an object mapping "
             "each tensor name to the .safetensors file holding it."
         )
+    outside = sorted(n for n in set(weight_map.values()) if Path(n).name != n or not n.endswith(".safetensors"))
+    if outside:
+        raise ConversionError(
+            f"{index}: weight_map names files that are not .safetensors files beside it: {outside[:3]}. "
+            "A checkpoint's shards are plain file names in its own directory (e.g. model-00001-of-00002.safetensors)."
+        )
     return [index.parent / name for name in sorted(set(weight_map.values()))]
 
 

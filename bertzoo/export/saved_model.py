@@ -260,7 +260,7 @@ def read_export_metadata(path):
     read_export_metadata("serving/sentiment/1")["class_names"]  # ['negative', 'positive']
     ```
     """
-    file = Path(path) / METADATA_PATH
+    file = Path(path).expanduser() / METADATA_PATH
     if not file.is_file():
         raise FileNotFoundError(f"{file} is missing: {path} is not a SavedModel written by bertzoo.")
     return json.loads(file.read_text())

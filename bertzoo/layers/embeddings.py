@@ -6,6 +6,7 @@ from keras import ops
 from bertzoo.layers.dense import Dense
 from bertzoo.layers.dropout import Dropout
 from bertzoo.utils.checks import concrete_value
+from bertzoo.utils.optional import tf
 
 
 @keras.saving.register_keras_serializable(package="bertzoo")
@@ -37,14 +38,23 @@ class PositionEmbedding(keras.layers.Layer):
     def call(self, inputs):
         """Returns the `(sequence_length, embedding_dim)` table for `inputs`."""
         static_length = inputs.shape[1]
+        message = (
+            f"exceeds the position table (max_sequence_length={self.max_sequence_length}). Truncate the "
+            "inputs (e.g. the preprocessor's `sequence_length`) or build the model with a larger "
+            "`max_sequence_length`."
+        )
         if static_length is not None and static_length > self.max_sequence_length:
-            raise ValueError(
-                f"Input sequence length {static_length} exceeds the position table "
-                f"(max_sequence_length={self.max_sequence_length}). Truncate the "
-                "inputs (e.g. the preprocessor's `sequence_length`) or build the "
-                "model with a larger `max_sequence_length`."
-            )
+            raise ValueError(f"Input sequence length {static_length} {message}")
         length = ops.shape(inputs)[1]
+        if static_length is None and keras.backend.backend() == "tensorflow":
+            # A graph traced for any length (`predict` relaxes the shape after a
+            # few lengths): checked when it runs, with the same message, instead
+            # of the slice's own "Expected size[0] in [0, N]".
+            check = tf.debugging.assert_less_equal(
+                length, self.max_sequence_length, message=f"The input sequence length {message}"
+            )
+            with tf.control_dependencies([check]):
+                length = tf.identity(length)
         return ops.cast(
             # convert_to_tensor: JAX >= 0.7 no longer takes a Keras variable here.
             ops.slice(ops.convert_to_tensor(self.embeddings), (0, 0), (length, self.embedding_dim)),

@@ -8,6 +8,7 @@ from bertzoo.layers.dense import Dense
 from bertzoo.layers.dropout import Dropout
 from bertzoo.models.head_utils import check_class_ids
 from bertzoo.models.head_utils import check_classes
+from bertzoo.models.head_utils import check_two_segments
 from bertzoo.models.head_utils import class_ids_checked_in_graph
 from bertzoo.models.serving import TextServing
 from bertzoo.models.serving import classification_outputs
@@ -79,6 +80,7 @@ class BertMultipleChoice(Task):
 
     def __init__(self, backbone, num_choices, preprocessor=None, dropout=0.1, **kwargs):
         self.check_head_arguments(num_choices, dropout=dropout)
+        check_two_segments(backbone, "A context and each choice")
         policy = backbone.dtype_policy
         head_dtype = "float32" if policy.compute_dtype != "float32" else policy
         self.output_dropout = Dropout(dropout, dtype=policy, name="output_dropout")

@@ -10,6 +10,7 @@ from bertzoo.layers.dense import Dense
 from bertzoo.layers.masked_lm_head import MaskedLMHead
 from bertzoo.models.head_utils import MaskedAccuracy
 from bertzoo.models.head_utils import check_class_ids
+from bertzoo.models.head_utils import check_two_segments
 from bertzoo.models.head_utils import class_ids_checked_in_graph
 from bertzoo.models.head_utils import masked_loss
 from bertzoo.models.head_utils import unused_pooler_ok
@@ -150,6 +151,8 @@ class BertPretrainer(Task):
             max_predictions=max_predictions,
             tie_weights=tie_weights,
         )
+        if sentence_objective is not None:
+            check_two_segments(backbone, f"The sentence pairs of sentence_objective={sentence_objective!r}")
         self.masker = None
         if preprocessor is not None:
             tokenizer = preprocessor.tokenizer
@@ -306,8 +309,11 @@ class BertPretrainer(Task):
                 )
         elif y is not None:
             raise ValueError(_MLM_ONLY_LABELS)
-        features = (self.preprocessor if preprocessor is None else preprocessor)(x)
-        masked = self.masker(features["token_ids"], seed=seed)
+        preprocessor = self.preprocessor if preprocessor is None else preprocessor
+        features = preprocessor(x)
+        # The slots follow the length packed now (`sequence_length` can be changed after construction).
+        slots = self._slots(self.max_predictions, self.masking_rate, preprocessor.sequence_length)
+        masked = self.masker(features["token_ids"], seed=seed, max_selections=slots)
         features = dict(features, token_ids=masked["token_ids"], mask_positions=masked["mask_positions"])
         labels = {"mlm": masked["mask_labels"]}
         if y is not None:

@@ -5,6 +5,7 @@ import numpy as np
 from keras import ops
 
 from bertzoo.layers.dense import Dense
+from bertzoo.models.head_utils import check_two_segments
 from bertzoo.models.head_utils import guarded
 from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.serving import TextServing
@@ -398,6 +399,7 @@ class BertQuestionAnswerer(Task):
     """
 
     def __init__(self, backbone, preprocessor=None, mask_question=True, **kwargs):
+        check_two_segments(backbone, "A question and its context")
         if preprocessor is not None and preprocessor.truncate != "waterfall":
             preprocessor = BertPreprocessor(
                 preprocessor.tokenizer, sequence_length=preprocessor.sequence_length, truncate="waterfall"

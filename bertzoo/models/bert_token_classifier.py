@@ -72,11 +72,13 @@ def _pad_words(words, labels=None):
     return padded_words, padded_labels
 
 
-def align_word_tensors(tokenizer, words, labels, sequence_length):
+def align_word_tensors(tokenizer, words, labels, sequence_length, weights=None):
     """TensorFlow core of `align_word_labels` (runs in `tf.data`).
 
     `words`: string tensor `(batch, W)`, `""` for padding; `labels`: int
-    `(batch, W)`. Returns `(features, token_labels)` of length `sequence_length`.
+    `(batch, W)`. Returns `(features, token_labels)` of length
+    `sequence_length`; with per-word `weights` `(batch, W)`, also the token
+    weights: each word's on its first sub-token, 0 elsewhere.
     """
     words = tf.convert_to_tensor(words)
     labels = tf.cast(labels, tf.int32)
@@ -84,19 +86,22 @@ def align_word_tensors(tokenizer, words, labels, sequence_length):
     pieces = tokenizer.tokenize(tf.reshape(words, [-1]))  # (batch * W, pieces of that word)
     counts = pieces.row_lengths()
     first = tf.ragged.range(counts).flat_values == 0
-    piece_labels = tf.where(first, tf.repeat(tf.reshape(labels, [-1]), counts), IGNORE_LABEL)
     per_sentence = tf.reduce_sum(tf.reshape(counts, tf.shape(words, out_type=counts.dtype)), axis=1)
     budget = sequence_length - 2
     ids = tf.RaggedTensor.from_row_lengths(pieces.flat_values, per_sentence)[:, :budget]
-    piece_labels = tf.RaggedTensor.from_row_lengths(piece_labels, per_sentence)[:, :budget]
 
     def pack(values, start, end, pad):
-        column = tf.RaggedTensor.from_tensor(tf.ones([batch, 1], tf.int32))
+        column = tf.RaggedTensor.from_tensor(tf.ones([batch, 1], values.dtype))
         values = tf.concat([column * start, values, column * end], axis=1)
         return values.to_tensor(default_value=pad, shape=[None, sequence_length])
 
+    def on_first_pieces(values, elsewhere):
+        """Per-word `values` on each word's first sub-token, `elsewhere` on the others."""
+        flat = tf.where(first, tf.repeat(tf.reshape(values, [-1]), counts), elsewhere)
+        return pack(tf.RaggedTensor.from_row_lengths(flat, per_sentence)[:, :budget], elsewhere, elsewhere, elsewhere)
+
     token_ids = pack(ids, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id)
-    token_labels = pack(piece_labels, IGNORE_LABEL, IGNORE_LABEL, IGNORE_LABEL)
+    token_labels = on_first_pieces(labels, IGNORE_LABEL)
     lengths = tf.minimum(per_sentence, budget) + 2
     padding_mask = tf.sequence_mask(lengths, sequence_length)
     features = {
@@ -104,7 +109,9 @@ def align_word_tensors(tokenizer, words, labels, sequence_length):
         "segment_ids": tf.zeros_like(token_ids),
         "padding_mask": padding_mask,
     }
-    return features, token_labels
+    if weights is None:
+        return features, token_labels
+    return features, token_labels, on_first_pieces(tf.cast(weights, tf.float32), 0.0)
 
 
 def align_word_labels(tokenizer, words, labels=None, sequence_length=128):
@@ -235,6 +242,25 @@ class BertTokenClassifier(Task):
     def _raw_to_tensors(self, x, y):
         return _pad_words(x, None if y is None else [self._word_label_ids(row) for row in y])
 
+    def _raw_sample_weight(self, sample_weight, x):
+        # Per-word weights (a list per sentence) padded with 0 to the padded words' width.
+        if sample_weight is None or not any(np.ndim(w) for w in sample_weight):  # None, or one per sentence.
+            return sample_weight
+        rows = [np.asarray(w, "float32").reshape(-1) for w in sample_weight]
+        words = np.asarray(x)
+        if len(rows) != len(words):
+            raise ValueError(f"Got {len(words)} sentences but {len(rows)} weight lists.")
+        padded = np.zeros(words.shape, "float32")
+        for i, row in enumerate(rows):
+            real = int(np.sum(words[i] != ""))
+            if len(row) != real:
+                raise ValueError(
+                    f"Sentence {i} has {real} words but {len(row)} weights: give one weight per word, or one "
+                    "per sentence."
+                )
+            padded[i, : len(row)] = row
+        return padded
+
     def _checked_labels(self, y, features=None):
         # Token labels of tokenized inputs, where the loss takes class ids
         # (not soft targets under a loss of your own).
@@ -289,12 +315,23 @@ class BertTokenClassifier(Task):
 
     def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
         """Words `(batch, W)` (`""` pads) and per-word labels -> features and
-        token labels (see `align_word_tensors`). `predict_words` and the
+        token labels (see `align_word_tensors`); `sample_weight` is one
+        weight per sentence `(batch,)` or per word `(batch, W)`. `predict_words` and the
         exported signatures pass word indices as labels: the token labels
         then say which word each token starts."""
         preprocessor = self.preprocessor if preprocessor is None else preprocessor
         labels = tf.fill(tf.shape(x), IGNORE_LABEL) if y is None else y
-        features, token_labels = align_word_tensors(preprocessor.tokenizer, x, labels, preprocessor.sequence_length)
+        if sample_weight is not None and tf.convert_to_tensor(sample_weight).shape.rank == 2:
+            # One weight per word: moved onto the word's first sub-token, as its label is.
+            features, token_labels, sample_weight = align_word_tensors(
+                preprocessor.tokenizer, x, labels, preprocessor.sequence_length, weights=sample_weight
+            )
+        else:  # None, or one weight per sentence: on each of its tokens.
+            features, token_labels = align_word_tensors(preprocessor.tokenizer, x, labels, preprocessor.sequence_length)
+            if sample_weight is not None:
+                sample_weight = tf.cast(sample_weight, tf.float32)[:, tf.newaxis] * tf.ones_like(
+                    token_labels, tf.float32
+                )
         return keras.utils.pack_x_y_sample_weight(features, None if y is None else token_labels, sample_weight)
 
     def predict_words(self, words, batch_size=None, verbose=0):

@@ -17,6 +17,8 @@ import inspect
 import threading
 import weakref
 
+import keras
+
 from bertzoo.utils import fast_path
 from bertzoo.utils.device import resolve_jit_compile
 
@@ -89,6 +91,14 @@ class DefaultCompileMixin:
             # pays for timing training steps.
             chosen = resolve_jit_compile("auto", model, getattr(self, "distribute_strategy", None), mode=mode)
             self.jit_compile = fast_path.jit_compile_for(model, mode, default=chosen)
+
+    def compile_from_config(self, config):
+        # Keras skips (with a warning) restoring the compile state of models
+        # that override `compile`; ours only fills in defaults, so restore it.
+        config = keras.saving.deserialize_keras_object(config)
+        self.compile(**config)
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
 
     def get_compile_config(self):
         # Keras would save the provisional value; a reloaded model decides

@@ -66,6 +66,32 @@ def check_classes(num_classes, class_names=None, name="num_classes", minimum=1):
             raise ValueError(f"`class_names` must be a list of strings (one per class), got {class_names!r}.")
         if len(class_names) != num_classes:
             raise ValueError(f"`class_names` has {len(class_names)} names but num_classes={num_classes}.")
+        repeated = sorted({n for n in class_names if class_names.count(n) > 1})
+        if repeated:
+            raise ValueError(
+                f"`class_names` names {repeated} more than once: each class needs a name of its own (a label "
+                "names one class id)."
+            )
+
+
+def check_two_segments(backbone, what):
+    """Refuses `backbone` for inputs packed as two segments (`[CLS] A [SEP]
+    B [SEP]`, segment ids 0 and 1) when it has one segment embedding
+    (`num_segments=1`, as some converted checkpoints have): its lookup of
+    segment 1 would fail, or on a GPU read zeros.
+
+    Example:
+    ```python
+    check_two_segments(backbone, "Sentence pairs")
+    ```
+    """
+    segments = getattr(backbone, "num_segments", 2)
+    if segments < 2:
+        raise ValueError(
+            f"{what} are packed as two segments (segment ids 0 and 1), but the backbone has num_segments="
+            f"{segments}: it has no embedding for the second. Use single texts with this backbone, or a backbone "
+            "with num_segments=2 (BERT's)."
+        )
 
 
 def class_ids_of_names(names, class_names, head, kind="labels"):
@@ -202,7 +228,12 @@ def check_activation(activation):
 
 
 def masked_loss():
-    """Sparse cross-entropy on logits, averaged over labelled positions only."""
+    """Sparse cross-entropy on logits, averaged over labelled positions only.
+
+    Averaged per batch: Keras's `evaluate` then averages the batches' losses
+    by examples, so a tagger's reported loss moves with how sentences of
+    different lengths fall into batches; `MaskedAccuracy` counts tokens
+    across batches and does not."""
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORE_LABEL)
 
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from bertzoo.models.compile_defaults import DefaultCompileMixin
 from bertzoo.models.early_attributes import EarlyAttributesMixin
+from bertzoo.models.head_utils import check_two_segments
 from bertzoo.models.input_keys import DeclaredInputsMixin
 from bertzoo.models.jax_predict import JaxPredictOnBatchMixin
 from bertzoo.models.optimizers import bert_optimizer
@@ -566,14 +567,6 @@ class Task(
         jit_compile = self._provisional_jit_compile(jit_compile, self)
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=jit_compile, **kwargs)
 
-    def compile_from_config(self, config):
-        # Keras skips (with a warning) restoring the compile state of models
-        # that override `compile`; ours only fills in defaults, so restore it.
-        config = keras.saving.deserialize_keras_object(config)
-        self.compile(**config)
-        if self.built:
-            self.optimizer.build(self.trainable_variables)
-
     def default_loss(self):
         return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
@@ -652,6 +645,7 @@ class Task(
                 dataset = shuffle.repeat(dataset)
         else:
             x, y = self._raw_to_tensors(x, y)
+            sample_weight = self._raw_sample_weight(sample_weight, x)
             data = (x,) + tuple(v for v in (y, sample_weight) if v is not None)
             if sample_weight is not None and y is None:
                 raise ValueError("`sample_weight` needs `y`.")
@@ -723,6 +717,12 @@ class Task(
             x = strings(x)
         return x, y
 
+    def _raw_sample_weight(self, sample_weight, x):
+        """Hook: in-memory sample weights for the raw inputs `x` as
+        `_raw_to_tensors` returned them. Unchanged by default (one weight per
+        example); a tagger pads per-word weights as it padded the words."""
+        return sample_weight
+
     def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
         """One batch of raw inputs (tensors) -> the model's features, packed
         with `y` and `sample_weight` as `keras.utils.pack_x_y_sample_weight`
@@ -734,6 +734,8 @@ class Task(
         word alignment) override it. `preprocessor`: the `BertPreprocessor`
         to pack with; default `self.preprocessor`.
         """
+        if isinstance(x, tuple) and len(x) == 2:
+            check_two_segments(self.backbone, "Sentence pairs")
         preprocessor = self.preprocessor if preprocessor is None else preprocessor
         return preprocessor(x, y, sample_weight)
 

@@ -29,6 +29,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+_RENAME_NOREPLACE = 1
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
@@ -84,9 +85,10 @@ def clean_leftovers(target):
                 path.unlink()
 
 
-def _exchange(a, b):
-    """Atomically swaps two paths with renameat2(RENAME_EXCHANGE); returns
-    False where the system or filesystem cannot."""
+def _renameat2(a, b, flags):
+    """renameat2(a, b, flags) on Linux; returns False where the system or
+    filesystem does not support it, raises `FileExistsError` for EEXIST
+    (`RENAME_NOREPLACE` found `b`) and `OSError` otherwise."""
     if not hasattr(os, "uname") or os.uname().sysname != "Linux":
         return False
     try:
@@ -95,13 +97,20 @@ def _exchange(a, b):
     except (OSError, AttributeError):  # glibc < 2.28, or another libc.
         return False
     renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    result = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    result = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), flags)
     if result == 0:
         return True
     code = ctypes.get_errno()
     if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
         return False
-    raise OSError(code, f"Could not swap {b} into place: {os.strerror(code)}", str(b))
+    if code == errno.EEXIST:
+        raise FileExistsError(code, os.strerror(code), str(b))
+    raise OSError(code, f"Could not move {a} to {b}: {os.strerror(code)}", str(b))
+
+
+def _exchange(a, b):
+    """Atomically swaps two paths (RENAME_EXCHANGE); False where unsupported."""
+    return _renameat2(a, b, _RENAME_EXCHANGE)
 
 
 def sync_directory(path):
@@ -214,25 +223,56 @@ def atomic_directory(target, overwrite=True):
     target.parent.mkdir(parents=True, exist_ok=True)
     clean_leftovers(target)
     if occupied(target) and not overwrite:
-        raise FileExistsError(
-            f"{target} already exists. Pass overwrite=True (CLI: --overwrite) to replace it, or choose a new path."
-        )
+        raise _exists_error(target)
     tmp = hidden_sibling(target, "tmp")
     try:
         yield tmp
         sync_tree(tmp)  # On disk before the swap makes it the target (power loss, not only kill -9).
-        if not target.exists():
-            os.rename(tmp, target)
-        elif not _exchange(tmp, target):
-            old = hidden_sibling(target, "old")
-            os.rename(target, old / "previous")
-            try:
-                os.rename(tmp, target)
-            except BaseException:
-                os.rename(old / "previous", target)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
+        _install(tmp, target, overwrite)
         sync_directory(target.parent)
     finally:
         if tmp.exists():  # The partial directory, or the previous version after an exchange.
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _exists_error(target):
+    return FileExistsError(
+        f"{target} already exists. Pass overwrite=True (CLI: --overwrite) to replace it, or choose a new path."
+    )
+
+
+def _install(tmp, target, overwrite):
+    """Moves the finished `tmp` to `target`. With `overwrite=False` a
+    `target` that another process filled while `tmp` was written is refused
+    here too, not replaced (the check before writing can be minutes old)."""
+    if not overwrite and occupied(target):
+        raise _exists_error(target)
+    if not target.exists():
+        try:
+            if _renameat2(tmp, target, _RENAME_NOREPLACE):
+                return
+        except FileExistsError:  # Created since the check above.
+            if not overwrite and occupied(target):
+                raise _exists_error(target) from None
+        else:  # No RENAME_NOREPLACE: a plain rename, which fails on a non-empty directory.
+            if not target.exists():
+                os.rename(tmp, target)
+                return
+    if _exchange(tmp, target):
+        if not overwrite and any(tmp.iterdir()):  # Filled in the instant since the check: put it back.
+            _exchange(tmp, target)
+            raise _exists_error(target)
+        return
+    old = hidden_sibling(target, "old")
+    try:
+        os.rename(target, old / "previous")
+    except BaseException:
+        shutil.rmtree(old, ignore_errors=True)
+        raise
+    try:
+        os.rename(tmp, target)
+    except BaseException:
+        os.rename(old / "previous", target)
+        shutil.rmtree(old, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)

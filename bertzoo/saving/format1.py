@@ -21,19 +21,15 @@ from bertzoo.text.preprocessor import BertPreprocessor
 from bertzoo.text.tokenizer import BertTokenizer
 
 VOCABULARY_FILE = "vocabulary.txt"
-TOKENIZER_KEYS = ("lowercase", "strip_accents", "max_chars_per_word", "split_on_cjk")
+# A `BertTokenizer`'s text options (the rest of a preprocessor's settings are the packer's).
+TOKENIZER_KEYS = ("lowercase", "strip_accents", "max_chars_per_word", "split_on_cjk", "special_tokens_in_strings")
 
 
-def preprocessor_node(settings=None, tokenizer=None):
+def preprocessor_node(settings=None):
     """The serialized `BertPreprocessor` for format-1 text `settings`, with
-    the vocabulary kept in `vocabulary.txt` (`tokenizer`'s own settings apply
-    where `settings` has none)."""
+    the vocabulary kept in `vocabulary.txt`."""
     settings = dict(settings or {})
-    if tokenizer is not None:
-        tokenizer_config = {k: v for k, v in tokenizer.get_config().items() if k in TOKENIZER_KEYS}
-    else:
-        tokenizer_config = {}
-    tokenizer_config.update({k: settings.pop(k) for k in TOKENIZER_KEYS if k in settings})
+    tokenizer_config = {k: settings.pop(k) for k in TOKENIZER_KEYS if k in settings}
     tokenizer_config["vocabulary"] = VOCABULARY_FILE
     return registered_node(
         BertPreprocessor, {**settings, "tokenizer": registered_node(BertTokenizer, tokenizer_config)}

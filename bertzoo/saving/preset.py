@@ -70,6 +70,7 @@ from bertzoo.text.preprocessor import BertPreprocessor
 from bertzoo.text.sentencepiece_tokenizer import SentencePieceTokenizer
 from bertzoo.text.tokenizer import BertTokenizer
 from bertzoo.utils.checks import constructor_arguments
+from bertzoo.utils.layers import PRUNING_STATE_ATTR
 from bertzoo.utils.optional import installed
 from bertzoo.utils.private_api import flatten_layers
 from bertzoo.utils.private_api import load_weights_only
@@ -233,14 +234,14 @@ class Preset:
         version = config.get("format_version", 1)
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise PresetError(f"{config_path}: `format_version` must be a positive integer, got {version!r}.")
-        for key in ("class_name", "backbone") if version == 1 else ("backbone",):
-            if key not in config:
-                raise PresetError(f"{config_path} has no {key!r} entry; the preset is damaged.")
-        if version > FORMAT_VERSION:
+        if version > FORMAT_VERSION:  # Before any key check: a newer format may arrange them otherwise.
             raise PresetError(
                 f"{path} was written by a newer bertzoo (format {config['format_version']}); "
                 f"this bertzoo {__version__} reads format {FORMAT_VERSION}. Upgrade bertzoo."
             )
+        for key in ("class_name", "backbone") if version == 1 else ("backbone",):
+            if key not in config:
+                raise PresetError(f"{config_path} has no {key!r} entry; the preset is damaged.")
         if version == 1:
             try:
                 config = format1.upgrade(config)
@@ -750,6 +751,31 @@ def _load_weights(model, path, objects_to_skip=()):
         ) from e
 
 
+def _preprocessor_from_settings(tokenizer, settings):
+    """The `BertPreprocessor` that `save_preset(tokenizer=, preprocessor_config=)`
+    saves: the packer's settings (`sequence_length`, `truncate`) and, for a
+    `BertTokenizer`, text options that replace the tokenizer's own. Built
+    here, so a setting no loader could build is refused before anything is
+    written."""
+    settings = dict(settings or {})
+    options = sorted(set(settings) & set(format1.TOKENIZER_KEYS))
+    if options and isinstance(tokenizer, SentencePieceTokenizer):
+        raise ValueError(
+            f"`preprocessor_config` sets {options}, which a SentencePieceTokenizer takes itself: build "
+            "the tokenizer with them and pass it, with the packer's settings only (e.g. sequence_length)."
+        )
+    packer = set(inspect.signature(BertPreprocessor).parameters) - {"tokenizer", "kwargs"}
+    unknown = sorted(set(settings) - packer - set(format1.TOKENIZER_KEYS))
+    if unknown:
+        raise ValueError(
+            f"`preprocessor_config` has settings no preprocessor takes: {unknown}. Known: the packer's "
+            f"{sorted(packer)} and the WordPiece tokenizer's {list(format1.TOKENIZER_KEYS)}."
+        )
+    if options and isinstance(tokenizer, BertTokenizer):
+        tokenizer = BertTokenizer.from_config({**tokenizer.get_config(), **{k: settings.pop(k) for k in options}})
+    return BertPreprocessor(tokenizer, **settings)
+
+
 def _detach(node, cls, key, filename):
     """Replaces the `key` entry of each `cls` object in the serialized tree
     `node` by `filename` (the file it is saved under); returns that entry."""
@@ -814,6 +840,12 @@ def save_preset(
     `Preset.load_arrays`).
     """
     _check_replaceable(directory)
+    model = task if task is not None else backbone
+    if getattr(model, PRUNING_STATE_ATTR, None) is not None:
+        raise ValueError(
+            f"{type(model).__name__} '{model.name}' is being pruned (a Pruner's masks and counters are attached), "
+            "which a preset does not keep: save `pruner.strip()`, the pruned model itself."
+        )
     if metadata is not None and not isinstance(metadata, dict):
         raise ValueError(f"`metadata` must be a dict of JSON values (e.g. {{'notes': '...'}}), got {metadata!r}.")
     try:
@@ -829,7 +861,6 @@ def save_preset(
             f"`metadata` may not set {reserved}: bertzoo writes {sorted(RESERVED_METADATA_KEYS)} itself (the "
             "checksums and versions loading relies on). Put your own entries under other names, e.g. 'notes'."
         )
-    model = task if task is not None else backbone
     config = {"format_version": FORMAT_VERSION, "backbone": serialize(backbone), "preprocessor": None, "task": None}
     preprocessor_node = None
     if task is not None:
@@ -839,16 +870,6 @@ def save_preset(
         preprocessor_node = task_config.pop("preprocessor", None)
     elif preprocessor is not None:
         preprocessor_node = serialize(preprocessor)
-    if preprocessor_node is None and isinstance(tokenizer, SentencePieceTokenizer):
-        # Its options are its own; format 1's text settings name a WordPiece vocabulary.
-        settings = dict(preprocessor_config or {})
-        misplaced = sorted(set(settings) & set(format1.TOKENIZER_KEYS))
-        if misplaced:
-            raise ValueError(
-                f"`preprocessor_config` sets {misplaced}, which a SentencePieceTokenizer takes itself: build "
-                "the tokenizer with them and pass it, with the packer's settings only (e.g. sequence_length)."
-            )
-        preprocessor_node = serialize(BertPreprocessor(tokenizer, **settings))
     if preprocessor_node is None and preprocessor_config and tokenizer is None:
         # The preprocessor would name a vocabulary file the preset does not have.
         raise ValueError(
@@ -857,7 +878,13 @@ def save_preset(
             "of tokenized inputs."
         )
     if preprocessor_node is None and tokenizer is not None:
-        preprocessor_node = format1.preprocessor_node(preprocessor_config, tokenizer)
+        settings = dict(preprocessor_config or {})
+        longest = getattr(backbone, "max_sequence_length", None)
+        if "sequence_length" not in settings and isinstance(longest, int):
+            # The preprocessor's default, if the position table holds it.
+            default = inspect.signature(BertPreprocessor).parameters["sequence_length"].default
+            settings["sequence_length"] = min(default, longest)
+        preprocessor_node = serialize(_preprocessor_from_settings(tokenizer, settings))
     vocabulary = sentencepiece = None
     if preprocessor_node:
         vocabulary = _detach(preprocessor_node, BertTokenizer, "vocabulary", VOCABULARY_FILE)
@@ -900,7 +927,7 @@ def save_preset(
             info["vocabulary"] = {"tokens": len(vocabulary), "sha256": vocabulary_checksum(list(vocabulary))}
         info.update(metadata or {})
         (tmp / METADATA_FILE).write_text(json.dumps(info, indent=2) + "\n")
-    return Path(directory)
+    return Path(directory).expanduser().absolute()
 
 
 def _save_arrays(directory, filename, arrays):

@@ -79,8 +79,9 @@ class BertMaskGenerator(keras.layers.Layer):
             `mask_positions`).
         seed: seed of the random stream used when `call` gets no `seed`.
 
-    `call(token_ids, seed=None)` takes int ids of shape `(batch, length)` (or
-    one `(length,)` sequence) and returns a dict: `token_ids` (masked),
+    `call(token_ids, seed=None, max_selections=None)` takes int ids of shape
+    `(batch, length)` (or one `(length,)` sequence; `max_selections` replaces
+    the layer's for this call) and returns a dict: `token_ids` (masked),
     `mask_positions` (int32, `(batch, max_selections)`, ascending, 0 in unused
     slots) and `mask_labels` (the original ids there, `-100` in unused slots,
     which the masked-LM loss ignores). `seed`, a shape-`(2,)` int tensor,
@@ -135,18 +136,27 @@ class BertMaskGenerator(keras.layers.Layer):
         shape-(2,) int64 tensor for `call`."""
         return self._generator.make_seeds(1)[:, 0]
 
-    def call(self, token_ids, seed=None):
+    def call(self, token_ids, seed=None, max_selections=None):
+        if isinstance(token_ids, tf.RaggedTensor):
+            raise ValueError(
+                "BertMaskGenerator expects dense token ids of shape (batch, length), got a RaggedTensor: pad it "
+                "first (e.g. `token_ids.to_tensor()`, or pack with BertPreprocessor)."
+            )
+        if max_selections is not None:
+            check_masking(self.selection_rate, self.mask_token_rate, self.random_token_rate, max_selections)
         token_ids = tf.cast(tf.convert_to_tensor(token_ids), tf.int32)
         unbatched = token_ids.shape.rank == 1
         if unbatched:
             token_ids = token_ids[tf.newaxis]
         if token_ids.shape.rank != 2:
             raise ValueError(f"BertMaskGenerator expects token ids of shape (batch, length), got {token_ids.shape}.")
+        if token_ids.shape[1] == 0:
+            raise ValueError("BertMaskGenerator got sequences of length 0: there is nothing to mask.")
         seed = self.draw_seed() if seed is None else tf.cast(seed, tf.int64)
         select_seed, action_seed, token_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
         shape = tf.shape(token_ids)
         batch, length = shape[0], shape[1]
-        slots = self.max_selections
+        slots = self.max_selections if max_selections is None else max_selections
 
         selectable = tf.reduce_all(
             tf.not_equal(token_ids[..., tf.newaxis], tf.constant(self.unselectable_token_ids or [-1])), axis=-1

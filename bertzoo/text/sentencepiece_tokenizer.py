@@ -37,9 +37,11 @@ Loading only parses the protobuf: no pickle, no code execution.
 
 import base64
 import binascii
+import functools
 import os
 import re
 import struct
+import unicodedata
 from pathlib import Path
 
 import keras
@@ -87,6 +89,25 @@ def albert_tokenizer_options(do_lower_case=True, keep_accents=False):
 # --- A minimal protobuf reader for ModelProto ------------------------------
 # Only what the layer needs: the pieces (field 1: piece=1, score=2, type=3).
 # Every other field is copied byte for byte.
+@functools.cache
+def combining_characters_pattern():
+    """An RE2 character class of the characters with a non-zero canonical
+    combining class (Python's `unicodedata.combining`): what ALBERT's
+    `preprocess_text` drops after NFKD. Not the Mn category, which also holds
+    vowel signs of Indic and Thai scripts that ALBERT keeps. Built once (about
+    0.2 s), on the first use of `strip_accents`."""
+    codes = [c for c in range(0x110000) if unicodedata.combining(chr(c))]
+    ranges, start, previous = [], codes[0], codes[0]
+    for code in codes[1:] + [None]:
+        if code is not None and code == previous + 1:
+            previous = code
+            continue
+        ranges.append(f"\\x{{{start:X}}}" + (f"-\\x{{{previous:X}}}" if previous > start else ""))
+        if code is not None:
+            start = previous = code
+    return "[" + "".join(ranges) + "]"
+
+
 def _read_varint(data, pos):
     result = shift = 0
     while True:
@@ -243,9 +264,12 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
         lowercase: lower-case the text before SentencePiece (ALBERT's
             `do_lower_case`). Default False: only the model's own
             normalization applies, as in keras-hub's `AlbertTokenizer`.
-        strip_accents: NFKD-decompose and drop combining marks (category Mn)
-            before SentencePiece (ALBERT's `keep_accents=False`). `None`
-            (default) follows `lowercase`.
+        strip_accents: NFKD-decompose and drop combining characters (a
+            non-zero canonical combining class, as ALBERT's `preprocess_text`
+            and Hugging Face's slow `AlbertTokenizer` do; its fast tokenizer
+            also drops the other marks, e.g. Devanagari vowel signs) before
+            SentencePiece (ALBERT's `keep_accents=False`). `None` (default)
+            follows `lowercase`.
         replace_quotes: replace "``" and "''" with '"' (ALBERT's preprocessing).
         split_digit_comma: never end a piece with a digit followed by a comma,
             so "1,000" becomes "1" "," "000" as in ALBERT's `encode_pieces`
@@ -257,7 +281,10 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
             Default False, as in keras-hub: text from users cannot inject
             control tokens. Pieces the model declares "user defined" (ALBERT
             declares `[MASK]` so) are matched by SentencePiece itself either
-            way.
+            way, but only as they reach it: with `lowercase=True` a written
+            `[MASK]` arrives as `[mask]` and is not matched (as in ALBERT's own
+            pipeline), so pass `special_tokens_in_strings=True` for fill-mask
+            text then.
 
     Example:
 
@@ -376,7 +403,7 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
             text = tf.strings.regex_replace(text, "``|''", '"')
         if strip_accents:
             text = tf_text.normalize_utf8(text, "NFKD")
-            text = tf.strings.regex_replace(text, r"\p{Mn}", "")
+            text = tf.strings.regex_replace(text, combining_characters_pattern(), "")
         if self.lowercase:
             # Per character, as Hugging Face's Lowercase normalizer: a final
             # capital sigma becomes "σ", not the "ς" of ICU / str.lower().
@@ -440,7 +467,8 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
         # A piece's "▁" stands for the whitespace before the word: its span
         # starts at the word's first visible character.
         chars = alignment.chars
-        visible = tf.where(~tf.strings.regex_full_match(chars.flat_values, r"\s"))[:, 0]
+        # Unicode spaces too (no-break, ideographic, NEL), which `\s` (ASCII in RE2) misses.
+        visible = tf.where(~tf.strings.regex_full_match(chars.flat_values, r"[\s\p{Z}\x{85}]"))[:, 0]
         row_chars = tf.gather(chars.row_starts(), rows)
         position = tf.searchsorted(visible, starts + row_chars, side="left")
         next_visible = tf.gather(tf.concat([visible, [tf.size(chars.flat_values, out_type=tf.int64)]], 0), position)

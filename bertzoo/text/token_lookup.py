@@ -91,15 +91,16 @@ class TokenLookupMixin:
         running eagerly)."""
         if not isinstance(ids, (tf.Tensor, tf.RaggedTensor)):
             if isinstance(ids, (list, tuple)) and any(isinstance(x, (list, tuple)) for x in ids):
-                ids = tf.ragged.constant(ids, dtype=tf.int32)
+                ids = tf.ragged.constant(ids, dtype=tf.int64)
+            elif isinstance(ids, (list, tuple)) and not ids:
+                ids = tf.zeros((0,), tf.int32)  # An empty sequence: "" (its dtype would default to float).
             else:
                 ids = tf.convert_to_tensor(ids)
         if not ids.dtype.is_integer:
             raise ValueError(f"`detokenize` expects integer token ids, got {ids.dtype.name}.")
-        ids = tf.cast(ids, tf.int32)
         if ids.shape.rank == 0:
             raise ValueError("`detokenize` expects a sequence of ids, got a scalar.")
-        if tf.executing_eagerly():
+        if tf.executing_eagerly():  # Before the cast to int32, which would wrap large ids into range.
             flat = ids.flat_values if isinstance(ids, tf.RaggedTensor) else ids
             if tf.size(flat) > 0:
                 low, high = int(tf.reduce_min(flat)), int(tf.reduce_max(flat))
@@ -107,4 +108,5 @@ class TokenLookupMixin:
                     raise ValueError(
                         f"Token ids must be in [0, {len(self._vocabulary) - 1}], got values in [{low}, {high}]."
                     )
+        ids = tf.cast(ids, tf.int32)
         return ids

@@ -149,9 +149,10 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
             unknown_token=UNK_TOKEN,
             no_pretokenization=True,
             support_detokenization=True,
-            # Lengths are limited in characters below (as BERT does); a UTF-8
-            # character is at most 4 bytes, so this byte cap never triggers first.
-            max_bytes_per_word=4 * max_chars_per_word,
+            # Lengths are limited in characters before this runs (as BERT does,
+            # with `max_chars_per_word` read on each call, so it can be changed);
+            # this byte cap must never trigger first.
+            max_bytes_per_word=2**31 - 1,
             token_out_type=tf.int32,
         )
         self.built = True

@@ -30,6 +30,7 @@ import logging
 import keras
 
 from bertzoo.utils import fast_path
+from bertzoo.utils.fast_path import jit_compile_supported  # noqa: F401 (this module's API; defined low, for fast_path)
 from bertzoo.utils.layers import quantization_mode
 from bertzoo.utils.onednn import onednn_int8_available
 from bertzoo.utils.optional import tf
@@ -53,48 +54,6 @@ def accelerator():
 
         return "gpu" if torch.cuda.is_available() else "cpu"
     return "cpu"
-
-
-def _replicas(strategy):
-    """`(num_replicas, is_tpu)` of a `tf.distribute` strategy (or None)."""
-    if strategy is None or keras.backend.backend() != "tensorflow":
-        return 1, False
-    return int(strategy.num_replicas_in_sync), "TPU" in type(strategy).__name__
-
-
-def jit_compile_supported(strategy=None):
-    """Whether Keras `fit`/`predict` steps can be XLA-compiled under `strategy`.
-
-    No for a `tf.distribute` strategy with several replicas (MirroredStrategy,
-    MultiWorkerMirroredStrategy): Keras's TensorFlow trainer wraps the whole
-    `strategy.run(train_step)` call, i.e. every replica's computation, in one
-    `tf.function(jit_compile=True)`, and one XLA computation runs on one
-    device. Reading the second replica's variables from it fails with
-    "Trying to access resource .../replica_1/... located in device CPU:1 from
-    device CPU:0" (tested here on two logical CPUs). The same holds on real
-    multi-GPU machines, as reported upstream: keras-team/keras#18145 (8 x
-    A100), tensorflow/tensorflow#53140 (P100s) and #45940 (variables not
-    shareable across replicas in one XLA computation), #48502 (no
-    `NcclAllReduce` kernel for XLA GPU devices), tensorflow/models#10752
-    (MultiWorkerMirroredStrategy, 2 x 8 GPUs), and keras-hub#949, after
-    which keras-hub stopped compiling with XLA under a strategy. Keras's own
-    `jit_compile="auto"` turns XLA off under a strategy for this reason.
-    The workaround TensorFlow's maintainers suggest there (#45940) is XLA
-    auto-clustering within each replica (`TF_XLA_FLAGS=--tf_xla_auto_jit=2`
-    with `jit_compile=False`); not tested here, for want of several GPUs.
-
-    `strategy=None` looks at the strategy in scope (TensorFlow backend).
-
-    Example:
-    ```python
-    with tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"]).scope():
-        jit_compile_supported()  # False
-    ```
-    """
-    if strategy is None and keras.backend.backend() == "tensorflow":
-        strategy = tf.distribute.get_strategy() if tf.distribute.has_strategy() else None
-    replicas, is_tpu = _replicas(strategy)
-    return replicas == 1 or is_tpu
 
 
 @functools.cache

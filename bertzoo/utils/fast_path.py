@@ -10,7 +10,9 @@ for this model's input shapes on this machine:
   and in `tf.function(jit_compile=True)`;
 - a training-step proxy: the gradient of a scalar of the outputs
   (`model(x, training=True)`) with respect to the trainable variables, XLA
-  off and on (no optimizer update).
+  off and on (no optimizer update); for a trainer around other models (a
+  `Distiller`, see `trainer_parts`), the gradient of its own loss, so the
+  teacher's forward pass is timed too.
 
 Each candidate is called once to trace and compile (timed and reported as
 its compile time, not counted), then the candidates run interleaved, a few
@@ -105,6 +107,21 @@ CPU_FLAGS = (
     "amx_tile",
     "amx_bf16",
     "amx_int8",
+)
+# Environment variables that change which kernels run or on how many threads
+# (read by TensorFlow, oneDNN and XLA when they start): part of the key when set.
+KERNEL_ENVIRONMENT = (
+    "TF_NUM_INTRAOP_THREADS",
+    "TF_NUM_INTEROP_THREADS",
+    "OMP_NUM_THREADS",
+    "TF_ENABLE_ONEDNN_OPTS",
+    "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS",
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "ONEDNN_DEFAULT_FPMATH_MODE",
+    "DNNL_DEFAULT_FPMATH_MODE",
+    "TF_XLA_FLAGS",
+    "XLA_FLAGS",
 )
 DEFAULT_BATCH_SIZE = 8
 DEFAULT_SEQUENCE_LENGTH = 128
@@ -201,11 +218,15 @@ def _host_description():
 def device_description():
     """What the measurement depends on about this machine: the CPU model,
     the CPU flags in `CPU_FLAGS`, the cores this process may use,
-    TensorFlow's thread settings, and the GPUs (names) or TPUs it sees.
+    TensorFlow's thread settings, the `KERNEL_ENVIRONMENT` variables that
+    are set, and the GPUs (names) or TPUs it sees.
 
     `kind` is "gpu", "tpu" or "cpu": the device the model runs on.
     """
     described = dict(_host_description())
+    environment = {name: os.environ[name] for name in KERNEL_ENVIRONMENT if name in os.environ}
+    if environment:  # Absent when none is set, so the keys of earlier entries still match.
+        described["environment"] = environment
     described["kind"], described["accelerators"] = "cpu", []
     if keras.backend.backend() == "tensorflow":
         tpus = tf.config.list_logical_devices("TPU")
@@ -270,15 +291,42 @@ def _input_structure(model):
     return {getattr(t, "name", None) or f"input_{i}": t for i, t in enumerate(flat)}
 
 
+def trainer_parts(model):
+    """What a trainer wrapping other models (a `bertzoo.Distiller`) is
+    measured with, from its `fast_path_parts()`: `{"inputs": the functional
+    model whose inputs it takes, "models": {role: model} (their signatures
+    key the cache), "settings": {JSON values that change the step},
+    "train_loss": inputs -> the scalar its training step differentiates}`;
+    None for a plain model.
+
+    Example:
+    ```python
+    trainer_parts(distiller)["models"]  # {"teacher": ..., "student": ...}
+    ```
+    """
+    hook = getattr(model, "fast_path_parts", None)
+    return hook() if callable(hook) else None
+
+
+def _inputs_model(model):
+    parts = trainer_parts(model)
+    return parts["inputs"] if parts else model
+
+
 def measurable(model):
     """Whether `model` can be measured: a built Keras model with symbolic
-    inputs (a functional model, as every bertzoo task and backbone is)."""
-    return isinstance(model, keras.layers.Layer) and model.built and _input_structure(model) is not None
+    inputs (a functional model, as every bertzoo task and backbone is), or
+    a trainer around one (`trainer_parts`)."""
+    if not isinstance(model, keras.layers.Layer):
+        return False
+    inputs = _inputs_model(model)
+    return isinstance(inputs, keras.layers.Layer) and inputs.built and _input_structure(inputs) is not None
 
 
 def measurement_sequence_length(model):
     """The sequence length the model is measured at: its preprocessor's when
     it has one, else min(backbone `max_sequence_length`, 128)."""
+    model = _inputs_model(model)
     length = getattr(getattr(model, "preprocessor", None), "sequence_length", None)
     if length:
         return int(length)
@@ -291,6 +339,7 @@ def input_shapes(model, batch_size=DEFAULT_BATCH_SIZE, sequence_length=None):
     """`{input name: (shape, dtype)}` the model is measured with: unknown
     dimensions become `batch_size` (the first) and `sequence_length`, or
     the length `model.measurement_lengths(sequence_length)` gives an input."""
+    model = _inputs_model(model)
     structure = _input_structure(model)
     if structure is None:
         raise ValueError(f"{type(model).__name__} has no symbolic inputs to measure with (build it first).")
@@ -324,7 +373,25 @@ def _config(layer):
 
 
 def model_signature(model, batch_size=DEFAULT_BATCH_SIZE, sequence_length=None):
-    """What about `model` the measured choice depends on (JSON-ready)."""
+    """What about `model` the measured choice depends on (JSON-ready); for
+    a trainer (`trainer_parts`), that of each model it runs, its settings
+    and what it trains."""
+    parts = trainer_parts(model)
+    if parts is not None:
+        sequence_length = sequence_length or measurement_sequence_length(model)
+        trainable = [(tuple(int(d) for d in w.shape), str(w.dtype)) for w in model.trainable_weights]
+        return {
+            "class": f"{type(model).__module__}.{type(model).__qualname__}",
+            "parts": {
+                role: model_signature(part, batch_size, sequence_length) for role, part in parts["models"].items()
+            },
+            "settings": parts.get("settings", {}),
+            "trainable_weights": hashlib.sha256(json.dumps(trainable).encode()).hexdigest()[:16],
+            "inputs": {
+                name: [list(shape), dtype]
+                for name, (shape, dtype) in input_shapes(model, batch_size, sequence_length).items()
+            },
+        }
     backbone = getattr(model, "backbone", None)
     layers = private_api.flatten_layers(model, include_self=True, recursive=True)
     weights = [(tuple(int(d) for d in w.shape), str(w.dtype)) for w in model.weights]
@@ -399,7 +466,11 @@ def _valid_entry(entry):
     if not isinstance(entry, dict) or not isinstance(entry.get("modes"), dict):
         return False
     for mode, decided in entry["modes"].items():
-        if mode not in MODES or not isinstance(decided, dict) or decided.get("chosen") not in (True, False, None):
+        if (
+            mode not in MODES
+            or not isinstance(decided, dict)
+            or not any(decided.get("chosen") is v for v in (True, False, None))
+        ):
             return False
         candidates = decided.get("candidates", [])
         if not isinstance(candidates, list) or not all(isinstance(c, dict) for c in candidates):
@@ -697,6 +768,10 @@ def _candidate_functions(model, x, modes):
     def scalar(outputs):
         return tf.add_n([tf.reduce_mean(tf.cast(t, "float32")) for t in keras.tree.flatten(outputs)])
 
+    parts = trainer_parts(model)
+    # A trainer's step runs all of its models (a distiller's teacher too).
+    train_loss = parts["train_loss"] if parts else (lambda inputs: scalar(model(inputs, training=True)))
+
     x = {name: tf.constant(value) for name, value in x.items()}
 
     def make(mode, jit_compile):
@@ -706,7 +781,7 @@ def _candidate_functions(model, x, modes):
 
             def step(inputs):
                 with tf.GradientTape() as tape:
-                    loss = scalar(model(inputs, training=True))
+                    loss = tf.cast(train_loss(inputs), "float32")
                 # Returned, so no part of the gradient is pruned away.
                 return loss, tape.gradient(loss, model.trainable_variables)
 
@@ -741,16 +816,21 @@ def _measure(model, shapes, modes, runs, budget_s, timer):
             try:
                 candidate.compile_s = float(timer(candidate.name, functions[key]))
             except Exception as e:  # A candidate that cannot run is reported, not chosen.
-                first_line = (str(e).strip().splitlines() or [""])[0][:200]
-                candidate.error = f"{type(e).__name__}: {first_line}"
+                candidate.error = _error_line(e)
         working = [key for key in candidates if candidates[key].error is None]
         spent = 0.0
         for round_index in range(runs):
             if round_index and spent >= budget_s:
                 break
             working = [key for key in working if not _clearly_decided(candidates.values(), key[0])]
-            for key in working if round_index % 2 == 0 else reversed(working):
-                seconds = float(timer(candidates[key].name, functions[key]))
+            for key in list(working) if round_index % 2 == 0 else list(reversed(working)):
+                try:
+                    seconds = float(timer(candidates[key].name, functions[key]))
+                except Exception as e:  # E.g. out of memory while both paths hold buffers: not chosen.
+                    candidates[key].error = _error_line(e)
+                    candidates[key].runs_s.clear()
+                    working.remove(key)
+                    continue
                 candidates[key].runs_s.append(seconds)
                 spent += seconds
     finally:
@@ -760,6 +840,11 @@ def _measure(model, shapes, modes, runs, budget_s, timer):
         if candidate.runs_s:
             candidate.median_s = statistics.median(candidate.runs_s)
     return list(candidates.values())
+
+
+def _error_line(error):
+    first_line = (str(error).strip().splitlines() or [""])[0][:200]
+    return f"{type(error).__name__}: {first_line}"
 
 
 def _decide(candidates, mode, min_gain=MIN_GAIN):
@@ -813,6 +898,48 @@ def _from_entry(entry, model_name, key, path):
         versions=entry.get("versions"),
         inputs=entry.get("inputs"),
     )
+
+
+def _replicas(strategy):
+    """`(num_replicas, is_tpu)` of a `tf.distribute` strategy (or None)."""
+    if strategy is None or keras.backend.backend() != "tensorflow":
+        return 1, False
+    return int(strategy.num_replicas_in_sync), "TPU" in type(strategy).__name__
+
+
+def jit_compile_supported(strategy=None):
+    """Whether Keras `fit`/`predict` steps can be XLA-compiled under `strategy`.
+
+    No for a `tf.distribute` strategy with several replicas (MirroredStrategy,
+    MultiWorkerMirroredStrategy): Keras's TensorFlow trainer wraps the whole
+    `strategy.run(train_step)` call, i.e. every replica's computation, in one
+    `tf.function(jit_compile=True)`, and one XLA computation runs on one
+    device. Reading the second replica's variables from it fails with
+    "Trying to access resource .../replica_1/... located in device CPU:1 from
+    device CPU:0" (tested here on two logical CPUs). The same holds on real
+    multi-GPU machines, as reported upstream: keras-team/keras#18145 (8 x
+    A100), tensorflow/tensorflow#53140 (P100s) and #45940 (variables not
+    shareable across replicas in one XLA computation), #48502 (no
+    `NcclAllReduce` kernel for XLA GPU devices), tensorflow/models#10752
+    (MultiWorkerMirroredStrategy, 2 x 8 GPUs), and keras-hub#949, after
+    which keras-hub stopped compiling with XLA under a strategy. Keras's own
+    `jit_compile="auto"` turns XLA off under a strategy for this reason.
+    The workaround TensorFlow's maintainers suggest there (#45940) is XLA
+    auto-clustering within each replica (`TF_XLA_FLAGS=--tf_xla_auto_jit=2`
+    with `jit_compile=False`); not tested here, for want of several GPUs.
+
+    `strategy=None` looks at the strategy in scope (TensorFlow backend).
+
+    Example:
+    ```python
+    with tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"]).scope():
+        jit_compile_supported()  # False
+    ```
+    """
+    if strategy is None and keras.backend.backend() == "tensorflow":
+        strategy = tf.distribute.get_strategy() if tf.distribute.has_strategy() else None
+    replicas, is_tpu = _replicas(strategy)
+    return replicas == 1 or is_tpu
 
 
 def choose_jit_compile(
@@ -878,6 +1005,8 @@ def choose_jit_compile(
     backend_choice = backend_jit_compile()
     if backend_choice is not None:
         return _rule_report(model, backend_choice, f"the {keras.backend.backend()} backend's rule")
+    if not jit_compile_supported():  # Timed outside `strategy.run`, the steps would not be the real ones.
+        return _rule_report(model, False, "a multi-replica tf.distribute strategy: XLA off (jit_compile_supported)")
     if not measurable(model):
         reason = "nothing to measure: not a built model with symbolic inputs"
         return _record(model, FastPathReport(model=name, source="rule", reason=reason))

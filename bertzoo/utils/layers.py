@@ -4,6 +4,11 @@ import keras
 
 from bertzoo.utils import private_api
 
+# The attribute under which a `bertzoo.Pruner` attaches its state (masks and
+# step counters) to the model it prunes. Here, low, so that saving can refuse
+# such a model without importing the compression package.
+PRUNING_STATE_ATTR = "_pruning_state"
+
 
 def leaf_layers(model):
     """Every layer of `model` (nested ones included) without sub-layers,

@@ -83,6 +83,8 @@ def fused_int8_status():
         reason = f"the CPU is {platform.machine()}, not x86-64"
     elif not private_api.tensorflow_onednn_enabled():
         reason = "TensorFlow runs without oneDNN (TF_ENABLE_ONEDNN_OPTS=0 or a build without it)"
+    elif not private_api.unexposed_op_runner_available():
+        reason = "this TensorFlow has moved the internals bertzoo calls the fused kernel with"
     else:
         reason = check_fused_int8_op(private_api.tensorflow_op_def(FUSED_INT8_OP))
         if reason is None:

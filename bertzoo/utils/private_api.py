@@ -576,8 +576,22 @@ def read_saved_model_proto(path):
     from tensorflow.core.protobuf import saved_model_pb2
 
     saved_model = saved_model_pb2.SavedModel()
-    saved_model.ParseFromString((Path(path) / "saved_model.pb").read_bytes())
+    saved_model.ParseFromString((Path(path).expanduser() / "saved_model.pb").read_bytes())
     return saved_model
+
+
+def unexposed_op_runner_available():
+    """Whether `run_unexposed_op` can import the TensorFlow internals it
+    uses; callers that would route layers through it check this first, so a
+    TensorFlow release that moves them turns the fast path off instead of
+    breaking every call."""
+    try:
+        from tensorflow.core.framework import attr_value_pb2  # noqa: F401
+        from tensorflow.python.eager import context  # noqa: F401
+        from tensorflow.python.eager import execute  # noqa: F401
+    except ImportError:
+        return False
+    return hasattr(execute, "execute") and hasattr(context, "context")
 
 
 def run_unexposed_op(op_type, inputs, output_dtype, attrs):
@@ -586,7 +600,8 @@ def run_unexposed_op(op_type, inputs, output_dtype, attrs):
 
     Private: `tensorflow.python.eager.execute`, `context`, `attr_value_pb2`
     and `Graph.create_op`. There is no fallback: callers check the op with
-    `tensorflow_op_def` first (see `bertzoo.layers.dense`).
+    `tensorflow_op_def` and these imports with `unexposed_op_runner_available`
+    first (see `bertzoo.utils.onednn.fused_int8_status`).
     """
     import tensorflow as tf
     from tensorflow.core.framework import attr_value_pb2

@@ -41,6 +41,16 @@ def test_missing_paths_files_and_existing_presets(tmp_path, ref, tiny):
     assert bertzoo.convert_checkpoint(source, preset, overwrite=True).path == preset
 
 
+def test_detect_format_names_a_missing_path_or_a_file(tmp_path):
+    from bertzoo.convert import detect_format
+
+    with pytest.raises(FileNotFoundError, match=r"nowhere does not exist"):
+        detect_format(tmp_path / "nowhere")
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(ConversionError, match=r"file\.txt is a file(.|\n)*Hugging Face"):
+        detect_format(tmp_path / "file.txt")
+
+
 def test_config_that_disagrees_with_the_tensor_shapes(tmp_path, ref, tiny):
     source = ref.write_hf(
         tmp_path / "hf", ref.hf_config(tiny, intermediate_size=40), ref.hf_bert_arrays(tiny, heads=False)
@@ -242,3 +252,11 @@ def test_safetensors_index_without_a_weight_map(tmp_path, ref, tiny):
         r'model\.safetensors\.index\.json: weight_map is \["model-00001-of-00001\.safetensors"\] \(a list\); '
         r"expected an object mapping each tensor name",
     )
+
+
+@pytest.mark.parametrize("shard", ["../outside.safetensors", "/tmp/x.safetensors", "sub/model.safetensors", "a.bin"])
+def test_safetensors_index_naming_files_outside_the_checkpoint(tmp_path, ref, tiny, shard):
+    source = ref.write_hf(tmp_path / "hf", ref.hf_config(tiny), ref.hf_bert_arrays(tiny))
+    (source / "model.safetensors").rename(source / "model-00001-of-00001.safetensors")
+    (source / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"bert.pooler.dense.bias": shard}}))
+    convert_fails(source, tmp_path / "out", r"weight_map names files that are not \.safetensors files beside it")

@@ -68,6 +68,10 @@ HF_DIFFERS_WHEN_STRIPPING_ACCENTS = {
     # re-compose them, HF's Precompiled normalizer does not (it maps graphemes
     # longer than 6 bytes one character at a time).
     "hangul": "한국어 텍스트",
+    # ALBERT drops characters of a non-zero combining class; HF's fast
+    # StripAccents drops every mark, also the emoji variation selector
+    # U+FE0F (combining class 0), which ALBERT keeps.
+    "variation_selector": "I \u2764\ufe0f NY \U0001f600\U0001f44d\U0001f3fd \U0001f1fa\U0001f1f8 \U0001f389\U0001f389\U0001f389 :-)",
 }
 SPECIAL_STRINGS = [
     "The capital of France is [MASK].",
@@ -128,11 +132,11 @@ def as_lists(ids):
 
 # --- References --------------------------------------------------------------
 def albert_preprocess(text, lowercase, keep_accents):
-    """ALBERT's preprocessing as Hugging Face applies it (quotes, NFKD and
-    accent stripping, lower-casing), written independently in Python."""
+    """ALBERT's preprocessing (quotes, NFKD and dropping characters of a
+    non-zero combining class, lower-casing), written independently in Python."""
     text = text.replace("``", '"').replace("''", '"')
     if not keep_accents:
-        text = "".join(c for c in unicodedata.normalize("NFKD", text) if unicodedata.category(c) != "Mn")
+        text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
     if lowercase:
         text = "".join(c.lower() for c in text)
     return text
@@ -625,3 +629,23 @@ def test_question_answering_reads_sentencepiece_text(proto):
     context = "The quick brown fox jumps over the lazy dog near the old river bank, Café résumé. " * 3
     answers = qa.predict_spans(["Who jumps?"], [context], stride=8)
     assert answers[0]["text"] == context[answers[0]["start"] : answers[0]["end"]] and answers[0]["text"]
+
+
+def test_accent_stripping_drops_what_albert_drops(proto):
+    # Combining class, not the Mn category: Devanagari and Thai vowel signs
+    # (Mn or Mc, combining class 0) stay, the accents of "Café" and the
+    # virama of "नमस्ते" go.
+    texts = ["कुछ हिंदी नमः नमस्ते", "กัน ที่", "Café naïve Ångström", "I \u2764\ufe0f NY"]
+    tokenizer = SentencePieceTokenizer(proto, lowercase=False, strip_accents=True)
+    ours = [t.decode("utf-8") for t in tokenizer._preprocess(tf.constant(texts)).numpy().tolist()]
+    assert ours == [albert_preprocess(t, lowercase=False, keep_accents=False) for t in texts]
+    assert "\u0941" in ours[0] and "\u094d" not in ours[0] and ours[2] == "Cafe naive Angstrom"
+
+
+@pytest.mark.parametrize("space", ["\u00a0", "\u3000", "\u2003", " "])
+def test_offsets_start_after_any_unicode_space(proto, space):
+    text = f"the{space}fox"
+    tokenizer = SentencePieceTokenizer(proto)
+    ids, starts, ends = tokenizer.tokenize_with_offsets([text])
+    spans = [text[s:e] for s, e in zip(starts.to_list()[0], ends.to_list()[0])]
+    assert "".join(spans) == "thefox" and all(span and not span[0].isspace() for span in spans), spans

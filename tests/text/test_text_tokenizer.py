@@ -220,6 +220,12 @@ def test_detokenize():
     assert tokenizer.detokenize([[6], [5, 6]]).numpy().tolist() == [b"fox", b"the fox"]
     with pytest.raises(ValueError, match="must be in"):
         tokenizer.detokenize([5, 99])
+    # Ids past int32 are refused, not wrapped into the vocabulary (2**32 + 5 would read as 5).
+    with pytest.raises(ValueError, match=r"must be in \[0, \d+\], got values in \[6, 4294967301\]"):
+        tokenizer.detokenize(np.array([2**32 + 5, 6], np.int64))
+    with pytest.raises(ValueError, match="must be in"):
+        tokenizer.detokenize([[5], [2**32 + 5]])
+    assert tokenizer.detokenize([]).numpy() == b""  # As tokenize("") gives [].
 
 
 def test_vocabulary_accessors(real_tokenizer):
@@ -342,3 +348,16 @@ def test_special_tokens_in_strings_is_off_by_default():
     assert restored.special_tokens_in_strings is True
     with pytest.raises(ValueError, match="special_tokens_in_strings"):
         BertTokenizer(TINY_VOCAB, special_tokens_in_strings="yes")
+
+
+def test_a_changed_max_chars_per_word_applies_as_a_rebuilt_tokenizer_would():
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "##a"]
+    tokenizer = BertTokenizer(vocabulary)
+    word = "a" * 450
+    assert tokenizer.tokenize(word).numpy().tolist() == [1]  # Over the default 100 characters.
+    tokenizer.max_chars_per_word = 1000
+    rebuilt = BertTokenizer.from_config(tokenizer.get_config())
+    expected = [5] + [6] * 449
+    assert tokenizer.tokenize(word).numpy().tolist() == rebuilt.tokenize(word).numpy().tolist() == expected
+    ids, starts, ends = tokenizer.tokenize_with_offsets([word])
+    assert ids.to_list() == [expected] and ends.to_list()[0][-1] == 450
