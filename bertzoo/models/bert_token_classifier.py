@@ -321,17 +321,16 @@ class BertTokenClassifier(Task):
         then say which word each token starts."""
         preprocessor = self.preprocessor if preprocessor is None else preprocessor
         labels = tf.fill(tf.shape(x), IGNORE_LABEL) if y is None else y
-        if sample_weight is not None and tf.convert_to_tensor(sample_weight).shape.rank == 2:
-            # One weight per word: moved onto the word's first sub-token, as its label is.
+        if sample_weight is None:
+            features, token_labels = align_word_tensors(preprocessor.tokenizer, x, labels, preprocessor.sequence_length)
+        else:
+            sample_weight = tf.cast(sample_weight, tf.float32)
+            if sample_weight.shape.rank == 1:  # One weight per sentence: on each of its words.
+                sample_weight = sample_weight[:, tf.newaxis] * tf.ones(tf.shape(x), tf.float32)
+            # Each word's weight on its first sub-token, as its label is (the only token the loss counts).
             features, token_labels, sample_weight = align_word_tensors(
                 preprocessor.tokenizer, x, labels, preprocessor.sequence_length, weights=sample_weight
             )
-        else:  # None, or one weight per sentence: on each of its tokens.
-            features, token_labels = align_word_tensors(preprocessor.tokenizer, x, labels, preprocessor.sequence_length)
-            if sample_weight is not None:
-                sample_weight = tf.cast(sample_weight, tf.float32)[:, tf.newaxis] * tf.ones_like(
-                    token_labels, tf.float32
-                )
         return keras.utils.pack_x_y_sample_weight(features, None if y is None else token_labels, sample_weight)
 
     def predict_words(self, words, batch_size=None, verbose=0):

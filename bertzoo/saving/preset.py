@@ -579,11 +579,7 @@ class Preset:
             preprocessor, self._unused_preprocessor = self._unused_preprocessor, None
             return preprocessor
         node = copy.deepcopy(self.config.get("preprocessor") or format1.preprocessor_node())
-        longest = self.backbone_config.get("max_sequence_length")
-        if "sequence_length" not in node["config"] and isinstance(longest, int):
-            # Saved without a length: the preprocessor's default, if the position table holds it.
-            default = inspect.signature(BertPreprocessor).parameters["sequence_length"].default
-            node["config"]["sequence_length"] = min(default, longest)
+        _fill_sequence_length(node["config"], self.backbone_config.get("max_sequence_length"))  # Saved without one.
         tokenizer = node["config"]["tokenizer"]
         for key, value in overrides.items():
             (tokenizer if key in format1.TOKENIZER_KEYS else node)["config"][key] = value
@@ -751,6 +747,15 @@ def _load_weights(model, path, objects_to_skip=()):
         ) from e
 
 
+def _fill_sequence_length(settings, longest):
+    """Sets `settings["sequence_length"]`, when absent, to the preprocessor's
+    default if the backbone's position table (`longest`) holds it, else to
+    `longest`."""
+    if "sequence_length" not in settings and isinstance(longest, int):
+        default = inspect.signature(BertPreprocessor).parameters["sequence_length"].default
+        settings["sequence_length"] = min(default, longest)
+
+
 def _preprocessor_from_settings(tokenizer, settings):
     """The `BertPreprocessor` that `save_preset(tokenizer=, preprocessor_config=)`
     saves: the packer's settings (`sequence_length`, `truncate`) and, for a
@@ -879,11 +884,7 @@ def save_preset(
         )
     if preprocessor_node is None and tokenizer is not None:
         settings = dict(preprocessor_config or {})
-        longest = getattr(backbone, "max_sequence_length", None)
-        if "sequence_length" not in settings and isinstance(longest, int):
-            # The preprocessor's default, if the position table holds it.
-            default = inspect.signature(BertPreprocessor).parameters["sequence_length"].default
-            settings["sequence_length"] = min(default, longest)
+        _fill_sequence_length(settings, getattr(backbone, "max_sequence_length", None))
         preprocessor_node = serialize(_preprocessor_from_settings(tokenizer, settings))
     vocabulary = sentencepiece = None
     if preprocessor_node:

@@ -372,49 +372,51 @@ def _config(layer):
     return config
 
 
+def _shapes_hash(weights):
+    shapes = [(tuple(int(d) for d in w.shape), str(w.dtype)) for w in weights]
+    return hashlib.sha256(json.dumps(shapes).encode()).hexdigest()[:16]
+
+
 def model_signature(model, batch_size=DEFAULT_BATCH_SIZE, sequence_length=None):
     """What about `model` the measured choice depends on (JSON-ready); for
     a trainer (`trainer_parts`), that of each model it runs, its settings
     and what it trains."""
-    parts = trainer_parts(model)
-    if parts is not None:
-        sequence_length = sequence_length or measurement_sequence_length(model)
-        trainable = [(tuple(int(d) for d in w.shape), str(w.dtype)) for w in model.trainable_weights]
-        return {
-            "class": f"{type(model).__module__}.{type(model).__qualname__}",
-            "parts": {
-                role: model_signature(part, batch_size, sequence_length) for role, part in parts["models"].items()
-            },
-            "settings": parts.get("settings", {}),
-            "trainable_weights": hashlib.sha256(json.dumps(trainable).encode()).hexdigest()[:16],
-            "inputs": {
-                name: [list(shape), dtype]
-                for name, (shape, dtype) in input_shapes(model, batch_size, sequence_length).items()
-            },
-        }
-    backbone = getattr(model, "backbone", None)
-    layers = private_api.flatten_layers(model, include_self=True, recursive=True)
-    weights = [(tuple(int(d) for d in w.shape), str(w.dtype)) for w in model.weights]
-    # What the training step differentiates (a frozen backbone is another step).
-    trainable = [(tuple(int(d) for d in w.shape), str(w.dtype)) for w in model.trainable_weights]
-    return {
+    sequence_length = sequence_length or measurement_sequence_length(model)
+    signature = {
         "class": f"{type(model).__module__}.{type(model).__qualname__}",
-        "backbone_class": f"{type(backbone).__module__}.{type(backbone).__qualname__}"
-        if backbone is not None
-        else None,
-        "backbone_config": _config(backbone) if backbone is not None else _config(model),
-        "dtype_policy": model.dtype_policy.name,
-        "layer_dtype_policies": sorted({layer.dtype_policy.name for layer in layers if hasattr(layer, "dtype_policy")}),
-        "quantization_mode": quantization_mode(model),
-        "weights": hashlib.sha256(json.dumps(weights).encode()).hexdigest()[:16],
-        "parameters": int(sum(int(np.prod(shape)) for shape, _ in weights)),
-        "trainable_weights": hashlib.sha256(json.dumps(trainable).encode()).hexdigest()[:16],
+        # What the training step differentiates (a frozen backbone is another step).
+        "trainable_weights": _shapes_hash(model.trainable_weights),
         "inputs": {
             name: [list(shape), dtype]
             for name, (shape, dtype) in input_shapes(model, batch_size, sequence_length).items()
         },
-        "onednn_int8": bool(onednn_int8_available()),
     }
+    parts = trainer_parts(model)
+    if parts is not None:
+        signature["parts"] = {
+            role: model_signature(part, batch_size, sequence_length) for role, part in parts["models"].items()
+        }
+        signature["settings"] = parts.get("settings", {})
+        return signature
+    backbone = getattr(model, "backbone", None)
+    layers = private_api.flatten_layers(model, include_self=True, recursive=True)
+    signature.update(
+        {
+            "backbone_class": f"{type(backbone).__module__}.{type(backbone).__qualname__}"
+            if backbone is not None
+            else None,
+            "backbone_config": _config(backbone) if backbone is not None else _config(model),
+            "dtype_policy": model.dtype_policy.name,
+            "layer_dtype_policies": sorted(
+                {layer.dtype_policy.name for layer in layers if hasattr(layer, "dtype_policy")}
+            ),
+            "quantization_mode": quantization_mode(model),
+            "weights": _shapes_hash(model.weights),
+            "parameters": int(sum(int(np.prod(w.shape)) for w in model.weights)),
+            "onednn_int8": bool(onednn_int8_available()),
+        }
+    )
+    return signature
 
 
 def cache_key(device, versions, signature):
