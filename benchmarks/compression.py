@@ -104,10 +104,12 @@ from benchmarks.harness import RESULTS_FILE
 from benchmarks.harness import append_results
 from benchmarks.harness import command_line
 from benchmarks.harness import machine
+from benchmarks.harness import machine_label
 from benchmarks.harness import markdown_table
 from benchmarks.harness import median_ms
 from benchmarks.harness import minilm_path
 from benchmarks.harness import print_table
+from benchmarks.harness import read_results
 from benchmarks.harness import sentiment_path
 from benchmarks.harness import time_interleaved
 from benchmarks.harness import unrecorded
@@ -309,6 +311,11 @@ def save_plain(model, directory):
     return sum(p.stat().st_size for p in Path(directory).rglob("*") if p.is_file()) / 1e6
 
 
+# Next to each file's cached teacher: the settings it was fine-tuned with (a
+# cache from before this record is trusted as it is).
+TEACHER_SETTINGS_NAME = "teacher-settings.json"
+
+
 def teacher_model(args, cache, name, train):
     """The fine-tuned teacher of one file: loaded from `cache/<name>/teacher`,
     else converted, fine-tuned (`TEACHER_RECIPE`) and saved there."""
@@ -318,6 +325,18 @@ def teacher_model(args, cache, name, train):
     from bertzoo.models.task import bert_optimizer
 
     directory = cache / name / "teacher"
+    # What the cached teacher was fine-tuned with: every row's "% of teacher"
+    # and the distillation targets come from it, and the rows say they were
+    # made with this run's training set, length and recipe.
+    wanted = {"train": len(train[0]), "sequence_length": args.sequence_length, **TEACHER_RECIPE}
+    recorded = cache / name / TEACHER_SETTINGS_NAME
+    if (directory / "config.json").is_file() and recorded.is_file():
+        found = json.loads(recorded.read_text())
+        if found != wanted:
+            raise SystemExit(
+                f"The cached teacher {directory} was fine-tuned with {found}, this run asks for {wanted}: "
+                "use another --cache, or delete that directory to fine-tune it again."
+            )
     if not (directory / "config.json").is_file():
         minilm = cache / "minilm"
         if not (minilm / "config.json").is_file():
@@ -328,6 +347,7 @@ def teacher_model(args, cache, name, train):
         print(f"[{name}] fine-tuning the teacher ...", flush=True)
         model.fit(*train, batch_size=TEACHER_RECIPE["batch_size"], epochs=TEACHER_RECIPE["epochs"], verbose=2)
         save_plain(model, directory)
+        recorded.write_text(json.dumps(wanted, sort_keys=True))
     return bertzoo.BertClassifier.from_preset(directory, sequence_length=args.sequence_length)
 
 
@@ -985,7 +1005,7 @@ def run_file(name, args, cache, on_trained=None):
                 on_trained(result_rows(name, {**store, "latency": {}}, [method], [seed], {method: settings})[0])
 
     settings = {method: method_settings(method, args, len(train[0]), len(test_y)) for method in args.methods}
-    latency_settings = {"runs": args.runs, "xla": args.xla, "sequence_length": args.sequence_length}
+    latency_settings = timing_settings(args)
     cached = store.get("latency", {})
     # Timed again: models trained in this run for the timing seed, methods
     # never timed or timed with other settings, or everything when the
@@ -1017,7 +1037,17 @@ def run_file(name, args, cache, on_trained=None):
             "models": {**cached_models, **timings},
         }
         save_cache(results, store)
-    return result_rows(name, store, args.methods, args.seeds, settings)
+    return result_rows(name, store, args.methods, args.seeds, settings, latency_settings)
+
+
+# The keys of a row's timing figures (the method's and its teacher's).
+TIMING_PREFIXES = ("ms_b", "mode_b", "speedup_b", "teacher_ms_b", "teacher_mode_b", "teacher_speedup_b")
+
+
+def timing_settings(args):
+    """The settings a timing is made with: a timing of other settings is
+    neither reused nor reported."""
+    return {"runs": args.runs, "xla": args.xla, "sequence_length": args.sequence_length}
 
 
 def method_timing(timing, settings):
@@ -1030,13 +1060,18 @@ def method_timing(timing, settings):
     return {k: v for k, v in timing.items() if k not in ("seed", "settings")}
 
 
-def result_rows(name, store, methods, seeds, settings):
+def result_rows(name, store, methods, seeds, settings, latency_settings=None):
     """`(rows, teacher figures)` of one file's cache: a row per (method,
     seed) measured with `settings[method]`, with the teacher's figures and
-    the method's timing (when it timed a model of those settings). Results
-    of other settings are left out (a rerun replaces them), so a report
-    never mixes recipes."""
-    timing = store.get("latency", {}).get("models", {"teacher": {}})
+    the method's timing (when it timed a model of those settings, and,
+    given `latency_settings`, in a timing run of those settings: a
+    `--skip-timing` run after the timing settings changed keeps the old
+    figures in the cache but reports none). Results of other settings are
+    left out (a rerun replaces them), so a report never mixes recipes."""
+    latency = store.get("latency", {})
+    if latency_settings is not None and latency.get("settings") != latency_settings:
+        latency = {}
+    timing = {"teacher": {}, **latency.get("models", {})}
     teacher_figures = {**store["teacher"], **timing["teacher"]}
     rows = []
     for method in methods:
@@ -1059,7 +1094,8 @@ def result_rows(name, store, methods, seeds, settings):
                     **{k: v for k, v in entry.items() if k not in ("seed", "settings")},
                     **teacher_timing,
                     **mine,
-                    "latency_seed": store.get("latency", {}).get("seed"),
+                    "latency_seed": latency.get("seed"),
+                    **({"timing_settings": latency["settings"]} if mine and "settings" in latency else {}),
                     "settings": entry["settings"],
                 }
             )
@@ -1073,9 +1109,8 @@ def recorded_rows(name, args, path=RESULTS_FILE):
     _, train, (_, test_y) = load_data(args, name)
     settings = {method: method_settings(method, args, len(train[0]), len(test_y)) for method in args.methods}
     latest = {}
-    for line in Path(path).read_text().splitlines():
-        row = json.loads(line)
-        if row.get("benchmark") != "compression" or row.get("file") != name:
+    for row in read_results(path, "compression"):
+        if row.get("file") != name:
             continue
         method, seed = row.get("method"), row.get("seed")
         if method in settings and seed in args.seeds and row.get("settings") == settings[method]:
@@ -1086,12 +1121,21 @@ def recorded_rows(name, args, path=RESULTS_FILE):
         missing = [s for s in args.seeds if (method, s) not in latest]
         if missing:
             print(f"[{name}] {method} seeds {missing}: no line with these settings (not reported)", flush=True)
+    # A line timed with other timing settings (a `--runs 1` smoke run, one
+    # XLA mode) keeps its accuracy; its timing is not this report's.
+    wanted = timing_settings(args)
+    for i, row in enumerate(rows):
+        if row.get("timing_settings", wanted) != wanted:
+            print(f"[{name}] {row['method']} seed {row['seed']}: timed with {row['timing_settings']} (not reported)")
+            rows[i] = {k: v for k, v in row.items() if not k.startswith(TIMING_PREFIXES)}
     newest = max(rows, key=lambda r: r["date"], default={})
+    # The teacher's time only when every row was timed against the same one:
+    # each speedup is against its own run's teacher.
+    teacher_ms = {n: {r[f"teacher_ms_b{n}"] for r in rows if f"teacher_ms_b{n}" in r} for n in (1, 32)}
     teacher = {
         "accuracy": newest.get("teacher_accuracy"),
         "encoder_parameters": newest.get("teacher_encoder_parameters"),
-        "ms_b1": newest.get("teacher_ms_b1"),
-        "ms_b32": newest.get("teacher_ms_b32"),
+        **{f"ms_b{n}": next(iter(ms)) if len(ms) == 1 else None for n, ms in teacher_ms.items()},
     }
     return rows, teacher
 
@@ -1141,7 +1185,7 @@ def main(argv=None):
         measured = f"Measured {date} on {machine()}"
         if args.from_results and rows:
             dates = sorted(r["date"][:10] for r in rows)
-            machines = sorted({r.get("machine", "?") for r in rows})
+            machines = sorted({machine_label(r) for r in rows})
             span = dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
             measured = f"Measured {span} on {' and '.join(machines)}"
         timing = "timings as recorded" if args.from_results else f"timing medians of {args.runs} interleaved rounds"

@@ -34,6 +34,7 @@ worker of `benchmarks.peers` can use it too.
 """
 
 import datetime
+import fcntl
 import importlib.metadata
 import json
 import os
@@ -311,6 +312,16 @@ def machine():
     return f"{described}; {', '.join(gpus)}" if gpus else described
 
 
+def machine_label(row):
+    """A result row's machine for a report: its description with the CPU
+    flags that decide the fast paths, where the row recorded them (two CPUs
+    of one name can differ in AMX)."""
+    info = row.get("machine_info")
+    flags = info.get("cpu_flags") if isinstance(info, dict) else None
+    name = row.get("machine", "?")
+    return f"{name} ({', '.join(flags)})" if flags else name
+
+
 def library_versions(names=VERSIONED):
     """`{distribution: version}` of the installed ones among `names` (read
     from the package metadata: nothing is imported)."""
@@ -371,9 +382,22 @@ def append_results(benchmark, rows, command, path=RESULTS_FILE):
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     values = (date, benchmark, machine(), machine_info(), round(os.getloadavg()[0], 2), command)
     stamp = dict(zip(STAMP_KEYS, values))
-    with open(path, "a") as f:
-        for row in rows:
-            f.write(json.dumps({**stamp, **row}) + "\n")
+    payload = "".join(json.dumps({**stamp, **row}) + "\n" for row in rows).encode()
+    if not payload:
+        return
+    # One write() on an O_APPEND descriptor, under a lock: lines of two
+    # benchmarks appending at once never interleave, and a line cut short
+    # by a kill is ended before the next payload, so it spoils only itself.
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            payload = b"\n" + payload
+        while payload:
+            payload = payload[os.write(fd, payload) :]
+    finally:
+        os.close(fd)
 
 
 def record(benchmark, rows, module, argv, path=None):
@@ -399,7 +423,16 @@ def unrecorded(benchmark, rows, path=RESULTS_FILE):
 
 def read_results(path=RESULTS_FILE, benchmark=None):
     """The rows of a results file (optionally of one benchmark), oldest first."""
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    rows = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            # A line cut short by a killed run: skipped, not fatal, so a
+            # damaged file never stops the next run after hours of training.
+            print(f"warning: {path}:{number} is not a complete JSON line (skipped)", file=sys.stderr)
     return [r for r in rows if benchmark is None or r.get("benchmark") == benchmark]
 
 

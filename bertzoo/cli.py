@@ -27,6 +27,8 @@ from bertzoo.compression import gzip_size
 from bertzoo.compression import quantize
 from bertzoo.compression import sparsity_report
 from bertzoo.compression.calibration import calibration_sample
+from bertzoo.compression.pipeline import DEFAULT_RECIPE
+from bertzoo.compression.pipeline import DEFAULT_SPARSITY
 from bertzoo.compression.pipeline import DEFAULT_STAGES
 from bertzoo.compression.pipeline import STAGES
 from bertzoo.compression.quantization import DEFAULT_SMOOTHING
@@ -281,7 +283,13 @@ def _sparsity(args):
     "Compress a fine-tuned classifier stage by stage (distill, prune, int8); save each stage's preset and "
     "SavedModel and write a trade-off report (report.md, report.json, tradeoff.png).",
     arguments=(
-        argument("teacher", type=_path, metavar="TEACHER_PRESET", help="fine-tuned classifier preset directory"),
+        argument(
+            "teacher",
+            type=_path,
+            metavar="TEACHER_PRESET",
+            help="fine-tuned classifier preset directory, or a backbone preset (a converted checkpoint: it gets a "
+            "new head, fine-tuned here for --teacher-epochs)",
+        ),
         argument("--train", type=_path, required=True, help="training file: .tsv, .csv or .jsonl with a header"),
         argument("--eval", type=_path, required=True, help="evaluation file, same layout"),
         argument("--out", type=_path, required=True, metavar="DIR", help="output directory (new or empty)"),
@@ -300,16 +308,37 @@ def _sparsity(args):
         argument("--text-column", default="text", help="text column name (default: %(default)s)"),
         argument("--label-column", default="label", help="label column name (default: %(default)s)"),
         argument("--epochs", type=int, default=1, help="training epochs per stage (default: %(default)s)"),
+        argument(
+            "--teacher-epochs",
+            type=int,
+            default=None,
+            help="a backbone teacher's new head: fine-tuning epochs (default: --epochs)",
+        ),
         argument("--batch-size", type=int, default=32, help="training batch size (default: %(default)s)"),
         argument(
-            "--sparsity", type=float, default=0.9, help="final sparsity of the prune stage (default: %(default)s)"
+            "--sparsity",
+            type=float,
+            default=argparse.SUPPRESS,  # Absent unless given: refused without a prune stage.
+            help=f"final sparsity of the prune stage (default: {DEFAULT_SPARSITY})",
+        ),
+        argument(
+            "--heads-to-keep",
+            type=int,
+            default=None,
+            help="prune_structured: attention heads kept per layer (default: half, or 1/--target-speedup)",
+        ),
+        argument(
+            "--ffn-keep-ratio",
+            type=float,
+            default=None,
+            help="prune_structured: fraction of feed-forward neurons kept (default: as --heads-to-keep)",
         ),
         argument("--sequence-length", type=int, default=None, help="tokens per text (default: the teacher's)"),
         argument(
             "--recipe",
-            default="tinybert",
+            default=argparse.SUPPRESS,  # Absent unless given: refused without a distill stage.
             choices=[*sorted(RECIPES), "none"],
-            help="distill stage: tinybert, minilm, hinton, or none for one Distiller (default: %(default)s)",
+            help=f"distill stage: tinybert, minilm, hinton, or none for one Distiller (default: {DEFAULT_RECIPE})",
         ),
         argument(
             "--transfer",
@@ -377,10 +406,13 @@ def _compress(args):
         text_column=args.text_column,
         label_column=args.label_column,
         epochs=args.epochs,
+        teacher_epochs=args.teacher_epochs,
         batch_size=args.batch_size,
-        sparsity=args.sparsity,
+        sparsity=getattr(args, "sparsity", DEFAULT_SPARSITY),
+        heads_to_keep=args.heads_to_keep,
+        ffn_keep_ratio=args.ffn_keep_ratio,
         sequence_length=args.sequence_length,
-        recipe=None if args.recipe == "none" else args.recipe,
+        recipe=None if getattr(args, "recipe", DEFAULT_RECIPE) == "none" else getattr(args, "recipe", DEFAULT_RECIPE),
         transfer=args.transfer,
         transfer_column=args.transfer_column,
         augment=args.augment,

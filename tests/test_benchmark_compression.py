@@ -516,3 +516,86 @@ def test_a_result_recorded_before_is_not_appended_again(tmp_path, monkeypatch):
     with open(path, "a") as f:
         f.write(json.dumps({**timed, "benchmark": "run"}) + "\n")
     assert harness.unrecorded("compression", [timed], path=path) == [timed]
+
+
+def test_a_timing_made_with_other_timing_settings_is_not_reported(fake_run_file):
+    run, timed, _ = fake_run_file
+    (row,) = run("--seeds", "0", "--runs", "3")
+    assert row["speedup_b32"] == 2.0 and row["timing_settings"] == {"runs": 3, "xla": "both", "sequence_length": 64}
+    # --skip-timing keeps the cached timing of 3 rounds: a report of 7 rounds does not show it.
+    (row,) = run("--seeds", "0", "--runs", "7", "--skip-timing")
+    assert "speedup_b32" not in row and "timing_settings" not in row
+    (row,) = run("--seeds", "0", "--runs", "7")  # Timed again, with the asked settings.
+    assert row["speedup_b32"] == 2.0 and row["timing_settings"]["runs"] == 7
+    assert len(timed) == 2
+
+
+def test_from_results_keeps_the_accuracy_but_not_the_timing_of_other_timing_settings(tmp_path, monkeypatch):
+    import json
+
+    args = compression.parse_args(["--files", "amazon", "--methods", "int8,int8sq", "--seeds", "0"])
+    monkeypatch.setattr(
+        compression, "load_data", lambda args, name: (None, (["t"] * 100, [0] * 100), (["t"] * 20, [0] * 20))
+    )
+    timing = {"ms_b32": 5.0, "speedup_b32": 2.0, "teacher_ms_b32": 10.0, "mode_b32": "XLA"}
+    lines = [
+        {
+            "date": "2026-01-01",
+            "benchmark": "compression",
+            "file": "amazon",
+            "method": method,
+            "seed": 0,
+            "accuracy": 0.8,
+            **timing,
+            "timing_settings": {**compression.timing_settings(args), "runs": runs},
+            "settings": compression.method_settings(method, args, 100, 20),
+        }
+        for method, runs in (("int8", args.runs), ("int8sq", 1))
+    ]
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    int8, int8sq = compression.recorded_rows("amazon", args, path=path)[0]
+    assert int8["speedup_b32"] == 2.0 and int8sq["accuracy"] == 0.8
+    assert not any(k in int8sq for k in timing)  # A one-round smoke timing: accuracy only.
+
+
+def test_the_teacher_table_leaves_out_a_teacher_time_the_rows_do_not_share(tmp_path, monkeypatch):
+    import json
+
+    args = compression.parse_args(["--files", "amazon", "--methods", "int8,int8sq", "--seeds", "0"])
+    monkeypatch.setattr(
+        compression, "load_data", lambda args, name: (None, (["t"] * 100, [0] * 100), (["t"] * 20, [0] * 20))
+    )
+    lines = [
+        {
+            "date": f"2026-01-0{i + 1}",
+            "benchmark": "compression",
+            "file": "amazon",
+            "method": method,
+            "seed": 0,
+            "accuracy": 0.8,
+            "teacher_ms_b32": teacher_ms,
+            "settings": compression.method_settings(method, args, 100, 20),
+        }
+        for i, (method, teacher_ms) in enumerate((("int8", 10.0), ("int8sq", 14.0)))
+    ]
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    _, teacher = compression.recorded_rows("amazon", args, path=path)
+    assert teacher["ms_b32"] is None  # Two runs' teachers: neither is the table's.
+    lines[1]["teacher_ms_b32"] = 10.0
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert compression.recorded_rows("amazon", args, path=path)[1]["ms_b32"] == 10.0
+
+
+def test_a_cached_teacher_of_other_training_settings_is_refused(tmp_path, monkeypatch):
+    import json
+
+    teacher = tmp_path / "amazon" / "teacher"
+    teacher.mkdir(parents=True)
+    (teacher / "config.json").write_text("{}")
+    args = compression.parse_args(["--cache", str(tmp_path)])
+    recorded = {"train": 64, "sequence_length": args.sequence_length, **compression.TEACHER_RECIPE}
+    (tmp_path / "amazon" / compression.TEACHER_SETTINGS_NAME).write_text(json.dumps(recorded))
+    with pytest.raises(SystemExit, match=r"fine-tuned with .*'train': 64.*use another --cache"):
+        compression.teacher_model(args, tmp_path, "amazon", (["t"] * 100, [0] * 100))

@@ -147,3 +147,18 @@ def test_worker_result_is_the_last_json_line_or_a_named_failure(tmp_path):
     assert harness.worker_result("fake_worker", ["0"], env, "ok") == {"a": 2}
     with pytest.raises(SystemExit, match=r"worker float32 setting=1 failed"):
         harness.worker_result("fake_worker", ["3"], env, "float32 setting=1")
+
+
+def test_a_line_cut_short_spoils_only_itself(tmp_path, capsys):
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps({"benchmark": "old", "x": 0}) + "\n" + '{"benchmark": "old", "x"')  # Killed mid-line.
+    harness.append_results("demo", [{"x": 1}, {"x": 2}], "python -m benchmarks.demo", path=path)
+    assert [r["x"] for r in harness.read_results(path)] == [0, 1, 2]
+    assert "results.jsonl:2 is not a complete JSON line" in capsys.readouterr().err
+    assert harness.unrecorded("demo", [{"x": 1}, {"x": 3}], path=path) == [{"x": 3}]
+
+
+def test_a_report_names_the_cpu_flags_of_each_machine():
+    row = {"machine": "Xeon, 2 cores", "machine_info": {"cpu_flags": ["avx512f", "amx_tile"]}}
+    assert harness.machine_label(row) == "Xeon, 2 cores (avx512f, amx_tile)"
+    assert harness.machine_label({"machine": "Xeon, 2 cores"}) == "Xeon, 2 cores"  # Older rows.

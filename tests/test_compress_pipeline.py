@@ -3,7 +3,10 @@ and SavedModels, the trade-off report and chart, input files and their errors.""
 
 import csv
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -150,6 +153,9 @@ def test_report_has_the_teacher_and_one_row_per_stage(run):
     # The pruned zeros survive int8 (and weights that round to 0 join them).
     zeros = {stage: rows[stage]["parameters"] - rows[stage]["nonzero_parameters"] for stage in ("prune", "int8")}
     assert zeros["int8"] >= zeros["prune"] > 0
+    # The int8 stage holds the pruned model's weights: its scales are not counted as parameters.
+    assert rows["int8"]["parameters"] == rows["prune"]["parameters"]
+    assert saved["sparsity"] == 0.9 and saved["batch_size"] == 16 and saved["sequence_length"] == 8
     # Not its preset MB against "prune"'s: at 16 hidden units HDF5's per-array overhead
     # outweighs the weights, and smoothing adds an array per Dense. The kernels are int8.
     quantized = bertzoo.BertClassifier.from_preset(out / "3_int8" / "preset")
@@ -494,7 +500,26 @@ def test_settings_a_run_would_ignore_or_lose_work_on_are_refused_first(workspace
     quantized = bertzoo.quantize(bertzoo.BertClassifier.from_preset(teacher), "int8")
     quantized.save_to_preset(tmp_path / "int8_teacher")
     refused(r"The teacher is quantized \(int8\).*Pass the float model's preset", teacher=tmp_path / "int8_teacher")
+    # A setting whose stage is absent, or out of range there, is refused rather than ignored.
+    refused(r"sparsity=0.5 \(--sparsity\) sets the prune stage, which is not among", stages="distill", sparsity=0.5)
+    refused(r"`sparsity` must be a sparsity in \[0, 1\)", stages="distill", sparsity=5)
+    refused(r"recipe='minilm' \(--recipe\) sets how the distill stage trains", stages="int8", recipe="minilm")
+    refused(r"teacher_epochs \(--teacher-epochs\) fine-tunes the new head of a backbone", teacher_epochs=2)
+    # Backbone presets get the classifier's checks, before anything is written.
+    float_teacher = bertzoo.BertClassifier.from_preset(teacher)
+    float_teacher.backbone.save_to_preset(tmp_path / "no_vocabulary")
+    refused(r"needs a preprocessor \(tokenizer\).*saved with its vocabulary", teacher=tmp_path / "no_vocabulary")
+    bertzoo.quantize(float_teacher.backbone, "int8").save_to_preset(
+        tmp_path / "int8_backbone", tokenizer=float_teacher.preprocessor.tokenizer
+    )
+    refused(r"The teacher is quantized \(int8\)", teacher=tmp_path / "int8_backbone")
     assert not (tmp_path / "a").exists()
+    # The CLI's --sparsity reaches compress, and is refused the same way.
+    code = cli.main(
+        ["compress", str(teacher), "--train", str(train), "--eval", str(train), "--out", "x", "--stages", "int8"]
+        + ["--sparsity", "0.5"]
+    )
+    assert code == 1 and not Path("x").exists()
 
 
 def test_overwrite_keeps_the_users_files_and_refuses_to_remove_its_own_inputs(workspace, tmp_path, quick_reports):
@@ -507,8 +532,14 @@ def test_overwrite_keeps_the_users_files_and_refuses_to_remove_its_own_inputs(wo
         bertzoo.compress(previous / "1_distill" / "preset", train, train, previous, overwrite=True, verbose=0)
     assert (previous / "1_distill" / "preset" / "config.json").is_file()
     assert (previous / "report.json").read_text() == "{}"
+    # A stage half-written by a killed run goes; one a live process is writing stays.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (previous / f".3_prune_structured.tmp-{dead.pid}-x1" / "preset").mkdir(parents=True)
+    (previous / f".2_prune.tmp-{os.getpid()}-x2").mkdir()
     bertzoo.compress(workspace / "teacher", train, train, previous, stages="int8", overwrite=True, verbose=0)
     assert sorted(p.name for p in previous.iterdir()) == [
+        f".2_prune.tmp-{os.getpid()}-x2",
         "1_int8",
         "2024_notes",
         "report.json",

@@ -13,6 +13,7 @@ from bertzoo.datasets import load_labelled_texts
 from bertzoo.datasets import load_rated_sentences
 from bertzoo.datasets import load_texts
 from bertzoo.datasets import threshold_labels
+from bertzoo.datasets.sentiment import split
 
 
 def write(path, text, encoding="utf-8"):
@@ -226,3 +227,79 @@ def test_a_repeated_header_name_is_an_error_and_mixed_labels_keep_one_spelling_p
         load_labelled_texts(write(tmp_path / "repeated.csv", "text,label,label\ngood,1,0\n"))
     mixed = write(tmp_path / "mixed.csv", "text,label\na,1\nb,pos\nc,1.0\nd,01\n")
     assert load_labelled_texts(mixed)[1] == ["1", "pos", "1", "1"]
+
+
+def test_labels_read_as_strings_in_one_file_map_onto_numbers_in_another(tmp_path):
+    # One non-number makes a file's labels strings: ['1', '2'] used to be "not among the training classes".
+    train = labels_of(write(tmp_path / "train.tsv", "text\tlabel\na\t1\nb\t2\nc\tnone\nd\t10\n"))
+    assert train == ["1", "2", "none", "10"]
+    ids, classes = label_ids(train)
+    assert classes == ["1", "2", "10", "none"] and ids == [0, 1, 3, 2]  # Numbers numerically ("10" after "2").
+    evaluation = labels_of(write(tmp_path / "eval.tsv", "text\tlabel\na\t2\nb\t1\nc\t10.0\n"))
+    assert evaluation == [2, 1, 10]
+    assert label_ids(evaluation, classes=classes) == ([1, 0, 2], classes)
+    assert label_ids(["none", "2"], classes=[1, 2, "none"])[0] == [2, 1]
+    # Only the labels that really are not classes are named.
+    with pytest.raises(ValueError, match=r"eval\.tsv: labels \['3', 'other'\] are not among the training classes"):
+        label_ids([1, 3, "other", "2"], classes=classes, source="eval.tsv")
+
+
+def test_lines_of_only_whitespace_are_skipped_and_trailing_empty_fields_dropped(tmp_path):
+    blank = write(tmp_path / "b.tsv", "text\tlabel\ngood\t1\n   \n\t\t\nbad\t0\n \t \n")
+    assert load_labelled_texts(blank) == (["good", "bad"], [1, 0])
+    assert load_texts(write(tmp_path / "b.csv", "text,label\ngood,1\n  \n,,\nbad,0\n")) == ["good", "bad"]
+    # A trailing tab (an empty field past the header's width) is no extra field; a filled one still is.
+    trailing = write(tmp_path / "t.tsv", "text\tlabel\ngood\t1\t\nbad\t0\t \t\n")
+    assert load_labelled_texts(trailing) == (["good", "bad"], [1, 0])
+    with pytest.raises(ValueError, match=r"x\.tsv:2: 3 fields, the header has 2 \(a tab inside a text\?"):
+        load_labelled_texts(write(tmp_path / "x.tsv", "text\tlabel\ngood\t1\tmore\n"))
+
+
+def test_a_carriage_return_inside_a_text_is_named(tmp_path):
+    # A bare \r ends a line for the reader: the row was cut in two, and the error did not say why.
+    cause = r"the line ends with a bare carriage return \(\\r\), which cuts the row \(a carriage return inside a text\?"
+    with pytest.raises(ValueError, match=rf"a\.tsv:2: {cause} Remove it from the text"):
+        load_labelled_texts(write(tmp_path / "a.tsv", "text\tlabel\nfi\rne\t1\n"))
+    with pytest.raises(ValueError, match=rf"b\.tsv:2: {cause}"):  # The text last: the row's rest is short.
+        load_texts(write(tmp_path / "b.tsv", "label\ttext\n1\tfi\rne\n0\tbad\n"))
+    with pytest.raises(ValueError, match=rf"c\.csv:2: {cause} Remove it from the text, or quote the field"):
+        load_labelled_texts(write(tmp_path / "c.csv", "text,label\nfi\rne,1\n"))
+    # Quoted in CSV, \r\n line ends, and a file of \r line ends are read as before.
+    assert load_labelled_texts(write(tmp_path / "q.csv", 'text,label\n"fi\rne",1\n')) == (["fi\rne"], [1])
+    assert load_labelled_texts(write(tmp_path / "w.tsv", "text\tlabel\r\ngood\t1\r\n")) == (["good"], [1])
+    assert load_labelled_texts(write(tmp_path / "m.tsv", "text\tlabel\rgood\t1\rbad\t0\r")) == (["good", "bad"], [1, 0])
+    rated = write(tmp_path / "r.tsv", "id\trating\ttext\n1\t1\tfi\rne film\n2\t-1\tbad\n")
+    with pytest.raises(ValueError, match=r"r\.tsv:3: expected 3 tab-separated fields, got 1\. A line ends with a bare"):
+        load_rated_sentences(rated)
+
+
+def test_rated_sentences_refuse_empty_texts_bad_max_rows_and_loose_numbers(tmp_path):
+    empty = write(tmp_path / "e.tsv", "id\trating\ttext\n1\t1\tgood\n2\t-1\t  \n")
+    with pytest.raises(ValueError, match=r"e\.tsv:3: the text is empty; give every row a sentence"):
+        load_rated_sentences(empty)
+    rated = write(tmp_path / "r.tsv", "id\trating\ttext\n1\t1\tgood\n2\t-1\tbad\n")
+    assert load_rated_sentences(rated, max_rows=1)[0] == ["good"]
+    for max_rows in (0, -1, 1.5, True):  # 0 and -1 used to mean all rows.
+        with pytest.raises(
+            ValueError, match=rf"`max_rows` must be an int >= 1 \(or None for all rows\), got {max_rows}"
+        ):
+            load_rated_sentences(rated, max_rows=max_rows)
+    # float() reads "1_0" as 10 and Arabic-Indic digits as numbers.
+    for rating in ("1_0", "\u0661"):
+        with pytest.raises(ValueError, match=r"u\.tsv:2: the rating .* is not a finite number"):
+            load_rated_sentences(write(tmp_path / "u.tsv", f"id\trating\ttext\n1\t{rating}\tgood\n"))
+    assert load_rated_sentences(write(tmp_path / "n.tsv", "id\trating\ttext\n1\t 1e0 \tgood\n2\t-.5\tbad\n"))[
+        1
+    ].tolist() == [1, 0]
+
+
+def test_split_checks_its_arguments_and_keeps_its_seeded_split():
+    texts, labels = [f"t{i}" for i in range(10)], list(range(10))
+    (train_texts, train_labels), (test_texts, test_labels) = split(texts, labels, 0.2)
+    assert test_texts == ["t4", "t6"] and test_labels.tolist() == [4, 6]  # Seed 0, as the benchmarks use.
+    assert train_texts == ["t2", "t7", "t3", "t5", "t9", "t0", "t8", "t1"] and train_labels.tolist()[:2] == [2, 7]
+    for fraction in (0, 1, -0.5, 1.5, True):
+        with pytest.raises(ValueError, match=rf"`test_fraction` must be a fraction between 0 and 1 .*got {fraction}"):
+            split(texts, labels, fraction)
+    with pytest.raises(ValueError, match=r"got 10 texts and 9 labels"):
+        split(texts, labels[:9])

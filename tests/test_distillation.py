@@ -560,6 +560,25 @@ def test_init_student_errors(pair, student, layers, match):
         init_student_from_teacher(teacher, student, layers=layers)
 
 
+def test_a_student_of_a_shared_teacher_keeps_its_sharing():
+    keras.utils.set_random_seed(0)
+    teacher = classifier(num_layers=4, num_groups=1, embedding_dim=8)  # ALBERT: one block for every layer.
+    student = init_student_from_teacher(teacher, {"num_layers": 2})
+    assert student.backbone.num_groups == 1
+    assert student.count_params() == teacher.count_params()  # Not one copy of the block per layer.
+    x = teacher.preprocessor(["the film was good", "awful"])
+    # Two passes through the shared block: the teacher's first two layers, exactly.
+    truncated = init_student_from_teacher(teacher, {"num_layers": 2, "num_groups": None})
+    np.testing.assert_allclose(np.array(student(x)), np.array(truncated(x)), rtol=1e-6, atol=1e-6)
+    # Two groups of two: layers 2 and 4 come from different blocks, so two student groups of one.
+    grouped = classifier(num_layers=4, num_groups=2)
+    assert init_student_from_teacher(grouped, {"num_layers": 2}).backbone.num_groups == 2  # Unshared.
+    assert init_student_from_teacher(grouped, {"num_layers": 2}, layers=[1, 2]).backbone.num_groups == 1
+    with pytest.warns(UserWarning, match=r"groups of equal size \(\[2, 1\]"):
+        unshared = init_student_from_teacher(grouped, {"num_layers": 3}, layers=[1, 2, 3])
+    assert unshared.backbone.num_groups == 3
+
+
 # --- Training -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def distilled(tmp_path_factory):

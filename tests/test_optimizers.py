@@ -127,6 +127,77 @@ def test_bert_optimizer_uses_it_and_it_serializes():
     assert again.epsilon == pytest.approx(1e-6)
 
 
+def tiny_classifier(seed=0):
+    """A one-layer BertClassifier on token ids, compiled with `bert_optimizer`."""
+    from bertzoo.models.bert_backbone import BertBackbone
+    from bertzoo.models.bert_classifier import BertClassifier
+
+    keras.utils.set_random_seed(seed)
+    backbone = BertBackbone(vocabulary_size=30, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16)
+    model = BertClassifier(backbone, num_classes=2, preprocessor=None)
+    model.compile(optimizer=bert_optimizer(1e-2))
+    token_ids = np.random.default_rng(seed).integers(1, 30, (16, 8))
+    inputs = {"token_ids": token_ids, "segment_ids": np.zeros_like(token_ids), "padding_mask": np.ones_like(token_ids)}
+    return model, inputs, (token_ids[:, 0] > 15).astype("int32")
+
+
+def decayed(optimizer, variables):
+    """`{path: whether optimizer decays it}` for the variables named bias, gamma or beta, and one kernel."""
+    names = ("bias", "gamma", "beta", "kernel")
+    return {v.path: bool(optimizer._use_weight_decay(v)) for v in variables if v.name in names}
+
+
+def test_weight_decay_exclusions_survive_serialization():
+    optimizer = bert_optimizer(3e-5)
+    assert optimizer.get_config()["exclude_from_weight_decay_names"] == ["beta", "bias", "gamma"]
+    again = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
+    variables = [keras.Variable(np.ones(2, "float32"), name=name) for name in ("bias", "gamma", "beta", "kernel")]
+    # Keras's AdamW drops them: the round trip decayed every variable.
+    assert decayed(again, variables) == decayed(optimizer, variables)
+    assert sorted(decayed(again, variables).values()) == [False, False, False, True]
+    assert again.get_config()["exclude_from_weight_decay_names"] == ["beta", "bias", "gamma"]
+    # A config without the key (an older save) excludes nothing, as before.
+    config = optimizer.get_config()
+    del config["exclude_from_weight_decay_names"]
+    assert all(decayed(AdamW.from_config(config), variables).values())
+    with pytest.raises(ValueError, match=r"`var_names` must be a list of strings"):
+        AdamW().exclude_from_weight_decay(var_names="bias")
+
+
+def test_weight_decay_exclusions_survive_a_saved_model(tmp_path):
+    model, inputs, labels = tiny_classifier()
+    model.fit(inputs, labels, batch_size=8, epochs=1, verbose=0)
+    before = decayed(model.optimizer, model.trainable_variables)
+    assert any(before.values()) and not all(before.values())
+    model.save(tmp_path / "model.keras")
+    loaded = keras.models.load_model(tmp_path / "model.keras")
+    assert type(loaded.optimizer) is AdamW
+    assert decayed(loaded.optimizer, loaded.trainable_variables) == before
+    assert not any(v for path, v in before.items() if path.endswith(("bias", "gamma", "beta")))
+
+
+def test_a_reloaded_models_next_fit_extends_the_schedule_fit_filled_in(tmp_path):
+    model, inputs, labels = tiny_classifier()
+    model.fit(inputs, labels, batch_size=8, epochs=1, verbose=0)
+    assert model.optimizer._learning_rate.total_steps == 2  # Filled in by fit(): 2 batches.
+    model.save(tmp_path / "model.keras")
+    loaded = keras.models.load_model(tmp_path / "model.keras")
+    schedule = loaded.optimizer._learning_rate
+    assert isinstance(schedule, WarmupLinearDecay) and schedule.total_steps == 2
+    rates = []
+    record = keras.callbacks.LambdaCallback(
+        on_train_batch_begin=lambda batch, logs: rates.append(float(loaded.optimizer.learning_rate))
+    )
+    loaded.fit(inputs, labels, batch_size=8, epochs=1, verbose=0, callbacks=[record])
+    # Extended from step 2, as the unsaved model's second fit would (it trained at rate 0 before).
+    assert schedule.total_steps == 4
+    assert rates[0] > 0.0
+    # A length the user fixed is kept through a reload and a fit.
+    fixed = WarmupLinearDecay(1e-3, total_steps=2)
+    assert "total_steps_from_fit" not in fixed.get_config()
+    assert WarmupLinearDecay.from_config(fixed.get_config())._length_from_fit is False
+
+
 def test_an_overflowing_gradient_norm_poisons_the_step_as_in_keras(kernel_calls):
     # Keras's clip factor is NaN when the global norm overflows; the fused
     # step's one-pass norm must not hide it (every variable becomes NaN).
@@ -177,3 +248,22 @@ def test_a_bfloat16_classifier_trains_with_the_default_optimizer():
     assert model.backbone.token_embedding.embeddings.dtype == "bfloat16"
     # Keras's own AdamW here: 0.697 to 0.688 (its Adam steps are zero in bfloat16); bertzoo's: 0.694 to 0.549.
     assert losses[-1] < 0.9 * losses[0]
+
+
+def test_a_float16_weights_moments_are_float32_and_its_steps_keras_sized():
+    # In float16, (1 - beta_2) * (1e-4)**2 underflows: a zero second moment
+    # made every step 1 / epsilon times the gradient (up to ~30x too large here).
+    moved = {}
+    for dtype in ("float32", "float16"):
+        weight = keras.Variable(np.zeros(2, dtype), dtype=dtype)
+        optimizer = AdamW(learning_rate=1e-3, weight_decay=0.0, epsilon=1e-6)
+        optimizer.build([weight])
+        gradient = keras.ops.convert_to_tensor(np.array([1e-4, 1e-2], dtype))
+        for _ in range(20):
+            optimizer.apply([gradient], [weight])
+        momentum, velocity = optimizer._momentums[0], optimizer._velocities[0]
+        assert momentum.dtype == velocity.dtype == "float32"
+        assert (keras.ops.convert_to_numpy(velocity) > 0).all()
+        moved[dtype] = keras.ops.convert_to_numpy(weight).astype("float64")
+    np.testing.assert_allclose(moved["float16"], moved["float32"], rtol=0.2)
+    assert (moved["float32"] < -0.01).all()  # Both moved ~ -2e-2 (20 steps of the learning rate).

@@ -7,6 +7,7 @@ and where a wrapper has a public fallback the fallback is checked too.
 
 import contextlib
 import gc
+import sys
 
 import keras
 import numpy as np
@@ -347,3 +348,168 @@ def test_torch_int8_matmul_multiplies_int8_exactly():
     out = matmul(torch.from_numpy(a), torch.from_numpy(b))
     assert out.dtype == torch.int32
     np.testing.assert_array_equal(out.numpy(), a.astype(np.int32) @ b.astype(np.int32))
+
+
+# --- The fallbacks, with the private symbol taken away -------------------------
+
+
+def hide_module(monkeypatch, name):
+    """Makes `from package import module` of `name` raise ImportError, as
+    after a release that moved it (Keras/TF modules that already imported it
+    keep their reference, so the public API still works)."""
+    package, _, leaf = name.rpartition(".")
+    parent = sys.modules.get(package)
+    if parent is not None and hasattr(parent, leaf):
+        monkeypatch.delattr(parent, leaf)
+    monkeypatch.setitem(sys.modules, name, None)
+
+
+def compiled_model(seed):
+    keras.utils.set_random_seed(seed)
+    model = small_model()
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    model.fit(np.ones((4, 4), "float32"), np.ones((4, 2), "float32"), verbose=0)  # Builds the optimizer.
+    return model
+
+
+def test_weights_fallbacks_round_trip_a_compiled_model_without_saving_lib(tmp_path, monkeypatch):
+    hide_module(monkeypatch, "keras.src.saving.saving_lib")
+    with pytest.raises(ImportError):
+        from keras.src.saving import saving_lib  # noqa: F401
+    source, target = compiled_model(0), compiled_model(1)
+    path = tmp_path / "model.weights.h5"
+    # Presets always skip the optimizer of a compiled model (`_without_optimizer`): both fallbacks accept it.
+    private_api.save_weights_only(source, path, objects_to_skip=[source.optimizer])
+    moments = [keras.ops.convert_to_numpy(v) for v in target.optimizer.variables]
+    private_api.load_weights_only(target, path, objects_to_skip=[target.optimizer])
+    for ours, theirs in zip(target.get_weights(), source.get_weights()):
+        np.testing.assert_array_equal(ours, theirs)
+    # The optimizer was skipped: its state (step count, moments) is the target's own.
+    for before, after in zip(moments, target.optimizer.variables):
+        np.testing.assert_array_equal(before, keras.ops.convert_to_numpy(after))
+    # Skipping part of the model needs the private API, on both sides.
+    wrapper = target.get_layer("wrapper")
+    with pytest.raises(RuntimeError, match="saving part of a model is unavailable"):
+        private_api.save_weights_only(source, path, objects_to_skip=[source.get_layer("wrapper")])
+    with pytest.raises(RuntimeError, match="loading part of a model is unavailable"):
+        private_api.load_weights_only(target, path, objects_to_skip=[wrapper, target.optimizer])
+
+
+def test_keras_int8_hooks_available_and_its_fallback(monkeypatch, caplog):
+    assert private_api.keras_int8_hooks_available() is True
+    monkeypatch.setitem(private_api._int8_hooks_reported, "missing", False)
+    monkeypatch.delattr(keras.layers.Dense, "_int8_call")  # As if a Keras release renamed it.
+    with caplog.at_level("WARNING", logger="bertzoo"):
+        assert private_api.keras_int8_hooks_available() is False
+        assert private_api.keras_int8_hooks_available() is False
+    warnings = [r.getMessage() for r in caplog.records if "_int8_call" in r.getMessage()]
+    assert len(warnings) == 1 and "Keras's own int8 path" in warnings[0]  # Logged once.
+
+
+def test_bertzoo_dense_refuses_a_static_input_range_without_the_int8_call_hook(monkeypatch):
+    from bertzoo.layers.dense import Dense
+
+    monkeypatch.setitem(private_api._int8_hooks_reported, "missing", True)  # Already logged.
+    monkeypatch.delattr(keras.layers.Dense, "_int8_call")
+    # Keras's own int8 path serves a plain int8 layer and one with smoothed inputs (per-token scales).
+    plain = Dense(3)
+    plain.build((None, 4))
+    plain.quantize("int8")
+    assert plain.quantization_mode == "int8"
+    smoothed = Dense(3)
+    smoothed.build((None, 4))
+    smoothed.smooth_inputs(np.full(4, 2.0, "float32"))
+    assert smoothed.input_scale is not None
+    # A static input range would be ignored by Keras's path: refused, by name.
+    static = Dense(3, name="static_layer")
+    static.build((None, 4))
+    kernel = np.array(static.kernel)
+    with pytest.raises(RuntimeError, match=r"no _int8_call, so layer 'static_layer' cannot use a static input"):
+        static.smooth_inputs(np.full(4, 2.0, "float32"), input_range=4.0)
+    np.testing.assert_array_equal(np.array(static.kernel), kernel)  # Refused before the kernel was scaled.
+    assert static.quantization_mode is None
+
+
+def test_fresh_layer_names_fallback_keeps_the_numbering(monkeypatch):
+    hide_module(monkeypatch, "keras.src.backend.common.global_state")
+    keras.layers.Dropout(0.1)
+    with private_api.fresh_layer_names():
+        assert keras.layers.Dropout(0.1).name != "dropout"
+
+
+def test_in_stateless_scope_and_in_variable_scope_fallbacks(monkeypatch):
+    hide_module(monkeypatch, "keras.src.backend.common.stateless_scope")
+    with keras.StatelessScope():
+        assert private_api.in_stateless_scope() is False  # Fallback: False.
+    hide_module(monkeypatch, "keras.src.backend.common.variables")
+    assert private_api.in_variable_scope() is True  # Fallback: True (callers read `.value`).
+
+
+def test_layer_variable_fallbacks_use_the_public_attributes():
+    class DenseLike:  # A layer without the private attributes (a Keras that renamed them).
+        kernel = "public kernel"
+        embeddings = "public table"
+
+    assert private_api.dense_kernel_variable(DenseLike()) == "public kernel"
+    assert private_api.embeddings_variable(DenseLike()) == "public table"
+    assert private_api.learning_rate_schedule(object()) is None
+    assert private_api.adam_moments(object(), keras.Variable(1.0)) is None
+    assert private_api.weight_decay_applies(object(), keras.Variable(1.0)) is None
+    assert private_api.compiled_metrics_container(object()) is None
+
+
+@pytest.mark.parametrize(
+    "decorator, hook",
+    [
+        (private_api.route_gradient_application, "_backend_apply_gradients"),
+        (private_api.route_gradient_clipping, "_clip_gradients"),
+    ],
+)
+def test_optimizer_routes_leave_the_class_alone_without_the_hook(monkeypatch, caplog, decorator, hook):
+    monkeypatch.setattr(keras.optimizers.Optimizer, hook, None)  # As if a Keras release removed it.
+    calls = []
+
+    def route(*args):
+        calls.append(args)
+        return False
+
+    with caplog.at_level("INFO", logger="bertzoo"):
+
+        @decorator(route)
+        class Plain(keras.optimizers.SGD):
+            pass
+
+    assert hook not in vars(Plain)
+    assert any(hook in r.getMessage() and "Plain" in r.getMessage() for r in caplog.records)
+    monkeypatch.undo()  # Keras's own step, with its hook back, for the check below.
+    variable = keras.Variable(np.ones(3, "float32"))
+    Plain(0.5).apply_gradients([(np.ones(3, "float32"), variable)])
+    np.testing.assert_allclose(variable.numpy(), 0.5)
+    assert calls == []
+
+
+@pytest.mark.parametrize(
+    "module, function, fallback",
+    [
+        ("tensorflow.python.util._pywrap_util_port", "tensorflow_onednn_enabled", False),
+        ("tensorflow.python.eager.record", "gradient_tape_active", True),
+        ("tensorflow.python.ops.control_flow_util", "in_xla_context", True),
+        ("tensorflow.python.eager.execute", "unexposed_op_runner_available", False),
+    ],
+)
+def test_tensorflow_fallbacks_when_a_module_moves(monkeypatch, module, function, fallback):
+    hide_module(monkeypatch, module)
+    assert getattr(private_api, function)() is fallback
+
+
+def test_tensorflow_op_def_fallback_and_gradient_recording_paused_without_record(monkeypatch):
+    hide_module(monkeypatch, "tensorflow.python.framework.op_def_registry")
+    assert private_api.tensorflow_op_def("MatMul") is None
+    monkeypatch.undo()
+    hide_module(monkeypatch, "tensorflow.python.eager.record")
+    x = tf.constant(3.0)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        with private_api.gradient_recording_paused():  # Fallback: the tape keeps recording.
+            y = x * x
+    assert float(tape.gradient(y, x)) == 6.0

@@ -78,3 +78,92 @@ def test_validation_split_of_tokenized_inputs_works_under_resumable_training(cla
     resumable = bertzoo.ResumableTraining(tmp_path / "state")
     history = classifier.fit(features, np.array([1, 0, 1, 0]), validation_split=0.5, callbacks=[resumable], verbose=0)
     assert "val_loss" in history.history
+
+
+class CountValidationBatches(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.batches = 0
+
+    def on_test_batch_end(self, batch, logs=None):
+        self.batches += 1
+
+
+def validation_batches(model, *args, **kwargs):
+    counter = CountValidationBatches()
+    callbacks = kwargs.pop("callbacks", []) + [counter]
+    model.fit(*args, epochs=1, verbose=0, callbacks=callbacks, **kwargs)
+    return counter.batches
+
+
+def test_raw_validation_data_is_batched_as_keras_batches_it(classifier, tmp_path):
+    # Raw validation data went in batches of 32 whatever `batch_size` or `validation_batch_size` said.
+    texts = ["good", "bad", "fine", "awful", "great", "poor", "nice", "dull"]
+    labels = np.array([1, 0, 1, 0, 1, 0, 1, 0])
+    validation = (texts, labels)
+    assert validation_batches(classifier, texts, labels, batch_size=4, validation_data=validation) == 2
+    assert (
+        validation_batches(classifier, texts, labels, batch_size=4, validation_batch_size=2, validation_data=validation)
+        == 4
+    )
+    # A held-out share is batched the same way (4 of 8 examples, in batches of 1).
+    assert validation_batches(classifier, texts, labels, validation_split=0.5, validation_batch_size=1) == 4
+    resumable = bertzoo.ResumableTraining(tmp_path / "state")
+    assert (
+        validation_batches(classifier, texts, labels, batch_size=4, validation_data=validation, callbacks=[resumable])
+        == 2
+    )
+
+
+def test_validation_data_may_be_a_list_as_in_keras(classifier):
+    texts, labels = ["good", "bad", "fine", "awful"], np.array([1, 0, 1, 0])
+    history = classifier.fit(texts, labels, validation_data=[texts, labels], verbose=0)
+    expected = classifier.evaluate(texts, labels, verbose=0, return_dict=True)
+    assert history.history["val_loss"][0] == pytest.approx(expected["loss"], rel=1e-5)
+    with pytest.raises(ValueError, match=r"`validation_data` must be \(x, y\) or \(x, y, sample_weight\), got a tuple"):
+        classifier.fit(texts, labels, validation_data=(texts, labels, None, None), verbose=0)
+
+
+def test_bytes_are_one_text_like_str(classifier):
+    np.testing.assert_allclose(
+        classifier.predict(b"good", verbose=0), classifier.predict(["good"], verbose=0), atol=1e-6
+    )
+    np.testing.assert_allclose(
+        classifier.predict((b"good", b"fine"), verbose=0), classifier.predict(("good", "fine"), verbose=0), atol=1e-6
+    )
+
+
+def test_fit_on_a_dataset_without_labels_says_so(classifier):
+    # Keras failed deep in the loss: "None values not supported".
+    texts = ["good", "bad", "fine", "awful"]
+    for unlabelled in (
+        tf.data.Dataset.from_tensor_slices(texts).batch(2),
+        tf.data.Dataset.from_tensor_slices((texts,)).batch(2),
+    ):
+        with pytest.raises(ValueError, match=r"BertClassifier.fit got no labels: pass `y` \(or a tf.data.Dataset"):
+            classifier.fit(unlabelled, verbose=0)
+        with pytest.raises(ValueError, match=r"BertClassifier.evaluate got no labels"):
+            classifier.evaluate(unlabelled, verbose=0)
+    labelled = tf.data.Dataset.from_tensor_slices((texts, [1, 0, 1, 0])).batch(2)
+    assert "loss" in classifier.fit(labelled, verbose=0).history
+
+
+def test_validation_split_of_a_string_tensor(classifier):
+    # Keras got the tf.data stream made of the tensor and refused "a _PrefetchDataset".
+    texts = ["good", "bad", "fine", "awful", "great", "poor", "nice", "dull"]
+    labels = np.array([1, 0, 1, 0, 1, 0, 1, 0])
+    history = classifier.fit(tf.constant(texts), tf.constant(labels), validation_split=0.25, verbose=0)
+    expected = classifier.evaluate(texts[6:], labels[6:], verbose=0, return_dict=True)
+    assert history.history["val_loss"][0] == pytest.approx(expected["loss"], rel=1e-5)
+    with pytest.raises(
+        ValueError, match=r"`validation_split` cannot split raw text given as str(.|\n)*validation_data="
+    ):
+        classifier.fit("good", [1], validation_split=0.5, verbose=0)
+
+
+def test_an_empty_string_tensor_holds_no_examples(classifier):
+    # Keras ended in an UnboundLocalError.
+    empty = tf.constant([], tf.string)
+    assert classifier.predict(empty, verbose=0).shape == (0, 2)
+    with pytest.raises(ValueError, match="`x` holds no examples: `fit` needs at least one"):
+        classifier.fit(empty, np.zeros((0,), "int32"), verbose=0)

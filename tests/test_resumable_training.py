@@ -3,6 +3,7 @@ interrupted mid-epoch (an exception, or `kill -9` of a subprocess) and
 resumed by a freshly built model reaches the weights of an uninterrupted run;
 for a task, a `Distiller` and a `Pruner` (masks and schedule included)."""
 
+import json
 import os
 import signal
 import subprocess
@@ -270,3 +271,144 @@ def test_a_finished_run_kept_on_disk_trains_no_further(tmp_path):
     history = again.fit(texts, labels, batch_size=BATCH_SIZE, epochs=2, verbose=0, callbacks=[callback])
     assert history.epoch == []
     assert_same_state(model, again)
+
+
+class Spy(keras.callbacks.Callback):
+    """Records the hooks Keras calls on it."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def on_train_begin(self, logs=None):
+        self.calls.append("train_begin")
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.calls.append(f"epoch_begin {epoch}")
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.calls.append("batch")
+
+    def on_train_end(self, logs=None):
+        self.calls.append("train_end")
+
+
+def test_other_callbacks_see_one_training_run_when_it_resumes(tmp_path):
+    backup = tmp_path / "backup"
+    with pytest.raises(Interrupted):
+        train(classifier(0), backup, Interrupt(1, 1))
+    spy, model = Spy(), classifier(1)
+    history = train(model, backup, spy)
+    # The rest of epoch 1 and epoch 2 are two Keras fits: one begin, one end.
+    assert spy.calls == ["train_begin", "epoch_begin 1"] + ["batch"] * 2 + ["epoch_begin 2"] + ["batch"] * 3 + [
+        "train_end"
+    ]
+    assert spy.model is model and spy.params["epochs"] == EPOCHS
+    assert history.epoch == [1, 2] and not backup.exists()
+
+
+class StopAfter(keras.callbacks.Callback):
+    """Stops training after batch `batch` of epoch `epoch`, as a time budget would."""
+
+    def __init__(self, epoch, batch):
+        super().__init__()
+        self.at = (epoch, batch)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if (self.epoch, batch) == self.at:
+            self.model.stop_training = True
+
+
+def test_a_run_another_callback_stops_keeps_its_checkpoint(tmp_path):
+    backup = tmp_path / "backup"
+    history = train(classifier(0), backup, StopAfter(1, 0))
+    assert history.epoch == [0, 1]
+    checkpoint = bertzoo.ResumableTraining(backup).read_checkpoint()
+    assert (checkpoint["epoch"], checkpoint["step"]) == (1, 1)  # Kept: the next run goes on from it.
+    history = train(classifier(1), backup)
+    assert history.epoch == [1, 2] and not backup.exists()
+
+
+def test_a_run_early_stopping_ends_is_finished(tmp_path):
+    backup = tmp_path / "backup"
+    never_better = keras.callbacks.EarlyStopping(monitor="loss", patience=0, min_delta=10.0)
+    history = train(classifier(0), backup, never_better)
+    assert history.epoch == [0, 1] and never_better.stopped_epoch == 1
+    assert not backup.exists()  # Training is complete: the checkpoint is removed.
+
+
+class PoisonWeights(keras.callbacks.Callback):
+    """Makes a weight NaN before batch `batch` of epoch `epoch`: that batch's loss is NaN."""
+
+    def __init__(self, epoch, batch):
+        super().__init__()
+        self.at = (epoch, batch)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if (self.epoch, batch) == self.at:
+            kernel = self.model.trainable_variables[0]
+            kernel.assign(np.full(kernel.shape, np.nan, "float32"))
+
+
+def test_no_checkpoint_is_written_after_a_non_finite_loss(tmp_path):
+    backup = tmp_path / "backup"
+    texts, labels = sentiment()
+    callbacks = [
+        PoisonWeights(1, 1),
+        keras.callbacks.TerminateOnNaN(),
+        bertzoo.ResumableTraining(backup, save_every=1, seed=SEED),
+    ]
+    history = classifier(0).fit(texts, labels, batch_size=BATCH_SIZE, epochs=EPOCHS, verbose=0, callbacks=callbacks)
+    assert np.isnan(history.history["loss"][-1])
+    # The checkpoint of batch 1 of epoch 1, the last before the NaN, is kept.
+    checkpoint = bertzoo.ResumableTraining(backup).read_checkpoint()
+    assert (checkpoint["epoch"], checkpoint["step"]) == (1, 1)
+    with np.load(backup / CHECKPOINT_NAME) as arrays:
+        assert all(
+            np.isfinite(arrays[name]).all()
+            for name in arrays.files
+            if name.startswith("v") and arrays[name].dtype.kind == "f"
+        )
+
+
+def test_a_leftover_of_an_earlier_process_with_this_pid_is_removed(tmp_path):
+    # A killed container run (PID 1) leaves a temporary file named with the pid the next run has too.
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    leftover = backup / f".{CHECKPOINT_NAME}.tmp-{os.getpid()}-x"
+    leftover.write_bytes(b"partial")
+    (backup / CHECKPOINT_NAME).write_bytes(b"damaged")
+    with pytest.raises(ValueError, match=r"Cannot read the training checkpoint"):
+        train(classifier(0), backup)
+    assert not leftover.exists()
+
+
+def test_a_changed_weight_decay_exclusion_is_refused_on_resume(tmp_path):
+    backup = tmp_path / "backup"
+    with pytest.raises(Interrupted):
+        train(classifier(0), backup, Interrupt(0, 1))
+    assert bertzoo.ResumableTraining(backup).read_checkpoint()["optimizer"]["exclude_from_weight_decay_names"] == [
+        "beta",
+        "bias",
+        "gamma",
+    ]
+    optimizer = bert_optimizer(1e-2)
+    optimizer.exclude_from_weight_decay(var_names=["bias"])  # LayerNorm decayed now.
+    other = classifier(0)
+    other.compile(optimizer=optimizer)
+    with pytest.raises(ValueError, match=r"other optimizer settings: exclude_from_weight_decay_names=\['beta', 'bias'"):
+        train(other, backup)
+    # A checkpoint of an older bertzoo, without the setting, still resumes.
+    with np.load(backup / CHECKPOINT_NAME) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    meta = json.loads(str(arrays["__meta__"]))
+    del meta["optimizer"]["exclude_from_weight_decay_names"]
+    arrays["__meta__"] = np.array(json.dumps(meta))
+    np.savez(backup / CHECKPOINT_NAME, **arrays)
+    assert train(classifier(1), backup).epoch == [0, 1, 2]

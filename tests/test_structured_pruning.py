@@ -164,3 +164,30 @@ def test_bad_structured_requests_are_refused():
         )
     with pytest.raises(ValueError, match=r"is quantized"):
         bertzoo.prune_heads_and_neurons(bertzoo.quantize(model), heads_to_keep=1, importance=importance)
+
+
+def test_shared_layers_scored_differently_are_refused():
+    model = classifier(layers=2, num_groups=1)
+    importance = {"heads": [np.arange(4.0), np.arange(4.0)[::-1]], "neurons": [np.ones(32)] * 2}
+    with pytest.raises(
+        ValueError, match=r"Layers 0 and 1 share their attention weights but .* scores them differently"
+    ):
+        bertzoo.prune_heads_and_neurons(model, heads_to_keep=2, importance=importance)
+
+
+def test_numpy_numbers_are_accepted_as_ratios_and_layers():
+    model = classifier()
+    importance = {"heads": [np.arange(4.0)] * 2, "neurons": [np.arange(32.0)] * 2}
+    small = bertzoo.prune_heads_and_neurons(
+        model, heads_to_keep=2, ffn_keep_ratio=np.float32(0.5), importance=importance
+    )
+    assert small.backbone.intermediate_dim == 16
+    student = bertzoo.init_student_from_teacher(model, {"num_layers": 1}, layers=np.array([2]))
+    assert student.backbone.num_layers == 1 and json.dumps(student.backbone.get_config())
+
+
+def test_scoring_a_model_with_one_loss_per_output_names_the_way_out():
+    model = classifier()
+    model.compile(loss=[keras.losses.SparseCategoricalCrossentropy(from_logits=True)])
+    with pytest.raises(ValueError, match=r"one loss per output.*pass precomputed `importance=`"):
+        head_and_neuron_importance(model, data())

@@ -1,11 +1,14 @@
 """Layer maps: which student layer learns from which teacher layer."""
 
+import numbers
+
 LAYER_MAPS = ("uniform", "last")
 
 
 def check_layer_index(name, value, num_layers, what):
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"`{name}`: {what} layer {value!r} is not an integer.")
+    value = int(value)  # numpy integers too (np.arange), as plain ints for configs.
     if not 1 <= value <= num_layers:
         raise ValueError(
             f"`{name}`: {what} layer {value} is out of range: the {what} has layers "

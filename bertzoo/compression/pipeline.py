@@ -69,6 +69,7 @@ from bertzoo.datasets.files import threshold_labels
 from bertzoo.models.bert_classifier import BertClassifier
 from bertzoo.models.optimizers import bert_optimizer
 from bertzoo.saving.atomic import atomic_directory
+from bertzoo.saving.atomic import clean_leftovers
 from bertzoo.saving.preset import Preset
 from bertzoo.utils import quantization_mode
 from bertzoo.utils.checks import BackendError
@@ -87,6 +88,8 @@ PRUNING_LEARNING_RATE = 3e-4
 # 95.3 / 96.1 / 95.9%.
 PRUNING_SCORES = "fisher"
 DEFAULT_STAGES = ("distill", "prune", "int8")
+DEFAULT_SPARSITY = 0.9
+DEFAULT_RECIPE = "tinybert"
 REPORT_KEYS = (
     "stage",
     "path",
@@ -102,6 +105,7 @@ REPORT_KEYS = (
 )
 _STAGE_DIR = re.compile(rf"^\d+_(teacher|{'|'.join(STAGES)})$")
 _OUTPUT_FILES = ("report.md", "report.json", "tradeoff.png")
+_STAGE_LEFTOVER = re.compile(rf"^\.(\d+_(?:teacher|{'|'.join(STAGES)}))\.(?:tmp|old)-")
 
 
 def parse_stages(stages):
@@ -166,6 +170,9 @@ def _check_output(out, overwrite, inputs=()):
                 f"{out} already exists and is not empty. Pass --overwrite (Python: overwrite=True) to "
                 "replace a previous run's outputs, or choose a new directory."
             )
+        # Half-written stages of a killed run (hidden, of processes that are gone) go too.
+        for name in {m.group(1) for m in map(_STAGE_LEFTOVER.match, (e.name for e in out.iterdir())) if m}:
+            clean_leftovers(out / name)
         # Only a previous run's outputs go; anything else the user put there stays.
         doomed = [
             entry
@@ -205,6 +212,7 @@ def _write_file(path, data):
 def _load_teacher(teacher, classes, sequence_length):
     """`(model, source directory or None, needs fine-tuning)`."""
     num_classes = len(classes)
+    new_head = False
     if isinstance(teacher, keras.Model):
         if not isinstance(teacher, BertClassifier):
             raise ValueError(f"The teacher must be a bertzoo.BertClassifier, got {type(teacher).__name__}.")
@@ -217,21 +225,24 @@ def _load_teacher(teacher, classes, sequence_length):
                 "(a fine-tuned classifier written by save_to_preset, or a converted checkpoint)."
             )
         kwargs = {"sequence_length": sequence_length} if sequence_length is not None else {}
-        if preset.model_class() is BertClassifier:
-            model = BertClassifier.from_preset(preset, **kwargs)
-        else:  # A backbone (e.g. a converted checkpoint): a new head, fine-tuned here.
-            model = BertClassifier.from_preset(
-                preset, num_classes=num_classes, class_names=[str(c) for c in classes], **kwargs
-            )
-            return model, None, True
-        directory = preset.directory
+        new_head = preset.model_class() is not BertClassifier
+        if new_head:  # A backbone (e.g. a converted checkpoint): a new head, fine-tuned here.
+            kwargs.update(num_classes=num_classes, class_names=[str(c) for c in classes])
+        model = BertClassifier.from_preset(preset, **kwargs)
+        directory = None if new_head else preset.directory
     if quantization_mode(model) is not None:
         raise ValueError(
             f"The teacher is quantized ({quantization_mode(model)}): it cannot be distilled, pruned or quantized "
             "again. Pass the float model's preset (the stage before the int8 one)."
         )
     if model.preprocessor is None:
-        raise ValueError("The teacher needs a preprocessor (tokenizer) to read raw text.")
+        raise ValueError(
+            "The teacher needs a preprocessor (tokenizer) to read raw text, and this preset has none: pass a "
+            "preset saved with its vocabulary (save_to_preset(..., tokenizer=...), or a converted checkpoint "
+            "that had one)."
+        )
+    if new_head:
+        return model, None, True
     named = _names_the_labels(model, classes)  # Checked name by name, once mapped.
     if model.num_classes != num_classes and not named:
         raise ValueError(
@@ -273,11 +284,14 @@ def _directory_mb(path):
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
 
 
-def _measure(name, model, preset_dir, eval_data, batches, batch_size, repeats):
+def _measure(name, model, preset_dir, eval_data, batches, batch_size, repeats, parameters=None):
+    """One report row. `parameters`: the model's weights counted as in the
+    float model it was quantized from (its count, given), so a quantized
+    stage's scale variables do not read as extra parameters."""
     # int8 kernels keep a pruned weight's zero (symmetric rounding), so their
     # zeros are counted too; int4 packs two weights a byte.
     report = sparsity_report(model) if quantization_mode(model) in (None, "int8") else None
-    parameters = int(model.count_params())
+    parameters = int(model.count_params() if parameters is None else parameters)
     nonzero = parameters - (int(sum(r["zeros"] for r in report.layers)) if report is not None else 0)
     return {
         "stage": name,
@@ -317,12 +331,12 @@ def compress(
     epochs=1,
     teacher_epochs=None,
     batch_size=32,
-    sparsity=0.9,
+    sparsity=DEFAULT_SPARSITY,
     heads_to_keep=None,
     ffn_keep_ratio=None,
     sequence_length=None,
     distiller_options=None,
-    recipe="tinybert",
+    recipe=DEFAULT_RECIPE,
     transfer=None,
     transfer_column=None,
     augment=0,
@@ -476,8 +490,17 @@ def compress(
         )
     if smoothing == "auto":
         smoothing = DEFAULT_SMOOTHING
-    if "prune" in stages:
-        check_sparsity("sparsity", sparsity)
+    check_sparsity("sparsity", sparsity)
+    if sparsity != DEFAULT_SPARSITY and "prune" not in stages:
+        raise ValueError(
+            f"sparsity={sparsity} (--sparsity) sets the prune stage, which is not among the stages "
+            f"{list(stages)}. Leave it out, or add that stage."
+        )
+    if recipe != DEFAULT_RECIPE and "distill" not in stages:
+        raise ValueError(
+            f"recipe={recipe!r} (--recipe) sets how the distill stage trains, which is not among the stages "
+            f"{list(stages)}. Leave it out, or add that stage."
+        )
     if isinstance(augment, bool) or not isinstance(augment, int) or augment < 0:
         raise ValueError(f"`augment` must be an integer >= 0 (perturbed copies of each text), got {augment!r}.")
     if recipe is not None and recipe not in RECIPES:
@@ -532,6 +555,11 @@ def compress(
     # The teacher is checked before `out` is touched: a refused run must not
     # have removed a previous run's outputs (`overwrite`) or left a directory.
     model, teacher_dir, fine_tune = _load_teacher(teacher, classes, sequence_length)
+    if teacher_epochs is not None and not fine_tune:
+        raise ValueError(
+            "teacher_epochs (--teacher-epochs) fine-tunes the new head of a backbone teacher, but this teacher "
+            "is a classifier, trained already. Leave it out."
+        )
     of = "the training classes"
     if _names_the_labels(model, train_raw):  # Its ids, not the file's sorted order.
         classes, of = list(model.class_names), "the teacher's class_names"
@@ -648,7 +676,11 @@ def compress(
             model.save_to_preset(tmp / "preset")
             model.export(tmp / "saved_model", verbose=False)
         say(f"Measuring {stage}")
-        rows.append(_measure(stage, model, stage_dir / "preset", eval_data, batches, batch_size, latency_repeats))
+        # An int8 stage holds its input's weights (as int8) plus scales: counted as its input's.
+        parameters = parent.count_params() if stage == "int8" else None
+        rows.append(
+            _measure(stage, model, stage_dir / "preset", eval_data, batches, batch_size, latency_repeats, parameters)
+        )
 
     teacher_row = rows[0]
     for row in rows:
@@ -665,8 +697,14 @@ def compress(
         "text_column": text_column,
         "label_column": label_column,
         "epochs": epochs,
+        "teacher_epochs": (teacher_epochs or epochs) if fine_tune else None,
+        "batch_size": batch_size,
+        "sequence_length": int(preprocessor.sequence_length),
         "target_speedup": target_speedup,
         "recipe": recipe if "distill" in stages else None,
+        "sparsity": sparsity if "prune" in stages else None,
+        "heads_to_keep": _plain(heads_to_keep, int) if "prune_structured" in stages else None,
+        "ffn_keep_ratio": _plain(ffn_keep_ratio, float) if "prune_structured" in stages else None,
         "qat_epochs": qat_epochs if "int8" in stages else None,
         "weight_only": weight_only if "int8" in stages else None,
         "smoothing": smoothing if "int8" in stages and not qat_epochs and not weight_only else None,
@@ -688,6 +726,13 @@ def compress(
         say("matplotlib is not installed: no tradeoff.png (pip install matplotlib)")
     say(f"Wrote {out}/report.md, report.json" + (", tradeoff.png" if chart else ""))
     return report
+
+
+def _plain(value, kind):
+    """A per-layer setting (one value or one per layer) as JSON-ready numbers."""
+    if value is None:
+        return None
+    return [kind(v) for v in value] if isinstance(value, (list, tuple)) else kind(value)
 
 
 def _per_layer(backbone, key):

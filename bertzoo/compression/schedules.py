@@ -5,7 +5,11 @@ on `keras.ops`, so they run inside a compiled train step on every backend):
 a schedule called with a step returns `(should_prune, sparsity)`.
 `should_prune` is true on the steps `begin_step, begin_step + frequency, ...`
 that are not past `end_step` (`end_step=-1`: no end); between those steps
-the masks stay as they are.
+the masks stay as they are. One difference in when a step's masks apply:
+tensorflow-model-optimization computes step s's masks before the forward
+pass of batch s, bertzoo's `Pruner` right after that batch's update (so
+the update pruned weights received is zeroed at once). The steps that
+prune and the sparsity reached are the same; the masks lag by one update.
 """
 
 import numbers

@@ -14,6 +14,7 @@ what the original model computes with those heads' and neurons' outputs
 zeroed, and it is genuinely smaller and faster.
 """
 
+import numbers
 import re
 
 import keras
@@ -98,6 +99,12 @@ def head_and_neuron_importance(model, data, steps=None):
         loss_fn = model.default_loss()
     elif isinstance(loss_fn, str):
         loss_fn = keras.losses.get(loss_fn)
+    if not callable(loss_fn):
+        raise ValueError(
+            f"Scoring heads and neurons needs one loss for the model's output, but this {type(model).__name__} "
+            "has one loss per output (e.g. a BertPretrainer's masked-LM and sentence losses). Score them on a "
+            "task with a single output, or pass precomputed `importance=`."
+        )
     named = backbone.named_weights()
     attention_kernels = [named[f"attention_{k}/output/kernel"] for k in range(len(backbone.attention_blocks))]
     ffn_kernels = [named[f"feedforward_{k}/output/kernel"] for k in range(len(backbone.feedforward_blocks))]
@@ -166,7 +173,7 @@ def _neurons_per_layer(ffn_keep_ratio, intermediate):
         )
     counts = []
     for i, (ratio, total) in enumerate(zip(ratios, intermediate)):
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 < ratio <= 1.0:
+        if isinstance(ratio, bool) or not isinstance(ratio, numbers.Real) or not 0.0 < ratio <= 1.0:
             raise ValueError(
                 f"`ffn_keep_ratio` must be in (0, 1] (the fraction of feed-forward neurons kept), "
                 f"got {ratio!r} for layer {i}."
@@ -247,7 +254,18 @@ def prune_heads_and_neurons(model, heads_to_keep=None, ffn_keep_ratio=None, data
             if np.shape(s) != (n,):
                 raise ValueError(f"`importance[{key!r}][{i}]` has shape {np.shape(s)}, expected ({n},).")
 
-    # Per block (shared blocks use the first layer that uses them).
+    # Per block: layers that share a block (ALBERT) must agree on its scores,
+    # or the heads kept would depend on which layer came first.
+    for key, index in (("heads", attention_index), ("neurons", ffn_index)):
+        first = {}
+        for i, block in enumerate(index):
+            j = first.setdefault(block, i)
+            if not np.array_equal(np.asarray(importance[key][i]), np.asarray(importance[key][j])):
+                raise ValueError(
+                    f"Layers {j} and {i} share their {'attention' if key == 'heads' else 'feed-forward'} weights "
+                    f"but `importance[{key!r}]` scores them differently: give every layer of a shared block the "
+                    "same scores (e.g. their sum), as head_and_neuron_importance does."
+                )
     head_keep = {}
     for i, block in enumerate(attention_index):
         head_keep.setdefault(block, _top(importance["heads"][i], keep_heads[i], "heads", i))

@@ -16,6 +16,38 @@ def _per_layer(value, num_layers):
     return list(value) if isinstance(value, (list, tuple)) else [value] * num_layers
 
 
+def _shared_groups(teacher_config, selected):
+    """The student's `num_groups` that keeps the teacher's cross-layer
+    sharing (ALBERT) for the teacher layers `selected` (from 1), or None
+    (every student layer its own weights).
+
+    Consecutive student layers copied from one teacher group share one
+    block, as in the teacher: the student of a `num_groups=1` teacher is
+    shared too, not a larger copy of one block per layer. Groups must be of
+    equal size (how `BertBackbone` groups layers); when the chosen layers
+    do not fall so, the student is unshared, with a warning."""
+    t_layers = teacher_config["num_layers"]
+    t_groups = teacher_config.get("num_groups") or t_layers
+    if t_groups == t_layers:
+        return None
+    group_of = [(t - 1) // (t_layers // t_groups) for t in selected]
+    runs = [1]
+    for previous, current in zip(group_of, group_of[1:]):
+        if current == previous:
+            runs[-1] += 1
+        else:
+            runs.append(1)
+    if len(set(runs)) == 1:
+        return None if len(runs) == len(selected) else len(runs)
+    warnings.warn(
+        f"The teacher shares weights across layers (num_groups={t_groups}), but its layers {selected} do not "
+        f"fall into groups of equal size ({runs} consecutive layers per group), so every student layer gets "
+        "its own copy. Pass `num_groups` in `student`, or teacher `layers` that group evenly, to keep sharing.",
+        stacklevel=4,
+    )
+    return None
+
+
 def _student_config(teacher_config, student, teacher_layers_of):
     """The student backbone config: a preset's, or the teacher's with overrides."""
     if isinstance(student, dict):
@@ -32,7 +64,7 @@ def _student_config(teacher_config, student, teacher_layers_of):
                 sizes = config[key]
                 config[key] = [sizes[t - 1] for t in selected]
         if "num_groups" not in overrides:
-            config["num_groups"] = None
+            config["num_groups"] = _shared_groups(teacher_config, selected)
         config.update(overrides)
         return config, selected
     if isinstance(student, (str, Preset)) or hasattr(student, "__fspath__"):
@@ -54,7 +86,10 @@ def init_student_from_teacher(teacher, student, layers="every_k"):
     "uniform" layer map); pass a list of teacher layers (from 1) to choose.
     Weights can only be copied between equal shapes, so hidden size, head
     size and count, feed-forward size, vocabulary and position table must
-    match; a `ValueError` names the first that does not.
+    match; a `ValueError` names the first that does not. A teacher that
+    shares weights across layers (ALBERT) gives a student that shares them
+    the same way where the chosen layers allow it (`num_groups=1`: the
+    student of a one-block teacher is one block too).
 
     Args:
         teacher: a bertzoo task on a `BertBackbone` (e.g. a `BertClassifier`:

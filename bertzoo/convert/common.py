@@ -38,9 +38,14 @@ from bertzoo.utils import private_api
 DEFAULT_SEQUENCE_LENGTH = 128
 _LIST_LIMIT = 20
 
-# Activation names of each source format -> bertzoo names. Google's TF1 code
-# (BERT and ALBERT) implements "gelu" with the tanh approximation; Hugging
-# Face's "gelu" is the exact erf form and "gelu_new" the tanh one.
+# Activation names of each source format -> bertzoo names. Hugging Face's
+# "gelu" is the exact erf form and "gelu_new" the tanh one. Google's BERT
+# code computed "gelu" with erf when the released BERT checkpoints were
+# trained (the tanh form replaced it later), and Hugging Face loads those
+# checkpoints with the exact GELU: the TF1 reader maps BERT's "gelu" to
+# "gelu_exact", so one checkpoint gives the same model through either
+# reader. ALBERT's code has always used the tanh form (Hugging Face's ALBERT
+# configs say "gelu_new").
 HF_ACTIVATIONS = {
     "gelu": "gelu_exact",
     "gelu_new": "gelu_tanh",
@@ -51,7 +56,8 @@ HF_ACTIVATIONS = {
     "swish": "silu",
     "tanh": "tanh",
 }
-TF1_ACTIVATIONS = {"gelu": "gelu_tanh", "relu": "relu", "tanh": "tanh"}
+TF1_BERT_ACTIVATIONS = {"gelu": "gelu_exact", "relu": "relu", "tanh": "tanh"}
+TF1_ALBERT_ACTIVATIONS = {"gelu": "gelu_tanh", "relu": "relu", "tanh": "tanh"}
 
 
 class ConversionError(ValueError):
@@ -233,6 +239,7 @@ def build_backbone(model):
 
     heads, head_sources = {}, {}
     expected_heads = pretraining_head_shapes(model.config)
+    missing += _partial_heads(model)
     for name, (canonical, transform) in model.head_table.items():
         if name not in model.tensors:
             continue
@@ -266,6 +273,40 @@ def build_backbone(model):
     for variable, array in assignments:
         variable.assign(np.asarray(array, dtype=variable.dtype))
     return backbone, heads, head_sources
+
+
+# Head canonical names a checkpoint may leave out of a head it has: the
+# masked-LM decoder is stored only when it is not tied to the token embedding.
+_OPTIONAL_HEAD_ARRAYS = ("mlm/decoder/kernel",)
+
+
+def _partial_heads(model):
+    """The missing tensors of each pre-training head the checkpoint holds only in part.
+
+    A head (`mlm`, `nsp`: the part of its canonical names before the `/`)
+    is optional as a whole, as the pooler is: a checkpoint without any of
+    its tensors converts without it. One with some of its tensors but not
+    all is incomplete (a damaged or hand-edited checkpoint), so its missing
+    tensors are reported with the encoder's, instead of writing a partial
+    head that `BertPretrainer.load_pretraining_heads` would refuse later.
+    """
+    groups = {}
+    for name, (canonical, _) in model.head_table.items():
+        groups.setdefault(canonical.split("/", 1)[0], []).append((name, canonical))
+    missing = []
+    for head, members in groups.items():
+        present = [name for name, _ in members if name in model.tensors]
+        if not present:
+            continue
+        absent = [
+            name for name, canonical in members if name not in model.tensors and canonical not in _OPTIONAL_HEAD_ARRAYS
+        ]
+        missing += [
+            f"{name} (pre-training head {head!r}: the checkpoint holds {len(present)} of its tensors, "
+            f"e.g. {model.shown(present[0])})"
+            for name in absent
+        ]
+    return missing
 
 
 def write_preset(model, destination, overwrite=False):
@@ -329,9 +370,15 @@ def write_preset(model, destination, overwrite=False):
 
 
 def map_activation(name, table, origin):
-    if name not in table:
+    """The bertzoo activation of a config's `hidden_act` under `table`.
+
+    The name is matched case-insensitively (google-research/bert's
+    `get_activation` lowercases it first: "GELU" and "Relu" are valid
+    there). Raises `ConversionError` for a name `table` does not hold.
+    """
+    if name.lower() not in table:
         raise ConversionError(f"{origin}: hidden_act {name!r} is not supported. Supported: {', '.join(sorted(table))}.")
-    return table[name]
+    return table[name.lower()]
 
 
 # The entries of google-research/bert's (and /albert's) config, which Hugging
@@ -427,8 +474,12 @@ def read_config(raw, kinds, defaults, origin):
 def albert_layout(num_layers, num_groups, inner_group_num, origin):
     """`(num_layers, num_groups, index_fields)` of an ALBERT encoder in bertzoo terms.
 
-    ALBERT runs layer `i` through group `i * G // L`, and each group applies
-    its `inner_group_num` (R) sub-layers in turn. With R = 1 that is
+    ALBERT runs layer `i` through group `int(i / L * G)` (a float product),
+    and each group applies its `inner_group_num` (R) sub-layers in turn.
+    BertBackbone shares consecutive layers, layer `i` running group
+    `i // (L // G)`; the two agree for the published configs, but rounding
+    makes them differ for some others (e.g. L = G = 22, where ALBERT runs
+    layer 15 through group 14), which are refused. With R = 1 that is
     BertBackbone's sharing of consecutive layers. With R > 1 it is only
     expressible when every group runs once (L == G): then the L * R
     sub-layers are ordinary unshared layers.
@@ -436,6 +487,16 @@ def albert_layout(num_layers, num_groups, inner_group_num, origin):
     if num_layers % num_groups:
         raise ConversionError(
             f"{origin}: num_hidden_layers={num_layers} is not divisible by num_hidden_groups={num_groups}."
+        )
+    differing = [i for i in range(num_layers) if int(i / num_layers * num_groups) != i // (num_layers // num_groups)]
+    if differing:
+        i = differing[0]
+        raise ConversionError(
+            f"{origin}: with num_hidden_layers={num_layers} and num_hidden_groups={num_groups}, ALBERT's code "
+            f"assigns layer {i} to group int({i} / {num_layers} * {num_groups}) = "
+            f"{int(i / num_layers * num_groups)} (float rounding), not to group {i // (num_layers // num_groups)} "
+            f"as the even split does ({len(differing)} layer(s) differ). bertzoo shares consecutive, equal runs "
+            "of layers only, so this grouping is not supported; the published ALBERT configs are unaffected."
         )
     R = inner_group_num
     if R > 1 and num_layers != num_groups:

@@ -5,13 +5,22 @@ A directory holds `bert_config.json` (or `albert_config.json`), a checkpoint
 else its single `*.index`) and, for BERT, `vocab.txt`. Kernels are already `[in, out]`. Optimizer slots (`adam_m`,
 `adam_v`) and `global_step` are skipped; the masked-LM and next-sentence
 (ALBERT: sentence-order) heads under `cls/` are kept.
+
+BERT's `"hidden_act": "gelu"` becomes the exact (erf) GELU, which Google's
+BERT code computed when the released checkpoints were trained and which
+Hugging Face loads them with; ALBERT's becomes the tanh approximation its
+code uses. Whether a WordPiece vocabulary is cased is read from `vocab.txt`
+(uppercase letters in its ordinary tokens), the directory name
+(`cased_...`, `uncased_...`) deciding only when the vocabulary cannot tell.
 """
 
 import contextlib
+import re
 from pathlib import Path
 
 from bertzoo.convert.common import BERT_CONFIG_KINDS
-from bertzoo.convert.common import TF1_ACTIVATIONS
+from bertzoo.convert.common import TF1_ALBERT_ACTIVATIONS
+from bertzoo.convert.common import TF1_BERT_ACTIVATIONS
 from bertzoo.convert.common import ConversionError
 from bertzoo.convert.common import SourceModel
 from bertzoo.convert.common import albert_layout
@@ -29,7 +38,8 @@ from bertzoo.utils.optional import tf
 CONFIG_FILES = ("bert_config.json", "albert_config.json")
 OPTIMIZER_SLOTS = ("adam_m", "adam_v")
 CONFIG_KINDS = {**BERT_CONFIG_KINDS, "net_structure_type": int}
-# The defaults of google-research/bert's BertConfig (and /albert's AlbertConfig).
+# The defaults of google-research/bert's BertConfig (and /albert's AlbertConfig,
+# which differs in type_vocab_size: ALBERT_CONFIG_DEFAULTS).
 CONFIG_DEFAULTS = {
     "hidden_act": "gelu",
     "hidden_dropout_prob": 0.1,
@@ -42,6 +52,7 @@ CONFIG_DEFAULTS = {
     "inner_group_num": 1,
     "net_structure_type": 0,
 }
+ALBERT_CONFIG_DEFAULTS = {**CONFIG_DEFAULTS, "type_vocab_size": 2}
 
 _EMBEDDINGS = {
     "embeddings/token": ("bert/embeddings/word_embeddings", None),
@@ -176,6 +187,51 @@ def _damage_reported(prefix):
         ) from e
 
 
+# Special tokens of a WordPiece vocabulary: [CLS], [unused0], [PAD], ...
+_BRACKETED = re.compile(r"^\[[^\]]*\]$")
+
+
+def vocabulary_is_cased(vocabulary):
+    """Whether a WordPiece vocabulary keeps case: some ordinary token (not a
+    bracketed special such as `[CLS]` or `[unused0]`) has an uppercase
+    letter. An uncased vocabulary was built from lowercased text and has none."""
+    return any(not _BRACKETED.match(token) and token.lower() != token for token in vocabulary)
+
+
+def _lowercase(path, vocabulary, notes):
+    """Whether the tokenizer of the checkpoint in `path` lowercases its text.
+
+    A vocabulary with uppercase tokens is cased, whatever the directory is
+    called (it may have been renamed). One without can belong to either
+    (a small or non-Latin vocabulary), so the directory name decides:
+    Google's say "cased_..." or "uncased_..." (BERT); ALBERT and unnamed
+    ones are uncased. Disagreements and guesses are added to `notes`.
+    """
+    name = path.resolve().name.lower()
+    named = "cased" if "cased" in name and "uncased" not in name else "uncased" if "uncased" in name else None
+    if vocabulary is None:
+        return named != "cased"
+    if vocabulary_is_cased(vocabulary):
+        if named == "uncased":
+            notes.append(
+                f"lowercase=False: vocab.txt has uppercase tokens, so the model is cased, although the directory "
+                f"name {path.resolve().name!r} says uncased (renamed?)."
+            )
+        return False
+    if named == "cased":
+        notes.append(
+            f"lowercase=False taken from the directory name {path.resolve().name!r}, although vocab.txt has no "
+            "uppercase tokens: if the model is uncased, set the preprocessor's lowercase=True."
+        )
+        return False
+    if named is None:
+        notes.append(
+            "lowercase=True assumed (vocab.txt has no uppercase tokens and the directory name does not say "
+            "cased/uncased)."
+        )
+    return True
+
+
 def read(path):
     """Reads an original BERT or ALBERT TF1 checkpoint directory into a `SourceModel`."""
 
@@ -191,7 +247,6 @@ def read(path):
             "and bert_model.ckpt.data-00000-of-00001)."
         )
     raw = read_json_object(config_path)
-    values = read_config(raw, CONFIG_KINDS, CONFIG_DEFAULTS, origin)
     with _damage_reported(prefix):
         reader = tf.train.load_checkpoint(prefix)
         shapes = reader.get_variable_to_shape_map()
@@ -206,6 +261,7 @@ def read(path):
         or "embedding_size" in raw
         or any(name.startswith("bert/encoder/transformer/") for name in shapes)
     )
+    values = read_config(raw, CONFIG_KINDS, ALBERT_CONFIG_DEFAULTS if albert else CONFIG_DEFAULTS, origin)
     if values["net_structure_type"] != 0:
         raise ConversionError(f"{origin}: net_structure_type={values['net_structure_type']} is not supported.")
     config = {
@@ -214,7 +270,9 @@ def read(path):
         "hidden_dim": values["hidden_size"],
         "num_heads": values["num_attention_heads"],
         "intermediate_dim": values["intermediate_size"],
-        "activation": map_activation(values["hidden_act"], TF1_ACTIVATIONS, origin),
+        "activation": map_activation(
+            values["hidden_act"], TF1_ALBERT_ACTIVATIONS if albert else TF1_BERT_ACTIVATIONS, origin
+        ),
         "dropout": values["hidden_dropout_prob"],
         "attention_dropout": values["attention_probs_dropout_prob"],
         "max_sequence_length": values["max_position_embeddings"],
@@ -251,6 +309,12 @@ def read(path):
         )
 
     vocabulary, sentencepiece, notes = None, None, []
+    if not albert and values["hidden_act"].lower() == "gelu":
+        notes.append(
+            'hidden_act "gelu" converted to the exact (erf) GELU: Google\'s BERT code computed it so when the '
+            "released checkpoints were trained (the tanh approximation came later; ALBERT uses it), and Hugging "
+            "Face loads them with it, so both converters give the same model."
+        )
     if (path / "vocab.txt").is_file():
         vocabulary = load_vocabulary(path / "vocab.txt")
         check_vocabulary_size(vocabulary, config, origin)
@@ -262,11 +326,7 @@ def read(path):
                 "checkpoint was trained with (ALBERT's is 30k-clean.model)."
             )
         sentencepiece = models[0] if models else None
-    # Google's directories say "uncased_..." or "cased_..." (BERT) and ALBERT is uncased.
-    name = path.resolve().name.lower()
-    lowercase = not ("cased" in name and "uncased" not in name)
-    if vocabulary is not None and "cased" not in name:
-        notes.append("lowercase=True assumed (the directory name does not say cased/uncased).")
+    lowercase = _lowercase(path, vocabulary, notes)
 
     return SourceModel(
         format="tf1",

@@ -2,8 +2,10 @@
 
 `load_labelled_texts` reads one file into `(texts, labels)` with the labels
 as read (numbers or strings); `label_ids` maps labels to class ids by sorted
-order (numbers numerically, otherwise as strings) and returns the classes,
-so the mapping can be recorded and applied to another file.
+order (numbers, and strings that spell finite numbers, numerically and
+first; other strings after them, as text) and returns the classes, so the
+mapping can be recorded and applied to another file: there `1`, `"1"` and
+`"1.0"` are one class.
 
 Files are read as UTF-8, with or without a byte-order mark (Excel's "CSV
 UTF-8", Notepad); any other encoding is a `ValueError` naming the line.
@@ -94,19 +96,26 @@ def _json_rows(f, path):
 def _delimited_rows(f, path, kind):
     """CSV or TSV rows under a header line; a row with more fields than the header is an error."""
     # TSV files are read as plain tab-separated fields (no quoting), as GLUE's are.
-    tap = _LineTap(f)
+    tap = LineTap(f)
     if kind == "tsv":
         dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE}
         hint = "a tab inside a text? TSV fields cannot be quoted: remove the tab, or save as CSV and quote that field"
     else:
         dialect = {}
         hint = 'a comma inside a text? Quote the fields that contain one: "hello, world",1'
+    cr_fix = (
+        "Remove it from the text (e.g. replace it with a space)"
+        if kind == "tsv"
+        else 'Remove it from the text, or quote the field: "one\\rtwo",1'
+    )
     reader = csv.reader(tap, **dialect)
     columns = None
+    seen_newline = False  # Lines ending "\n" (or "\r\n"): then one ending in a bare "\r" is no line end.
     held = None  # The last row read, yielded once the next one shows it was not cut off by the end of the file.
     try:
         for row in reader:
             lines, tap.lines = tap.lines, []
+            seen_newline = seen_newline or any(line.endswith("\n") for line in lines)
             if columns is None:
                 if not row or not any(cell.strip() for cell in row):
                     continue
@@ -118,12 +127,24 @@ def _delimited_rows(f, path, kind):
                         "its own name."
                     )
                 continue
-            if not row:
-                continue
+            if not any(cell.strip() for cell in row):
+                continue  # A blank line, or one of only spaces or tabs (or delimiters).
+            if len(row) > len(columns) and not any(cell.strip() for cell in row[len(columns) :]):
+                row = row[: len(columns)]  # A trailing delimiter: empty fields past the header's width.
             if len(row) > len(columns):
                 raise ValueError(
                     f"{path}:{reader.line_num}: {len(row)} fields, the header has {len(columns)} ({hint})."
                 )
+            if len(row) < len(columns) and seen_newline:
+                # A bare carriage return ends a line for the reader: inside a text, it cuts the row in two.
+                cut_at = reader.line_num if _ends_with_bare_cr(lines) else None
+                if cut_at is None and held is not None and _ends_with_bare_cr(held[3]):
+                    cut_at = held[0]  # The row before was cut: this is its rest.
+                if cut_at is not None:
+                    raise ValueError(
+                        f"{path}:{cut_at}: the line ends with a bare carriage return (\\r), which cuts the row "
+                        f"(a carriage return inside a text? {cr_fix})."
+                    )
             if held is not None:
                 yield held[:3]
             held = (reader.line_num, columns, dict(zip(columns, row)), lines)
@@ -142,7 +163,7 @@ def _delimited_rows(f, path, kind):
         yield None, columns, None  # A header with no rows.
 
 
-class _LineTap:
+class LineTap:
     """Iterates over a file's lines for `csv.reader`, keeping those read
     since `lines` was last emptied (the current row's)."""
 
@@ -157,6 +178,11 @@ class _LineTap:
         line = next(self.f)
         self.lines.append(line)
         return line
+
+
+def _ends_with_bare_cr(lines):
+    """Whether the last of `lines` ends with a carriage return alone (not "\\r\\n")."""
+    return bool(lines) and lines[-1].endswith("\r")
 
 
 def _ends_inside_quotes(lines, dialect):
@@ -283,7 +309,7 @@ def _as_numbers_if_possible(labels, path):
 # A number as people write one in a data file: ASCII digits, an optional
 # sign, decimals and exponent, "nan" and "inf" (Python's int() and float()
 # also take "1_000" and other scripts' digits, which would merge classes).
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|inf|infinity)", re.IGNORECASE | re.ASCII)
+NUMBER_PATTERN = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|inf|infinity)", re.IGNORECASE | re.ASCII)
 
 
 def _number(label):
@@ -293,7 +319,7 @@ def _number(label):
     if isinstance(label, (int, float)):
         return label
     text = str(label).strip()
-    if not _NUMBER.fullmatch(text):
+    if not NUMBER_PATTERN.fullmatch(text):
         return None
     try:
         return int(text)
@@ -304,19 +330,51 @@ def _number(label):
 def label_ids(labels, classes=None, source=None, of="the training classes"):
     """Maps labels to class ids; returns `(ids, classes)`.
 
-    Without `classes`, the classes are the distinct labels in sorted order
-    (numbers numerically); with them (e.g. the training file's), a label
-    outside them is a `ValueError` naming `source` and, in `of`, where the
-    classes came from.
+    Labels are compared by value: a number and a string spelling it (`1`,
+    `"1"`, `"1.0"`) are one class, so a file whose labels were read as
+    strings (one of them was not a number) maps onto another's numbers.
+    Without `classes`, the classes are the distinct labels (the first
+    spelling of each) in sorted order: numbers, and strings that spell
+    finite numbers, numerically and first; other labels after them, as text
+    (`[2, 10, "none"]` for `["10", "2", "none"]`). With `classes` (e.g. the
+    training file's), a label outside them is a `ValueError` naming
+    `source` and, in `of`, where the classes came from.
+
+    Example:
+    ```python
+    label_ids(["10", "2", "none"])  # ([1, 0, 2], ['2', '10', 'none'])
+    label_ids([2, 1], classes=["1", "2", "none"])  # ([1, 0], ['1', '2', 'none'])
+    ```
     """
     if classes is None:
-        classes = sorted(set(labels), key=lambda c: (isinstance(c, str), c))
-    index = {c: i for i, c in enumerate(classes)}
-    unknown = sorted({str(label) for label in labels if label not in index})
+        distinct = {}
+        for label in labels:
+            distinct.setdefault(_class_key(label), label)
+        classes = [distinct[key] for key in sorted(distinct, key=_class_order)]
+    index = {}
+    for i, c in enumerate(classes):
+        index.setdefault(_class_key(c), i)
+    keys = [_class_key(label) for label in labels]
+    unknown = sorted({str(label) for label, key in zip(labels, keys) if key not in index})
     if unknown:
         where = f"{source}: " if source else ""
         raise ValueError(f"{where}labels {unknown[:10]} are not among {of} {list(classes)}.")
-    return [index[label] for label in labels], list(classes)
+    return [index[key] for key in keys], list(classes)
+
+
+def _class_key(label):
+    """A label's class, as `label_ids` compares them: a finite number (a
+    whole one as an int; bools as 0 and 1), whether given as a number or as
+    a string spelling one, otherwise the label as a string."""
+    number = int(label) if isinstance(label, bool) else _number(label)
+    if number is None or not math.isfinite(number):
+        return str(label).strip() if isinstance(label, str) else str(label)
+    return int(number) if float(number).is_integer() else float(number)
+
+
+def _class_order(key):
+    """Sorts `_class_key`s: numbers numerically, then strings as text."""
+    return (1, 0, key) if isinstance(key, str) else (0, key, "")
 
 
 def threshold_labels(texts, labels, threshold, source=None):

@@ -12,12 +12,15 @@ purpose (the label follows from the words); use real data for real figures.
 
 import csv
 import math
+import numbers
 import os
 from pathlib import Path
 
 import numpy as np
 
 from bertzoo.datasets.files import ENCODING
+from bertzoo.datasets.files import NUMBER_PATTERN
+from bertzoo.datasets.files import LineTap
 from bertzoo.datasets.files import allow_long_csv_fields
 from bertzoo.datasets.files import not_utf8_error
 
@@ -28,7 +31,9 @@ def load_rated_sentences(path, max_rows=None):
     The file is UTF-8 (a byte-order mark is allowed), its header line is
     `id<TAB>rating<TAB>text`, and blank lines are skipped. The text is the
     rest of the line, so a tab inside it is kept. A rating that is not a
-    finite number is a `ValueError` naming the line.
+    finite number (ASCII digits, e.g. `-1.5` or `2`) or an empty text is a
+    `ValueError` naming the line. `max_rows`: keep at most this many
+    (non-neutral) rows, an int >= 1; None for all.
 
     Example:
     ```python
@@ -36,27 +41,51 @@ def load_rated_sentences(path, max_rows=None):
     ```
     """
     path = Path(path)
+    if max_rows is not None and (
+        isinstance(max_rows, bool) or not isinstance(max_rows, numbers.Integral) or max_rows < 1
+    ):
+        raise ValueError(f"`max_rows` must be an int >= 1 (or None for all rows), got {max_rows!r}.")
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: expected a TSV file id<TAB>rating<TAB>text.")
     allow_long_csv_fields()
     texts, labels = [], []
     with open(path, newline="", encoding=ENCODING) as f:
-        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        tap = LineTap(f)  # The lines of each row, to name a carriage return that cut one.
+        reader = csv.reader(tap, delimiter="\t", quoting=csv.QUOTE_NONE)
+        previous = []  # The lines of the row before.
+        seen_newline = False  # Lines ending "\n": then one ending in a bare "\r" was cut inside its text.
         try:
             header = next(reader, None)
             if header is None or [h.strip().lower() for h in header[:3]] != ["id", "rating", "text"]:
                 raise ValueError(f"{path}: expected a header line 'id<TAB>rating<TAB>text', got {header!r}.")
+            seen_newline, tap.lines = any(line.endswith("\n") for line in tap.lines), []
             for row in reader:
+                lines, tap.lines = tap.lines, []
+                seen_newline = seen_newline or any(line.endswith("\n") for line in lines)
                 if not any(cell.strip() for cell in row):
                     continue  # A blank line, e.g. at the end of the file.
+                cut, previous = previous, lines
                 if len(row) < 3:
-                    raise ValueError(f"{path}:{reader.line_num}: expected 3 tab-separated fields, got {len(row)}.")
+                    hint = ""
+                    if seen_newline and any(line.endswith("\r") for line in cut + lines):
+                        hint = (
+                            " A line ends with a bare carriage return (\\r), which cuts the row (a carriage return "
+                            "inside a text?): remove it from the text (e.g. replace it with a space)."
+                        )
+                    raise ValueError(
+                        f"{path}:{reader.line_num}: expected 3 tab-separated fields, got {len(row)}.{hint}"
+                    )
                 rating = _rating(row[1], path, reader.line_num)
+                text = "\t".join(row[2:]).strip()
+                if not text:
+                    raise ValueError(
+                        f"{path}:{reader.line_num}: the text is empty; give every row a sentence (or delete the row)."
+                    )
                 if rating == 0:
                     continue
-                texts.append("\t".join(row[2:]).strip())
+                texts.append(text)
                 labels.append(int(rating > 0))
-                if max_rows and len(texts) >= max_rows:
+                if max_rows is not None and len(texts) >= max_rows:
                     break
         except UnicodeDecodeError:
             raise not_utf8_error(path) from None
@@ -66,11 +95,10 @@ def load_rated_sentences(path, max_rows=None):
 
 
 def _rating(field, path, line_number):
-    """The rating in `field` as a float; a `ValueError` naming the line if it is not a finite number."""
-    try:
-        rating = float(field)
-    except ValueError:
-        rating = None
+    """The rating in `field` as a float; a `ValueError` naming the line if it
+    is not a finite number as people write one (`float` would also read
+    "1_0" as 10, and other scripts' digits)."""
+    rating = float(field) if NUMBER_PATTERN.fullmatch(field.strip()) else None
     if rating is None or not math.isfinite(rating):
         raise ValueError(
             f"{path}:{line_number}: the rating {field!r} is not a finite number; "
@@ -80,7 +108,20 @@ def _rating(field, path, line_number):
 
 
 def split(texts, labels, test_fraction=0.2, seed=0):
-    """A seeded shuffle-split into `(train_texts, train_labels), (test_texts, test_labels)`."""
+    """A seeded shuffle-split into `(train_texts, train_labels), (test_texts, test_labels)`.
+
+    `round(len(texts) * test_fraction)` examples go to the test side. The
+    split is by position, not by text: a sentence that appears more than
+    once in the data can land on both sides (dedupe the texts first if that
+    matters). `test_fraction` outside (0, 1), or texts and labels of
+    different lengths, is a `ValueError`.
+    """
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, numbers.Real) or not 0 < test_fraction < 1:
+        raise ValueError(f"`test_fraction` must be a fraction between 0 and 1 (exclusive), got {test_fraction!r}.")
+    if len(texts) != len(labels):
+        raise ValueError(
+            f"`texts` and `labels` must have one entry per example: got {len(texts)} texts and {len(labels)} labels."
+        )
     order = np.random.default_rng(seed).permutation(len(texts))
     n_test = int(round(len(texts) * test_fraction))
     test, train = order[:n_test], order[n_test:]

@@ -456,8 +456,22 @@ class Dense(keras.layers.Dense):
             x = ops.add(x, self.bias)
         return self.activation(x) if self.activation is not None else x
 
+    def _check_static_range_supported(self):
+        # Where Keras no longer calls `_int8_call` (renamed), it runs its own
+        # int8 path (logged once): right for every layer but one with a
+        # static input range, which it would quantize per token instead.
+        if not private_api.keras_int8_hooks_available():
+            raise RuntimeError(
+                f"Keras {keras.__version__}'s Dense has no _int8_call, so layer '{self.name}' cannot use a "
+                "static input range (Keras would quantize its inputs per token instead): this needs a Keras "
+                'version bertzoo supports (>=3.13), or quantize without input_ranges="static".'
+            )
+
     def _int8_build(self, kernel_shape, config=None):
         self._built_by_int8_build = True  # See `quantize_under`.
+        policy = own_dtype_policy(self)
+        if isinstance(policy, InputSmoothingInt8Policy) and policy.static_inputs:
+            self._check_static_range_supported()
         if isinstance(own_dtype_policy(self), WeightOnlyInt8Policy):
             config = keras.quantizers.Int8QuantizationConfig(activation_quantizer=None)
         super()._int8_build(kernel_shape, config)
@@ -543,6 +557,8 @@ class Dense(keras.layers.Dense):
             raise ValueError(
                 f"`input_range` must be a positive finite number (layer '{self.name}'), got {input_range!r}."
             )
+        if input_range is not None:
+            self._check_static_range_supported()  # Before the kernel changes.
         kernel.assign(ops.cast(ops.cast(kernel, "float32") * factors[:, None], kernel.dtype))
         # This policy makes `_int8_build` add `input_scale`.
         self.quantize_under(

@@ -11,6 +11,8 @@ from bertzoo.utils.optional import tf
 
 # Variables BERT's recipe does not decay: biases and LayerNorm's scale and offset.
 NO_WEIGHT_DECAY = ("bias", "gamma", "beta")
+# Adam's slot variables that are float32 for bfloat16 and float16 variables.
+_FLOAT32_MOMENTS = ("momentum", "velocity", "velocity_hat")
 
 
 def _global_norm(parts):
@@ -185,11 +187,65 @@ class AdamW(keras.optimizers.AdamW):
     optimizer = AdamW(learning_rate=5e-5, weight_decay=0.01, global_clipnorm=1.0)
     model.compile(optimizer=optimizer)
     ```
+
+    Variables excluded from weight decay by name
+    (`exclude_from_weight_decay(var_names=...)`, as `bert_optimizer` does for
+    biases and LayerNorm) stay excluded through `get_config` /
+    `from_config`, `keras.optimizers.serialize` and a saved `.keras` model:
+    Keras's AdamW keeps them only in the live object, and a reloaded one
+    decays every variable. They are the config's
+    `exclude_from_weight_decay_names`. Exclusions by variable
+    (`var_list=...`) are not saved: a variable object does not survive a
+    reload.
     """
+
+    def __init__(self, *args, exclude_from_weight_decay_names=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._excluded_var_names = []
+        if exclude_from_weight_decay_names:
+            self.exclude_from_weight_decay(var_names=list(exclude_from_weight_decay_names))
+
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        """Keras's `exclude_from_weight_decay` (before `build`), with
+        `var_names` kept for `get_config`. Like Keras's, a call replaces the
+        exclusions of earlier calls."""
+        if var_names is not None and (isinstance(var_names, str) or not all(isinstance(n, str) for n in var_names)):
+            raise ValueError(f"`var_names` must be a list of strings (regex patterns), got {var_names!r}.")
+        super().exclude_from_weight_decay(var_list=var_list, var_names=var_names)
+        self._excluded_var_names = sorted(set(var_names or ()))
+
+    def get_config(self):
+        config = super().get_config()
+        config["exclude_from_weight_decay_names"] = list(getattr(self, "_excluded_var_names", []))
+        return config
+
+    def add_variable_from_reference(self, reference_variable, name=None, initializer="zeros"):
+        """Keras's, but Adam's moments of a bfloat16 or float16 variable are
+        float32: in float16 the second moment of a gradient below about 1e-2
+        (`(1 - beta_2) * g**2` under float16's smallest value, 6e-8)
+        underflows to zero and the step is far too large (31x in a
+        measured case); bfloat16's 8 bits of precision round small moment
+        updates away. The gradient accumulators and EMA keep the variable's dtype."""
+        low_precision = keras.backend.standardize_dtype(reference_variable.dtype) in ("bfloat16", "float16")
+        if name not in _FLOAT32_MOMENTS or not low_precision:
+            return super().add_variable_from_reference(reference_variable, name=name, initializer=initializer)
+        # Keras's naming (`{variable path}_{name}`), with a float32 dtype.
+        if hasattr(reference_variable, "path"):
+            prefix = reference_variable.path.replace("/", "_")
+        else:
+            prefix = str(reference_variable.name).replace("/", "_").replace(":", "_")
+        return self.add_variable(
+            shape=reference_variable.shape,
+            initializer=initializer,
+            dtype="float32",
+            name=f"{prefix}_{name}",
+            layout=getattr(reference_variable, "_layout", None),
+        )
 
     def update_step(self, gradient, variable, learning_rate):
         """Keras's Adam step; for bfloat16 or float16 weights, its arithmetic
-        in float32. Keras casts the betas to the variable's dtype, and
+        in float32 (and their moments float32: `add_variable_from_reference`).
+        Keras casts the betas to the variable's dtype, and
         `beta_2=0.999` is 1.0 in bfloat16: `1 - beta_2 ** t` is then 0 and
         every step of a `dtype="bfloat16"` model is zero (keras-hub issue
         2629). Here the moments are updated and the step computed from the

@@ -79,10 +79,12 @@ def holds_text(x, datasets=False):
 
 
 def _is_raw_sequence(x):
-    # Raw text in memory: a list or array of examples, or a tuple of them
-    # (pairs, questions and contexts, contexts and choices).
+    # Raw text in memory: a list, array or string tensor of examples, or a
+    # tuple of them (pairs, questions and contexts, contexts and choices).
     parts = x if isinstance(x, tuple) else (x,)
-    return all(isinstance(part, (list, np.ndarray)) for part in parts) and holds_text(parts[0])
+    return all(
+        isinstance(part, (list, np.ndarray)) or (is_tf_tensor(part) and part.shape.rank) for part in parts
+    ) and holds_text(parts[0])
 
 
 def _is_feature_dict(x):
@@ -102,10 +104,16 @@ def check_dataset_carries_targets(y, sample_weight):
 
 
 def holds_no_examples(x):
-    """True for raw inputs with no examples: `[]`, an empty array, or a pair
-    (tuple) of them."""
+    """True for raw inputs with no examples: `[]`, an empty array or tensor
+    (`tf.constant([], tf.string)`), or a pair (tuple) of them."""
     parts = x if isinstance(x, tuple) and x else (x,)
-    return all(isinstance(part, (list, tuple, np.ndarray)) and len(part) == 0 for part in parts)
+    return all(_is_empty(part) for part in parts)
+
+
+def _is_empty(part):
+    if isinstance(part, (list, tuple, np.ndarray)):
+        return len(part) == 0
+    return is_tf_tensor(part) and bool(part.shape.rank) and part.shape[0] == 0
 
 
 def split_for_validation(x, y, sample_weight, validation_split):
@@ -148,6 +156,22 @@ def split_for_validation(x, y, sample_weight, validation_split):
     return split_inputs(head), head(y), head(sample_weight), validation
 
 
+def validation_parts(validation_data):
+    """`fit`'s `validation_data` as a tuple `(x[, y[, sample_weight]])`:
+    a tuple of those, a list of two or three (Keras reads it as that
+    tuple), or `x` alone."""
+    if isinstance(validation_data, list) and len(validation_data) in (2, 3):
+        validation_data = tuple(validation_data)
+    if not isinstance(validation_data, tuple):
+        return (validation_data,)
+    if len(validation_data) > 3:
+        raise ValueError(
+            "`validation_data` must be (x, y) or (x, y, sample_weight), got a tuple of "
+            f"{len(validation_data)} parts. For sentence pairs, nest them: ((first, second), labels)."
+        )
+    return validation_data
+
+
 class RawInputsMixin:
     """Runs `fit` and `evaluate` inputs through `self._as_dataset` first,
     and builds the optimizer before the first training step is traced.
@@ -179,6 +203,12 @@ class RawInputsMixin:
         if split and validation_data is None and (_is_raw_sequence(x) or _is_feature_dict(x)):
             x, y, sample_weight, validation_data = split_for_validation(x, y, sample_weight, split)
         elif split:
+            if validation_data is None and holds_text(x):  # Keras would split the tf.data stream made of it.
+                raise ValueError(
+                    f"`validation_split` cannot split raw text given as {type(x).__name__}: pass the texts as a "
+                    "list, a NumPy array or a string tensor (a tuple of them for pairs), or split them before "
+                    "fit and pass `validation_data=(texts, labels)`."
+                )
             kwargs["validation_split"] = split
         keras_fit = super().fit
         callbacks = kwargs.get("callbacks")
@@ -198,7 +228,7 @@ class RawInputsMixin:
                 steps_per_epoch=steps_per_epoch,
                 **kwargs,
             )
-        validation_data = self._as_validation_data(validation_data)
+        validation_data = self._as_validation_data(validation_data, batch_size, kwargs)
         dataset = self._as_dataset(x, y, sample_weight, batch_size, shuffle=shuffle)
         if dataset is not None:  # Already shuffled, batched and tokenized.
             x, y, sample_weight, batch_size, shuffle = dataset, None, None, None, False
@@ -232,13 +262,24 @@ class RawInputsMixin:
         same labels. Unchanged by default."""
         return y
 
-    def _as_validation_data(self, validation_data):
+    def _as_validation_data(self, validation_data, batch_size=None, fit_kwargs=None):
         """`fit`'s `validation_data`, tokenized and batched when it is raw
-        (`ResumableTraining.run_fit` calls this once its checks pass)."""
+        (`ResumableTraining.run_fit` calls this once its checks pass).
+
+        Batched as Keras batches validation data: by `fit`'s
+        `validation_batch_size` (in `fit_kwargs`, the rest of `fit`'s
+        keyword arguments), else its `batch_size`. Once the data is a batched
+        dataset, `validation_batch_size` is dropped from `fit_kwargs`. A list
+        `[x, y]` reads as the tuple `(x, y)`, as in Keras."""
         if validation_data is None:
             return None
-        parts = validation_data if isinstance(validation_data, tuple) else (validation_data,)
-        return self._as_dataset(*parts) or validation_data
+        fit_kwargs = {} if fit_kwargs is None else fit_kwargs
+        parts = validation_parts(validation_data)
+        dataset = self._as_dataset(*parts, batch_size=fit_kwargs.get("validation_batch_size") or batch_size)
+        if dataset is None:
+            return validation_data
+        fit_kwargs.pop("validation_batch_size", None)
+        return dataset
 
     def make_train_function(self, force=False):
         # Keras's `fit` and `train_on_batch` call this once they have checked

@@ -140,17 +140,27 @@ def _fingerprint(whole, batch_size):
     return digest.hexdigest()
 
 
+# Config keys that are training state, not settings (`_optimizer_settings`).
+_STATE_KEYS = ("name", "total_steps", "total_steps_from_fit")
+# Settings that checkpoints of older bertzoo versions do not record: not
+# compared when a checkpoint lacks them.
+_ADDED_SETTINGS = ("exclude_from_weight_decay_names",)
+
+
 def _optimizer_settings(optimizer):
     """The optimizer's settings, flattened to `{"dotted.key": value}`: its
     config and its learning-rate schedule's, less what is state rather than
     a setting (a float learning rate, a variable that callbacks change and
-    the checkpoint restores; the schedule's `total_steps`, which fit sets)."""
+    the checkpoint restores; the schedule's `total_steps` and whether fit
+    filled it in, which fit sets). bertzoo's `AdamW` lists its weight-decay
+    exclusions (`exclude_from_weight_decay_names`) in its config, so a
+    changed exclusion is a changed setting."""
     flat = {}
 
     def walk(value, prefix):
         if isinstance(value, dict):
             for key, item in value.items():
-                if key in ("name", "total_steps") or (key == "learning_rate" and not isinstance(item, dict)):
+                if key in _STATE_KEYS or (key == "learning_rate" and not isinstance(item, dict)):
                     continue
                 walk(item, f"{prefix}{key}.")
         else:
@@ -193,6 +203,24 @@ class ResumableTraining(keras.callbacks.Callback):
     of every epoch; the checkpoint is removed when `fit` completes (unless
     `delete_checkpoint=False`). See `bertzoo.models.resumable` for what is
     saved and the contract (same model, data, arguments and seed).
+
+    A resumed run trains the rest of the interrupted epoch and the remaining
+    epochs as two Keras `fit` calls; the other callbacks still see one
+    training run: `on_train_begin` at its start, `on_train_end` at its end
+    (an `EarlyStopping`'s patience, a `ModelCheckpoint(save_best_only=True)`'s
+    best value carry over from the one to the other). Callbacks' own state
+    is not in the checkpoint: after an interruption they start afresh (an
+    `EarlyStopping` forgets its best value, a `CSVLogger` needs
+    `append=True` to keep the interrupted run's rows).
+
+    The checkpoint is kept when training stops early for another reason
+    than the user's stopping rule: a callback setting `stop_training`
+    (a time budget, `TerminateOnNaN`) leaves it on disk and the next run
+    resumes from it. It is deleted (with `delete_checkpoint=True`) once
+    every epoch has run, or when a `keras.callbacks.EarlyStopping` stopped
+    training (training is finished), unless a loss was not finite. After a
+    non-finite loss no checkpoint is written any more: the last one, from
+    before it, stays.
 
     Args:
         backup_dir: directory of the checkpoint (`training_state.npz`),
@@ -262,13 +290,17 @@ class ResumableTraining(keras.callbacks.Callback):
             ) from e
 
     def _remove_leftovers(self):
-        """Temporary files of saves interrupted in processes that are gone."""
+        """Temporary files of saves interrupted in processes that are gone.
+        Called when `fit` starts, when no save of this process is under way:
+        a temporary file named with this process's id is a leftover too, of
+        an earlier process that had the same id (PID 1 of every run of a
+        container)."""
         if not os.path.isdir(self.backup_dir):
             return
         pattern = re.compile(rf"^\.{re.escape(CHECKPOINT_NAME)}\.tmp-(\d+)-")
         for name in os.listdir(self.backup_dir):
             match = pattern.match(name)
-            if match and not process_alive(int(match.group(1))):
+            if match and (int(match.group(1)) == os.getpid() or not process_alive(int(match.group(1)))):
                 try:
                     os.remove(os.path.join(self.backup_dir, name))
                 except OSError:
@@ -353,7 +385,8 @@ class ResumableTraining(keras.callbacks.Callback):
 
     def _check_optimizer(self, saved, settings):
         """Raises unless the checkpoint's optimizer settings are this fit's."""
-        changed = sorted(k for k in set(saved) | set(settings) if saved.get(k) != settings.get(k))
+        unrecorded = {k for k in settings if k.rsplit(".", 1)[-1] in _ADDED_SETTINGS and k not in saved}
+        changed = sorted(k for k in (set(saved) | set(settings)) - unrecorded if saved.get(k) != settings.get(k))
         if changed:
             was = ", ".join(f"{k}={saved.get(k)!r}" for k in changed)
             now = ", ".join(f"{k}={settings.get(k)!r}" for k in changed)
@@ -456,7 +489,7 @@ class ResumableTraining(keras.callbacks.Callback):
         if meta is not None:
             self._check_same_run(meta, run, ("steps_per_epoch", "num_examples", "fingerprint"))
         if "validation_data" in kwargs:  # Raw from the model's `fit`: built once the checks pass.
-            kwargs["validation_data"] = model._as_validation_data(kwargs["validation_data"])
+            kwargs["validation_data"] = model._as_validation_data(kwargs["validation_data"], batch_size, kwargs)
         set_schedule_length(model.optimizer, None, None, epochs, order.steps_per_epoch)
         done = first * order.steps_per_epoch + skip  # Batches trained on so far, all epochs.
         run.update(done=done, saved_at=done, arrays=arrays)
@@ -464,13 +497,21 @@ class ResumableTraining(keras.callbacks.Callback):
         callbacks = list(
             callbacks.callbacks if isinstance(callbacks, keras.callbacks.CallbackList) else callbacks or []
         )
-        # Last, so that it sees every other callback's `stop_training`.
-        callbacks = [c for c in callbacks if c is not self] + [self]
+        callbacks = [c for c in callbacks if c is not self]
+        run["early_stopping"] = [c for c in callbacks if isinstance(c, keras.callbacks.EarlyStopping)]
+        # One `on_train_begin` / `on_train_end` over the phases (a progress
+        # bar is one per `fit` call); this callback last, so that it sees
+        # every other callback's `stop_training`.
+        callbacks = [
+            c if isinstance(c, keras.callbacks.ProgbarLogger) else _OneTrainingRun(c, run) for c in callbacks
+        ] + [self]
         history = None
         self._run = run
         try:
             for index, (data, start, done) in enumerate(phases):
-                run.update(offset=done, partial=bool(done), final=index == len(phases) - 1, user_stop=False)
+                run.update(
+                    offset=done, partial=bool(done), first=index == 0, final=index == len(phases) - 1, user_stop=False
+                )
                 # The resumed epoch's remaining batches run as one `fit` of
                 # their own (Keras counts the same number of steps in every
                 # epoch of one call), stopped after that epoch.
@@ -511,17 +552,23 @@ class ResumableTraining(keras.callbacks.Callback):
         run = self._run
         run["step"] = step = run["offset"] + batch + 1  # Batches done in this epoch.
         run["done"] = self._epoch * run["steps_per_epoch"] + step
+        loss = (logs or {}).get("loss")
+        if loss is not None and not np.all(np.isfinite(keras.ops.convert_to_numpy(loss))):
+            run["diverged"] = True  # The weights may be NaN: the last checkpoint stays the last.
         due = self.save_every and run["done"] // self.save_every > run["saved_at"] // self.save_every
-        if due and step < run["steps_per_epoch"]:  # The epoch's end saves the last one.
+        if due and step < run["steps_per_epoch"] and not run.get("diverged"):  # The epoch's end saves the last one.
             self._save(self._epoch, step)
 
     def on_epoch_end(self, epoch, logs=None):
         run = self._run
         run["user_stop"] = bool(self.model.stop_training)  # Every other callback has run.
-        if run["step"] < run["steps_per_epoch"]:  # A callback stopped training mid-epoch.
-            self._save(epoch, run["step"])
-        else:
-            self._save(epoch + 1, 0)
+        if not run.get("diverged"):
+            if run["step"] < run["steps_per_epoch"]:  # A callback stopped training mid-epoch.
+                self._save(epoch, run["step"])
+            else:
+                self._save(epoch + 1, 0)
+        if run["user_stop"] and any(c.stopped_epoch == epoch > 0 for c in run["early_stopping"]):
+            run["early_stopped"] = True  # The user's rule ended training: it is complete.
         run["offset"] = 0
         if run["partial"]:  # The resumed epoch is done: the next `fit` runs the rest.
             self.model.stop_training = True
@@ -530,12 +577,60 @@ class ResumableTraining(keras.callbacks.Callback):
         run = self._run
         if run is None or not (run["final"] or run["user_stop"]):
             return
+        # Kept for the next run unless training is over: every epoch ran, or
+        # EarlyStopping ended it. Another callback's stop (a time budget, a
+        # non-finite loss) leaves it to resume from.
+        finished = run["done"] >= run["epochs"] * run["steps_per_epoch"] or run.get("early_stopped", False)
+        if not finished or run.get("diverged"):
+            return
         if self.delete_checkpoint and os.path.exists(self.checkpoint_path):
             os.remove(self.checkpoint_path)
             try:
                 os.rmdir(self.backup_dir)  # Only if nothing else is in it.
             except OSError:
                 pass
+
+
+class _OneTrainingRun(keras.callbacks.Callback):
+    """Forwards every hook to `callback` but `on_train_begin` and
+    `on_train_end`, which it forwards only in the first, respectively the
+    last, of the Keras `fit` calls of one resumed run (`run["first"]`,
+    `run["final"]` or `run["user_stop"]`)."""
+
+    _HOOKS = tuple(
+        name
+        for name in dir(keras.callbacks.Callback)
+        if name.startswith("on_") and name not in ("on_train_begin", "on_train_end")
+    )
+
+    def __init__(self, callback, run):
+        super().__init__()
+        self.callback, self._run = callback, run
+        # Bound methods of the wrapped callback: Keras still sees which hooks
+        # are its defaults (asynchronous dispatch of batch hooks).
+        for name in self._HOOKS:
+            setattr(self, name, getattr(callback, name))
+
+    def __getattr__(self, name):  # `async_safe` and whatever else a caller reads.
+        if name in ("callback", "_run"):
+            raise AttributeError(name)
+        return getattr(self.callback, name)
+
+    def set_params(self, params):
+        super().set_params(params)
+        self.callback.set_params(params)
+
+    def set_model(self, model):
+        super().set_model(model)
+        self.callback.set_model(model)
+
+    def on_train_begin(self, logs=None):
+        if self._run["first"]:
+            self.callback.on_train_begin(logs)
+
+    def on_train_end(self, logs=None):
+        if self._run["final"] or self._run["user_stop"]:
+            self.callback.on_train_end(logs)
 
 
 def _merge_histories(first, second):

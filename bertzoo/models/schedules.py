@@ -13,7 +13,11 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     decay to 0 at `total_steps`. `total_steps` may be left unset: bertzoo task
     models fill it in from the dataset when `fit()` starts (it is a variable,
     so a second `fit()` with another length updates it without re-tracing).
-    While unset, the rate is the peak (no warm-up).
+    While unset, the rate is the peak (no warm-up). A length that fit
+    filled in is extended by the next `fit()` (from the step it starts at);
+    one given here is kept. The config records which it is
+    (`total_steps_from_fit`), so a saved and reloaded model's next `fit()`
+    extends the schedule too instead of training at rate zero.
 
     Example:
     ```python
@@ -23,7 +27,7 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     ```
     """
 
-    def __init__(self, peak_learning_rate=5e-5, warmup_fraction=0.1, total_steps=None):
+    def __init__(self, peak_learning_rate=5e-5, warmup_fraction=0.1, total_steps=None, total_steps_from_fit=False):
         if not 0.0 <= warmup_fraction < 1.0:
             raise ValueError(f"`warmup_fraction` must be in [0, 1), got {warmup_fraction}.")
         self.peak_learning_rate = float(peak_learning_rate)
@@ -34,6 +38,9 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
             dtype="float32",
             name="total_steps",
         )
+        # Set by `fit()` (`bertzoo.models.raw_inputs.set_schedule_length`)
+        # when it fills in `total_steps`.
+        self._length_from_fit = bool(total_steps_from_fit) and total_steps is not None
 
     @property
     def total_steps(self):
@@ -58,8 +65,11 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         return self.peak_learning_rate * factor
 
     def get_config(self):
-        return {
+        config = {
             "peak_learning_rate": self.peak_learning_rate,
             "warmup_fraction": self.warmup_fraction,
             "total_steps": self.total_steps,
         }
+        if getattr(self, "_length_from_fit", False) and config["total_steps"] is not None:
+            config["total_steps_from_fit"] = True
+        return config

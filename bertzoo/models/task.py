@@ -18,6 +18,7 @@ from bertzoo.models.raw_inputs import RawInputsMixin
 from bertzoo.models.raw_inputs import check_dataset_carries_targets
 from bertzoo.models.raw_inputs import holds_no_examples
 from bertzoo.models.raw_inputs import holds_text
+from bertzoo.models.raw_inputs import validation_parts
 from bertzoo.models.resumable import EpochOrder
 from bertzoo.models.serving import TOKENIZED_KEYS
 from bertzoo.models.serving import XLA_LENGTH_MULTIPLE
@@ -580,11 +581,16 @@ class Task(
         super()._check_fit_inputs(x, y, method)
         self._check_text_has_a_preprocessor(method, x)
         if validation_data is not None:
-            parts = validation_data if isinstance(validation_data, tuple) else (validation_data,)
+            parts = validation_parts(validation_data)
             self._check_text_has_a_preprocessor(f"{method} (validation_data)", parts[0])
         # Texts, pairs or feature dicts carry no labels: without `y`, Keras
-        # would fail deep in the loss ("None values not supported").
-        if self.fit_needs_labels and y is None and isinstance(x, (str, list, tuple, np.ndarray, dict)):
+        # would fail deep in the loss ("None values not supported"). So do
+        # datasets of inputs alone (or of 1-tuples).
+        unlabelled = y is None and isinstance(x, (str, bytes, list, tuple, np.ndarray, dict))
+        if is_tf_dataset(x) and y is None:  # With `y`, `check_dataset_carries_targets` says what to do.
+            spec = x.element_spec
+            unlabelled = not (isinstance(spec, tuple) and len(spec) >= 2)
+        if self.fit_needs_labels and unlabelled:
             raise ValueError(
                 f"{type(self).__name__}.{method} got no labels: pass `y` (or a tf.data.Dataset of (inputs, "
                 "labels)). To learn from unlabelled texts, distill a teacher's predictions instead: "
@@ -709,10 +715,10 @@ class Task(
             values = list(values)
             return tf.constant(values, dtype=tf.string) if not values else tf.constant(values)
 
-        if isinstance(x, str):
+        if isinstance(x, (str, bytes)):
             x = [x]
         if isinstance(x, tuple) and len(x) == 2:  # Sentence pairs; two strings are one pair.
-            x = tuple(strings([part] if isinstance(part, str) else part) for part in x)
+            x = tuple(strings([part] if isinstance(part, (str, bytes)) else part) for part in x)
         elif isinstance(x, list):
             x = strings(x)
         return x, y

@@ -17,6 +17,7 @@ import contextlib
 import gc
 import logging
 import threading
+import warnings
 
 import keras
 
@@ -147,7 +148,10 @@ def load_weights_only(model, path, objects_to_skip=None):
     `objects_to_skip`.
 
     Private: `keras.src.saving.saving_lib.load_weights_only(objects_to_skip=)`.
-    Fallback: `model.load_weights` when nothing is skipped.
+    Fallback, as `save_weights_only`'s: `model.load_weights` when nothing but
+    the model's own optimizer is skipped (the optimizer's state is put back
+    as it was, so it is skipped in effect); skipping a sub-model is then
+    impossible and raises.
     """
     try:
         from keras.src.saving import saving_lib
@@ -156,12 +160,58 @@ def load_weights_only(model, path, objects_to_skip=None):
     if saving_lib is not None and hasattr(saving_lib, "load_weights_only"):
         saving_lib.load_weights_only(model, str(path), skip_mismatch=False, objects_to_skip=objects_to_skip or None)
         return
-    if objects_to_skip:
+    optimizer = getattr(model, "optimizer", None)
+    if any(obj is not optimizer for obj in objects_to_skip or []):
         raise RuntimeError(
             "This Keras release has no keras.src.saving.saving_lib.load_weights_only: loading part of "
             "a model is unavailable. Install a Keras 3 release from 3.4 on."
         )
-    model.load_weights(str(path))
+    kept = [(v, keras.ops.convert_to_numpy(v)) for v in optimizer.variables] if optimizer is not None else []
+    with warnings.catch_warnings():
+        # Keras warns when the file's optimizer state (none, if saved without it) does not fit the model's.
+        warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
+        model.load_weights(str(path))
+    for variable, value in kept:
+        variable.assign(value)
+
+
+_int8_hooks_reported = {"missing": False}
+
+
+def keras_int8_hooks_available():
+    """Whether `keras.layers.Dense` still has the int8 hooks bertzoo's
+    `Dense` overrides: `_int8_build` (adds the smoothing and static-range
+    weights) and `_int8_call` (routes inference to the fused oneDNN, the
+    static-range and the PyTorch int8 kernels). Where a Keras release has
+    renamed either, Keras no longer calls bertzoo's override, and those
+    paths would be bypassed without a word: callers check this first. The
+    first negative answer is logged (a warning).
+
+    Private: `Dense._int8_build`, `Dense._int8_call`. Fallback: False, and
+    callers use Keras's own int8 path (or refuse what needs the hooks).
+    """
+    missing = [hook for hook in ("_int8_build", "_int8_call") if not _dense_defines(hook)]
+    if missing and not _int8_hooks_reported["missing"]:
+        _int8_hooks_reported["missing"] = True
+        logger.warning(
+            "Keras %s's Dense has no %s: bertzoo's fused oneDNN, static-range and PyTorch int8 kernels are off, "
+            "and int8 Dense layers run Keras's own int8 path.",
+            keras.__version__,
+            " or ".join(missing),
+        )
+    return not missing
+
+
+def _dense_defines(name):
+    """Whether `keras.layers.Dense` (or a class between it and `Layer`)
+    defines method `name`: `Layer` has stubs of the quantization hooks that
+    only raise, which a Dense without its own would inherit."""
+    for cls in keras.layers.Dense.__mro__:
+        if cls is keras.layers.Layer:
+            return False
+        if name in vars(cls):
+            return callable(vars(cls)[name])
+    return False
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
 """Bad input gives an error that lists what is wrong, and writes nothing."""
 
 import json
+import re
 
 import pytest
 
@@ -260,3 +261,45 @@ def test_safetensors_index_naming_files_outside_the_checkpoint(tmp_path, ref, ti
     (source / "model.safetensors").rename(source / "model-00001-of-00001.safetensors")
     (source / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"bert.pooler.dense.bias": shard}}))
     convert_fails(source, tmp_path / "out", r"weight_map names files that are not \.safetensors files beside it")
+
+
+@pytest.mark.parametrize(
+    "layout, removed",
+    [
+        ("tf1", "cls/predictions/output_bias"),
+        ("tf1", "cls/seq_relationship/output_weights"),
+        ("huggingface", "cls.predictions.transform.LayerNorm.weight"),
+        ("huggingface", "cls.seq_relationship.bias"),
+    ],
+)
+def test_a_pretraining_head_held_in_part_is_refused(tmp_path, ref, tiny, layout, removed):
+    # A head is optional as a whole (as the pooler is), but one with some of its tensors is incomplete:
+    # converting it would write a partial pretraining_heads.safetensors that BertPretrainer refuses later.
+    if layout == "tf1":
+        arrays = ref.tf1_arrays(tiny, optimizer_slots=False)
+        del arrays[removed]
+        source = ref.write_tf1(tmp_path / "src", ref.tf1_config(tiny), arrays)
+    else:
+        arrays = ref.hf_bert_arrays(tiny)
+        del arrays[removed]
+        source = ref.write_hf(tmp_path / "src", ref.hf_config(tiny), arrays)
+    head = "'nsp'" if "seq_relationship" in removed else "'mlm'"
+    convert_fails(
+        source,
+        tmp_path / "out",
+        rf"Missing tensors \(1\):\n  - {re.escape(removed)} \(pre-training head {head}: the checkpoint holds",
+    )
+
+
+def test_a_pretraining_head_left_out_whole_is_not_converted(tmp_path, ref, tiny):
+    arrays = ref.tf1_arrays(tiny, optimizer_slots=False)
+    del arrays["cls/seq_relationship/output_weights"], arrays["cls/seq_relationship/output_bias"]
+    source = ref.write_tf1(tmp_path / "src", ref.tf1_config(tiny), arrays)
+    result = bertzoo.convert_checkpoint(source, tmp_path / "out")
+    assert sorted(result.heads) == [
+        "mlm/layer_norm/beta",
+        "mlm/layer_norm/gamma",
+        "mlm/output_bias",
+        "mlm/transform/bias",
+        "mlm/transform/kernel",
+    ]

@@ -1,5 +1,6 @@
 """Original TF1 BERT / ALBERT checkpoints -> bertzoo presets, against NumPy."""
 
+import re
 import shutil
 
 import numpy as np
@@ -19,10 +20,13 @@ def test_tf1_bert_matches_numpy_and_keeps_the_pretraining_heads(ref, rng, make_b
     )
     result = bertzoo.convert_checkpoint(source, tmp_path / "preset")
     backbone = bertzoo.BertBackbone.from_preset(result.path)
-    # Google's TF1 "gelu" is the tanh approximation.
-    assert (backbone.activation, backbone.num_layers, backbone.embedding_dim) == ("gelu_tanh", 3, None)
+    # BERT's "gelu" is the exact (erf) GELU: Google's code computed it so when the released checkpoints were
+    # trained, and Hugging Face loads them with it (this test pinned the tanh form before, which only ALBERT's
+    # code uses: test_tf1_bert_and_albert_gelu_match_the_huggingface_reader).
+    assert (backbone.activation, backbone.num_layers, backbone.embedding_dim) == ("gelu_exact", 3, None)
+    assert any("exact (erf) GELU" in note for note in result.notes)
     inputs = make_bert_inputs(batch=3, length=11, vocabulary_size=40, lengths=[11, 7, 2])
-    diff = ref.max_difference(backbone, model, inputs, "gelu_tanh")
+    diff = ref.max_difference(backbone, model, inputs, "gelu_exact")
     print(f"TF1 BERT vs NumPy max abs diff: {diff:.2e}")
     assert diff < 1e-5
 
@@ -88,6 +92,116 @@ def test_tf1_cased_directory_keeps_case(ref, rng, tmp_path):
         vocabulary=ref.tiny_vocabulary(40),
     )
     assert read_checkpoint(source).preprocessor["lowercase"] is False
+
+
+def cased_vocabulary(size):
+    # [CLS] and the like are uppercase in every vocabulary: only ordinary tokens say whether it is cased.
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    return specials + [f"Tok{i}" if i % 3 == 0 else f"tok{i}" for i in range(size - len(specials))]
+
+
+@pytest.mark.parametrize(
+    "directory, cased, lowercase, note",
+    [
+        # A cased checkpoint in a renamed directory: the vocabulary decides, and the summary says so.
+        ("uncased_L-1_H-16_A-2", True, False, r"vocab\.txt has uppercase tokens.*says uncased"),
+        ("my_bert", True, False, None),
+        # The vocabulary cannot tell (no uppercase ordinary token): the directory name decides.
+        ("my_bert", False, True, r"lowercase=True assumed"),
+        ("cased_L-1_H-16_A-2", False, False, r"from the directory name.*no uppercase tokens"),
+        ("uncased_L-1_H-16_A-2", False, True, None),
+    ],
+)
+def test_tf1_casing_comes_from_the_vocabulary_before_the_directory_name(
+    ref, rng, tmp_path, directory, cased, lowercase, note
+):
+    model = ref.random_model(rng, num_layers=1)
+    vocabulary = cased_vocabulary(40) if cased else ref.tiny_vocabulary(40)
+    source = ref.write_tf1(
+        tmp_path / directory,
+        ref.tf1_config(model),
+        ref.tf1_arrays(model, heads=False, optimizer_slots=False),
+        vocabulary=vocabulary,
+    )
+    read = read_checkpoint(source)
+    assert read.preprocessor["lowercase"] is lowercase
+    casing_notes = [n for n in read.notes if "lowercase" in n]
+    if note is None:
+        assert casing_notes == []
+    else:
+        assert len(casing_notes) == 1 and re.search(note, casing_notes[0])
+
+
+def test_tf1_bert_and_albert_gelu_match_the_huggingface_reader(ref, rng, make_bert_inputs, tmp_path):
+    # One BERT checkpoint gives the same model through either reader: Hugging Face's "gelu" is the exact GELU.
+    model = ref.random_model(rng, num_layers=2)
+    tf1 = ref.write_tf1(tmp_path / "tf1", ref.tf1_config(model), ref.tf1_arrays(model, optimizer_slots=False))
+    hf = ref.write_hf(tmp_path / "hf", ref.hf_config(model), ref.hf_bert_arrays(model))
+    assert read_checkpoint(tf1).config["activation"] == read_checkpoint(hf).config["activation"] == "gelu_exact"
+    inputs = make_bert_inputs(batch=2, length=9, vocabulary_size=40, lengths=[9, 4])
+    outputs = [
+        bertzoo.BertBackbone.from_preset(bertzoo.convert_checkpoint(source, tmp_path / f"{source.name}_preset").path)(
+            inputs
+        )["sequence_output"]
+        for source in (tf1, hf)
+    ]
+    np.testing.assert_allclose(np.asarray(outputs[0]), np.asarray(outputs[1]), atol=1e-6)
+    # ALBERT's code computes "gelu" with tanh, Hugging Face's ALBERT configs say "gelu_new": the same.
+    albert = ref.random_model(rng, num_layers=2, num_sets=1, embedding=8)
+    albert_tf1 = ref.write_tf1(
+        tmp_path / "albert",
+        ref.tf1_config(albert, albert=True),
+        ref.tf1_arrays(albert, albert=True, optimizer_slots=False),
+        config_name="albert_config.json",
+    )
+    read = read_checkpoint(albert_tf1)
+    assert read.config["activation"] == "gelu_tanh"
+    assert not any("GELU" in note for note in read.notes)
+
+
+@pytest.mark.parametrize("hidden_act, activation", [("GELU", "gelu_exact"), ("Relu", "relu"), ("TANH", "tanh")])
+def test_tf1_hidden_act_is_read_case_insensitively(ref, rng, tmp_path, hidden_act, activation):
+    # As google-research/bert's get_activation, which lowercases the name.
+    model = ref.random_model(rng, num_layers=1)
+    source = ref.write_tf1(
+        tmp_path / "tf1",
+        ref.tf1_config(model, hidden_act=hidden_act),
+        ref.tf1_arrays(model, heads=False, optimizer_slots=False),
+    )
+    assert read_checkpoint(source).config["activation"] == activation
+
+
+@pytest.mark.parametrize("albert, segments", [(False, 16), (True, 2)], ids=["bert", "albert"])
+def test_tf1_type_vocab_size_defaults_to_each_code_base(ref, rng, tmp_path, albert, segments):
+    # BertConfig's default type_vocab_size is 16, AlbertConfig's 2.
+    model = ref.random_model(rng, num_layers=1, segments=segments, num_sets=1, embedding=8 if albert else None)
+    config = ref.tf1_config(model, albert=albert)
+    del config["type_vocab_size"]
+    source = ref.write_tf1(
+        tmp_path / "tf1",
+        config,
+        ref.tf1_arrays(model, albert=albert, heads=False, optimizer_slots=False),
+        config_name="albert_config.json" if albert else "bert_config.json",
+    )
+    result = bertzoo.convert_checkpoint(source, tmp_path / "preset")
+    assert result.config["num_segments"] == segments
+
+
+def test_tf1_albert_grouping_that_float_rounding_moves_is_refused(ref, rng, tmp_path):
+    # ALBERT runs layer i through group int(i / L * G): with L = G = 22, layer 15 through group 14, not 15.
+    model = ref.random_model(rng, num_layers=1, num_sets=1, embedding=8)
+    source = ref.write_tf1(
+        tmp_path / "albert",
+        ref.tf1_config(model, albert=True, num_hidden_layers=22, num_hidden_groups=22),
+        ref.tf1_arrays(model, albert=True, heads=False, optimizer_slots=False),
+        config_name="albert_config.json",
+    )
+    with pytest.raises(
+        ConversionError,
+        match=r"num_hidden_layers=22 and num_hidden_groups=22, ALBERT's code assigns layer 15 to group "
+        r"int\(15 / 22 \* 22\) = 14(.|\n)*grouping is not supported",
+    ):
+        read_checkpoint(source)
 
 
 # --- A `checkpoint` file naming the prefix (TF's Saver writes an absolute path) --
