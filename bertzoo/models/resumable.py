@@ -552,17 +552,24 @@ class ResumableTraining(keras.callbacks.Callback):
         run = self._run
         run["step"] = step = run["offset"] + batch + 1  # Batches done in this epoch.
         run["done"] = self._epoch * run["steps_per_epoch"] + step
+        due = self.save_every and run["done"] // self.save_every > run["saved_at"] // self.save_every
+        if due and step < run["steps_per_epoch"] and not self._diverged(logs):  # The epoch's end saves the last one.
+            self._save(self._epoch, step)
+
+    def _diverged(self, logs):
+        """Whether a loss has not been finite in this run (checked only where
+        a save is due: reading the loss waits for the step). The logged loss
+        is the epoch's running mean, so one non-finite batch keeps it so; the
+        weights may be NaN then, and the last checkpoint stays the last."""
         loss = (logs or {}).get("loss")
         if loss is not None and not np.all(np.isfinite(keras.ops.convert_to_numpy(loss))):
-            run["diverged"] = True  # The weights may be NaN: the last checkpoint stays the last.
-        due = self.save_every and run["done"] // self.save_every > run["saved_at"] // self.save_every
-        if due and step < run["steps_per_epoch"] and not run.get("diverged"):  # The epoch's end saves the last one.
-            self._save(self._epoch, step)
+            self._run["diverged"] = True
+        return self._run.get("diverged", False)
 
     def on_epoch_end(self, epoch, logs=None):
         run = self._run
         run["user_stop"] = bool(self.model.stop_training)  # Every other callback has run.
-        if not run.get("diverged"):
+        if not self._diverged(logs):
             if run["step"] < run["steps_per_epoch"]:  # A callback stopped training mid-epoch.
                 self._save(epoch, run["step"])
             else:
