@@ -16,7 +16,8 @@ the results log and the printed table.
   or a `SystemExit` naming what is missing and how to point at it.
 - `append_results(benchmark, rows, command)`: one JSON line per row in
   `benchmarks/results.jsonl` (append-only), stamped with the date, the
-  machine (CPU model and flags, cores, GPUs), library versions, load
+  machine (CPU model and flags, usable cores, the thread and kernel
+  environment variables that are set, GPUs), library versions, load
   average and the command; `unrecorded(benchmark, rows)`: the rows not
   recorded there yet with the same figures.
 - `run_module(module, arguments)` / `worker_result(...)`: a benchmark's
@@ -33,8 +34,10 @@ Nothing here imports TensorFlow or bertzoo at import time, so the PyTorch
 worker of `benchmarks.peers` can use it too.
 """
 
+import ast
 import datetime
 import fcntl
+import functools
 import importlib.metadata
 import json
 import os
@@ -282,15 +285,52 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
+# Where the fast-path measurement (`bertzoo.utils.fast_path`) lists what
+# decides the kernels: the rows describe the machine by the same lists.
+FAST_PATH_SOURCE = ROOT / "bertzoo" / "utils" / "fast_path.py"
+
+
+@functools.cache
+def fast_path_constant(name):
+    """A constant of `bertzoo.utils.fast_path` (`CPU_FLAGS`,
+    `KERNEL_ENVIRONMENT`, `CACHE_DIR_ENV`), read from its source.
+
+    Read, not imported: importing it imports Keras and TensorFlow (seconds,
+    the Keras backend fixed for this process, and an ImportError on the
+    machines with JAX and PyTorch only), where a benchmark's parent process
+    needs neither.
+    """
+    tree = ast.parse(FAST_PATH_SOURCE.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise LookupError(f"{FAST_PATH_SOURCE} defines no {name}.")
+
+
 def cpu_features():
-    """The CPU flags that decide the fast paths (bfloat16, int8, AMX)."""
-    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
+    """The CPU flags that decide the fast paths (bfloat16, int8, AMX): those
+    of `bertzoo.utils.fast_path.CPU_FLAGS` this CPU has."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return []
     flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return [flag for flag in wanted if flag in flags]
+    return [flag for flag in fast_path_constant("CPU_FLAGS") if flag in flags]
+
+
+def usable_cores():
+    """The cores this process may run on (its CPU affinity: a container or
+    `taskset` can allow fewer than the machine has)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # No affinity on this platform (macOS).
+        return os.cpu_count()
+
+
+def kernel_environment():
+    """The variables of `bertzoo.utils.fast_path.KERNEL_ENVIRONMENT` that are
+    set (thread counts, oneDNN options, XLA flags): `{name: value}`."""
+    return {name: os.environ[name] for name in fast_path_constant("KERNEL_ENVIRONMENT") if name in os.environ}
 
 
 def nvidia_gpus():
@@ -307,7 +347,8 @@ def nvidia_gpus():
 
 def machine():
     """A short description of this machine for tables and result rows."""
-    described = f"{cpu_model()}, {os.cpu_count()} cores"
+    cores, total = usable_cores(), os.cpu_count()
+    described = f"{cpu_model()}, {cores} cores" + (f" (of {total})" if total and cores != total else "")
     gpus = nvidia_gpus()
     return f"{described}; {', '.join(gpus)}" if gpus else described
 
@@ -338,11 +379,16 @@ def library_versions(names=VERSIONED):
 
 
 def machine_info():
-    """The machine and software a result was measured with."""
+    """The machine and software a result was measured with: `cores` is what
+    this process may use (`usable_cores`), `cpu_count` what the machine has,
+    `environment` the kernel-choosing variables that are set
+    (`kernel_environment`)."""
     return {
         "cpu": cpu_model(),
         "cpu_flags": cpu_features(),
-        "cores": os.cpu_count(),
+        "cores": usable_cores(),
+        "cpu_count": os.cpu_count(),
+        "environment": kernel_environment(),
         "gpus": nvidia_gpus(),
         "python": platform.python_version(),
         "versions": library_versions(),

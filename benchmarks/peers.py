@@ -34,7 +34,11 @@ Libraries:
 - `keras_hub_jax`: keras-hub on Keras's JAX backend, for machines without
   TensorFlow (the GPU image this project is lent has PyTorch and JAX only).
 
-Each row names the device it ran on (`device`): the CPU, or the GPU's name.
+Each row names the device it ran on (`device`): the CPU, or the GPU's name;
+where its library's default setting (`default`) came from (`default_source`:
+"rule", or for bertzoo on TensorFlow the fast path's "measured", "cache" or
+"pinned", measured for the timed mode only, as `predict` / `fit` do); and on
+TensorFlow its thread pool sizes as set through `tf.config` (`tf_threads`, 0: not set there).
 
 Keras inference is `predict_on_batch` on a model compiled with
 `jit_compile=True/False`; training is `train_on_batch`. int8 is
@@ -87,6 +91,8 @@ PEAK_DTYPE = {"int8_static": "int8", "int8_weights": "float32", "int8_weights_bf
 DEFAULT_DTYPES = ("float32", "bfloat16", "int8", "int8_static")
 MODES = ("inference", "training")
 NUM_CLASSES = 2
+# Untimed calls before timing: the first traces and compiles.
+MIN_WARMUP = 1
 
 
 def backbone_config(preset):
@@ -164,6 +170,10 @@ class KerasLibrary:
     """Shared code of bertzoo and keras-hub: both are Keras 3 models."""
 
     name = None
+    # Where the default setting (`default_xla`) came from: "rule" (fixed by
+    # the library), or bertzoo's fast-path report's source after measuring
+    # ("measured", "cache", "pinned").
+    default_source = "rule"
 
     def versions(self):
         return library_versions(("keras", "tensorflow", "keras-hub", "bertzoo"))
@@ -173,6 +183,23 @@ class KerasLibrary:
 
     def default_xla(self, model, mode):
         raise NotImplementedError
+
+    def thread_settings(self):
+        """TensorFlow's intra- and inter-op thread pool sizes as set through
+        `tf.config` (0: not set there; `TF_NUM_INTRAOP_THREADS` and kin are in
+        the row's `machine_info.environment`), `{}` on the other Keras backends."""
+        import keras
+
+        if keras.backend.backend() != "tensorflow":
+            return {}
+        import tensorflow as tf
+
+        return {
+            "tf_threads": {
+                "intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
+                "inter_op": tf.config.threading.get_inter_op_parallelism_threads(),
+            }
+        }
 
     def device(self):
         """The device Keras's backend runs on: the GPU's name, or "CPU"."""
@@ -261,13 +288,15 @@ class Bertzoo(KerasLibrary):
 
     def default_xla(self, model, mode):
         # What `predict` / `fit` run with `jit_compile="auto"`: the measured
-        # choice per mode (an int8 model may infer best without XLA and
-        # train best with it).
+        # choice of that mode only, as they measure it (an int8 model may
+        # infer best without XLA and train best with it; measuring the other
+        # mode too would add its compiles to the worker's time).
         from bertzoo.utils import fast_path
         from bertzoo.utils.device import default_jit_compile
 
-        chosen = default_jit_compile(model)
-        return fast_path.jit_compile_for(model, "predict" if mode == "inference" else "train", default=chosen)
+        chosen = default_jit_compile(model, mode="predict" if mode == "inference" else "train")
+        self.default_source = fast_path.explain_fast_path(model).source
+        return chosen
 
     def compile_for_training(self, model, xla):
         model.compile(jit_compile=xla)  # bertzoo's defaults otherwise.
@@ -361,6 +390,7 @@ class KerasHubJax(KerasHub):
 
 class Transformers:
     name = "transformers"
+    default_source = "rule"
 
     def __init__(self):
         import torch
@@ -371,6 +401,9 @@ class Transformers:
         import torch
 
         return {**library_versions(("torch", "transformers")), "torch_threads": torch.get_num_threads()}
+
+    def thread_settings(self):
+        return {}  # Each variant records its `threads`.
 
     def device(self):
         return _torch_device_name()
@@ -562,8 +595,26 @@ def _fused_int8_peak(a, runs):
 # --- Worker ---------------------------------------------------------------
 
 
+def warmup_calls(text):
+    """`--warmup`'s value: an integer of at least 1 (the first call traces
+    and compiles, so it is never timed)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < MIN_WARMUP:
+        raise argparse.ArgumentTypeError(
+            f"{value} is below {MIN_WARMUP}: the first call traces and compiles, so at least one call is untimed"
+        )
+    return value
+
+
 def run_worker(library, mode, dtype, preset, batch, length, runs, warmup):
-    """Times every variant of one (library, mode, dtype); yields result dicts."""
+    """Times every variant of one (library, mode, dtype) after `warmup`
+    untimed calls (at least 1: the first traces and compiles); yields result
+    dicts."""
+    if warmup < MIN_WARMUP:
+        raise ValueError(f"warmup must be at least {MIN_WARMUP} (the first call compiles), got {warmup}.")
     lib = LIBRARIES[library]()
     config = backbone_config(preset)
     inputs = token_batch(batch, length, config["vocabulary_size"])
@@ -577,6 +628,7 @@ def run_worker(library, mode, dtype, preset, batch, length, runs, warmup):
     del reference
     gc.collect()
     default = lib.default_xla(model, mode)
+    base.update(lib.thread_settings(), default_source=lib.default_source)
     variants = lib.variants(mode, dtype)
     for variant in variants:
         load_before = os.getloadavg()[0]
@@ -584,8 +636,7 @@ def run_worker(library, mode, dtype, preset, batch, length, runs, warmup):
             fn = lib.inference(model, inputs, variant)
         else:
             fn = lib.training(model, inputs, labels, variant)
-        # At least one untimed call: the first one traces and compiles.
-        timed = time_interleaved({"fn": fn}, runs, max(warmup, 1))["fn"]
+        timed = time_interleaved({"fn": fn}, runs, warmup)["fn"]
         yield {
             **base,
             **variant,
@@ -613,7 +664,7 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--sequence-length", type=int, default=128)
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--warmup", type=warmup_calls, default=2, help="untimed calls first (at least 1)")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if not runs_dtype(args.library, args.dtype):

@@ -11,12 +11,16 @@ weight-only int8 over float32 or bfloat16 arithmetic, `int8_weights` and
 for the Keras libraries. Every configuration runs in its own worker process
 (`benchmarks.peers`); its figure is the median of `--runs` timed calls after
 warm-up, next to the process's CPU seconds per call (less sensitive to other
-processes on a shared machine). The same run measures a TensorFlow matmul
-peak per dtype (at its start and end, keeping the better), so each
-configuration's achieved GFLOP/s (analytic BERT FLOPs, training = 3x
-forward) is also given as a share of what this machine's matmuls reach; on a
-busy machine that share can exceed 100% when the peak landed in a busier
-moment.
+processes on a shared machine). The workers share a fast-path cache folder
+of the run's own (temporary, unless `BERTZOO_CACHE_DIR` is set), so bertzoo's
+default setting is measured in the run, not read from an older run's entry;
+the (mode, dtype) configurations take turns at running the libraries in
+reverse order. bertzoo is compared with peers on the same device only. The
+same run measures a TensorFlow matmul peak per dtype (at its start and end,
+keeping the better), so each configuration's achieved GFLOP/s (analytic
+BERT FLOPs, training = 3x forward) is also given as a share of what this
+machine's matmuls reach; on a busy machine that share can exceed 100% when
+the peak landed in a busier moment.
 
 Usage:
     python -m benchmarks.run                       # everything (long: many minutes on a CPU)
@@ -31,7 +35,7 @@ machine, load average, command), draws a PNG chart (`--chart`), and with
 `--readme README.md` rewrites the README's results table (between the
 `<!-- benchmarks.run:start -->` and `<!-- benchmarks.run:end -->` markers;
 on a machine with a GPU, the GPU table between the `benchmarks.run:gpu`
-markers instead):
+markers instead, with a device column when some libraries ran on the CPU):
 
     python -m benchmarks.run --wait-for-load 1 --readme README.md
 Libraries that are not installed are skipped with a note. Optional peer:
@@ -45,6 +49,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from benchmarks.harness import OUT
@@ -52,6 +57,7 @@ from benchmarks.harness import RESULTS_FILE
 from benchmarks.harness import append_results
 from benchmarks.harness import command_line
 from benchmarks.harness import cpu_features
+from benchmarks.harness import fast_path_constant
 from benchmarks.harness import machine
 from benchmarks.harness import print_table
 from benchmarks.harness import run_module
@@ -61,12 +67,17 @@ from benchmarks.peers import DEFAULT_DTYPES
 from benchmarks.peers import DTYPES
 from benchmarks.peers import INT8_DTYPES
 from benchmarks.peers import LIBRARIES
+from benchmarks.peers import MIN_WARMUP
 from benchmarks.peers import MODES
 from benchmarks.peers import OURS
 from benchmarks.peers import PEAK_DTYPE
 from benchmarks.peers import backbone_config
 from benchmarks.peers import missing
 from benchmarks.peers import runs_dtype
+from benchmarks.peers import warmup_calls
+
+# The variable naming bertzoo's fast-path cache folder (`BERTZOO_CACHE_DIR`).
+CACHE_DIR_ENV = fast_path_constant("CACHE_DIR_ENV")
 
 DEFAULT_CHART = OUT / "peers.png"
 LABELS = {
@@ -129,14 +140,26 @@ def bench_rows(stdout):
     return rows
 
 
+def worker_environment(args):
+    """The environment of a `benchmarks.peers` worker: this one's, quieter,
+    and with the run's own fast-path cache (`args.fast_path_cache_dir`, when
+    set) unless the user chose one with `BERTZOO_CACHE_DIR`, so that a
+    row's default setting is measured in this run, not read from an entry
+    an older run (or bertzoo version) left in `~/.cache/bertzoo`."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore"}
+    own_cache = getattr(args, "fast_path_cache_dir", None)
+    if own_cache and not os.environ.get(CACHE_DIR_ENV):
+        env[CACHE_DIR_ENV] = str(own_cache)
+    return env
+
+
 def run_worker(args, **worker_args):
     """Runs one `benchmarks.peers` worker; returns (rows, error or None)."""
     arguments = []
     for key, value in worker_args.items():
         arguments += [f"--{key.replace('_', '-')}", value]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore"}
     try:
-        done = run_module("benchmarks.peers", arguments, env=env, timeout=args.worker_timeout)
+        done = run_module("benchmarks.peers", arguments, env=worker_environment(args), timeout=args.worker_timeout)
     except subprocess.TimeoutExpired as timeout:
         # The variants timed before the cut (a slow compile comes last) still count.
         return bench_rows(timeout.stdout), f"timed out after {args.worker_timeout} s"
@@ -158,41 +181,59 @@ def row_figures(row, config, args, peaks):
     row["utilization"] = row["gflops"] / peak if peak else None
 
 
+def device_of(row):
+    """The device a row ran on: "CPU" or the GPU's name (older rows: "CPU")."""
+    return row.get("device", "CPU")
+
+
+def devices_of(rows):
+    """The devices `rows` ran on, in the order first seen."""
+    return list(dict.fromkeys(device_of(r) for r in rows))
+
+
 def add_figures(rows, config, args, peaks):
     """`row_figures` for every row, and each bertzoo row's ratio to the best
-    peer of its mode and dtype."""
+    peer of its mode and dtype on the same device (None without one: a
+    bertzoo row on the CPU is never divided by a peer's on a GPU)."""
     for row in rows:
         row_figures(row, config, args, peaks)
     for row in rows:
         peers = [
             r["seq_per_s"]
             for r in rows
-            if r["library"] not in OURS and (r["mode"], r["dtype"]) == (row["mode"], row["dtype"])
+            if r["library"] not in OURS
+            and (r["mode"], r["dtype"], device_of(r)) == (row["mode"], row["dtype"], device_of(row))
         ]
         row["vs_best_peer"] = row["seq_per_s"] / max(peers) if peers and row["library"] in OURS else None
 
 
 def summarize(rows):
-    """Per mode: bertzoo's best configuration against the best peer's."""
+    """Per mode and device: bertzoo's best configuration against the best
+    peer's on that device."""
     summary = []
     for mode in MODES:
-        ours = [r for r in rows if r["mode"] == mode and r["library"] in OURS]
-        theirs = [r for r in rows if r["mode"] == mode and r["library"] not in OURS]
-        if not ours or not theirs:
-            continue
-        best = max(ours, key=lambda r: r["seq_per_s"])
-        peer = max(theirs, key=lambda r: r["seq_per_s"])
-        summary.append(
-            {
-                "mode": mode,
-                "bertzoo_best": _describe(best),
-                "bertzoo_seq_per_s": round(best["seq_per_s"], 2),
-                "peer_best": _describe(peer),
-                "peer_seq_per_s": round(peer["seq_per_s"], 2),
-                "ratio": round(best["seq_per_s"] / peer["seq_per_s"], 2),
-            }
-        )
+        for device in devices_of(rows):
+            same = [r for r in rows if r["mode"] == mode and device_of(r) == device]
+            ours = [r for r in same if r["library"] in OURS]
+            theirs = [r for r in same if r["library"] not in OURS]
+            if ours and theirs:
+                summary.append(_compare_best(mode, device, ours, theirs))
     return summary
+
+
+def _compare_best(mode, device, ours, theirs):
+    """One `summarize` entry: the fastest of `ours` against the fastest of `theirs`."""
+    best = max(ours, key=lambda r: r["seq_per_s"])
+    peer = max(theirs, key=lambda r: r["seq_per_s"])
+    return {
+        "mode": mode,
+        "device": device,
+        "bertzoo_best": _describe(best),
+        "bertzoo_seq_per_s": round(best["seq_per_s"], 2),
+        "peer_best": _describe(peer),
+        "peer_seq_per_s": round(peer["seq_per_s"], 2),
+        "ratio": round(best["seq_per_s"] / peer["seq_per_s"], 2),
+    }
 
 
 def _setting(row):
@@ -231,33 +272,47 @@ GPU_README_END = "<!-- benchmarks.run:gpu:end -->"
 
 def readme_section(rows, summary, header):
     """The README's results: per (mode, dtype) the best configuration of each
-    library, bertzoo's ratio to the best peer, and the overall winners."""
+    library, bertzoo's ratio to the best peer, and the overall winners.
+
+    A run whose libraries ran on different devices (PyTorch on a GPU,
+    TensorFlow on the CPU only) gets a device column, a line per device, and
+    its winners named per device: nothing is compared across devices.
+    """
     libraries = [name for name in LIBRARIES if any(r["library"] == name for r in rows)]
+    devices = devices_of(rows)
+    mixed = len(devices) > 1
     lines = [
         header,
         "",
-        "| mode | dtype | " + " | ".join(f"{LABELS[n]} seq/s" for n in libraries) + " | bertzoo vs best peer |",
-        "|---|---|" + "--:|" * (len(libraries) + 1),
+        "| mode | dtype | "
+        + ("device | " if mixed else "")
+        + " | ".join(f"{LABELS[n]} seq/s" for n in libraries)
+        + " | bertzoo vs best peer |",
+        "|---|---|" + ("---|" if mixed else "") + "--:|" * (len(libraries) + 1),
     ]
     for mode in MODES:
         for dtype in DTYPES:
-            found = [r for r in rows if (r["mode"], r["dtype"]) == (mode, dtype)]
-            if not found:
-                continue
-            cells = []
-            for name in libraries:
-                mine = [r for r in found if r["library"] == name]
-                best = max(mine, key=lambda r: r["seq_per_s"]) if mine else None
-                cells.append(f"{best['seq_per_s']:.2f} ({_setting_name(best)})" if best else "-")
-            ours = [r["vs_best_peer"] for r in found if r["library"] in OURS and r["vs_best_peer"]]
-            ratio = f"{max(ours):.2f}x" if ours else "-"
-            lines.append(f"| {mode} | {dtype} | " + " | ".join(cells) + f" | {ratio} |")
+            for device in devices:
+                found = [r for r in rows if (r["mode"], r["dtype"], device_of(r)) == (mode, dtype, device)]
+                if not found:
+                    continue
+                cells = []
+                for name in libraries:
+                    mine = [r for r in found if r["library"] == name]
+                    best = max(mine, key=lambda r: r["seq_per_s"]) if mine else None
+                    cells.append(f"{best['seq_per_s']:.2f} ({_setting_name(best)})" if best else "-")
+                ours = [r["vs_best_peer"] for r in found if r["library"] in OURS and r["vs_best_peer"]]
+                ratio = f"{max(ours):.2f}x" if ours else "-"
+                where = f"{device} | " if mixed else ""
+                lines.append(f"| {mode} | {dtype} | {where}" + " | ".join(cells) + f" | {ratio} |")
     lines.append("")
     for s in summary:
         verdict = "faster than" if s["ratio"] > 1 else "not faster than"
+        where = f" on {s['device']}" if mixed else ""
         lines.append(
-            f"- {s['mode']}: bertzoo's best, {s['bertzoo_best']} ({s['bertzoo_seq_per_s']} seq/s), is "
-            f"{s['ratio']}x the best peer, {s['peer_best']} ({s['peer_seq_per_s']} seq/s): {verdict} every peer."
+            f"- {s['mode']}{where}: bertzoo's best, {s['bertzoo_best']} ({s['bertzoo_seq_per_s']} seq/s), is "
+            f"{s['ratio']}x the best peer, {s['peer_best']} ({s['peer_seq_per_s']} seq/s): {verdict} every peer"
+            f"{' there' if mixed else ''}."
         )
     return "\n".join(lines)
 
@@ -345,7 +400,9 @@ def draw_chart(rows, path, title):
 
 
 def _setup(args, features, start_load):
-    """What every line of one run records about its setting."""
+    """What every line of one run records about its setting (`fast_path_cache`:
+    the user's `BERTZOO_CACHE_DIR`, or None for the run's own, empty at its
+    start)."""
     return {
         "preset": args.preset,
         "batch": args.batch_size,
@@ -354,7 +411,15 @@ def _setup(args, features, start_load):
         "warmup": args.warmup,
         "cpu_flags": features,
         "load_start": round(start_load[0], 2),
+        "fast_path_cache": os.environ.get(CACHE_DIR_ENV) or None,
     }
+
+
+def in_turn(libraries, turn):
+    """`libraries` in their order on even turns, reversed on odd ones: each
+    (mode, dtype) is a turn, so no library's worker always runs first (next
+    to the matmul peak, on a machine that drifts during a long run)."""
+    return list(libraries) if turn % 2 == 0 else list(libraries)[::-1]
 
 
 def _csv(value, allowed, flag):
@@ -373,7 +438,12 @@ def main(argv=None):
     )
     parser.add_argument("--modes", default=",".join(MODES), help="comma list of inference, training")
     parser.add_argument("--runs", type=int, default=5, help="timed calls per configuration; the median is reported")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed calls first (the first compiles)")
+    parser.add_argument(
+        "--warmup",
+        type=warmup_calls,
+        default=2,
+        help=f"untimed calls first, at least {MIN_WARMUP} (the first traces and compiles)",
+    )
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--sequence-length", type=int, default=128)
     parser.add_argument("--preset", default="base", help="bertzoo preset giving the model shape (default base)")
@@ -407,7 +477,15 @@ def main(argv=None):
             f"--sequence-length exceeds the preset's max_sequence_length ({config['max_sequence_length']})."
         )
     command = command_line("benchmarks.run", sys.argv[1:] if argv is None else argv)
+    with tempfile.TemporaryDirectory(prefix="bertzoo-peers-") as cache_dir:
+        args.fast_path_cache_dir = cache_dir  # Used unless BERTZOO_CACHE_DIR is set (`worker_environment`).
+        return measure_and_report(args, models, dtypes, modes, config, command)
 
+
+def measure_and_report(args, models, dtypes, modes, config, command):
+    """`main` after the arguments are checked: times every configuration,
+    prints and records the results, rewrites the README table and draws the
+    chart; returns the exit status."""
     if args.wait_for_load is not None:
         wait_for_load(args.wait_for_load, args.max_wait)
     start_load = os.getloadavg()
@@ -437,6 +515,7 @@ def main(argv=None):
         else:
             available[name] = True
     rows = []
+    turn = 0
     for mode in modes:
         for dtype in dtypes:
             if mode == "training" and dtype in INT8_DTYPES:
@@ -444,9 +523,9 @@ def main(argv=None):
                     "int8 training skipped: the int8 paths here (Keras quantize, PyTorch dynamic quantization) are inference-only"
                 )
                 continue
-            for name in available:
-                if not runs_dtype(name, dtype):
-                    continue
+            libraries = in_turn([name for name in available if runs_dtype(name, dtype)], turn)
+            turn += 1
+            for name in libraries:
                 print(f"... {mode} {dtype} {LABELS[name]}", flush=True)
                 found, error = run_worker(
                     args,
@@ -493,7 +572,7 @@ def main(argv=None):
     print()
     for s in summary:
         print(
-            f"{s['mode']}: best bertzoo {s['bertzoo_seq_per_s']} seq/s ({s['bertzoo_best']}) vs best peer "
+            f"{s['mode']} on {s['device']}: best bertzoo {s['bertzoo_seq_per_s']} seq/s ({s['bertzoo_best']}) vs best peer "
             f"{s['peer_seq_per_s']} seq/s ({s['peer_best']}): {s['ratio']}x"
         )
     for note in notes:
@@ -504,7 +583,7 @@ def main(argv=None):
     # Each configuration's line was appended when it was timed; the summary
     # (with the final peaks, the ratios and the notes) closes the run.
     ratios = [
-        {k: r[k] for k in ("library", "mode", "dtype", "xla", "threads", "tf32", "vs_best_peer") if k in r}
+        {k: r[k] for k in ("library", "mode", "dtype", "device", "xla", "threads", "tf32", "vs_best_peer") if k in r}
         for r in rows
         if r["vs_best_peer"] is not None
     ]

@@ -28,6 +28,7 @@ from bertzoo.datasets import find_shared_sentiment
 from bertzoo.datasets import load_rated_sentences
 from bertzoo.datasets import split
 from bertzoo.datasets import synthetic_sentiment
+from bertzoo.models.task import bert_optimizer
 
 
 class EpochTimer(keras.callbacks.Callback):
@@ -65,7 +66,12 @@ def parse_args(argv):
     )
     parser.add_argument("--output", default="runs/classifier", help="where to save the preset")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-examples", type=int, default=None, help="subsample the data")
+    parser.add_argument(
+        "--max-examples",
+        type=int,
+        default=None,
+        help="use a seeded random sample of this many sentences (rows of a file are often grouped, so not its first N)",
+    )
     return parser.parse_args(argv)
 
 
@@ -95,11 +101,19 @@ def _run(args):
     keras.utils.set_random_seed(args.seed)
     data = args.data or find_shared_sentiment("amazon")
     if data:
-        texts, labels = load_rated_sentences(data, max_rows=args.max_examples)
+        texts, labels = load_rated_sentences(data)
         source = f"{data} ({len(texts)} rated sentences, neutral dropped)"
     else:
         texts, labels = synthetic_sentiment(2048, seed=args.seed)
         source = "generated sentiment sentences (no data file found)"
+    if args.max_examples is not None and args.max_examples < len(texts):
+        if args.max_examples < 2:
+            raise ValueError(
+                f"--max-examples must be at least 2 (a train and a test sentence), got {args.max_examples}."
+            )
+        keep = np.sort(np.random.default_rng(args.seed).choice(len(texts), args.max_examples, replace=False))
+        texts, labels = [texts[i] for i in keep], np.asarray(labels)[keep]
+        source += f", a seeded sample of {args.max_examples}"
     (train_x, train_y), (test_x, test_y) = split(texts, labels, test_fraction=0.2, seed=args.seed)
     print(f"Data: {source}; split seed {args.seed}: {len(train_x)} train / {len(test_x)} test")
 
@@ -111,7 +125,8 @@ def _run(args):
     )
     pretrained = bertzoo.Preset.resolve(args.preset).has_weights()
     peak = args.learning_rate or (5e-5 if pretrained else 1e-3)
-    model.compile(optimizer=keras.optimizers.AdamW(bertzoo.WarmupLinearDecay(peak), weight_decay=0.01))
+    # AdamW without decay on biases and LayerNorm, warm-up, clipping at norm 1: BERT's fine-tuning recipe.
+    model.compile(optimizer=bert_optimizer(peak))
     timer = EpochTimer()
     model.fit(
         train_x,

@@ -87,6 +87,7 @@ def main(export_dir, inputs_path, results_path):
     empty = tf.zeros([2, 0], tf.int32)
     results["zero_length"] = call(tokenized, token_ids=empty, segment_ids=empty, padding_mask=empty)
     results["shape_mismatch"] = call(tokenized, **dict(ids, segment_ids=ids["segment_ids"][:, :-1]))
+    results["wrong_rank"] = call(tokenized, **{k: v[0] for k, v in ids.items()})
     results["after_errors"] = call(text, text=tf.constant(sentences[:2]))
     results["imported_in_part_1"] = sorted(
         m for m in sys.modules if m.split(".")[0] in BLOCKED + ("tensorflow_text",) and sys.modules[m] is not None

@@ -124,6 +124,17 @@ def test_a_failing_body_keeps_the_old_target(tmp_path):
         pass
 
 
+def test_a_failing_body_removes_the_parent_directories_it_created(tmp_path):
+    (tmp_path / "kept").mkdir()  # Empty, but there before: stays.
+    with pytest.raises(RuntimeError, match="boom"), atomic_directory(tmp_path / "kept" / "new" / "sub" / "p") as tmp:
+        write_version(tmp, 1)
+        raise RuntimeError("boom")
+    assert [p.name for p in tmp_path.rglob("*")] == ["kept"]
+    with atomic_directory(tmp_path / "kept" / "new" / "p") as tmp:  # A success keeps them.
+        write_version(tmp, 1)
+    assert check_complete(tmp_path / "kept" / "new" / "p") == 1
+
+
 def test_leftovers_of_dead_processes_are_removed_live_ones_kept(tmp_path):
     target = tmp_path / "preset"
     with atomic_directory(target) as tmp:

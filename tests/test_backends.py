@@ -64,7 +64,7 @@ def pruning_report(preset, features, labels):
 
 SCRIPT = textwrap.dedent(
     """
-    import json, sys
+    import json, os, sys
     import keras
     import numpy as np
     import bertzoo
@@ -307,6 +307,13 @@ SCRIPT = textwrap.dedent(
         bertzoo.compression.head_and_neuron_importance(teacher, (features, labels))
     except RuntimeError as error:
         report["structured_scores_error"] = str(error)
+    report["export_errors"] = {}
+    for format, name in (("tf_saved_model", "served"), ("onnx", "m.onnx"), ("litert", "m.tflite")):
+        path = os.path.join(os.path.dirname(os.path.abspath(out)), "exports", name)
+        try:
+            teacher.export(path, format=format)
+        except Exception as error:  # Recorded, so one regression fails one test, not the whole run.
+            report["export_errors"][format] = [f"{type(error).__name__}: {error}", os.path.exists(path)]
     try:
         report["teacher_after_copies_train"] = float(
             np.abs(np.asarray(teacher.predict_on_batch(features)) - before).max()
@@ -483,6 +490,14 @@ def test_copies_of_a_model_train_without_touching_it(backend_run):
 
 def test_compress_refuses_other_backends_before_training(backend_run):
     assert "needs the TensorFlow backend" in backend_run["compress_error"]
+
+
+def test_exports_refuse_other_backends_before_writing(backend_run):
+    errors = backend_run["export_errors"]
+    assert sorted(errors) == ["litert", "onnx", "tf_saved_model"]
+    for format, (message, written) in errors.items():
+        assert message.startswith("BackendError") and "KERAS_BACKEND=tensorflow" in message, (format, message)
+        assert not written, format
 
 
 def test_structured_scores_name_the_backend_they_need(backend_run):

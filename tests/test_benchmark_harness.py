@@ -162,3 +162,26 @@ def test_a_report_names_the_cpu_flags_of_each_machine():
     row = {"machine": "Xeon, 2 cores", "machine_info": {"cpu_flags": ["avx512f", "amx_tile"]}}
     assert harness.machine_label(row) == "Xeon, 2 cores (avx512f, amx_tile)"
     assert harness.machine_label({"machine": "Xeon, 2 cores"}) == "Xeon, 2 cores"  # Older rows.
+
+
+def test_rows_describe_the_cpu_by_the_fast_paths_own_flags_and_environment():
+    from bertzoo.utils import fast_path
+
+    # The flags the fast-path cache key holds for this CPU (fma, avx_vnni, ... too).
+    assert harness.cpu_features() == fast_path.device_description()["cpu_flags"]
+    assert harness.fast_path_constant("CPU_FLAGS") == fast_path.CPU_FLAGS
+    assert harness.fast_path_constant("KERNEL_ENVIRONMENT") == fast_path.KERNEL_ENVIRONMENT
+    assert harness.fast_path_constant("CACHE_DIR_ENV") == fast_path.CACHE_DIR_ENV
+
+
+def test_machine_info_counts_the_usable_cores_and_records_the_thread_environment(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "2")
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    info = harness.machine_info()
+    assert info["cores"] == 1 and info["cpu_count"] == 8
+    assert info["environment"]["OMP_NUM_THREADS"] == "3" and info["environment"]["TF_NUM_INTRAOP_THREADS"] == "2"
+    assert "ONEDNN_MAX_CPU_ISA" not in info["environment"]  # Only the variables that are set.
+    assert ", 1 cores (of 8)" in harness.machine()

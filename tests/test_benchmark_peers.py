@@ -24,6 +24,9 @@ def test_int8_static_worker_times_a_calibrated_static_model(monkeypatch):
     assert float(keras.ops.convert_to_numpy(dense.input_range)) not in (0.0, 1.0)  # 1: the unset initial value.
     # Calibrated on another batch of the same kind: close to the float32 model.
     assert 0 < rows[0]["check_vs_float32"]["relative_error"] < 0.1
+    # The suite pins the rule (conftest): the default is not measured; TensorFlow's pools are recorded.
+    assert {r["default_source"] for r in rows} == {"rule"}
+    assert set(rows[0]["tf_threads"]) == {"intra_op", "inter_op"}
 
 
 def test_run_times_int8_static_for_bertzoo_only(monkeypatch):
@@ -66,3 +69,38 @@ def test_a_worker_cut_off_by_its_timeout_keeps_the_variants_it_timed(monkeypatch
     assert rows == [{"library": "transformers", "median_s": 0.5}]  # The half-printed line is not a row.
     assert error == "timed out after 7 s"
     assert run.bench_rows(None) == [] and run.bench_rows(printed.split("\n", 1)[1].split("\n")[0]) == rows
+
+
+def test_bertzoo_measures_its_default_for_the_timed_mode_only(monkeypatch, tmp_path):
+    import bertzoo
+    from bertzoo.utils import fast_path
+
+    monkeypatch.setenv("BERTZOO_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("BERTZOO_JIT_COMPILE", raising=False)
+    measured = []
+
+    def no_xla_faster(name, fn):  # A clock instead of compiling and running.
+        measured.append(name)
+        return 0.01 if name.endswith("no_xla") else 0.02
+
+    monkeypatch.setattr(fast_path, "wall_timer", no_xla_faster)
+    fast_path.clear_memory_cache()
+    try:
+        config = {"vocabulary_size": 50, "num_layers": 1, "hidden_dim": 16, "num_heads": 2, "intermediate_dim": 32}
+        library = peers.Bertzoo()
+        assert library.default_xla(bertzoo.BertBackbone(**config), "inference") is False
+        # Inference measures the inference candidates only: no training-step compile.
+        assert measured and {name.split("/")[0] for name in measured} == {"predict"}
+        assert library.default_source == "measured"
+        again = peers.Bertzoo()
+        assert again.default_xla(bertzoo.BertBackbone(**config), "inference") is False
+        assert again.default_source == "cache"
+    finally:
+        fast_path.clear_memory_cache()
+
+
+def test_the_worker_refuses_fewer_than_one_warmup_call():
+    with pytest.raises(ValueError, match="warmup must be at least 1"):
+        next(peers.run_worker("bertzoo", "inference", "float32", "tiny", 2, 8, runs=1, warmup=0))
+    with pytest.raises(SystemExit):
+        peers.main(["--library", "bertzoo", "--preset", "tiny", "--warmup", "0"])

@@ -4,6 +4,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import bertzoo
 from bertzoo.datasets import synthetic_sentiment
@@ -65,3 +66,12 @@ def test_example_runs_end_to_end(tmp_path, capsys, word_classifier):
     )
     if not hasattr(bertzoo, "export_saved_model"):
         assert "not available yet" in result["saved_model"]
+
+
+def test_a_mistyped_preset_fails_before_any_training(tmp_path, monkeypatch):
+    trained = []
+    monkeypatch.setattr(distill_to_small, "build_teacher", lambda *args: trained.append(args))
+    for flag in ("--student", "--teacher"):
+        with pytest.raises(bertzoo.PresetError, match="Did you mean 'base'"):
+            distill_to_small.main(["--data", "synthetic", flag, "bsae", "--output", str(tmp_path / "out")])
+    assert trained == [] and not (tmp_path / "out").exists()

@@ -128,6 +128,24 @@ def test_mixed_precision_models_are_refused_with_the_way_out(tmp_path):
             mixed.export(tmp_path / f"mixed.{format}", format=format)
 
 
+def test_float8_models_are_refused_for_onnx_with_the_way_out(tmp_path):
+    needs_onnx()
+    model = small_classifier()
+    model.predict(TEXTS, verbose=0)  # Keras quantizes built layers only (the packer included).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.quantize("float8")
+    with pytest.raises(ValueError, match="not float8 .* Export the float32 model"):
+        model.export(tmp_path / "float8.onnx", format="onnx")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_export_leaves_no_directory_it_created(model, tmp_path):
+    with pytest.raises(ValueError, match="bogus_option"):
+        model.export(tmp_path / "new" / "sub" / "m.tflite", format="litert", bogus_option=1)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("kind", ["float32", "int8"])
 def test_onnx_export_runs_in_onnxruntime(kind, model, features, tmp_path):
     needs_onnx()
@@ -224,7 +242,7 @@ def test_one_file_serves_any_length_up_to_max_sequence_length(format, tmp_path):
         assert np.std(reference) > 0.1
         np.testing.assert_allclose(run_portable(format, path, features), reference, atol=1e-5)
     # A fixed length on request (runtimes that need static shapes).
-    fixed = model.export(tmp_path / f"fixed.{format}", format=format, sequence_length=24)
+    fixed = model.export(tmp_path / f"fixed.{format}", format=format, sequence_length=np.int64(24))
     if format == "onnx":
         import onnxruntime
 

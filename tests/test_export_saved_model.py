@@ -210,6 +210,7 @@ def test_a_fresh_tensorflow_only_process_serves_the_keras_predictions(trained, e
         ("bad_segment_ids", "num_segments=2"),
         ("zero_length", "at least one token"),
         ("shape_mismatch", "`segment_ids` must have the shape of `token_ids`"),
+        ("wrong_rank", "is not compatible with expected shape [?,?]"),
     ]:
         assert results[case]["error"] == "InvalidArgumentError", (case, results[case])
         assert message in results[case]["message"], (case, results[case]["message"][:500])
@@ -587,3 +588,17 @@ def test_cli_export_prints_the_signatures_and_reports_errors(cli_export, tmp_pat
     argv = ["export", str(preset), str(out), "--overwrite", "--sequence-length", "32", "--format", "litert"]
     assert cli.main(argv) == 0
     assert calls == [{"format": "litert", "overwrite": True, "sequence_length": 32}]
+
+
+@pytest.mark.parametrize("activation", [None, "sigmoid"])
+def test_a_one_output_head_serves_its_scores(activation, tmp_path):
+    # One output without an activation is a regression head (mean squared error): a softmax over
+    # one column would serve probability 1 and label 0 for every text.
+    model = bertzoo.BertClassifier.from_preset(
+        "tiny", load_weights=False, num_classes=1, activation=activation, sequence_length=16
+    )
+    texts = ["short", "a somewhat longer text"]
+    path = bertzoo.export_saved_model(model, tmp_path / "served", pairs=False)
+    outputs = tf.saved_model.load(str(path)).signatures["serving_default"](text=tf.constant(texts))
+    assert sorted(outputs) == ["scores"]
+    np.testing.assert_allclose(outputs["scores"].numpy(), model.predict(texts, verbose=0), atol=1e-5)

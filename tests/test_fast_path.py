@@ -219,6 +219,20 @@ def test_a_fresh_process_state_reads_the_disk_cache(cache_dir, model):
     assert sorted(p.name for p in cache_dir.iterdir()) == ["fast_path.json", "fast_path.json.lock"]
 
 
+def test_a_partial_entry_in_memory_reads_the_complete_one_on_disk(cache_dir, model):
+    predict_only = choose(model, FakeTimer(XLA_FASTER_FOR_PREDICT), modes=("predict",))
+    in_memory = fast_path._memory[predict_only.key]
+    # Another process (a fresh memory) measures train and writes both modes.
+    fast_path.clear_memory_cache()
+    choose(model, FakeTimer(XLA_FASTER_FOR_PREDICT), modes=("train",))
+    stored = json.loads((cache_dir / "fast_path.json").read_text())["entries"][predict_only.key]
+    assert set(stored["modes"]) == {"predict", "train"}
+    fast_path._memory[predict_only.key] = in_memory  # This process still holds predict alone.
+    report = choose(model, refuse)  # Train from the disk, not measured again.
+    assert report.source == "cache" and (report.predict, report.train) == (True, False)
+    assert choose(model, refuse, cache=False).source == "cache"  # The merged entry is kept in memory.
+
+
 def test_another_process_reuses_the_cache(cache_dir):
     # The same tiny model, built in both processes; the child's timer refuses
     # to measure, so its choice can only come from the parent's file.
@@ -276,6 +290,34 @@ def test_the_key_changes_with_versions_device_and_model(model):
     frozen = tiny_classifier()
     frozen.backbone.trainable = False
     assert fast_path.cache_key(CPU, VERSIONS, fast_path.model_signature(frozen)) != key
+
+
+def test_a_change_to_bertzoos_own_code_changes_the_key(cache_dir, model, tmp_path, monkeypatch):
+    # An editable checkout keeps its version number across commits: its code keys the cache too.
+    package = tmp_path / "package"
+    (package / "layers").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "layers" / "dense.py").write_text("FUSED_INT8 = True\n")
+    (package / "notes.txt").write_text("not code")
+    original = fast_path.source_hash(package)
+    assert fast_path.source_hash(package) == original
+    (package / "notes.txt").write_text("still not code")
+    assert fast_path.source_hash(package) == original
+    (package / "layers" / "dense.py").write_text("FUSED_INT8 = False\n")
+    edited = fast_path.source_hash(package)
+    assert edited != original
+    (package / "layers" / "dense.py").rename(package / "layers" / "fused.py")
+    assert fast_path.source_hash(package) != edited  # The same code under another name.
+
+    versions = fast_path.library_versions()
+    assert versions["bertzoo_source"] == fast_path._bertzoo_source_hash()
+    assert len(versions["bertzoo_source"]) == 16
+    first = fast_path.choose_jit_compile(model, timer=FakeTimer(XLA_FASTER_FOR_PREDICT), device=CPU)
+    assert first.source == "measured" and first.versions == versions
+    assert fast_path.choose_jit_compile(model, timer=refuse, device=CPU).source == "cache"
+    monkeypatch.setattr(fast_path, "_bertzoo_source_hash", lambda: edited)  # As after an edit.
+    again = fast_path.choose_jit_compile(model, timer=FakeTimer(XLA_FASTER_FOR_PREDICT), device=CPU)
+    assert again.source == "measured" and again.key != first.key
 
 
 def test_the_key_reads_the_layers_quantization_and_dtype_policy():
@@ -379,6 +421,38 @@ def test_explicit_values_pin(cache_dir, model):
     assert fast_path.explain_fast_path(model).source == "pinned"
 
 
+def test_compiling_with_auto_after_a_pin_forgets_the_pin(cache_dir, monkeypatch):
+    monkeypatch.setattr(fast_path, "wall_timer", FakeTimer(XLA_FASTER_FOR_PREDICT))
+    model = tiny_classifier()
+    model.compile(jit_compile=True)
+    assert fast_path.explain_fast_path(model).source == "pinned"
+    model.compile()  # Back to "auto".
+    assert model.compile_pin() is None
+    report = fast_path.explain_fast_path(model)
+    assert report.source == "measured" and (report.predict, report.train) == (True, False)
+    # A choice "auto" made is what "auto" makes again: a later compile() keeps it.
+    model.compile()
+    assert fast_path.explain_fast_path(model) is report
+
+
+def test_explaining_with_options_leaves_what_the_model_runs(cache_dir):
+    model = tiny_classifier()
+    model.compile(jit_compile=True)
+    measured = fast_path.explain_fast_path(
+        model, refresh=True, timer=FakeTimer(XLA_FASTER_FOR_PREDICT), device=CPU, versions=VERSIONS
+    )
+    assert measured.source == "measured" and (measured.predict, measured.train) == (True, False)
+    note = "not what the model runs: its pinned choice, predict jit_compile=True, train jit_compile=True"
+    assert note in measured.reason and note in str(measured)
+    assert model.jit_compile is True
+    recorded = fast_path.explain_fast_path(model)
+    assert recorded.source == "pinned" and (recorded.predict, recorded.train) == (True, True)
+    assert fast_path.jit_compile_for(model, "train") is True
+    # Asking about another pin does not pin it either.
+    assert fast_path.explain_fast_path(model, jit_compile=False).predict is False
+    assert fast_path.jit_compile_for(model, "predict") is True
+
+
 def test_resolve_auto_measures_and_exposes_the_per_mode_choice(cache_dir, monkeypatch, caplog):
     model = tiny_classifier()
     monkeypatch.setattr(fast_path, "wall_timer", FakeTimer(XLA_FASTER_FOR_PREDICT))
@@ -434,6 +508,30 @@ def test_a_mode_no_candidate_can_run_falls_back_to_the_rule(cache_dir, model, mo
     assert "failed: RuntimeError: no gradient here" in str(report)
 
 
+def test_the_rules_choice_for_a_mode_no_candidate_can_run_is_what_explain_reports(cache_dir, monkeypatch):
+    def train_fails(name, fn):
+        if name.startswith("train"):
+            raise RuntimeError("no gradient here")
+        return 0.01
+
+    monkeypatch.setattr(fast_path, "wall_timer", train_fails)
+    model = tiny_classifier()
+    x = {
+        "token_ids": np.ones((4, 8), "int32"),
+        "segment_ids": np.zeros((4, 8), "int32"),
+        "padding_mask": np.ones((4, 8), "int32"),
+    }
+    model.fit(x, np.array([0, 1, 0, 1]), verbose=0)
+    assert model.jit_compile is False  # The rule on a CPU, float32.
+    report = fast_path.explain_fast_path(model)
+    assert report.train is False and report.reason == "the rule for train: no candidate ran"
+    assert "the rule for train: no candidate ran" in str(report) and "the rule for train" in report.summary()
+    # Deciding predict later keeps telling what the training step runs.
+    model.predict(x, verbose=0)
+    report = fast_path.explain_fast_path(model)
+    assert (report.predict, report.train) == (False, False) and "the rule for train" in report.reason
+
+
 def test_models_that_cannot_be_measured_and_policies_use_the_rule(cache_dir, monkeypatch):
     monkeypatch.setattr(fast_path, "wall_timer", refuse)
     assert not fast_path.measurable("float32")
@@ -472,7 +570,7 @@ def test_device_description_reads_the_cpu_flags(monkeypatch):
     assert described["cpu"] == "Intel(R) Xeon(R) Platinum 8480+"
     assert described["cpu_flags"] == ["avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"]
     assert described["kind"] == "cpu" and described["cores"] >= 1
-    assert set(fast_path.library_versions()) == {"backend", "tensorflow", "keras", "bertzoo"}
+    assert set(fast_path.library_versions()) == {"backend", "tensorflow", "keras", "bertzoo", "bertzoo_source"}
 
 
 def test_backend_rules_are_unchanged():

@@ -236,6 +236,25 @@ def test_attention_probabilities_are_normalized_and_ignore_padding(rng):
     assert np.all(probs[0] > 0.0)
 
 
+def test_attention_over_one_token_gives_probability_one_without_warnings(rng, recwarn):
+    block = SelfAttentionBlock(2, 8)
+    x = rng.normal(size=(2, 1, 16)).astype("float32")
+    for mask in (np.ones((2, 1), "int32"), np.array([[1], [0]], "int32")):
+        out, probs = block(x, padding_mask=mask, return_attention_scores=True)
+        np.testing.assert_array_equal(n(probs), np.ones((2, 2, 1, 1), "float32"))
+        assert np.isfinite(n(out)).all()
+    assert not [w for w in recwarn if "softmax" in str(w.message)]
+    # Training on one-token inputs: every weight gets a gradient (zero for the query and key).
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        loss = ops.sum(block(x, padding_mask=np.ones((2, 1), "int32"), training=True) ** 2)
+    gradients = tape.gradient(loss, block.trainable_variables)
+    assert all(g is not None for g in gradients), [
+        v.path for v, g in zip(block.trainable_variables, gradients) if g is None
+    ]
+
+
 @pytest.fixture
 def fused_attention(monkeypatch):
     """Forces the `ops.dot_product_attention` path (JAX's and torch's) and

@@ -276,6 +276,26 @@ def test_errors(preprocessor):
         model.load_pretraining_heads(arrays)
 
 
+def test_a_sentence_head_alone_loads_and_leaves_the_masked_lm_head(caplog, rng):
+    # E.g. a converted `BertForNextSentencePrediction`: its heads hold `nsp/*` only.
+    model = bertzoo.BertPretrainer(tiny_backbone(), sentence_objective="nsp")
+    transform_before = np.array(model.mlm_head.transform.kernel)
+    arrays = {"nsp/kernel": rng.normal(size=(32, 2)).astype("float32"), "nsp/bias": np.array([0.5, -0.5], "float32")}
+    with caplog.at_level(logging.WARNING, logger="bertzoo"):
+        model.load_pretraining_heads(arrays)
+    np.testing.assert_array_equal(model.sentence_head.kernel, arrays["nsp/kernel"])
+    np.testing.assert_array_equal(model.sentence_head.bias, arrays["nsp/bias"])
+    np.testing.assert_array_equal(model.mlm_head.transform.kernel, transform_before)
+    assert "sentence head only" in caplog.text and "the sentence head is loaded" in caplog.text
+    caplog.clear()
+    masked_lm_only = bertzoo.BertPretrainer(tiny_backbone(), sentence_objective=None)
+    with caplog.at_level(logging.WARNING, logger="bertzoo"):
+        masked_lm_only.load_pretraining_heads(arrays)
+    assert "so nothing is loaded" in caplog.text
+    with pytest.raises(ValueError, match="nsp/bias: missing"):
+        model.load_pretraining_heads({"nsp/kernel": arrays["nsp/kernel"]})
+
+
 @pytest.mark.parametrize(
     "key, value, message",
     [

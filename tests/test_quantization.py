@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import bertzoo
+from bertzoo.layers.dense import Dense
 from bertzoo.layers.dense import WeightOnlyInt8Policy
 from bertzoo.layers.dense import portable_kernels
 from bertzoo.saving.preset import Preset
@@ -62,6 +63,29 @@ def test_a_mixed_bfloat16_model_quantizes_with_its_embeddings(random_classifier)
     assert keras.backend.standardize_dtype(sequence.dtype) == "bfloat16"
     expected, got = call(mixed, x), call(q, x)
     assert np.abs(got - expected).max() < 0.1 * np.abs(expected).max()
+
+
+def test_int8_of_a_float16_model_is_refused_with_the_way_out_before_training(random_classifier, monkeypatch):
+    half = random_classifier(dtype="mixed_float16")
+    fits = []
+    monkeypatch.setattr(keras.Model, "fit", lambda *args, **kwargs: fits.append(args))
+    message = "int8 quantization does not work with float16 compute .* dtype='mixed_bfloat16'"
+    with pytest.raises(ValueError, match=message):
+        bertzoo.quantize(half, "int8", calibration=TEXTS)
+    with pytest.raises(ValueError, match=message):
+        bertzoo.quantization_aware_training(half, TEXTS, [0, 1, 2, 0])
+    assert fits == []
+    assert bertzoo.quantize(half, "int4").backbone.pooler.quantization_mode == "int4"  # Keras allows int4.
+
+
+def test_smoothing_a_float16_layer_is_refused_before_its_kernel_changes():
+    layer = Dense(4, dtype="mixed_float16")
+    layer.build((None, 3))
+    before = keras.ops.convert_to_numpy(layer.kernel)
+    with pytest.raises(ValueError, match="float16"):
+        layer.smooth_inputs(np.array([2.0, 2.0, 2.0], "float32"))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(layer.kernel), before)
+    assert layer.quantization_mode is None
 
 
 @pytest.mark.parametrize("mode", ["int8", "int4"])

@@ -384,6 +384,22 @@ def _check_quantizable(model, mode, modes):
         raise ValueError(
             f"{type(model).__name__} '{model.name}' has a Pruner attached: quantize `pruner.strip()` instead."
         )
+    if mode == "int8":
+        # Keras refuses int8 under float16 only when a layer is quantized: after calibration or a
+        # whole quantization-aware fit. Say so first, and name the policies that work.
+        weight_layers = (keras.layers.Dense, keras.layers.EinsumDense, keras.layers.Embedding)
+        float16 = [
+            layer.path
+            for layer in private_api.flatten_layers(model)
+            if isinstance(layer, weight_layers) and layer.dtype_policy.compute_dtype == "float16"
+        ]
+        if float16:
+            raise ValueError(
+                f"int8 quantization does not work with float16 compute (Keras refuses it), and "
+                f"{type(model).__name__} '{model.name}' computes {float16[0]} in float16. Rebuild it in float32 "
+                "or bfloat16 first, e.g. from_preset(preset_dir, dtype='mixed_bfloat16')"
+                + (", or quantize to int4." if "int4" in modes else ".")
+            )
 
 
 def _weight_layers(model, include_embeddings):

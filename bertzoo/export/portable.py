@@ -15,14 +15,17 @@ from the tensors at run time (the attention's head split reshapes with
 attention mask is expanded with `expand_dims`, which LiteRT has builtin
 kernels for), and the exported input signature leaves the token axis `None`.
 
-What converts: float32 models to both formats; Keras int8 models
+What converts: float32 models to both formats; Keras int8 and int4 models
 (`model.quantize("int8")`) to ONNX. Refused with an explanation:
-mixed-precision (bfloat16/float16) models (export the float32 model) and
-Keras int8 models to LiteRT (use LiteRT's own dynamic-range quantization,
-`optimizations=[tf.lite.Optimize.DEFAULT]`, on the float32 model).
+mixed-precision (bfloat16/float16) models (export the float32 model), other
+Keras quantization modes (float8) to ONNX, Keras int8 models to LiteRT (use
+LiteRT's own dynamic-range quantization,
+`optimizations=[tf.lite.Optimize.DEFAULT]`, on the float32 model), and any
+Keras backend but TensorFlow (save a preset, export it under TensorFlow).
 """
 
 import importlib.util
+import numbers
 import os
 import shutil
 from pathlib import Path
@@ -34,9 +37,12 @@ from bertzoo.layers.dense import portable_kernels
 from bertzoo.models.serving import TOKENIZED_KEYS
 from bertzoo.saving.atomic import clean_leftovers
 from bertzoo.saving.atomic import hidden_sibling
+from bertzoo.saving.atomic import make_parent_directories
+from bertzoo.saving.atomic import remove_empty_directories
 from bertzoo.saving.atomic import sync_directory
 from bertzoo.saving.atomic import sync_tree
 from bertzoo.utils import quantization_mode
+from bertzoo.utils.checks import BackendError
 from bertzoo.utils.layers import quantizes_int8_inputs
 
 PORTABLE_FORMATS = {
@@ -95,6 +101,14 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
     """
     if format not in PORTABLE_FORMATS:
         raise ValueError(f"Unknown portable format {format!r}; use one of {sorted(PORTABLE_FORMATS)}.")
+    if keras.backend.backend() != "tensorflow":
+        # Keras's JAX and torch exporters need other packages (jax2onnx, litert-torch) and, for
+        # torch ONNX, fail on the free batch axis; bertzoo converts through TensorFlow only.
+        raise BackendError(
+            f"{format} export needs the TensorFlow backend (tf2onnx / TensorFlow's LiteRT converter), but "
+            f"Keras uses {keras.backend.backend()!r}. Save a preset and export it in a process started with "
+            "KERAS_BACKEND=tensorflow."
+        )
     if not isinstance(overwrite, bool):
         raise ValueError(f"`overwrite` must be True or False, got {overwrite!r}.")
     backbone = _backbone_of(model)
@@ -106,12 +120,13 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
             f"(or pip install {' '.join(missing)})."
         )
     if sequence_length is not None and (
-        isinstance(sequence_length, bool) or not isinstance(sequence_length, int) or sequence_length < 1
+        isinstance(sequence_length, bool) or not isinstance(sequence_length, numbers.Integral) or sequence_length < 1
     ):
         raise ValueError(
             f"`sequence_length` must be a positive integer (a fixed length) or None (any length), "
             f"got {sequence_length!r}."
         )
+    sequence_length = None if sequence_length is None else int(sequence_length)
     if sequence_length is not None and sequence_length > backbone.max_sequence_length:
         raise ValueError(
             f"sequence_length={sequence_length} is longer than the backbone's max_sequence_length="
@@ -141,7 +156,7 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
             for name, tensor in model.input.items()
         }
     ]
-    path.parent.mkdir(parents=True, exist_ok=True)
+    created = make_parent_directories(path)
     clean_leftovers(path)  # Of an export killed before it finished.
     tmp = hidden_sibling(path)
     try:
@@ -154,6 +169,8 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
         sync_directory(path.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if not path.exists():
+            remove_empty_directories(created)
     return path
 
 
@@ -167,6 +184,13 @@ def _check_convertible(model, backbone, format):
             "instead, e.g. BertClassifier.from_preset(preset_dir, dtype='float32')."
         )
     mode = quantization_mode(model)
+    unconverted = sorted(set(mode.split("+")) - {"int8", "int4"}) if mode else []
+    if format == "onnx" and unconverted:
+        raise ValueError(
+            f"ONNX export of a Keras-quantized ({mode}) model is not supported: tf2onnx converts int8 and int4 "
+            f"layers, not {' or '.join(unconverted)} (float8 fails with a KeyError). Export the float32 model, or "
+            "one quantized with model.quantize('int8')."
+        )
     if format == "litert" and mode and (mode != "int8" or quantizes_int8_inputs(model)):  # Weight-only int8 converts.
         raise ValueError(
             f"LiteRT export of a Keras-quantized ({mode}) model fails: the converter has no kernel for "

@@ -46,7 +46,12 @@ def _head_major_attention(query, key, value, mask, scale, probs_hook=None):
         # the whole (batch, heads, length, length) tensor; the softmax is the
         # same (exp(-1e9 + logit - max) is 0 in float32 as exp(-1e9 - max) is).
         logits = logits + ops.where(mask, 0.0, -1e9)
-    probs = ops.softmax(logits, axis=-1)
+    # Over one key the softmax is exp(0) = 1 (a padded key too), with the softmax's zero
+    # gradient (`ones_like` would have none); Keras's softmax warns on such an axis.
+    if logits.shape[-1] == 1:
+        probs = ops.exp(logits - ops.max(logits, axis=-1, keepdims=True))
+    else:
+        probs = ops.softmax(logits, axis=-1)
     weights = ops.cast(probs, value.dtype)
     if probs_hook is not None:
         weights = probs_hook(weights)

@@ -559,13 +559,13 @@ class Dense(keras.layers.Dense):
             )
         if input_range is not None:
             self._check_static_range_supported()  # Before the kernel changes.
-        kernel.assign(ops.cast(ops.cast(kernel, "float32") * factors[:, None], kernel.dtype))
-        # This policy makes `_int8_build` add `input_scale`.
-        self.quantize_under(
-            InputSmoothingInt8Policy(
-                source_name=own_dtype_policy(self).name, group=group, static_inputs=input_range is not None
-            )
+        # This policy makes `_int8_build` add `input_scale`. Built before the kernel changes: it
+        # refuses a float16 compute dtype, which would leave a scaled float kernel behind.
+        policy = InputSmoothingInt8Policy(
+            source_name=own_dtype_policy(self).name, group=group, static_inputs=input_range is not None
         )
+        kernel.assign(ops.cast(ops.cast(kernel, "float32") * factors[:, None], kernel.dtype))
+        self.quantize_under(policy)
         self.input_scale.assign(1.0 / factors)
         if input_range is not None:
             self.input_range.assign(float(input_range))

@@ -193,8 +193,11 @@ class BertClassifier(Task):
 
     def serving_outputs(self, outputs):
         """`logits`, `probabilities`, `label_ids` (and `label_names` with
-        `class_names`), see `classification_outputs`; a head with another
-        activation (e.g. sigmoid, multi-label) serves its `scores`."""
-        if self.activation in (None, "linear", "softmax"):
-            return classification_outputs(outputs, self.class_names, self.activation)
+        `class_names`), see `classification_outputs`; a regression head
+        (one output, no activation) or one with another activation (e.g.
+        sigmoid, multi-label) serves its `scores`."""
+        activation = self._activation_name()
+        regression = self.num_classes == 1 and activation == "linear"
+        if activation in ("linear", "softmax") and not regression:
+            return classification_outputs(outputs, self.class_names, None if activation == "linear" else "softmax")
         return {"scores": outputs}

@@ -351,8 +351,9 @@ class BertPretrainer(Task):
         """Sets the heads from canonical arrays (see `bertzoo.convert.common`):
         `mlm/transform/{kernel,bias}`, `mlm/layer_norm/{gamma,beta}`,
         `mlm/output_bias`, optionally `mlm/decoder/kernel` (an untied decoder)
-        and `nsp/{kernel,bias}` (BERT's NSP or ALBERT's SOP head).
-        `from_preset` calls it for converted checkpoints.
+        and `nsp/{kernel,bias}` (BERT's NSP or ALBERT's SOP head). Arrays
+        of the sentence head alone load it and leave the masked-LM head as
+        it is, with a warning. `from_preset` calls it for converted checkpoints.
 
         Example:
 
@@ -368,7 +369,11 @@ class BertPretrainer(Task):
                 "vocabulary_size": backbone.vocabulary_size,
             }
         )
-        problems = [f"{name}: missing" for name in _MLM_ARRAYS if name not in arrays]
+        # A checkpoint may hold the sentence head alone (e.g. Hugging Face's
+        # `BertForNextSentencePrediction`): the masked-LM head then stays as it is.
+        has_mlm = any(name in arrays for name in _MLM_ARRAYS + ("mlm/decoder/kernel",))
+        sentence_only = not has_mlm and any(name in arrays for name in _SENTENCE_ARRAYS)
+        problems = [] if sentence_only else [f"{name}: missing" for name in _MLM_ARRAYS if name not in arrays]
         if self.sentence_head is not None:
             present = [name for name in _SENTENCE_ARRAYS if name in arrays]
             if len(present) == 1:
@@ -384,6 +389,20 @@ class BertPretrainer(Task):
             )
         if problems:
             raise ValueError("Cannot load the pre-training heads:\n  " + "\n  ".join(problems))
+        if sentence_only:
+            loaded = self.sentence_head is not None
+            if loaded:
+                self.sentence_head.kernel.assign(arrays["nsp/kernel"])
+                self.sentence_head.bias.assign(arrays["nsp/bias"])
+            logger.warning(
+                "The pre-training heads hold a sentence head only, no masked-LM head: %s; the masked-LM "
+                "head starts randomly initialized, so `predict_masked` gives meaningless tokens until it "
+                "is trained.",
+                "the sentence head is loaded"
+                if loaded
+                else "this model has no sentence head (sentence_objective=None), so nothing is loaded",
+            )
+            return
         head = self.mlm_head
         head.transform.kernel.assign(arrays["mlm/transform/kernel"])
         head.transform.bias.assign(arrays["mlm/transform/bias"])

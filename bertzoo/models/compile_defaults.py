@@ -62,13 +62,16 @@ class DefaultCompileMixin:
 
     def _provisional_jit_compile(self, jit_compile, model):
         """What to hand Keras's `compile` now: "auto" is recorded and
-        resolved later (`False` until then); `True`/`False` are checked
-        against the strategy now."""
+        resolved later (`False` until then), and forgets the pin of an
+        earlier `compile(jit_compile=True/False)`; `True`/`False` are
+        checked against the strategy now."""
         auto = jit_compile == "auto"
         # A weak reference: Keras's weight loading walks every attribute,
         # and the model is often `self`.
         object.__setattr__(self, self._AUTO_JIT_ATTRIBUTE, weakref.ref(model) if auto else None)
         if auto:
+            if model is self:  # Else `explain_fast_path` would report the old pin until a step decides.
+                fast_path.forget_pin(model)
             return False
         # A trainer's (a Distiller's) pin is its own step's, not its student's `predict`.
         strategy = getattr(self, "distribute_strategy", None)

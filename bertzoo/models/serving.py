@@ -280,6 +280,10 @@ class TextServing:
         return named_function("tokenized", lambda *values: self.tokenized(dict(zip(names, values))), specs)
 
     def tokenized(self, inputs):
+        # A loaded signature takes tensors of any rank, and in-graph rank checks fold to the traced
+        # rank: `ensure_shape` is checked by its kernel ("Shape of tensor token_ids [3] is not
+        # compatible with expected shape [?,?]").
+        inputs = {k: tf.ensure_shape(v, self.model.input[k].shape) for k, v in inputs.items()}
         with tf.control_dependencies(self._checks(inputs)):
             features = {k: tf.identity(v) for k, v in inputs.items()}
         if "padding_mask" in features:

@@ -204,6 +204,29 @@ def check_directory_target(target):
         )
 
 
+def make_parent_directories(path):
+    """Creates the missing parent directories of `path`; returns them,
+    deepest first, for `remove_empty_directories` after a failed write."""
+    missing = []
+    for parent in Path(path).parents:
+        if parent.exists():
+            break
+        missing.append(parent)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return missing
+
+
+def remove_empty_directories(directories):
+    """Removes `directories` (deepest first) while they are empty: what a
+    failed write created leaves nothing behind, what another process has
+    filled since stays."""
+    for directory in directories:
+        try:
+            directory.rmdir()
+        except OSError:
+            break
+
+
 @contextlib.contextmanager
 def atomic_directory(target, overwrite=True):
     """Yields a fresh temporary directory that replaces `target` on success.
@@ -220,19 +243,23 @@ def atomic_directory(target, overwrite=True):
     """
     target = Path(target).expanduser().absolute()
     check_directory_target(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    created = make_parent_directories(target)
     clean_leftovers(target)
     if occupied(target) and not overwrite:
         raise _exists_error(target)
     tmp = hidden_sibling(target, "tmp")
+    written = False
     try:
         yield tmp
         sync_tree(tmp)  # On disk before the swap makes it the target (power loss, not only kill -9).
         _install(tmp, target, overwrite)
         sync_directory(target.parent)
+        written = True
     finally:
         if tmp.exists():  # The partial directory, or the previous version after an exchange.
             shutil.rmtree(tmp, ignore_errors=True)
+        if not written:
+            remove_empty_directories(created)
 
 
 def _exists_error(target):

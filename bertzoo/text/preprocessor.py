@@ -1,5 +1,6 @@
 """Turns raw text (one segment or a pair) into BERT model inputs."""
 
+import numbers
 import weakref
 
 import keras
@@ -27,11 +28,13 @@ def _settings(layer):
 
 
 def _check_sequence_length(sequence_length):
-    if isinstance(sequence_length, bool) or not isinstance(sequence_length, int) or sequence_length < 3:
+    """`sequence_length` as a plain `int` (NumPy integers accepted), or a clear error."""
+    if isinstance(sequence_length, bool) or not isinstance(sequence_length, numbers.Integral) or sequence_length < 3:
         raise ValueError(
             f"`sequence_length` must be an integer >= 3 (room for [CLS], [SEP], [SEP]), "
             f"got {sequence_length!r}. Pass e.g. sequence_length=128."
         )
+    return int(sequence_length)
 
 
 def _check_truncate(truncate):
@@ -96,7 +99,7 @@ class BertPreprocessor(keras.layers.Layer):
                 f"{type(tokenizer).__name__}. Build one with BertTokenizer(vocabulary) "
                 "(WordPiece) or SentencePieceTokenizer(proto) (ALBERT)."
             )
-        _check_sequence_length(sequence_length)
+        sequence_length = _check_sequence_length(sequence_length)
         _check_truncate(truncate)
         self.tokenizer = tokenizer
         # Imported here: keras-hub imports TensorFlow when it is installed,
@@ -119,8 +122,7 @@ class BertPreprocessor(keras.layers.Layer):
 
     @sequence_length.setter
     def sequence_length(self, value):
-        _check_sequence_length(value)
-        self.packer.sequence_length = value
+        self.packer.sequence_length = _check_sequence_length(value)
 
     @property
     def truncate(self):

@@ -18,22 +18,23 @@ Each candidate is called once to trace and compile (timed and reported as
 its compile time, not counted), then the candidates run interleaved, a few
 rounds, and the median of each decides, per mode ("predict", "train"); a
 mode whose candidates are far apart (every run of one at least
-`CLEAR_GAIN` faster than every run of the other) is decided after the first
-round. `fit`, `evaluate` and `predict` each measure only their own mode, the
-first time they build their step. The model's non-trainable variables
-(dropout seed states) are restored afterwards, so measuring leaves no trace
-in later training.
+`CLEAR_GAIN` faster than every run of the other, two runs each at least) is
+decided after the second round. `fit`, `evaluate` and `predict` each measure
+only their own mode, the first time they build their step. The model's
+non-trainable variables (dropout seed states) are restored afterwards, so
+measuring leaves no trace in later training.
 
 The choice is cached on disk (`$BERTZOO_CACHE_DIR/fast_path.json`, default
 `~/.cache/bertzoo/fast_path.json`), keyed by a hash of the device (CPU model
 and the flags that pick kernels, core count, GPU names), the library
-versions and the model's signature (classes, backbone config, dtype
-policies, quantization modes of its layers, input shapes, whether the fused
-oneDNN int8 kernel is available), so another process on the same machine
-reuses it (processes writing at once take turns through a lock file beside
-it, `fast_path.json.lock`, and keep each other's entries). Every choice is
-logged at INFO; `explain_fast_path(model)` returns a report whose `str()` is
-a readable table.
+versions, a hash of bertzoo's own source (a checkout keeps its version
+number across commits) and the model's signature (classes, backbone config,
+dtype policies, quantization modes of its layers, input shapes, whether the
+fused oneDNN int8 kernel is available), so another process on the same
+machine reuses it (processes writing at once take turns through a lock file
+beside it, `fast_path.json.lock`, and keep each other's entries). Every
+choice is logged at INFO; `explain_fast_path(model)` returns a report whose
+`str()` is a readable table.
 
 Pinning: `BERTZOO_JIT_COMPILE=0|1` pins XLA off/on for `"auto"`,
 `BERTZOO_JIT_COMPILE=rule` skips measuring (the rule in
@@ -267,9 +268,36 @@ def _bertzoo_version():
     return text.split("__version__", 1)[1].split("=", 1)[1].split("\n")[0].strip().strip("\"'")
 
 
+def source_hash(package_directory):
+    """A short hash (hex, 16 characters) of the `.py` files under
+    `package_directory`: their paths relative to it and their contents."""
+    digest = hashlib.sha256()
+    directory = Path(package_directory)
+    for path in sorted(directory.rglob("*.py")):
+        digest.update(path.relative_to(directory).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+@functools.cache
+def _bertzoo_source_hash():
+    # An editable or source checkout keeps its version number across commits:
+    # its code, not the number, says whether a kernel changed. Once per process
+    # (about 1 MB of source).
+    return source_hash(Path(__file__).resolve().parents[1])
+
+
 def library_versions():
-    """`{name: version}` of the Keras backend, TensorFlow, Keras and bertzoo."""
-    versions = {"backend": keras.backend.backend(), "keras": keras.version(), "bertzoo": _bertzoo_version()}
+    """`{name: version}` of the Keras backend, TensorFlow, Keras and bertzoo,
+    and `bertzoo_source`, a hash of bertzoo's own code (`source_hash`): a
+    change to it (a checkout at another commit, an edited kernel) measures
+    again."""
+    versions = {
+        "backend": keras.backend.backend(),
+        "keras": keras.version(),
+        "bertzoo": _bertzoo_version(),
+        "bertzoo_source": _bertzoo_source_hash(),
+    }
     if keras.backend.backend() == "tensorflow":
         versions["tensorflow"] = tf.__version__
     else:
@@ -661,6 +689,8 @@ class FastPathReport:
             how = f"cached, measured {self.measured_at}"
         else:
             how = self.reason
+        if self.source in ("measured", "cache") and self.reason:
+            how = f"{how}; {self.reason}"
         where = f"; cache key {self.key} in {self.cache_file}" if self.key else ""
         return f"Fast path for {self.model}: {chosen} ({self.source}: {how}{where})."
 
@@ -702,12 +732,12 @@ def _ms(seconds):
     return "-" if seconds is None else f"{seconds * 1e3:.2f} ms"
 
 
-def _record(model, report, log=True):
-    if isinstance(model, keras.layers.Layer):
+def _record(model, report, keep=True):
+    """Logs `report` and, with `keep`, records it as `model`'s choice."""
+    if keep and isinstance(model, keras.layers.Layer):
         with _lock:
             _recorded[model] = report
-    if log:
-        logger.info("%s", report.summary())
+    logger.info("%s", report.summary())
     return report
 
 
@@ -717,9 +747,9 @@ def _name(model_or_policy):
     return f"dtype policy {model_or_policy}"
 
 
-def _rule_report(model_or_policy, value, reason, source="rule"):
+def _rule_report(model_or_policy, value, reason, source="rule", keep=True):
     report = FastPathReport(model=_name(model_or_policy), source=source, predict=value, train=value, reason=reason)
-    return _record(model_or_policy, report)
+    return _record(model_or_policy, report, keep)
 
 
 def rule_choice(model_or_policy, value, reason):
@@ -736,6 +766,17 @@ def record_pinned(model, value, reason="jit_compile passed to compile()"):
         report = FastPathReport(model=_name(model), source="pinned", predict=value, train=value, reason=reason)
         _record(model, report)
     return value
+
+
+def forget_pin(model):
+    """Drops a pinned choice recorded for `model`, for a
+    `compile(jit_compile="auto")` after a pinned one: `explain_fast_path`
+    then tells what "auto" chooses, and the next step decides. A choice
+    "auto" made stays: it is what "auto" chooses again."""
+    with _lock:
+        recorded = _recorded.get(model)
+        if recorded is not None and recorded.source == "pinned":
+            del _recorded[model]
 
 
 def jit_compile_for(model, mode, default=None):
@@ -958,6 +999,7 @@ def choose_jit_compile(
     versions=None,
     cache=True,
     refresh=False,
+    record=True,
 ):
     """Chooses `jit_compile` per mode for `model` on this machine: pinned,
     cached, or measured; returns a `FastPathReport` (also recorded for
@@ -979,6 +1021,9 @@ def choose_jit_compile(
             `library_versions()` in the cache key (tests).
         cache: read and write the disk cache (`cache_file()`).
         refresh: measure even when a cached choice exists.
+        record: record the report as the model's choice (`jit_compile_for`,
+            `explain_fast_path`); False answers without changing what the
+            model runs or reports (it is still cached and logged).
 
     Example:
     ```python
@@ -997,35 +1042,37 @@ def choose_jit_compile(
             jit_compile, pin_reason = pinned, f"{PIN_ENV}={os.environ.get(PIN_ENV)}"
         elif pinned == "rule":  # Not measured: `compile()` reads its rule (`auto_jit_compile`).
             reason = f"{PIN_ENV}=rule: decided by the rule, nothing measured"
-            return _record(model, FastPathReport(model=name, source="rule", reason=reason))
+            return _record(model, FastPathReport(model=name, source="rule", reason=reason), record)
     else:
         pin_reason = "jit_compile passed explicitly"
     if jit_compile in (True, False):
-        return _rule_report(model, jit_compile, pin_reason, source="pinned")
+        return _rule_report(model, jit_compile, pin_reason, source="pinned", keep=record)
     if jit_compile != "auto":
         raise ValueError(f"jit_compile must be True, False or 'auto', got {jit_compile!r}.")
     backend_choice = backend_jit_compile()
     if backend_choice is not None:
-        return _rule_report(model, backend_choice, f"the {keras.backend.backend()} backend's rule")
+        return _rule_report(model, backend_choice, f"the {keras.backend.backend()} backend's rule", keep=record)
     if not jit_compile_supported():  # Timed outside `strategy.run`, the steps would not be the real ones.
-        return _rule_report(model, False, "a multi-replica tf.distribute strategy: XLA off (jit_compile_supported)")
+        reason = "a multi-replica tf.distribute strategy: XLA off (jit_compile_supported)"
+        return _rule_report(model, False, reason, keep=record)
     if not measurable(model):
         reason = "nothing to measure: not a built model with symbolic inputs"
-        return _record(model, FastPathReport(model=name, source="rule", reason=reason))
+        return _record(model, FastPathReport(model=name, source="rule", reason=reason), record)
     device = device_description() if device is None else device
     if device.get("kind") == "tpu":
-        return _rule_report(model, True, "TPU: always XLA (TPUStrategy compiles every step)")
+        return _rule_report(model, True, "TPU: always XLA (TPUStrategy compiles every step)", keep=record)
     versions = library_versions() if versions is None else versions
     signature = model_signature(model, batch_size, sequence_length)
     key = cache_key(device, versions, signature)
     path = cache_file() if cache else None
     with _lock:
         entry = None if refresh else _memory.get(key)
-        if entry is None and cache and not refresh:
-            entry = _read_cache(path).get(key)
-        if entry is not None and all(mode in entry["modes"] for mode in modes):
+        if cache and not refresh and not _has_modes(entry, modes):
+            # Another process may have measured the modes this one has not since.
+            entry = _merged_entry(_read_cache(path).get(key), entry)
+        if _has_modes(entry, modes):
             _memory[key] = entry
-            return _record(model, _from_entry(entry, name, key, path))
+            return _record(model, _from_entry(entry, name, key, path), record)
         earlier = entry
         start = time.perf_counter()
         candidates = _measure(
@@ -1054,7 +1101,19 @@ def choose_jit_compile(
         _memory[key] = entry
         if cache and not any(_transient(c.error) for c in candidates):
             _write_cache(path, key, entry)
-    return _record(model, report)
+    return _record(model, report, record)
+
+
+def _has_modes(entry, modes):
+    return entry is not None and all(mode in entry["modes"] for mode in modes)
+
+
+def _merged_entry(on_disk, in_memory):
+    """The disk's entry with this process's modes over it (what this
+    process's models already run stays), or whichever of them exists."""
+    if on_disk is None or in_memory is None:
+        return in_memory if on_disk is None else on_disk
+    return {**on_disk, "modes": {**on_disk["modes"], **in_memory["modes"]}}
 
 
 # Failures that say nothing lasting about a candidate (memory another process
@@ -1074,8 +1133,10 @@ def auto_jit_compile(model_or_policy, rule, rule_reason="the rule: nothing measu
     without symbolic inputs, `BERTZOO_JIT_COMPILE=rule`, a mode no candidate
     of which could run, or a measurement that failed: `compile()` never
     fails for want of one). `mode` ("train", "test" or "predict") measures
-    that mode only; a mode not measured yet reads `rule` meanwhile. Returns a
-    `FastPathReport`."""
+    that mode only; None measures both. A mode not measured yet reads
+    `rule` meanwhile. Returns a `FastPathReport`, recorded for the model
+    with the rule's value in any mode no candidate of which ran (its
+    `reason` says so)."""
     pinned = pinned_jit_compile()
     report = None
     if pinned != "rule" and measurable(model_or_policy):
@@ -1091,16 +1152,19 @@ def auto_jit_compile(model_or_policy, rule, rule_reason="the rule: nothing measu
             rule_reason = f"{rule_reason} (measuring failed: {type(e).__name__})"
     if report is not None:
         wanted = MODES if mode is None else ("predict" if mode == "test" else mode,)
-        undecided = [name for name in wanted if report.choice(name) is None]
+        # A mode measured without a candidate that ran stays undecided in the
+        # cache, and its step runs the rule: so does the report, whichever
+        # step asks, so that `explain_fast_path` tells what runs.
+        undecided = [
+            name
+            for name in MODES
+            if report.choice(name) is None and (name in wanted or any(c.mode == name for c in report.candidates))
+        ]
         if not undecided:
             return report
-        # The recorded report keeps None there (`jit_compile_for` falls back
-        # to its default); the caller gets the rule filled in.
-        filled = dataclasses.replace(
-            report, **{name: rule for name in undecided}, reason=f"{rule_reason} for {', '.join(undecided)}"
-        )
-        logger.info("%s", filled.summary())
-        return filled
+        reason = f"the rule for {' and '.join(undecided)}: no candidate ran"
+        filled = dataclasses.replace(report, **{name: rule for name in undecided}, reason=reason)
+        return _record(model_or_policy, filled)
     if pinned in (True, False):
         return _rule_report(model_or_policy, pinned, f"{PIN_ENV}={os.environ.get(PIN_ENV)}", source="pinned")
     reason = f"{PIN_ENV}=rule: {rule_reason}" if pinned == "rule" else rule_reason
@@ -1112,19 +1176,40 @@ def explain_fast_path(model, jit_compile=None, **options):
     a `FastPathReport` (`str()` is a table of the candidates, medians,
     compile times, the choice, its source and the cache key and file).
 
-    With `jit_compile=None` and no options, the last choice recorded for
-    `model` (by `compile()` or `choose_jit_compile`), else what "auto"
-    chooses now (measuring, or reading the cache). `options` go to
-    `choose_jit_compile`.
+    With `jit_compile=None` and no options: what the model runs, the
+    choice last recorded for it (by `compile()`, the step `fit`, `evaluate`
+    or `predict` built, or `choose_jit_compile`), else what "auto" chooses
+    now (measuring, or reading the cache; recorded).
+
+    With `jit_compile` or `options` (for `choose_jit_compile`, e.g.
+    `refresh=True`, `batch_size=32`): what that choice would be, cached as
+    usual but not recorded for the model, which keeps the choice it runs (a
+    pinned `compile(jit_compile=True)` stays pinned); where the model's
+    choice differs, or is a pin, the report's `reason` names it.
 
     Example:
     ```python
     print(bertzoo.explain_fast_path(model))
+    print(bertzoo.explain_fast_path(model, refresh=True))  # Measures again.
     ```
     """
+    with _lock:
+        recorded = _recorded.get(model) if isinstance(model, keras.layers.Layer) else None
     if jit_compile is None and not options:
-        with _lock:
-            report = _recorded.get(model) if isinstance(model, keras.layers.Layer) else None
-        if report is not None:
-            return report
-    return choose_jit_compile(model, "auto" if jit_compile is None else jit_compile, **options)
+        return recorded if recorded is not None else choose_jit_compile(model)
+    options = {"record": False, **options}
+    report = choose_jit_compile(model, "auto" if jit_compile is None else jit_compile, **options)
+    if recorded is not None and not options["record"]:
+        runs = (recorded.predict, recorded.train)
+        if runs != (report.predict, report.train):
+            note = (
+                f"not what the model runs: its {recorded.source} choice, "
+                f"predict jit_compile={runs[0]}, train jit_compile={runs[1]}"
+            )
+        elif recorded.source == "pinned":
+            note = "the model runs the same, pinned by compile()"
+        else:
+            note = None
+        if note:
+            report = dataclasses.replace(report, reason="; ".join(filter(None, (report.reason, note))))
+    return report

@@ -120,3 +120,22 @@ def test_predict_masked_refuses_bad_input(ref, rng, tmp_path):
     with pytest.raises(ValueError, match="left after truncation.*first 8 tokens"):
         pretrainer.predict_masked("tok1 tok2 tok3 tok4 tok5 tok6 tok7 [MASK]")
     assert len(pretrainer.predict_masked("tok1 [MASK]", top_k=1000)[0][0]) == 40  # Capped at the vocabulary.
+
+
+def test_a_checkpoint_with_only_the_next_sentence_head_loads_it(ref, rng, make_bert_inputs, tmp_path, caplog):
+    # Hugging Face's `BertForNextSentencePrediction` saves `cls.seq_relationship` and no masked-LM head.
+    model = ref.random_model(rng)
+    arrays = {
+        name: array
+        for name, array in ref.hf_bert_arrays(model, prefix="bert.").items()
+        if not name.startswith("cls.predictions")
+    }
+    source = ref.write_hf(tmp_path / "hf", ref.hf_config(model), arrays, vocabulary=ref.tiny_vocabulary(40))
+    preset = bertzoo.convert_checkpoint(source, tmp_path / "preset").path
+    with caplog.at_level("WARNING", logger="bertzoo"):
+        pretrainer = bertzoo.BertPretrainer.from_preset(preset, sentence_objective="nsp")
+    assert "sentence head only" in caplog.text
+    inputs = make_bert_inputs(batch=2, length=7, vocabulary_size=40)
+    out = pretrainer(dict(inputs, mask_positions=np.array([[1], [2]], "int32")))
+    _, nsp = numpy_heads(ref, model, inputs, np.array([[1], [2]], "int32"), "gelu_exact")
+    np.testing.assert_allclose(out["sentence"], nsp, atol=1e-5)
