@@ -307,8 +307,8 @@ def test_other_callbacks_see_one_training_run_when_it_resumes(tmp_path):
     assert history.epoch == [1, 2] and not backup.exists()
 
 
-class StopAfter(keras.callbacks.Callback):
-    """Stops training after batch `batch` of epoch `epoch`, as a time budget would."""
+class AtBatch(keras.callbacks.Callback):
+    """Base of callbacks that act at batch `batch` of epoch `epoch` (`reached(batch)`)."""
 
     def __init__(self, epoch, batch):
         super().__init__()
@@ -317,8 +317,15 @@ class StopAfter(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
 
+    def reached(self, batch):
+        return (self.epoch, batch) == self.at
+
+
+class StopAfter(AtBatch):
+    """Stops training after batch `batch` of epoch `epoch`, as a time budget would."""
+
     def on_train_batch_end(self, batch, logs=None):
-        if (self.epoch, batch) == self.at:
+        if self.reached(batch):
             self.model.stop_training = True
 
 
@@ -340,18 +347,11 @@ def test_a_run_early_stopping_ends_is_finished(tmp_path):
     assert not backup.exists()  # Training is complete: the checkpoint is removed.
 
 
-class PoisonWeights(keras.callbacks.Callback):
+class PoisonWeights(AtBatch):
     """Makes a weight NaN before batch `batch` of epoch `epoch`: that batch's loss is NaN."""
 
-    def __init__(self, epoch, batch):
-        super().__init__()
-        self.at = (epoch, batch)
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.epoch = epoch
-
     def on_train_batch_begin(self, batch, logs=None):
-        if (self.epoch, batch) == self.at:
+        if self.reached(batch):
             kernel = self.model.trainable_variables[0]
             kernel.assign(np.full(kernel.shape, np.nan, "float32"))
 

@@ -389,17 +389,16 @@ class BertPretrainer(Task):
             )
         if problems:
             raise ValueError("Cannot load the pre-training heads:\n  " + "\n  ".join(problems))
+        if self.sentence_head is not None and "nsp/kernel" in arrays:
+            self.sentence_head.kernel.assign(arrays["nsp/kernel"])
+            self.sentence_head.bias.assign(arrays["nsp/bias"])
         if sentence_only:
-            loaded = self.sentence_head is not None
-            if loaded:
-                self.sentence_head.kernel.assign(arrays["nsp/kernel"])
-                self.sentence_head.bias.assign(arrays["nsp/bias"])
             logger.warning(
                 "The pre-training heads hold a sentence head only, no masked-LM head: %s; the masked-LM "
                 "head starts randomly initialized, so `predict_masked` gives meaningless tokens until it "
                 "is trained.",
                 "the sentence head is loaded"
-                if loaded
+                if self.sentence_head is not None
                 else "this model has no sentence head (sentence_objective=None), so nothing is loaded",
             )
             return
@@ -417,9 +416,6 @@ class BertPretrainer(Task):
                 else np.transpose(keras.ops.convert_to_numpy(backbone.embeddings.token_embedding.embeddings))
             )
             head.decoder_kernel.assign(decoder)
-        if self.sentence_head is not None and "nsp/kernel" in arrays:
-            self.sentence_head.kernel.assign(arrays["nsp/kernel"])
-            self.sentence_head.bias.assign(arrays["nsp/bias"])
 
     # --- Fill-mask ----------------------------------------------------------
     def predict_masked(self, texts, top_k=5):
