@@ -239,12 +239,7 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"needs steps_per_execution=1 \(this model was compiled with 2\)"):
         train(spe, backup)
     # A leftover of a save killed mid-write (its process is gone) is removed.
-    leftover = backup / f".{CHECKPOINT_NAME}.tmp-999999999-x"
-    leftover.write_bytes(b"partial")
-    (backup / CHECKPOINT_NAME).write_bytes(b"damaged")
-    with pytest.raises(ValueError, match=r"Cannot read the training checkpoint"):
-        train(classifier(0), backup)
-    assert not leftover.exists()
+    assert_leftover_removed(backup, pid=999999999)
 
 
 def test_raw_validation_data_is_evaluated_after_every_epoch_of_a_resumed_fit(tmp_path):
@@ -381,7 +376,13 @@ def test_a_leftover_of_an_earlier_process_with_this_pid_is_removed(tmp_path):
     # A killed container run (PID 1) leaves a temporary file named with the pid the next run has too.
     backup = tmp_path / "backup"
     backup.mkdir()
-    leftover = backup / f".{CHECKPOINT_NAME}.tmp-{os.getpid()}-x"
+    assert_leftover_removed(backup, pid=os.getpid())
+
+
+def assert_leftover_removed(backup, pid):
+    """A temporary checkpoint named with `pid` beside a damaged checkpoint:
+    the next `fit` removes it, then refuses the damaged one."""
+    leftover = backup / f".{CHECKPOINT_NAME}.tmp-{pid}-x"
     leftover.write_bytes(b"partial")
     (backup / CHECKPOINT_NAME).write_bytes(b"damaged")
     with pytest.raises(ValueError, match=r"Cannot read the training checkpoint"):
