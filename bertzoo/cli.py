@@ -435,11 +435,14 @@ def _presets(args):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="bertzoo", description="bertzoo: BERT-family encoders for Keras 3.")
+    # No abbreviations: `--teacher` would otherwise be taken for `--teacher-epochs`.
+    parser = argparse.ArgumentParser(
+        prog="bertzoo", description="bertzoo: BERT-family encoders for Keras 3.", allow_abbrev=False
+    )
     parser.add_argument("--version", action="version", version=f"bertzoo {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, help, arguments, function in _COMMANDS:
-        sub = subparsers.add_parser(name, help=help, description=help)
+        sub = subparsers.add_parser(name, help=help, description=help, allow_abbrev=False)
         for names, kwargs in arguments:
             sub.add_argument(*names, **kwargs)
         sub.set_defaults(run=function)

@@ -588,3 +588,12 @@ def test_string_labels_take_the_ids_of_the_teachers_class_names(workspace, quick
     with pytest.raises(ValueError, match=r"labels \['meh'\] are not among the teacher's class_names \['pos', 'neg'\]"):
         bertzoo.compress(workspace / "named_teacher", workspace / "named_bad.tsv", train, workspace / "bad_out")
     assert not (workspace / "bad_out").exists()
+
+
+def test_cli_options_are_not_abbreviated(capsys):
+    # `--teacher` once parsed as `--teacher-epochs` and failed with "invalid int value: 'teacher'".
+    argv = ["compress", "--teacher", "teacher", "--train", "a.tsv", "--eval", "b.tsv", "--out", "out"]
+    with pytest.raises(SystemExit) as exit:
+        cli.main(argv)
+    assert exit.value.code == 2
+    assert "unrecognized arguments: --teacher" in capsys.readouterr().err

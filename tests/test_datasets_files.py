@@ -196,6 +196,15 @@ def test_a_jsonl_line_without_a_column_is_named_by_its_line(tmp_path):
         load_labelled_texts(write(tmp_path / "h.csv", "text,stars\na,1\n"))
 
 
+def test_a_json_array_on_one_line_gets_the_json_lines_hint(tmp_path):
+    one_line = write(tmp_path / "array.json", '[{"text": "a", "label": 1}]\n')
+    with pytest.raises(ValueError, match=r"array\.json:1: expected a JSON object per line, got list\. JSON files are"):
+        load_labelled_texts(one_line)
+    spread = write(tmp_path / "spread.json", '[\n{"text": "a", "label": 1}\n]\n')
+    with pytest.raises(ValueError, match=r"spread\.json:1: not valid JSON .* JSON files are read as JSON Lines"):
+        load_labelled_texts(spread)
+
+
 def test_rated_sentences_skip_blank_lines_and_name_bad_ratings(tmp_path):
     blank = write(tmp_path / "blank.tsv", "id\trating\ttext\n1\t1.5\tgood\n\n2\t-0.5\tbad \n3\t0\tmeh\n\n")
     texts, labels = load_rated_sentences(blank)

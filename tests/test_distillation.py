@@ -434,6 +434,16 @@ def test_bad_arguments(pair, kwargs, match):
         Distiller(teacher, student, **kwargs)
 
 
+def test_unlabelled_training_with_only_the_hard_label_loss_weighted_is_refused(pair):
+    teacher, student = pair
+    distiller = Distiller(teacher, student, alpha=0.5, soft_target_weight=0.0, **distiller_module.PREDICTIONS_ONLY)
+    before = weights_of(student)
+    with pytest.raises(ValueError, match=r"unlabelled batches, but its only loss with a weight is the hard-label"):
+        distiller.fit(["a good film", "a dull film"], epochs=1, verbose=0)
+    for value, old in zip(weights_of(student), before):
+        np.testing.assert_array_equal(value, old)
+
+
 def test_bad_models(pair):
     teacher, student = pair
     with pytest.raises(ValueError, match="teacher must be a bertzoo BertClassifier"):

@@ -581,7 +581,7 @@ def test_cli_export_prints_the_signatures_and_reports_errors(cli_export, tmp_pat
     assert cli.main(["export", "tiny", str(tmp_path / "other")]) == 1
     assert "built-in preset definition" in capsys.readouterr().err
     assert cli.main(["export", str(tmp_path / "missing"), str(tmp_path / "other")]) == 1
-    assert "Unknown preset" in capsys.readouterr().err
+    assert "missing' does not exist; check the path" in capsys.readouterr().err
 
     calls = []
     monkeypatch.setattr(bertzoo.export, "export_model", lambda model, path, **kwargs: calls.append(kwargs))

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import h5py
+import keras
 import numpy as np
 import pytest
 
@@ -188,6 +189,76 @@ def test_from_preset_arguments_keep_the_saved_head_or_are_refused(tmp_path):
     with pytest.raises(TypeError, match=r"BertBackbone.from_preset got unexpected keyword argument\(s\) \['dropuot'\]"):
         bertzoo.BertBackbone.from_preset(tmp_path / "p", dropuot=0.0)
     assert bertzoo.BertBackbone.from_preset(tmp_path / "p", dropout=0.0).dropout == 0.0
+
+
+@pytest.mark.parametrize(
+    "task, saved_arguments, changed",
+    [
+        (bertzoo.BertClassifier, {"num_classes": 3}, {"activation": "softmax"}),
+        (bertzoo.BertClassifier, {"num_classes": 3}, {"class_names": ["a", "b", "c"]}),
+        (bertzoo.BertTokenClassifier, {"num_classes": 3}, {"class_names": ["O", "B", "I"]}),
+        (bertzoo.BertQuestionAnswerer, {}, {"mask_question": False}),
+        (bertzoo.BertMultipleChoice, {"num_choices": 2}, {"num_choices": 3}),
+    ],
+)
+def test_head_arguments_that_shape_no_weight_keep_the_trained_head(task, saved_arguments, changed, tmp_path, caplog):
+    model = task.from_preset("tiny", load_weights=False, preprocessor=None, **saved_arguments)
+    head = [v for v in model.weights if not any(v is w for w in model.backbone.weights)]
+    for variable in head:  # A trained head, far from any fresh initialization.
+        variable.assign(np.full(variable.shape, 0.25, variable.dtype))
+    model.save_to_preset(tmp_path / "p")
+    with caplog.at_level(logging.WARNING, logger="bertzoo"):
+        loaded = task.from_preset(tmp_path / "p", **changed)
+    assert "randomly initialized" not in caplog.text
+    for name, value in changed.items():
+        assert getattr(loaded, name) == value
+    loaded_head = [v for v in loaded.weights if not any(v is w for w in loaded.backbone.weights)]
+    assert len(loaded_head) == len(head)
+    for variable in loaded_head:
+        np.testing.assert_array_equal(variable.numpy(), 0.25)
+
+
+def test_a_file_or_a_missing_directory_is_named_as_such(tmp_path, monkeypatch):
+    bertzoo.BertBackbone.from_preset("tiny", load_weights=False).save_to_preset(tmp_path / "p")
+    with pytest.raises(bertzoo.PresetError, match=r"config.json is a file; a preset is a directory .*: pass '.*p'"):
+        bertzoo.BertBackbone.from_preset(tmp_path / "p" / "config.json")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(bertzoo.PresetError, match=r"'runs/p' does not exist \(resolved to .*runs/p\); check the path"):
+        bertzoo.BertBackbone.from_preset("runs/p")
+    with pytest.raises(bertzoo.PresetError, match=r"Unknown preset 'tinny'.* Did you mean 'tiny'\?"):
+        bertzoo.BertBackbone.from_preset("tinny")
+
+
+def test_precision_is_not_restored_and_a_warning_says_so(tmp_path, caplog):
+    bertzoo.BertBackbone.from_preset("tiny", load_weights=False, dtype="mixed_bfloat16").save_to_preset(tmp_path / "p")
+    with caplog.at_level(logging.WARNING, logger="bertzoo"):
+        loaded = bertzoo.BertBackbone.from_preset(tmp_path / "p")
+    assert loaded.dtype_policy.name == keras.config.dtype_policy().name == "float32"
+    assert "saved computing in mixed_bfloat16; it is built in float32" in caplog.text
+    assert "Pass dtype='mixed_bfloat16'" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="bertzoo"):
+        loaded = bertzoo.BertBackbone.from_preset(tmp_path / "p", dtype="mixed_bfloat16")
+    assert loaded.dtype_policy.name == "mixed_bfloat16" and "saved computing" not in caplog.text
+
+
+def test_an_embedding_table_padded_past_its_vocabulary_saves_and_loads_and_a_longer_vocabulary_is_refused(tmp_path):
+    from bertzoo.text import BertTokenizer
+
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(35)]
+    sizes = dict(num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, max_sequence_length=16)
+    padded = bertzoo.BertBackbone(vocabulary_size=48, **sizes)  # 40 tokens, 48 rows.
+    padded.save_to_preset(tmp_path / "p", tokenizer=BertTokenizer(vocabulary))
+    model = bertzoo.BertClassifier.from_preset(tmp_path / "p", num_classes=2)
+    assert model.backbone.vocabulary_size == 48 and model.preprocessor.tokenizer.vocabulary_size() == 40
+    np.testing.assert_array_equal(model.backbone.weights[0].numpy(), padded.weights[0].numpy())
+    pretrainer = bertzoo.BertPretrainer.from_preset(tmp_path / "p")
+    assert pretrainer.masker.vocabulary_size == 40  # Random replacements are real tokens.
+
+    short = bertzoo.BertBackbone(vocabulary_size=32, **sizes)
+    with pytest.raises(ValueError, match="40 tokens but the embedding table only 32 rows"):
+        short.save_to_preset(tmp_path / "q", tokenizer=BertTokenizer(vocabulary))
+    assert not (tmp_path / "q").exists()
 
 
 def test_metadata_cannot_replace_the_checksums_and_a_missing_vocabulary_checksum_is_refused(tmp_path):

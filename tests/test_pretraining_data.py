@@ -132,6 +132,8 @@ def test_masker_runs_in_tf_data():
         ({"selection_rate": 1.5}, "selection_rate"),
         ({"mask_token_id": 99}, "outside"),
         ({"max_selections": 0}, "max_selections"),
+        ({"seed": "7"}, "`seed` must be an integer or None, got '7'"),
+        ({"seed": 1.5}, "`seed` must be an integer"),
     ],
 )
 def test_masker_rejects_bad_settings(kwargs, message):
@@ -139,6 +141,14 @@ def test_masker_rejects_bad_settings(kwargs, message):
     settings.update(kwargs)
     with pytest.raises(ValueError, match=message):
         bertzoo.BertMaskGenerator(**settings)
+
+
+def test_masker_takes_numpy_integers_and_keeps_a_json_config():
+    import json
+
+    masker = bertzoo.BertMaskGenerator(np.int64(50), MASK, max_selections=np.int32(3), seed=np.int64(4))
+    config = json.loads(json.dumps(masker.get_config()))
+    assert (config["vocabulary_size"], config["max_selections"], config["seed"]) == (50, 3, 4)
 
 
 DOCUMENTS = [[f"doc{d} sentence{s}" for s in range(n)] for d, n in enumerate([5, 1, 8, 0, 4, 6])]

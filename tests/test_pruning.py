@@ -7,6 +7,8 @@ from the initial weights); the compiled paths (XLA `fit`, resuming from a
 checkpoint, distillation) each get one test.
 """
 
+import logging
+
 import keras
 import numpy as np
 import pytest
@@ -236,6 +238,23 @@ def test_embeddings_are_pruned_only_on_request_and_layers_can_be_listed():
         tiny_classifier(), bertzoo.ConstantSparsity(0.5, 0), layers=lambda layer: layer.name == "pooler"
     )
     assert [t.path for t in chosen.targets] == ["pooler"]
+
+
+def test_a_selected_weight_the_loss_does_not_use_is_named_in_a_warning(caplog):
+    backbone = tiny_classifier().backbone
+    tagger = bertzoo.BertTokenClassifier(backbone, num_classes=3, dropout=0.0)  # Its loss never reads the pooler.
+    pruner = bertzoo.Pruner(
+        tagger,
+        bertzoo.ConstantSparsity(0.5, 0),
+        layers=lambda layer: layer.name in ("pooler", "intermediate"),
+    )
+    x, _ = tokenized(n=8)
+    labels = np.random.default_rng(0).integers(0, 3, x["token_ids"].shape).astype("int32")
+    with caplog.at_level(logging.WARNING, logger="bertzoo"):
+        pruner.fit(x, labels, batch_size=4, epochs=2, verbose=0)
+    assert "1 selected weight(s) received no gradient, so they are never pruned" in caplog.text
+    assert "never pruned and the sparsity stays below the schedule's: pooler." in caplog.text
+    assert caplog.text.count("received no gradient") == 1  # Once, not every epoch.
 
 
 def test_holding_zeros_keeps_a_pruned_models_zeros_and_ignores_a_dense_one():

@@ -1,6 +1,8 @@
 """The forms raw text may take in `fit`, `evaluate` and `predict`: one
 pair of strings, datasets of pairs, a held-out share for validation."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -167,3 +169,27 @@ def test_an_empty_string_tensor_holds_no_examples(classifier):
     assert classifier.predict(empty, verbose=0).shape == (0, 2)
     with pytest.raises(ValueError, match="`x` holds no examples: `fit` needs at least one"):
         classifier.fit(empty, np.zeros((0,), "int32"), verbose=0)
+
+
+@pytest.mark.parametrize(
+    "texts, shown",
+    [
+        (np.array(["a fine film", np.nan, "dull"], dtype=object), "entry 1 is nan (float)"),
+        (["a fine film", "dull", None], "entry 2 is None (NoneType)"),
+        ((["a fine film", "dull", "ok"], ["yes", None, "no"]), "entry 1 is None (NoneType)"),
+    ],
+)
+def test_missing_text_is_named_with_its_index_and_the_fix(classifier, texts, shown):
+    for run in (lambda: classifier.fit(texts, [1, 0, 1], verbose=0), lambda: classifier.predict(texts, verbose=0)):
+        with pytest.raises(ValueError, match=rf"text input expects strings, but {re.escape(shown)}.*fillna"):
+            run()
+    with pytest.raises(ValueError, match=r"entry 1 is nan \(float\).*fillna"):
+        classifier.preprocessor(np.array(["a", np.nan], dtype=object))
+
+
+def test_a_text_column_as_an_object_array_trains(classifier):
+    texts = np.array(["a fine film", "dull"], dtype=object)  # pandas' `df["text"].values`.
+    classifier.fit(texts, [1, 0], verbose=0)
+    np.testing.assert_allclose(
+        classifier.predict(texts, verbose=0), classifier.predict(["a fine film", "dull"], verbose=0), atol=1e-6
+    )

@@ -565,6 +565,14 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         if y_pred is not None and self._student_pass is not None and self._student_pass[0] is y_pred:
             student = self._student_pass[1]
         object.__setattr__(self, "_student_pass", None)
+        if y is None and training and not self.soft_target_weight and not any(self._term_weights.values()):
+            # Known when the step is traced: unlabelled batches leave no loss with a weight.
+            raise ValueError(
+                "This Distiller trains on unlabelled batches, but its only loss with a weight is the hard-label "
+                "loss (soft_target_weight=0, no intermediate-layer weight): the loss would be 0 while the "
+                "optimizer's weight decay shrank the student. Pass labels, or set soft_target_weight > 0 (the "
+                "teacher's predictions) or an intermediate weight (hidden_state_weight, attention_weight, ...)."
+            )
         if student is None:  # `y_pred` did not come from this model's `call`.
             student = self._features(self.student, x, training)
         teacher = self._teacher_features(x)

@@ -900,6 +900,9 @@ class Pruner:
 
 
 class _SparsityLogger(keras.callbacks.Callback):
+    """Adds `sparsity` to the epoch logs, and warns of pruned weights that
+    received no update."""
+
     def __init__(self, pruner):
         super().__init__()
         self.pruner = pruner
@@ -907,3 +910,22 @@ class _SparsityLogger(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
             logs["sparsity"] = round(self.pruner.sparsity(), 4)
+        self._warn_of_weights_without_updates()
+
+    def _warn_of_weights_without_updates(self):
+        # Masks advance when the optimizer updates a weight, and Keras skips
+        # weights whose gradient is None (the loss does not depend on them).
+        pruner = self.pruner
+        if getattr(pruner, "_warned_without_updates", False):
+            return
+        steps = [int(ops.convert_to_numpy(s)) for s in pruner.state.steps]
+        idle = [target.path for target, step in zip(pruner.targets, steps) if step == 0]
+        if idle and max(steps) > 0:
+            pruner._warned_without_updates = True
+            logger.warning(
+                "Pruner: %d selected weight(s) received no gradient, so they are never pruned and the "
+                "sparsity stays below the schedule's: %s. The loss does not depend on them (e.g. the pooler of "
+                "a token classifier or question answerer): leave them out of `layers=`.",
+                len(idle),
+                ", ".join(idle[:5]) + (", ..." if len(idle) > 5 else ""),
+            )

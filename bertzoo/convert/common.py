@@ -34,6 +34,7 @@ from bertzoo.text import BertTokenizer
 from bertzoo.text import SentencePieceTokenizer
 from bertzoo.text.preprocessor import BertPreprocessor
 from bertzoo.utils import private_api
+from bertzoo.utils.checks import vocabulary_overflow
 
 DEFAULT_SEQUENCE_LENGTH = 128
 _LIST_LIMIT = 20
@@ -318,12 +319,12 @@ def write_preset(model, destination, overwrite=False):
     settings = dict(model.preprocessor)
     if model.sentencepiece is not None:
         tokenizer = SentencePieceTokenizer(model.sentencepiece, **model.sentencepiece_options)
-        if tokenizer.vocabulary_size() != model.config["vocabulary_size"]:
+        problem = vocabulary_overflow(
+            tokenizer.vocabulary_size(), model.config["vocabulary_size"], "The SentencePiece model"
+        )
+        if problem:
             source = model.sentencepiece if isinstance(model.sentencepiece, (str, Path)) else model.path
-            raise ConversionError(
-                f"{source}: the SentencePiece model has {tokenizer.vocabulary_size()} pieces but "
-                f"the config's vocabulary size is {model.config['vocabulary_size']}: they do not belong together."
-            )
+            raise ConversionError(f"{source}: {problem}")
         preprocessor = BertPreprocessor(tokenizer, sequence_length=settings.get("sequence_length", 128))
     elif model.vocabulary is not None:
         tokenizer = BertTokenizer(
@@ -510,11 +511,9 @@ def albert_layout(num_layers, num_groups, inner_group_num, origin):
 
 
 def check_vocabulary_size(vocabulary, config, origin):
-    if vocabulary is not None and len(vocabulary) != config["vocabulary_size"]:
-        raise ConversionError(
-            f"{origin}: the vocabulary has {len(vocabulary)} tokens but the config's "
-            f"vocabulary size is {config['vocabulary_size']}: they do not belong together."
-        )
+    problem = None if vocabulary is None else vocabulary_overflow(len(vocabulary), config["vocabulary_size"])
+    if problem:
+        raise ConversionError(f"{origin}: {problem}")
 
 
 def default_sequence_length(max_sequence_length):

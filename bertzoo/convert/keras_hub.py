@@ -6,6 +6,7 @@ keras-hub's BERT and ALBERT always use the tanh approximation of GELU and
 LayerNorm epsilon 1e-12, so models going to keras-hub must have those.
 """
 
+import json
 import warnings
 from pathlib import Path
 
@@ -79,23 +80,39 @@ def _variables(model):
     return variables
 
 
+def _json_field(path, *keys):
+    """`path`'s JSON value at `keys`, or None where the file or a key is missing."""
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
 def read(source):
     """Reads a keras-hub BERT/ALBERT backbone (object, task, or preset directory)."""
     import keras_hub
 
     bert_cls, albert_cls = _keras_hub_classes()
-    path, tokenizer = None, None
+    path, tokenizer, head, sequence_length = None, None, None, None
     if isinstance(source, (str, Path)):
         path = Path(source)
         backbone = keras_hub.models.Backbone.from_preset(str(path))
         if (path / "tokenizer.json").is_file():
             tokenizer = keras_hub.tokenizers.Tokenizer.from_preset(str(path))
+        if (path / "task.json").is_file():
+            head = _json_field(path / "task.json", "class_name") or "task"
+        sequence_length = _json_field(path / "preprocessor.json", "config", "sequence_length")
     else:
         backbone = source
         if not isinstance(source, (bert_cls, albert_cls)) and hasattr(source, "backbone"):
             backbone = source.backbone
+            head = type(source).__name__
             preprocessor = getattr(source, "preprocessor", None)
             tokenizer = getattr(preprocessor, "tokenizer", None)
+            sequence_length = getattr(preprocessor, "sequence_length", None)
     if not isinstance(backbone, (bert_cls, albert_cls)):
         raise ConversionError(
             f"bertzoo converts keras-hub BertBackbone and AlbertBackbone models, got {type(backbone).__name__}."
@@ -142,7 +159,17 @@ def read(source):
             f"the keras-hub {type(tokenizer).__name__} is neither a WordPiece nor a SentencePiece tokenizer: "
             "the preset has no vocabulary."
         )
+    if isinstance(sequence_length, int) and not isinstance(sequence_length, bool):
+        preprocessor["sequence_length"] = min(sequence_length, config["max_sequence_length"])
     preprocessor = {"sequence_length": default_sequence_length(config["max_sequence_length"]), **preprocessor}
+    if head is not None:
+        # The Hugging Face reader refuses task heads outright; a keras-hub task
+        # is a model object the user holds, so its encoder converts and the
+        # summary says what was left behind.
+        notes.append(
+            f"the keras-hub {head} head is not converted (bertzoo converts encoders): fine-tune a bertzoo task "
+            "built on this preset."
+        )
 
     return SourceModel(
         format="keras_hub",

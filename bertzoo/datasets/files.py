@@ -77,19 +77,19 @@ def _json_rows(f, path):
     for line_number, line in enumerate(f, start=1):
         if not line.strip():
             continue
+        hint = (
+            " JSON files are read as JSON Lines: one object per line, e.g. "
+            '{"text": "...", "label": 1}; a JSON array or an object spread over several lines is not. '
+            "Write one object per line (with Python: json.dumps(row) per line)."
+        )
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            hint = ""
-            if line.lstrip().startswith(("[", "{")) and line_number == 1:
-                hint = (
-                    " JSON files are read as JSON Lines: one object per line, e.g. "
-                    '{"text": "...", "label": 1}; a JSON array or an object spread over several lines is not. '
-                    "Write one object per line (with Python: json.dumps(row) per line)."
-                )
-            raise ValueError(f"{path}:{line_number}: not valid JSON ({e.msg}).{hint}") from None
+            shown = hint if line.lstrip().startswith(("[", "{")) and line_number == 1 else ""
+            raise ValueError(f"{path}:{line_number}: not valid JSON ({e.msg}).{shown}") from None
         if not isinstance(row, dict):
-            raise ValueError(f"{path}:{line_number}: expected a JSON object per line, got {type(row).__name__}.")
+            shown = hint if isinstance(row, list) and line_number == 1 else ""
+            raise ValueError(f"{path}:{line_number}: expected a JSON object per line, got {type(row).__name__}.{shown}")
         yield line_number, list(row), row
 
 

@@ -50,6 +50,7 @@ from bertzoo.text.preprocessor import BertPreprocessor
 from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
 from bertzoo.utils.checks import BackendError
+from bertzoo.utils.checks import vocabulary_overflow
 from bertzoo.utils.device import default_jit_compile
 from bertzoo.utils.layers import quantizes_int8_inputs
 from bertzoo.utils.onednn import fused_int8_status
@@ -364,11 +365,11 @@ def _packing_preprocessor(preprocessor, sequence_length, backbone, chosen=False)
             f"max_sequence_length={backbone.max_sequence_length}. Pass sequence_length <= "
             f"{backbone.max_sequence_length}."
         )
-    if preprocessor.tokenizer.vocabulary_size() != backbone.vocabulary_size:
-        raise ValueError(
-            f"The preprocessor's vocabulary has {preprocessor.tokenizer.vocabulary_size()} tokens but the "
-            f"backbone has vocabulary_size={backbone.vocabulary_size}: they do not belong together."
-        )
+    problem = vocabulary_overflow(
+        preprocessor.tokenizer.vocabulary_size(), backbone.vocabulary_size, "The preprocessor's vocabulary"
+    )
+    if problem:
+        raise ValueError(problem)
     return preprocessor
 
 

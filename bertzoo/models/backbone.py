@@ -52,7 +52,9 @@ class Backbone(DeclaredInputsMixin, EarlyAttributesMixin, JaxPredictOnBatchMixin
     def from_preset(cls, preset, load_weights=True, verify_checksums=True, **kwargs):
         """Builds the backbone of a built-in preset name or a preset directory.
 
-        `kwargs` override config entries (e.g. `dtype`, `dropout`). The whole
+        `kwargs` override config entries (e.g. `dtype`, `dropout`). Precision
+        is not restored: without `dtype` the backbone computes in Keras's
+        global policy, whatever it was saved in. The whole
         preset is validated before anything is built; every problem raises
         `bertzoo.PresetError`. `verify_checksums=False` loads weights that
         `metadata.json` holds no checksum for (e.g. a preset without

@@ -454,7 +454,8 @@ class BertBackbone(Backbone):
         if mode:
             raise ValueError(
                 f"{type(self).__name__} '{self.name}' is quantized ({mode}): named_weights() names the "
-                "weights of the float model."
+                "weights of the float model. Convert the float model before `bertzoo.quantize` (and quantize "
+                "the keras-hub model afterwards, with its own `quantize`)."
             )
         e = self.embeddings
         weights = {

@@ -44,6 +44,9 @@ class BertClassifier(Task):
     ```
     """
 
+    # Neither shapes a weight: a loaded head keeps its weights when they change.
+    weightless_head_arguments = Task.weightless_head_arguments + ("activation", "class_names")
+
     def __init__(
         self,
         backbone,

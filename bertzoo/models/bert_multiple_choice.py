@@ -78,6 +78,9 @@ class BertMultipleChoice(Task):
     ```
     """
 
+    # One score per choice from the same weights, whatever the number of choices.
+    weightless_head_arguments = Task.weightless_head_arguments + ("num_choices",)
+
     def __init__(self, backbone, num_choices, preprocessor=None, dropout=0.1, **kwargs):
         self.check_head_arguments(num_choices, dropout=dropout)
         check_two_segments(backbone, "A context and each choice")

@@ -21,6 +21,7 @@ from bertzoo.text.pretraining import BertMaskGenerator
 from bertzoo.text.pretraining import check_masking
 from bertzoo.text.pretraining import default_max_selections
 from bertzoo.utils.checks import constructor_arguments
+from bertzoo.utils.checks import vocabulary_overflow
 from bertzoo.utils.optional import tf
 
 logger = logging.getLogger("bertzoo")
@@ -156,13 +157,12 @@ class BertPretrainer(Task):
         self.masker = None
         if preprocessor is not None:
             tokenizer = preprocessor.tokenizer
-            if tokenizer.vocabulary_size() != backbone.vocabulary_size:
-                raise ValueError(
-                    f"The tokenizer has {tokenizer.vocabulary_size()} tokens but the backbone "
-                    f"vocabulary_size={backbone.vocabulary_size}: they do not belong together."
-                )
+            problem = vocabulary_overflow(tokenizer.vocabulary_size(), backbone.vocabulary_size, "The tokenizer")
+            if problem:
+                raise ValueError(problem)
             self.masker = BertMaskGenerator(
-                vocabulary_size=backbone.vocabulary_size,
+                # Random replacements are real tokens, not a padded table's spare rows.
+                vocabulary_size=tokenizer.vocabulary_size(),
                 mask_token_id=tokenizer.mask_token_id,
                 unselectable_token_ids=[
                     tokenizer.pad_token_id,

@@ -398,6 +398,8 @@ class BertQuestionAnswerer(Task):
     ```
     """
 
+    weightless_head_arguments = Task.weightless_head_arguments + ("mask_question",)
+
     def __init__(self, backbone, preprocessor=None, mask_question=True, **kwargs):
         check_two_segments(backbone, "A question and its context")
         if preprocessor is not None and preprocessor.truncate != "waterfall":

@@ -191,6 +191,8 @@ class BertTokenClassifier(Task):
     ```
     """
 
+    weightless_head_arguments = Task.weightless_head_arguments + ("class_names",)
+
     def __init__(self, backbone, num_classes, preprocessor=None, dropout=0.1, class_names=None, **kwargs):
         self.check_head_arguments(num_classes, dropout=dropout, class_names=class_names)
         policy = backbone.dtype_policy

@@ -30,6 +30,7 @@ from bertzoo.saving.preset import Preset
 from bertzoo.saving.preset import save_preset
 from bertzoo.saving.serialization import quantize_layers
 from bertzoo.saving.serialization import quantized_policy_map
+from bertzoo.text.normalization import non_text_message
 from bertzoo.utils.checks import check_config_keys
 from bertzoo.utils.checks import constructor_arguments
 from bertzoo.utils.layers import assign_copy
@@ -337,6 +338,8 @@ class Task(
         `dropout`, which keep the saved head); then only the backbone weights load, the head
         is freshly initialized, and a warning on the "bertzoo" logger says so
         (a backbone preset, the usual start of fine-tuning, loads silently).
+        Precision is not restored: without `dtype` the model computes in
+        Keras's global policy, whatever it was saved in.
         `preprocessor="auto"` builds the preset's tokenizer and packer;
         `preprocessor=None` means inputs arrive tokenized.
 
@@ -713,14 +716,17 @@ class Task(
         def strings(values):
             # An empty list is a batch of no strings (not float32, TensorFlow's default).
             values = list(values)
-            return tf.constant(values, dtype=tf.string) if not values else tf.constant(values)
+            try:
+                return tf.constant(values, dtype=tf.string) if not values else tf.constant(values)
+            except (TypeError, ValueError) as e:
+                raise ValueError(non_text_message(f"{type(self).__name__}'s text input", values) or str(e)) from None
 
         if isinstance(x, (str, bytes)):
             x = [x]
         if isinstance(x, tuple) and len(x) == 2:  # Sentence pairs; two strings are one pair.
             x = tuple(strings([part] if isinstance(part, (str, bytes)) else part) for part in x)
-        elif isinstance(x, list):
-            x = strings(x)
+        elif isinstance(x, list) or (isinstance(x, np.ndarray) and x.dtype == object and x.ndim == 1):
+            x = strings(x)  # An object array is how pandas hands over a text column (`df[col].values`).
         return x, y
 
     def _raw_sample_weight(self, sample_weight, x):

@@ -52,6 +52,7 @@ import importlib.resources
 import inspect
 import json
 import logging
+import os
 import warnings
 from pathlib import Path
 
@@ -70,6 +71,7 @@ from bertzoo.text.preprocessor import BertPreprocessor
 from bertzoo.text.sentencepiece_tokenizer import SentencePieceTokenizer
 from bertzoo.text.tokenizer import BertTokenizer
 from bertzoo.utils.checks import constructor_arguments
+from bertzoo.utils.checks import vocabulary_overflow
 from bertzoo.utils.layers import PRUNING_STATE_ATTR
 from bertzoo.utils.optional import installed
 from bertzoo.utils.private_api import flatten_layers
@@ -85,6 +87,17 @@ SENTENCEPIECE_FILE = "sentencepiece.model"
 METADATA_FILE = "metadata.json"
 PRETRAINING_HEADS_FILE = "pretraining_heads.safetensors"
 FORMAT_VERSION = 2
+PRESET_FILES = frozenset(
+    {
+        CONFIG_FILE,
+        BACKBONE_WEIGHTS_FILE,
+        TASK_WEIGHTS_FILE,
+        VOCABULARY_FILE,
+        SENTENCEPIECE_FILE,
+        METADATA_FILE,
+        PRETRAINING_HEADS_FILE,
+    }
+)
 # metadata.json entries save_preset writes; `files` and `vocabulary` hold the
 # checksums a load verifies.
 RESERVED_METADATA_KEYS = frozenset(
@@ -212,6 +225,18 @@ class Preset:
             return cls._from_directory(path, verify_checksums)
         if builtin:
             return cls(str(preset), format1.upgrade(builtins[str(preset)]))
+        if path.is_file():
+            folder = path.parent if path.name in PRESET_FILES else None
+            raise PresetError(
+                f"{path} is a file; a preset is a directory (holding {CONFIG_FILE}, the weights and the "
+                f"vocabulary){f': pass {str(folder)!r}' if folder is not None else ''}."
+            )
+        if os.sep in str(preset) or (os.altsep and os.altsep in str(preset)) or str(preset).startswith("."):
+            raise PresetError(
+                f"Preset directory {str(preset)!r} does not exist"
+                f"{'' if path.is_absolute() else f' (resolved to {path.absolute()})'}; check the path, or name a "
+                f"built-in preset: {', '.join(builtins)}."
+            )
         hint = difflib.get_close_matches(str(preset), list(builtins), n=3)
         suggestion = f" Did you mean {', '.join(repr(h) for h in hint)}?" if hint else ""
         raise PresetError(
@@ -499,8 +524,9 @@ class Preset:
 
     def build_backbone(self, **overrides):
         """Builds the backbone from the saved config, `overrides` replacing
-        entries. Its precision is `dtype` (default: Keras's global policy),
-        as in format 1; a quantized preset's layers are built quantized."""
+        entries. Its precision is `dtype` (default: Keras's global policy,
+        with a warning when the model was saved in another one), as in format
+        1; a quantized preset's layers are built quantized."""
         node = copy.deepcopy(self.config["backbone"])
         config = node["config"]
         saved_dtype = config.pop("dtype", None)
@@ -515,6 +541,8 @@ class Preset:
                 f"{backbone_class.__name__}.from_preset got unexpected keyword argument(s) {unknown}; the "
                 f"config entries it can override are {sorted(known)}."
             )
+        if dtype is None:
+            self._warn_of_another_precision(saved_dtype)
         if isinstance(saved_dtype, dict) and saved_dtype.get("class_name") == "DTypePolicyMap":
             if dtype is not None and keras.dtype_policies.get(dtype).compute_dtype == "float16":
                 raise ValueError(
@@ -527,6 +555,33 @@ class Preset:
             config["dtype"] = dtype if isinstance(dtype, str) else keras.dtype_policies.serialize(dtype)
         config.update(overrides)
         return deserialize(node, f"{self.name}'s config")
+
+    def _warn_of_another_precision(self, saved_dtype):
+        """A warning when the model was saved computing in another precision
+        than the global policy it is about to be built in (presets do not
+        restore precision: a float32 default saved by habit would otherwise
+        override a `mixed_bfloat16` global policy set on purpose)."""
+        if saved_dtype is None:
+            return
+        try:
+            saved = deserialize(saved_dtype, f"{self.name}'s config") if isinstance(saved_dtype, dict) else saved_dtype
+            saved = keras.dtype_policies.get(saved)
+        except (ValueError, TypeError):
+            return  # Left to the constructor's own check, which names the problem.
+        if isinstance(saved, keras.dtype_policies.DTypePolicyMap):
+            saved = saved.default_policy
+        built = keras.config.dtype_policy()
+        if isinstance(built, keras.dtype_policies.DTypePolicyMap):
+            built = built.default_policy
+        if saved.name != "float32" and saved.name != built.name:
+            logger.warning(
+                "Preset %r was saved computing in %s; it is built in %s (Keras's global policy: presets do not "
+                "restore precision). Pass dtype=%r to from_preset to compute as it was saved.",
+                self.name,
+                saved.name,
+                built.name,
+                saved.name,
+            )
 
     def vocabulary(self):
         """The preset's vocabulary as a list of tokens."""
@@ -544,11 +599,9 @@ class Preset:
             tokens = vocabulary_lib.load_vocabulary(path)
         except (ValueError, OSError) as e:  # UnicodeDecodeError is a ValueError.
             raise PresetError(f"{path} is not a valid vocabulary (one UTF-8 token per line): {e}") from e
-        if len(tokens) != size:
-            raise PresetError(
-                f"{path} has {len(tokens)} tokens but the model's embedding table has "
-                f"vocabulary_size={size} rows: the vocabulary does not belong to this model."
-            )
+        problem = vocabulary_overflow(len(tokens), size, str(path))
+        if problem:
+            raise PresetError(problem)
         recorded = self.metadata.get("vocabulary")
         if self.verify_checksums and self.metadata and recorded is None and self.format_version >= 2:
             # save_preset records it whenever it writes a vocabulary (format 1 did not).
@@ -893,6 +946,9 @@ def save_preset(
         sentencepiece = base64.b64decode(sentencepiece) if sentencepiece is not None else None
     if vocabulary is None and sentencepiece is None and isinstance(tokenizer, BertTokenizer):
         vocabulary = tokenizer.get_vocabulary()
+    problem = None if vocabulary is None else vocabulary_overflow(len(vocabulary), backbone.vocabulary_size)
+    if problem:  # Refused before writing: the preset could not be loaded.
+        raise ValueError(f"Cannot save a preset whose vocabulary does not fit its model. {problem}")
     config["preprocessor"] = preprocessor_node
     with atomic_directory(directory, overwrite=overwrite) as tmp:
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")

@@ -6,6 +6,10 @@ the references disagree), inside `tf.data` graphs and exported SavedModels.
 Used by the WordPiece tokenizer and by `build_vocabulary`.
 """
 
+import math
+
+import numpy as np
+
 from bertzoo.utils.optional import tf
 from bertzoo.utils.optional import tf_text
 
@@ -93,6 +97,31 @@ def split_words(text, split_on_cjk=True, with_offsets=False):
     return split(text, delim_regex_pattern=f" |{keep}", keep_delim_regex_pattern=keep)
 
 
+def first_non_text(values):
+    """`(index, value)` of the first entry of a flat sequence of `values`
+    that is neither `str` nor `bytes` (as pandas' NaN or None for missing
+    text), else None."""
+    for i, value in enumerate(np.asarray(values, dtype=object).reshape(-1)):
+        if not isinstance(value, (str, bytes, np.str_, np.bytes_)):
+            return i, value
+    return None
+
+
+def non_text_message(what, values):
+    """The error for texts that do not convert to a string tensor: names the
+    first entry that is no text, with the fix for missing values."""
+    found = first_non_text(values) if isinstance(values, (list, tuple, np.ndarray)) else None
+    if found is None:
+        return None
+    index, value = found
+    hint = (
+        " (missing text? fill it, e.g. `df[col].fillna('')`, or drop those rows)"
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else ""
+    )
+    return f"{what} expects strings, but entry {index} is {value!r} ({type(value).__name__}){hint}."
+
+
 def to_string_tensor(value, what):
     """`value` as a dense string tensor; ValueError naming `what` if it is not
     text or is ragged."""
@@ -107,7 +136,8 @@ def to_string_tensor(value, what):
     try:
         tensor = tf.convert_to_tensor(value)
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{what} expects strings, got {type(value).__name__}: {e}") from None
+        message = non_text_message(what, value)
+        raise ValueError(message or f"{what} expects strings, got {type(value).__name__}: {e}") from None
     if tensor.dtype != tf.string:
         raise ValueError(
             f"{what} expects strings, got a {tensor.dtype.name} tensor. Pass raw text; "

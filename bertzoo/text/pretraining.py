@@ -7,6 +7,7 @@ sentence" (NSP) or "A and B were swapped" (SOP).
 """
 
 import math
+import numbers
 import random
 
 import keras
@@ -43,7 +44,7 @@ def check_masking(selection_rate, mask_token_rate, random_token_rate, max_select
             "exceeds 1; the remainder is the share of chosen tokens left unchanged."
         )
     if max_selections is not None and (
-        isinstance(max_selections, bool) or not isinstance(max_selections, int) or max_selections < 1
+        isinstance(max_selections, bool) or not isinstance(max_selections, numbers.Integral) or max_selections < 1
     ):
         raise ValueError(
             f"`{names['max_selections']}` must be a positive integer or None (the default), got {max_selections!r}."
@@ -111,7 +112,11 @@ class BertMaskGenerator(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         private_api.accept_raw_inputs(self)
-        if isinstance(vocabulary_size, bool) or not isinstance(vocabulary_size, int) or vocabulary_size < 1:
+        if (
+            isinstance(vocabulary_size, bool)
+            or not isinstance(vocabulary_size, numbers.Integral)
+            or vocabulary_size < 1
+        ):
             raise ValueError(f"`vocabulary_size` must be a positive integer, got {vocabulary_size!r}.")
         if not 0 <= int(mask_token_id) < vocabulary_size:
             raise ValueError(f"`mask_token_id`={mask_token_id} is outside [0, {vocabulary_size}).")
@@ -121,14 +126,16 @@ class BertMaskGenerator(keras.layers.Layer):
         self.selection_rate = float(selection_rate)
         self.mask_token_rate = float(mask_token_rate)
         self.random_token_rate = float(random_token_rate)
-        self.vocabulary_size = vocabulary_size
+        self.vocabulary_size = int(vocabulary_size)  # NumPy integers are not JSON.
         self.mask_token_id = int(mask_token_id)
         self.unselectable_token_ids = sorted(int(i) for i in unselectable_token_ids)
-        self.max_selections = max_selections
-        self.seed = seed
+        self.max_selections = int(max_selections)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+            raise ValueError(f"`seed` must be an integer or None, got {seed!r}.")
+        self.seed = None if seed is None else int(seed)
         # Without an explicit seed, draw one from Python's `random`, which
         # `keras.utils.set_random_seed` seeds: runs stay reproducible.
-        self._generator = tf.random.Generator.from_seed(seed if seed is not None else random.getrandbits(62))
+        self._generator = tf.random.Generator.from_seed(self.seed if seed is not None else random.getrandbits(62))
         self.built = True
 
     def draw_seed(self):

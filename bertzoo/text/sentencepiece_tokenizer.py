@@ -48,6 +48,7 @@ import keras
 
 from bertzoo.text.normalization import normalize_characters
 from bertzoo.text.normalization import to_string_tensor
+from bertzoo.text.normalization import valid_utf8
 from bertzoo.text.normalization import without_nul
 from bertzoo.text.token_lookup import TokenLookupMixin
 from bertzoo.utils import private_api
@@ -60,6 +61,9 @@ CLS_TOKEN = "[CLS]"
 SEP_TOKEN = "[SEP]"
 MASK_TOKEN = "[MASK]"
 SPECIAL_TOKENS = (PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)
+# A Unicode noncharacter (never in interchange text): the second character of
+# a rewritten quote pair in `tokenize_with_offsets`.
+_QUOTE_PAIR_END = "\ufdd0"
 # Score given to pieces ending in a digit and a comma when `split_digit_comma`
 # is set: the offset Hugging Face's ALBERT converter subtracts.
 DIGIT_COMMA_PENALTY = 100.0
@@ -440,12 +444,11 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
         of the original string it comes from (as `BertTokenizer`'s, for
         question answering).
 
-        ALBERT's preprocessing is applied one character at a time here, so
-        the quote pairs `replace_quotes` rewrites (two characters, ``` `` ```
-        and `''`) stay as they are, and the ids can differ from `tokenize`'s
-        on such text; everything else gives the same ids. Special tokens
-        written in the text are read as text. Offsets count Unicode
-        characters (Python `str` indices), `end` exclusive.
+        ALBERT's preprocessing is applied one character at a time here; a
+        quote pair that `replace_quotes` rewrites (``` `` ``` or `''`) maps
+        its `"` to the pair's two characters. The ids are `tokenize`'s.
+        Special tokens written in the text are read as text. Offsets count
+        Unicode characters (Python `str` indices), `end` exclusive.
 
         Args:
             strings: a list of strings or a 1-D string tensor.
@@ -458,7 +461,14 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
             raise ValueError(
                 f"SentencePieceTokenizer.tokenize_with_offsets expects a 1-D batch of strings, got shape {strings.shape}."
             )
-        text, alignment = normalize_characters(strings, self._preprocess)
+        preprocess = self._preprocess
+        if self.replace_quotes:
+            # One character at a time no pair is seen: the pair's first
+            # character becomes the `"` and its second a stand-in that
+            # normalizes to nothing, so characters and offsets stay in place.
+            strings = tf.strings.regex_replace(valid_utf8(strings), "``|''", '"' + _QUOTE_PAIR_END)
+            preprocess = lambda chars: self._preprocess(tf.strings.regex_replace(chars, _QUOTE_PAIR_END, ""))  # noqa: E731
+        text, alignment = normalize_characters(strings, preprocess)
         ids, byte_starts, byte_ends = self._live_sentencepiece().tokenize_with_offsets(text)
         rows = ids.value_rowids()
         starts, ends = alignment.characters(

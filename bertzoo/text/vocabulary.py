@@ -8,6 +8,7 @@ generated in code, character level, and not meant to match any pretrained
 model's ids beyond the special tokens.
 """
 
+import numbers
 from pathlib import Path
 
 from bertzoo.text.normalization import pretokenize
@@ -35,7 +36,9 @@ def check_vocabulary(tokens, source="vocabulary"):
         if token in seen:
             raise ValueError(
                 f"The {source} has the duplicate token {token!r} at indices {seen[token]} "
-                f"and {i}; every token must map to one id. Remove the duplicate."
+                f"and {i}; every token must map to one id. Replace one of them with a token of its own (e.g. "
+                "an unused `[unusedN]`): deleting its line would shift every later id away from the embedding "
+                "rows the model learned for them."
             )
         seen[token] = i
 
@@ -98,24 +101,30 @@ def build_vocabulary(
     lowercase=True,
     strip_accents=None,
     reserved_tokens=DEFAULT_RESERVED_TOKENS,
+    min_frequency=2,
 ):
     """Trains a WordPiece vocabulary on your own corpus.
 
     Text is normalized and split exactly like `BertTokenizer` does with the
     same `lowercase` / `strip_accents`, then word counts go to tf-text's
-    WordPiece learner (through `keras_hub.tokenizers.compute_word_piece_vocabulary`).
-    Build the tokenizer with the same settings.
+    WordPiece learner. Every character of the corpus (and its `##`
+    continuation) is in the vocabulary when `vocabulary_size` holds them, so
+    the corpus tokenizes without `[UNK]`. Build the tokenizer with the same
+    settings.
 
     Args:
         texts_or_dataset: a list (or other iterable) of strings, or a
             `tf.data.Dataset` of string tensors (scalars or batches).
-        vocabulary_size: the maximum vocabulary size. The learner stops early
-            when the corpus has nothing more to learn, so the result can be
-            smaller.
+        vocabulary_size: the maximum vocabulary size. The result is smaller
+            when the corpus has fewer pieces that occur `min_frequency`
+            times.
         lowercase, strip_accents: as for `BertTokenizer`.
         reserved_tokens: tokens placed first, in order (so the default gives
             `[PAD]`=0, `[UNK]`=1, `[CLS]`=2, `[SEP]`=3, `[MASK]`=4).
             `BertTokenizer` needs all five defaults.
+        min_frequency: the fewest occurrences of a piece (other than a
+            single character) that earn it a place, as Hugging Face's
+            `BertWordPieceTokenizer(min_frequency=2)`.
 
     Returns:
         A list of token strings.
@@ -130,7 +139,7 @@ def build_vocabulary(
     tokenizer = BertTokenizer(vocab)
     ```
     """
-    import keras_hub
+    from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
     reserved_tokens = list(reserved_tokens)
     check_vocabulary(reserved_tokens, "reserved_tokens")
@@ -143,6 +152,8 @@ def build_vocabulary(
             "`vocabulary_size` must be an integer larger than the number of reserved "
             f"tokens ({len(reserved_tokens)}), got {vocabulary_size!r}."
         )
+    if isinstance(min_frequency, bool) or not isinstance(min_frequency, numbers.Integral) or min_frequency < 1:
+        raise ValueError(f"`min_frequency` must be a positive integer, got {min_frequency!r}.")
     if is_tf_dataset(texts_or_dataset):
         dataset = texts_or_dataset
         if not all(spec.dtype == tf.string for spec in tf.nest.flatten(dataset.element_spec)):
@@ -170,15 +181,23 @@ def build_vocabulary(
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
-    if not any(tf.size(w) > 0 for w in words):
+    try:
+        word_counts = learner.count_words(words)
+    except StopIteration:  # It reads its first word to decode the rest.
+        word_counts = {}
+    if not word_counts:
         raise ValueError("The corpus has no words: cannot learn a vocabulary from it.")
-    vocabulary = keras_hub.tokenizers.compute_word_piece_vocabulary(
-        words,
-        vocabulary_size,
-        lowercase=False,
-        strip_accents=False,
-        split=False,
+    # The learner keeps only its `max_unique_chars` most frequent characters
+    # (1000 by default: a Chinese corpus then lost half its text to [UNK]).
+    characters = {character for word in word_counts for character in word}
+    vocabulary = learner.learn(
+        word_counts,
+        vocab_size=vocabulary_size,
         reserved_tokens=reserved_tokens,
+        lower_thresh=int(min_frequency),
+        max_unique_chars=len(characters),
+        include_joiner_token=True,
+        joiner="##",
     )
     # The learner appends a bare "##", which never matches anything (tf-text
     # warns about it); drop it and any repeat of a reserved token.

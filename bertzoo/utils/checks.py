@@ -49,6 +49,25 @@ def check_positive_number(name, value):
     return value
 
 
+def vocabulary_overflow(tokens, rows, what="The vocabulary"):
+    """None when a vocabulary of `tokens` entries fits an embedding table of
+    `rows` rows, else the message saying why not. A shorter vocabulary fits:
+    checkpoints pad their tables (NVIDIA's BERT to a multiple of 8: 30522
+    tokens, 30528 rows), and a tokenizer never looks the extra rows up.
+
+    Example:
+    ```python
+    vocabulary_overflow(30522, 30528)  # None
+    ```
+    """
+    if tokens <= rows:
+        return None
+    return (
+        f"{what} has {tokens} tokens but the embedding table only {rows} rows (vocabulary_size={rows}): ids "
+        f"from {rows} up would index past the table, so they do not belong together."
+    )
+
+
 def constructor_arguments(cls):
     """`{name: inspect.Parameter}` of the arguments `cls.__init__` names
     (not `self`, `*args` or `**kwargs`)."""

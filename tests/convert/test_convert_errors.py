@@ -144,11 +144,19 @@ def test_hugging_face_without_safetensors(tmp_path, ref, tiny):
     convert_fails(tmp_path / "hf", tmp_path / "out", r"no model\.safetensors.*pytorch_model\.bin")
 
 
-def test_vocabulary_that_does_not_match_the_config(tmp_path, ref, tiny):
+def test_vocabulary_longer_than_the_config_is_refused_and_a_padded_table_converts(tmp_path, ref, tiny):
     source = ref.write_hf(
-        tmp_path / "hf", ref.hf_config(tiny), ref.hf_bert_arrays(tiny), vocabulary=ref.tiny_vocabulary(30)
+        tmp_path / "hf", ref.hf_config(tiny), ref.hf_bert_arrays(tiny), vocabulary=ref.tiny_vocabulary(50)
     )
-    convert_fails(source, tmp_path / "out", r"vocabulary has 30 tokens but the config's vocabulary size is 40")
+    convert_fails(source, tmp_path / "out", r"vocabulary has 50 tokens but the embedding table only 40 rows")
+    # 30 tokens in 40 rows: a table padded past its vocabulary (NVIDIA's checkpoints pad to a multiple of 8).
+    padded = ref.write_hf(
+        tmp_path / "padded", ref.hf_config(tiny), ref.hf_bert_arrays(tiny), vocabulary=ref.tiny_vocabulary(30)
+    )
+    result = bertzoo.convert_checkpoint(padded, tmp_path / "out")
+    model = bertzoo.BertClassifier.from_preset(result.path, num_classes=2)
+    assert model.preprocessor.tokenizer.vocabulary_size() == 30 and model.backbone.vocabulary_size == 40
+    assert model.predict(["tok3 tok29"], verbose=0).shape == (1, 2)
 
 
 def test_tf1_config_without_a_checkpoint(tmp_path, ref, tiny):

@@ -67,6 +67,26 @@ def test_keras_hub_preset_directory_with_its_vocabulary(make_bert_inputs, tmp_pa
     assert max_output_difference(kh, bertzoo.BertBackbone.from_preset(result.path), inputs) < 1e-5
 
 
+@pytest.mark.parametrize("as_directory", [False, True])
+def test_a_keras_hub_task_converts_its_encoder_and_says_the_head_is_left(make_bert_inputs, tmp_path, as_directory):
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(35)]
+    kh = randomize(keras_hub.models.BertBackbone(**TINY))
+    tokenizer = keras_hub.models.BertTokenizer(vocabulary=vocabulary, lowercase=True)
+    preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=12)
+    task = keras_hub.models.BertTextClassifier(kh, num_classes=2, preprocessor=preprocessor)
+    source = task
+    if as_directory:
+        task.save_to_preset(str(tmp_path / "kh"))
+        source = tmp_path / "kh"
+    result = bertzoo.convert_checkpoint(source, tmp_path / "preset")
+    preset = Preset.resolve(result.path)
+    notes = preset.metadata["conversion"]["notes"]
+    assert any("keras-hub BertTextClassifier head is not converted" in note for note in notes), notes
+    assert preset.build_preprocessor().sequence_length == 12  # The keras-hub preprocessor's length.
+    inputs = make_bert_inputs(batch=2, length=8, vocabulary_size=40, lengths=[8, 3])
+    assert max_output_difference(kh, bertzoo.BertBackbone.from_preset(result.path), inputs) < 1e-5
+
+
 def test_keras_hub_albert_preset_carries_its_sentencepiece_tokenizer(ref, tmp_path):
     albert = keras_hub.models.AlbertBackbone(
         vocabulary_size=40, num_layers=2, num_heads=2, embedding_dim=8, hidden_dim=16, intermediate_dim=32,

@@ -603,12 +603,14 @@ def test_parity_on_shared_sentiment_text():
 
 def test_tokenize_with_offsets_maps_pieces_to_the_original_characters(proto):
     tokenizer = SentencePieceTokenizer(proto, **albert_tokenizer_options())
-    texts = ["Café au LAIT, naïve résumé 1,234 dogs!", "", "  spaced   words  "]
+    texts = ["Café au LAIT, naïve résumé 1,234 dogs!", "", "  spaced   words  ", "He said ''good'' and ``fine'' ''."]
     ids, starts, ends = tokenizer.tokenize_with_offsets(texts)
+    # The same ids as `tokenize`, quote pairs included (the question answerer trains on one, answers with the other).
     assert ids.to_list() == tokenizer.tokenize(texts).to_list()
     spans = [[text[a:b] for a, b in zip(s, e)] for text, s, e in zip(texts, starts.to_list(), ends.to_list())]
     assert spans[0][0] == "Café" and "naïve" in spans[0] and "résumé" in spans[0]  # Case and accents kept.
     assert spans[1] == [] and all(not span.isspace() for row in spans for span in row)
+    assert "".join(spans[3]) == texts[3].replace(" ", "")  # A pair's `"` spans both of its characters.
     graph = tf.function(tokenizer.tokenize_with_offsets)(tf.constant(texts))
     assert [t.to_list() for t in graph] == [ids.to_list(), starts.to_list(), ends.to_list()]
 

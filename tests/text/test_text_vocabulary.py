@@ -42,7 +42,9 @@ def test_load_errors(tmp_path):
         load_vocabulary(empty)
     duplicated = tmp_path / "dup.txt"
     duplicated.write_text("[PAD]\nfoo\nbar\nfoo\n")
-    with pytest.raises(ValueError, match=r"dup.txt' has the duplicate token 'foo' at indices 1 and 3"):
+    with pytest.raises(
+        ValueError, match=r"dup.txt' has the duplicate token 'foo' at indices 1 and 3.*Replace one of them.*\[unusedN\]"
+    ):
         load_vocabulary(duplicated)
     gap = tmp_path / "gap.txt"
     gap.write_text("[PAD]\n\nfoo\n")
@@ -211,3 +213,23 @@ def test_build_vocabulary_errors():
         build_vocabulary(CORPUS, 100, reserved_tokens=("[PAD]", "[PAD]"))
     with pytest.raises(ValueError, match="string tensors"):
         build_vocabulary(tf.data.Dataset.from_tensor_slices([1, 2]), 100)
+
+
+def test_build_vocabulary_keeps_every_character_of_a_corpus_with_many():
+    # tf-text's learner keeps its 1000 most frequent characters unless told otherwise: [UNK] for the rest.
+    characters = [chr(0x4E00 + i) for i in range(1100)]
+    texts = ["".join(characters[(20 * line + k) % 1100] for k in range(20)) for line in range(110)]
+    vocabulary = build_vocabulary(texts, vocabulary_size=2400)
+    tokenizer = BertTokenizer(vocabulary)
+    ids = tokenizer(texts).flat_values.numpy()
+    assert len(ids) == 2200 and tokenizer.unk_token_id not in ids
+    assert set(characters) <= set(vocabulary)
+
+
+def test_build_vocabulary_min_frequency_decides_which_pieces_enter():
+    counted = build_vocabulary(CORPUS[:6], vocabulary_size=400, min_frequency=1)
+    frequent = build_vocabulary(CORPUS[:6], vocabulary_size=400, min_frequency=3)
+    assert "tokenizers" in counted and "tokenizers" not in frequent  # Once in the six sentences.
+    assert "the" in frequent  # Six times.
+    with pytest.raises(ValueError, match="`min_frequency` must be a positive integer, got 0"):
+        build_vocabulary(CORPUS, 100, min_frequency=0)
