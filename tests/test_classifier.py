@@ -407,3 +407,16 @@ def test_raw_text_without_a_preprocessor_names_the_fix():
     for call in calls:
         with pytest.raises(ValueError, match=r"has no preprocessor.*a dict of padding_mask, segment_ids, token_ids"):
             call()
+
+
+def test_a_loss_of_another_kind_gets_no_class_id_accuracy_and_trains_on_soft_targets():
+    model = tiny_classifier()
+    texts = ["a gripping film", "dull and long", "fine"]
+    model.compile(loss=keras.losses.CategoricalCrossentropy(from_logits=True), jit_compile=False)
+    history = model.fit(texts, np.array([[0.9, 0.1], [0.2, 0.8], [0.5, 0.5]]), verbose=0).history
+    assert set(history) == {"loss"}
+    model.compile(loss="categorical_crossentropy", metrics=["categorical_accuracy"], jit_compile=False)
+    assert "categorical_accuracy" in model.fit(texts, np.eye(2)[[0, 1, 1]], verbose=0).history
+    for loss in (keras.losses.SparseCategoricalCrossentropy(from_logits=True), "sparse_categorical_crossentropy"):
+        model.compile(loss=loss, jit_compile=False)
+        assert "accuracy" in model.fit(texts, [0, 1, 1], verbose=0).history

@@ -109,6 +109,8 @@ def test_errors():
     model = tiny_model()
     with pytest.raises(ValueError, match="Example 1 has 2 choices"):
         model.predict((CONTEXTS, [CHOICES[0], ["a", "b"]]), verbose=0)
+    with pytest.raises(ValueError, match=r"Example 0 has a choice that is not a string: None \(NoneType\)"):
+        model.predict((CONTEXTS, [["the car is red", None, "red"], CHOICES[1]]), verbose=0)
     with pytest.raises(ValueError, match="2 contexts but 1 choice lists"):
         model.predict((CONTEXTS, CHOICES[:1]), verbose=0)
     with pytest.raises(ValueError, match="tuple \\(contexts, choices\\)"):

@@ -163,17 +163,19 @@ def test_loss_is_the_mean_of_start_and_end_cross_entropy():
     assert float(loss) == pytest.approx((start_loss + end_loss) / 2, rel=1e-5)
 
 
-def test_decode_spans_matches_brute_force(rng):
-    logits = rng.normal(0, 2, (6, 2, 12))
+@pytest.mark.parametrize("max_answer_length", [1, 3, 40])
+@pytest.mark.parametrize("ties", [False, True])
+def test_decode_spans_matches_brute_force(rng, max_answer_length, ties):
+    logits = rng.integers(-2, 3, (6, 2, 12)).astype("float64") if ties else rng.normal(0, 2, (6, 2, 12))
     logits[:, :, 9:] = -1e9  # Padding.
     logits[2, :, 1:] = -1e9  # Nothing but [CLS] allowed.
-    starts, ends, scores = decode_spans(logits, max_answer_length=3)
+    starts, ends, scores = decode_spans(logits, max_answer_length=max_answer_length)
     for b in range(6):
-        best = (-np.inf, 0, 0)
+        best = (-np.inf, 0, 0)  # On ties the earliest start, then the shortest span.
         for i in range(1, 12):
-            for j in range(i, min(i + 3, 12)):
-                if logits[b, 0, i] > -1e8 and logits[b, 1, j] > -1e8:
-                    best = max(best, (logits[b, 0, i] + logits[b, 1, j], i, j))
+            for j in range(i, min(i + max_answer_length, 12)):
+                if logits[b, 0, i] > -1e8 and logits[b, 1, j] > -1e8 and logits[b, 0, i] + logits[b, 1, j] > best[0]:
+                    best = (logits[b, 0, i] + logits[b, 1, j], i, j)
         assert (
             (scores[b], starts[b], ends[b]) == pytest.approx(best)
             if np.isfinite(best[0])
@@ -181,6 +183,25 @@ def test_decode_spans_matches_brute_force(rng):
         )
     with pytest.raises(ValueError, match="max_answer_length"):
         decode_spans(logits, max_answer_length=0)
+
+
+def test_one_weight_per_example_weighs_its_start_and_end_loss():
+    model = tiny_model(sequence_length=20)
+    (questions, contexts), spans = synthetic_qa(3, seed=1)
+    weights = np.array([1.0, 0.0, 2.0])
+    each = [
+        model.evaluate(([q], [c]), span[np.newaxis], verbose=0, return_dict=True)["loss"]
+        for q, c, span in zip(questions, contexts, spans)
+    ]
+    expected = np.mean(weights * np.array(each))  # Keras averages the weighted (start, end) losses.
+    weighted = model.evaluate((questions, contexts), spans, sample_weight=weights, verbose=0, return_dict=True)
+    assert weighted["loss"] == pytest.approx(expected, rel=1e-5)
+    features, positions = labelled_batch(model, questions, contexts, spans)
+    tokenized = model.evaluate(
+        {k: np.asarray(v) for k, v in features.items()}, np.asarray(positions), sample_weight=weights, verbose=0
+    )
+    assert tokenized[0] == pytest.approx(expected, rel=1e-5)
+    model.fit((questions, contexts), spans, sample_weight=weights, epochs=1, verbose=0)
 
 
 def synthetic_qa(n, seed):
@@ -238,6 +259,8 @@ def test_errors():
         model.fit(([QUESTION], [CONTEXT]), [3], verbose=0)
     with pytest.raises(ValueError, match="tuple \\(questions, contexts\\)"):
         model.fit([QUESTION], [(0, 3)], verbose=0)
+    with pytest.raises(ValueError, match="does not take `class_weight`: its labels are \\(start, end\\) positions"):
+        model.fit(([QUESTION], [CONTEXT]), [(0, 3)], class_weight={0: 1.0}, verbose=0)
 
 
 # --- Long contexts, character offsets, null answers (doc-stride windows) ---

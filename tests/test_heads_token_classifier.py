@@ -171,6 +171,12 @@ def test_per_word_and_per_sentence_weights_weigh_the_right_tokens():
     assert per_sentence == pytest.approx(2.0 * nll[0].sum() / count, rel=1e-4)
     with pytest.raises(ValueError, match="Sentence 1 has 3 words but 2 weights"):
         model.evaluate(sentences, labels, sample_weight=[[1.0] * 4, [1.0, 1.0]], verbose=0)
+    # An empty word (no pieces) takes a label and a weight like any other, and changes nothing.
+    with_empty = [sentences[0][:1] + [""] + sentences[0][1:]]
+    empty_labels = [labels[0][:1] + [0] + labels[0][1:]]
+    weighted = model.evaluate(with_empty, empty_labels, sample_weight=[[1.0, 5.0, 1.0, 3.0, 1.0]], verbose=0)[0]
+    without = model.evaluate(sentences[:1], labels[:1], sample_weight=[[1.0, 1.0, 3.0, 1.0]], verbose=0)[0]
+    assert weighted == pytest.approx(without, rel=1e-6)
 
 
 def synthetic_sentences(n, seed):
@@ -225,6 +231,13 @@ def test_errors():
         bertzoo.align_word_labels(tokenizer, [["anna", "met"]], [[1, 0, 0]])
     with pytest.raises(ValueError, match="non-string word"):
         bertzoo.align_word_labels(tokenizer, [["anna", 3]])
+    with pytest.raises(ValueError, match=r"Sentence 0's labels must be whole-number class ids, got \['PER', 'O'\]"):
+        bertzoo.align_word_labels(tokenizer, [["anna", "met"]], [["PER", "O"]])
+    with pytest.raises(ValueError, match=r"whole-number class ids, got \[1.0, 0.5\]"):
+        bertzoo.align_word_labels(tokenizer, [["anna", "met"]], [[1, 0.5]])
+    model = tiny_model(num_classes=3)
+    with pytest.raises(ValueError, match="does not take `class_weight`.*per word with `sample_weight`"):
+        model.fit([["anna", "met"]], [[1, 0]], class_weight={0: 1.0, 1: 2.0, 2: 3.0}, verbose=0)
     with pytest.raises(ValueError, match="class_names"):
         tiny_model(num_classes=2)
     with pytest.raises(ValueError, match="num_classes"):

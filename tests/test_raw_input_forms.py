@@ -193,3 +193,10 @@ def test_a_text_column_as_an_object_array_trains(classifier):
     np.testing.assert_allclose(
         classifier.predict(texts, verbose=0), classifier.predict(["a fine film", "dull"], verbose=0), atol=1e-6
     )
+
+
+def test_a_tuple_that_is_not_a_pair_is_named(classifier):
+    with pytest.raises(
+        ValueError, match=r"sentence pairs as a tuple of two lists .*got a tuple of 3\. Pass single texts"
+    ):
+        classifier.fit(("a", "b", "c"), [0, 1, 1], verbose=0)

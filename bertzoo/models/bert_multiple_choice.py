@@ -134,10 +134,16 @@ class BertMultipleChoice(Task):
         if len(contexts) != len(choices):
             raise ValueError(f"Got {len(contexts)} contexts but {len(choices)} choice lists.")
         for i, options in enumerate(choices):
-            if len(options) != self.num_choices or not all(isinstance(o, str) for o in options):
+            if len(options) != self.num_choices:
                 raise ValueError(
                     f"Example {i} has {len(options)} choices; this model takes exactly "
                     f"num_choices={self.num_choices} strings per example."
+                )
+            odd = [o for o in options if not isinstance(o, str)]
+            if odd:
+                raise ValueError(
+                    f"Example {i} has a choice that is not a string: {odd[0]!r} ({type(odd[0]).__name__}). Pass "
+                    "each choice as text (decode bytes; fill missing choices, e.g. with '')."
                 )
         return (tf.constant(contexts, tf.string), tf.constant(choices, tf.string)), self._checked_labels(y)
 

@@ -498,10 +498,13 @@ class BertPretrainer(Task):
         preprocessor = self.preprocessor
         if preprocessor.tokenizer.special_tokens_in_strings:
             return preprocessor
-        # Kept outside the model (a Keras model would track it as a sublayer).
-        if preprocessor not in _FILL_MASK_PREPROCESSORS:
-            config = preprocessor.get_config()
+        # Kept outside the model (a Keras model would track it as a sublayer),
+        # and built again when the preprocessor's settings change (its
+        # `sequence_length` may, after construction).
+        config = preprocessor.get_config()
+        cached = _FILL_MASK_PREPROCESSORS.get(preprocessor)
+        if cached is None or cached[0] != config:
             tokenizer_config = dict(preprocessor.tokenizer.get_config(), special_tokens_in_strings=True)
-            config["tokenizer"] = type(preprocessor.tokenizer).from_config(tokenizer_config)
-            _FILL_MASK_PREPROCESSORS[preprocessor] = type(preprocessor).from_config(config)
-        return _FILL_MASK_PREPROCESSORS[preprocessor]
+            copy = dict(config, tokenizer=type(preprocessor.tokenizer).from_config(tokenizer_config))
+            cached = _FILL_MASK_PREPROCESSORS[preprocessor] = (config, type(preprocessor).from_config(copy))
+        return cached[1]

@@ -95,19 +95,27 @@ def best_spans(span_logits, allowed, max_answer_length=MAX_ANSWER_LENGTH, allowe
     """
     logits = tf.convert_to_tensor(span_logits)
     starts, ends = logits[:, 0], logits[:, 1]
-    length = tf.shape(starts)[1]
+    batch, length = tf.shape(starts)[0], tf.shape(starts)[1]
     positions = tf.range(length)
     allowed = tf.cast(allowed, tf.bool) & (positions > 0)[tf.newaxis]
     starts_allowed = allowed if allowed_starts is None else allowed & tf.cast(allowed_starts, tf.bool)
-    i, j = positions[:, tf.newaxis], positions[tf.newaxis]
-    band = (j >= i) & (j - i < max_answer_length)
-    valid = band[tf.newaxis] & starts_allowed[:, :, tf.newaxis] & allowed[:, tf.newaxis, :]
-    scores = tf.where(valid, starts[:, :, tf.newaxis] + ends[:, tf.newaxis, :], tf.cast(-np.inf, logits.dtype))
-    flat = tf.reshape(scores, [tf.shape(scores)[0], -1])
+    # Only the band of spans a start may have (`width` ends each), not all
+    # `length**2` pairs: 30 of 384 columns at SQuAD's settings, so thousands
+    # of windows decode in one call. Row-major ties keep the earliest start,
+    # then the shortest span, as over the full square.
+    width = tf.minimum(tf.cast(max_answer_length, tf.int32), length)
+    end_positions = positions[:, tf.newaxis] + tf.range(width)[tf.newaxis]  # (length, width); past the end: padding.
+    padding = tf.fill([batch, width], tf.cast(-np.inf, logits.dtype))
+    band_ends = tf.gather(tf.concat([ends, padding], 1), end_positions, axis=1)
+    band_allowed = tf.gather(tf.concat([allowed, tf.zeros([batch, width], tf.bool)], 1), end_positions, axis=1)
+    valid = starts_allowed[:, :, tf.newaxis] & band_allowed
+    scores = tf.where(valid, starts[:, :, tf.newaxis] + band_ends, tf.cast(-np.inf, logits.dtype))
+    flat = tf.reshape(scores, [batch, -1])
     best = tf.argmax(flat, axis=1, output_type=tf.int32)
     score = tf.gather(flat, best, batch_dims=1)
     found = tf.math.is_finite(score)
-    return tf.where(found, best // length, 0), tf.where(found, best % length, 0), score
+    start = best // width
+    return tf.where(found, start, 0), tf.where(found, start + best % width, 0), score
 
 
 def decode_spans(span_logits, max_answer_length=MAX_ANSWER_LENGTH, allowed=None):
@@ -356,6 +364,14 @@ def answer_windows(span_logits, features, windows, max_answer_length=MAX_ANSWER_
     }
 
 
+def _on_both_ends(sample_weight):
+    """A per-example `sample_weight` shaped `(batch, 1)`, to weigh the
+    `(batch, 2)` start and end losses alike."""
+    if sample_weight is not None and len(sample_weight.shape) == 1:
+        return ops.expand_dims(sample_weight, -1)
+    return sample_weight
+
+
 @keras.saving.register_keras_serializable(package="bertzoo")
 class BertQuestionAnswerer(Task):
     """Span question answering (BERT paper, section 4.2, SQuAD): a dense layer
@@ -428,8 +444,21 @@ class BertQuestionAnswerer(Task):
         return {**super().get_config(), "mask_question": self.mask_question}
 
     def fit(self, *args, **kwargs):
+        if kwargs.get("class_weight") is not None:
+            raise ValueError(
+                "BertQuestionAnswerer.fit does not take `class_weight`: its labels are (start, end) positions, "
+                "not classes. Weigh examples with `sample_weight` (one weight per question)."
+            )
         with unused_pooler_ok():
             return super().fit(*args, **kwargs)
+
+    # The labels are (start, end) pairs, so Keras weighs a (batch, 2) loss:
+    # one weight per example goes on both of its ends.
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        return super().compute_loss(x, y, y_pred, _on_both_ends(sample_weight), training=training)
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        return super().compute_metrics(x, y, y_pred, _on_both_ends(sample_weight))
 
     # --- Raw inputs -------------------------------------------------------
     def _raw_to_tensors(self, x, y):

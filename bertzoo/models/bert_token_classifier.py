@@ -65,10 +65,18 @@ def _pad_words(words, labels=None):
         raise ValueError(f"Got {len(rows)} sentences but {len(labels)} label lists.")
     padded_labels = np.full((len(rows), width), IGNORE_LABEL, dtype="int32")
     for i, (sentence, row) in enumerate(zip(rows, labels)):
-        row = list(np.asarray(row).reshape(-1))
-        if len(row) != len(sentence):
-            raise ValueError(f"Sentence {i} has {len(sentence)} words but {len(row)} labels: give one label per word.")
-        padded_labels[i, : len(row)] = row
+        values = np.asarray(row).reshape(-1)
+        if len(values) != len(sentence):
+            raise ValueError(
+                f"Sentence {i} has {len(sentence)} words but {len(values)} labels: give one label per word."
+            )
+        whole = values.dtype.kind in "iub" or (values.dtype.kind == "f" and np.all(values == np.round(values)))
+        if values.size and not whole:
+            raise ValueError(
+                f"Sentence {i}'s labels must be whole-number class ids, got {values.tolist()[:5]}. Label names "
+                "are mapped by a model built with `class_names=[...]` (its fit and evaluate take them)."
+            )
+        padded_labels[i, : len(values)] = values
     return padded_words, padded_labels
 
 
@@ -237,6 +245,12 @@ class BertTokenClassifier(Task):
         return [MaskedAccuracy(name="accuracy")]
 
     def fit(self, *args, **kwargs):
+        if kwargs.get("class_weight") is not None:
+            raise ValueError(
+                "BertTokenClassifier.fit does not take `class_weight`: Keras reads it as one class per example "
+                "and would weigh token positions instead. Weigh the classes per word with `sample_weight`, e.g. "
+                "sample_weight=[[class_weight[label] for label in sentence] for sentence in labels]."
+            )
         with unused_pooler_ok():
             return super().fit(*args, **kwargs)
 
@@ -254,10 +268,14 @@ class BertTokenClassifier(Task):
             raise ValueError(f"Got {len(words)} sentences but {len(rows)} weight lists.")
         padded = np.zeros(words.shape, "float32")
         for i, row in enumerate(rows):
-            real = int(np.sum(words[i] != ""))
-            if len(row) != real:
+            # Padding is "", and so is an empty word (it has no pieces, so no
+            # weight matters there): a sentence has at least the words up to
+            # its last non-empty one, and at most the padded width.
+            filled = np.flatnonzero(words[i] != "")
+            least = int(filled[-1]) + 1 if filled.size else 0
+            if not least <= len(row) <= words.shape[1]:
                 raise ValueError(
-                    f"Sentence {i} has {real} words but {len(row)} weights: give one weight per word, or one "
+                    f"Sentence {i} has {least} words but {len(row)} weights: give one weight per word, or one "
                     "per sentence."
                 )
             padded[i, : len(row)] = row

@@ -107,6 +107,22 @@ def _without_labels(dataset):
     return dataset.map(lambda inputs, *labels_and_weights: (inputs,))  # A 1-tuple keeps a pair nested.
 
 
+def _is_auto(value):
+    return isinstance(value, str) and value == "auto"
+
+
+def _takes_class_ids(loss, default):
+    """Whether `loss` reads labels as the default loss does (class ids: a
+    loss of the same class, or a "sparse" one), so the default metrics fit
+    its labels. A dict of losses (one per output) keeps them too."""
+    if isinstance(loss, dict) or type(loss) is type(default):
+        return True
+    if isinstance(loss, str):
+        return loss.startswith("sparse")
+    name = type(loss).__name__ if isinstance(loss, keras.losses.Loss) else getattr(loss, "__name__", "")
+    return name.lower().startswith("sparse")
+
+
 def _check_examples_pair_up(x, y, sample_weight):
     """Raw inputs (after `_raw_to_tensors`) and their labels and weights hold
     one entry per example: a ValueError naming the lengths otherwise (from
@@ -551,7 +567,10 @@ class Task(
         `jit_compile="auto"`: XLA where it is faster (see
         `bertzoo.utils.device.resolve_jit_compile`), decided when the model
         first runs; never under a multi-replica `tf.distribute` strategy,
-        where Keras cannot use it.
+        where Keras cannot use it. `metrics="auto"`: the task's accuracy,
+        unless `loss` is one of your own that is not of the default's kind
+        (class ids): then none, as a one-hot or soft-target loss needs
+        another accuracy (e.g. `metrics=["categorical_accuracy"]`).
         """
         if optimizer == "auto":
             optimizer = bert_optimizer()
@@ -562,10 +581,10 @@ class Task(
             optimizer = keras.optimizers.get(optimizer)
             if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-        if loss == "auto":
-            loss = self.default_loss()
         if metrics == "auto":
-            metrics = self.default_metrics()
+            metrics = self.default_metrics() if _is_auto(loss) or _takes_class_ids(loss, self.default_loss()) else []
+        if _is_auto(loss):
+            loss = self.default_loss()
         # The model, not `self.dtype_policy`: a bfloat16 or int8 backbone sits
         # under a float32 task policy, and the strategy decides too.
         jit_compile = self._provisional_jit_compile(jit_compile, self)
@@ -723,6 +742,11 @@ class Task(
 
         if isinstance(x, (str, bytes)):
             x = [x]
+        if isinstance(x, tuple) and len(x) != 2:
+            raise ValueError(
+                f"{type(self).__name__} takes texts as a list of strings, or sentence pairs as a tuple of two "
+                f"lists (first texts, second texts); got a tuple of {len(x)}. Pass single texts as a list."
+            )
         if isinstance(x, tuple) and len(x) == 2:  # Sentence pairs; two strings are one pair.
             x = tuple(strings([part] if isinstance(part, (str, bytes)) else part) for part in x)
         elif isinstance(x, list) or (isinstance(x, np.ndarray) and x.dtype == object and x.ndim == 1):

@@ -332,12 +332,15 @@ def test_hf_albert_with_spiece_model_fits_raw_strings(ref, rng, tmp_path):
         bertzoo.BertClassifier.from_preset(tmp_path / "tuned")
 
 
-def test_spiece_model_of_another_size_is_refused(ref, rng, tmp_path):
+def test_spiece_model_larger_than_the_table_is_refused_and_a_smaller_one_converts(ref, rng, tmp_path):
     model = ref.random_model(rng, num_layers=1, num_sets=1, embedding=8)
     source = ref.write_hf(tmp_path / "albert", ref.hf_config(model, "albert"), ref.hf_albert_arrays(model))
-    (source / "spiece.model").write_bytes(ref.sentencepiece_model(38))
-    with pytest.raises(bertzoo.convert.ConversionError, match="38 pieces but the config's vocabulary size is 40"):
+    (source / "spiece.model").write_bytes(ref.sentencepiece_model(44))
+    with pytest.raises(bertzoo.convert.ConversionError, match="model has 44 tokens but the embedding table only 40"):
         bertzoo.convert_checkpoint(source, tmp_path / "preset")
+    (source / "spiece.model").write_bytes(ref.sentencepiece_model(38))  # A table padded past its pieces.
+    result = bertzoo.convert_checkpoint(source, tmp_path / "preset")
+    assert bertzoo.BertBackbone.from_preset(result.path).vocabulary_size == 40
 
 
 def test_hf_albert_inner_groups_become_unshared_layers(ref, rng, make_bert_inputs, tmp_path):

@@ -120,6 +120,9 @@ def test_predict_masked_refuses_bad_input(ref, rng, tmp_path):
     with pytest.raises(ValueError, match="left after truncation.*first 8 tokens"):
         pretrainer.predict_masked("tok1 tok2 tok3 tok4 tok5 tok6 tok7 [MASK]")
     assert len(pretrainer.predict_masked("tok1 [MASK]", top_k=1000)[0][0]) == 40  # Capped at the vocabulary.
+    pretrainer.preprocessor.sequence_length = 4  # Changed after construction: fill-mask packs at the new length.
+    with pytest.raises(ValueError, match="left after truncation.*first 4 tokens"):
+        pretrainer.predict_masked("tok1 tok2 tok3 [MASK]")
 
 
 def test_a_checkpoint_with_only_the_next_sentence_head_loads_it(ref, rng, make_bert_inputs, tmp_path, caplog):
