@@ -417,6 +417,10 @@ def test_a_loss_of_another_kind_gets_no_class_id_accuracy_and_trains_on_soft_tar
     assert set(history) == {"loss"}
     model.compile(loss="categorical_crossentropy", metrics=["categorical_accuracy"], jit_compile=False)
     assert "categorical_accuracy" in model.fit(texts, np.eye(2)[[0, 1, 1]], verbose=0).history
-    for loss in (keras.losses.SparseCategoricalCrossentropy(from_logits=True), "sparse_categorical_crossentropy"):
-        model.compile(loss=loss, jit_compile=False)
+    for loss in (keras.losses.SparseCategoricalCrossentropy(from_logits=True), "sparse_categorical_crossentropy", None):
+        model.compile(loss=loss or "auto", jit_compile=False)
         assert "accuracy" in model.fit(texts, [0, 1, 1], verbose=0).history
+    regression = bertzoo.BertClassifier.from_preset("tiny", num_classes=1, load_weights=False, sequence_length=40)
+    for loss in ("mse", keras.losses.Huber()):  # Other kinds of loss keep the head's own metrics.
+        regression.compile(loss=loss, jit_compile=False)
+        assert "mae" in regression.fit(texts, [0.2, 0.9, 0.5], verbose=0).history

@@ -442,6 +442,9 @@ def test_unlabelled_training_with_only_the_hard_label_loss_weighted_is_refused(p
         distiller.fit(["a good film", "a dull film"], epochs=1, verbose=0)
     for value, old in zip(weights_of(student), before):
         np.testing.assert_array_equal(value, old)
+    # The fast path's timing proxy runs unlabelled whatever the weights: it is not refused.
+    x = student.preprocessor(["a good film", "a dull film"])
+    assert np.isfinite(float(distiller.fast_path_parts()["train_loss"](x)))
 
 
 def test_bad_models(pair):

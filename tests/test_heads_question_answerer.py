@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 import bertzoo
+from bertzoo.compression.distiller import PREDICTIONS_ONLY
 from bertzoo.export import read_export_metadata
 from bertzoo.models.bert_question_answerer import DEFAULT_STRIDE
 from bertzoo.models.bert_question_answerer import answer_windows
@@ -201,6 +202,10 @@ def test_one_weight_per_example_weighs_its_start_and_end_loss():
         {k: np.asarray(v) for k, v in features.items()}, np.asarray(positions), sample_weight=weights, verbose=0
     )
     assert tokenized[0] == pytest.approx(expected, rel=1e-5)
+    # A trainer that calls the loss itself weighs the same way.
+    distiller = bertzoo.Distiller(tiny_model(sequence_length=20), model, alpha=0.5, **PREDICTIONS_ONLY)
+    distilled = distiller.evaluate((questions, contexts), spans, sample_weight=weights, verbose=0, return_dict=True)
+    assert distilled["student_loss"] == pytest.approx(expected, rel=1e-5)
     model.fit((questions, contexts), spans, sample_weight=weights, epochs=1, verbose=0)
 
 

@@ -177,6 +177,8 @@ def test_per_word_and_per_sentence_weights_weigh_the_right_tokens():
     weighted = model.evaluate(with_empty, empty_labels, sample_weight=[[1.0, 5.0, 1.0, 3.0, 1.0]], verbose=0)[0]
     without = model.evaluate(sentences[:1], labels[:1], sample_weight=[[1.0, 1.0, 3.0, 1.0]], verbose=0)[0]
     assert weighted == pytest.approx(without, rel=1e-6)
+    with pytest.raises(ValueError, match="Sentence 1 has 3 words but 4 weights"):  # Too many, within the padding.
+        model.evaluate(sentences, labels, sample_weight=[[1.0] * 4, [1.0] * 4], verbose=0)
 
 
 def synthetic_sentences(n, seed):

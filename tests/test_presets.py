@@ -225,6 +225,8 @@ def test_a_file_or_a_missing_directory_is_named_as_such(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(bertzoo.PresetError, match=r"'runs/p' does not exist \(resolved to .*runs/p\); check the path"):
         bertzoo.BertBackbone.from_preset("runs/p")
+    with pytest.raises(bertzoo.PresetError, match=r"names a model hub; bertzoo does not download presets"):
+        bertzoo.BertBackbone.from_preset("hf://google-bert/bert-base-uncased")
     with pytest.raises(bertzoo.PresetError, match=r"Unknown preset 'tinny'.* Did you mean 'tiny'\?"):
         bertzoo.BertBackbone.from_preset("tinny")
 
@@ -254,6 +256,8 @@ def test_an_embedding_table_padded_past_its_vocabulary_saves_and_loads_and_a_lon
     np.testing.assert_array_equal(model.backbone.weights[0].numpy(), padded.weights[0].numpy())
     pretrainer = bertzoo.BertPretrainer.from_preset(tmp_path / "p")
     assert pretrainer.masker.vocabulary_size == 40  # Random replacements are real tokens.
+    filled = pretrainer.predict_masked("w1 [MASK]", top_k=1000)[0][0]  # Over the 40 tokens, not the 48 rows.
+    assert len(filled) == 40 and sum(p for _, p in filled) == pytest.approx(1.0)
 
     short = bertzoo.BertBackbone(vocabulary_size=32, **sizes)
     with pytest.raises(ValueError, match="40 tokens but the embedding table only 32 rows"):

@@ -200,3 +200,4 @@ def test_a_tuple_that_is_not_a_pair_is_named(classifier):
         ValueError, match=r"sentence pairs as a tuple of two lists .*got a tuple of 3\. Pass single texts"
     ):
         classifier.fit(("a", "b", "c"), [0, 1, 1], verbose=0)
+    assert classifier.predict((["a film", "dull"],), verbose=0).shape == (2, 2)  # `(texts,)` is the texts.

@@ -509,7 +509,8 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
             "inputs": self.student,
             "models": {"teacher": self.teacher, "student": self.student},
             "settings": settings,
-            "train_loss": lambda x: self.compute_loss(x=x, training=True),
+            # The timing proxy runs unlabelled whatever the loss weights say.
+            "train_loss": lambda x: self._distillation_loss(x=x, training=True, refuse_zero_loss=False),
         }
 
     # --- Forward and loss -------------------------------------------------
@@ -541,7 +542,7 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         logits_mask = student.get("logits_mask")  # Per-token heads: padding rows carry no target.
         terms = {}
         if y is not None:
-            hard = self._student_loss(y, student["logits"], sample_weight)
+            hard = self._student_loss(y, student["logits"], self.student.loss_sample_weight(sample_weight))
             terms["hard"] = ops.mean(hard)
         for key, loss in self._terms.items():
             if key == "soft":
@@ -561,11 +562,20 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         return terms, ops.sum(same * logits_mask) / ops.maximum(ops.sum(logits_mask), 1.0)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        return self._distillation_loss(x, y, y_pred, sample_weight, training)
+
+    def _distillation_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True, refuse_zero_loss=True):
         student = None
         if y_pred is not None and self._student_pass is not None and self._student_pass[0] is y_pred:
             student = self._student_pass[1]
         object.__setattr__(self, "_student_pass", None)
-        if y is None and training and not self.soft_target_weight and not any(self._term_weights.values()):
+        if (
+            refuse_zero_loss
+            and y is None
+            and training
+            and not self.soft_target_weight
+            and not any(self._term_weights.values())
+        ):
             # Known when the step is traced: unlabelled batches leave no loss with a weight.
             raise ValueError(
                 "This Distiller trains on unlabelled batches, but its only loss with a weight is the hard-label "

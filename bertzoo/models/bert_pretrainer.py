@@ -479,11 +479,12 @@ class BertPretrainer(Task):
             name: np.asarray(features[name]).astype("int32") for name in ("token_ids", "segment_ids", "padding_mask")
         }
         inputs["mask_positions"] = mask_positions
+        vocabulary = self.preprocessor.tokenizer.get_vocabulary()
         logits = keras.ops.convert_to_numpy(self(inputs, training=False)["mlm"]).astype("float64")
+        logits = logits[..., : len(vocabulary)]  # A padded table's spare rows are no tokens.
         probabilities = np.exp(logits - logits.max(-1, keepdims=True))
         probabilities /= probabilities.sum(-1, keepdims=True)
         top_k = min(int(top_k), probabilities.shape[-1])
-        vocabulary = self.preprocessor.tokenizer.get_vocabulary()
         results = []
         for i, positions in enumerate(masked):
             per_mask = []

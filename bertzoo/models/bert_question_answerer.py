@@ -364,14 +364,6 @@ def answer_windows(span_logits, features, windows, max_answer_length=MAX_ANSWER_
     }
 
 
-def _on_both_ends(sample_weight):
-    """A per-example `sample_weight` shaped `(batch, 1)`, to weigh the
-    `(batch, 2)` start and end losses alike."""
-    if sample_weight is not None and len(sample_weight.shape) == 1:
-        return ops.expand_dims(sample_weight, -1)
-    return sample_weight
-
-
 @keras.saving.register_keras_serializable(package="bertzoo")
 class BertQuestionAnswerer(Task):
     """Span question answering (BERT paper, section 4.2, SQuAD): a dense layer
@@ -452,13 +444,20 @@ class BertQuestionAnswerer(Task):
         with unused_pooler_ok():
             return super().fit(*args, **kwargs)
 
-    # The labels are (start, end) pairs, so Keras weighs a (batch, 2) loss:
-    # one weight per example goes on both of its ends.
+    def loss_sample_weight(self, sample_weight):
+        """The labels are (start, end) pairs, so Keras weighs a `(batch, 2)`
+        loss: one weight per example, `(batch, 1)`, goes on both ends."""
+        if sample_weight is None:
+            return None
+        shape = sample_weight.shape
+        rank = shape.rank if hasattr(shape, "rank") else len(shape)  # TensorFlow's may be unknown (None).
+        return ops.reshape(sample_weight, (-1, 1)) if rank is None or rank <= 1 else sample_weight
+
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        return super().compute_loss(x, y, y_pred, _on_both_ends(sample_weight), training=training)
+        return super().compute_loss(x, y, y_pred, self.loss_sample_weight(sample_weight), training=training)
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
-        return super().compute_metrics(x, y, y_pred, _on_both_ends(sample_weight))
+        return super().compute_metrics(x, y, y_pred, self.loss_sample_weight(sample_weight))
 
     # --- Raw inputs -------------------------------------------------------
     def _raw_to_tensors(self, x, y):

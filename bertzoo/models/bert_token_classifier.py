@@ -256,10 +256,17 @@ class BertTokenClassifier(Task):
 
     # --- Raw inputs -------------------------------------------------------
     def _raw_to_tensors(self, x, y):
-        return _pad_words(x, None if y is None else [self._word_label_ids(row) for row in y])
+        rows = _split_sentences(x)
+        words, labels = _pad_words(rows, None if y is None else [self._word_label_ids(row) for row in y])
+        # Padding and an empty word are both "": the real sentence lengths
+        # check per-word weights (`_raw_sample_weight` gets these words next).
+        object.__setattr__(self, "_sentence_lengths", (words, [len(r) for r in rows]))
+        return words, labels
 
     def _raw_sample_weight(self, sample_weight, x):
         # Per-word weights (a list per sentence) padded with 0 to the padded words' width.
+        known = getattr(self, "_sentence_lengths", None)
+        object.__setattr__(self, "_sentence_lengths", None)  # Read once: no reference to the words kept.
         if sample_weight is None or not any(np.ndim(w) for w in sample_weight):  # None, or one per sentence.
             return sample_weight
         rows = [np.asarray(w, "float32").reshape(-1) for w in sample_weight]
@@ -267,16 +274,12 @@ class BertTokenClassifier(Task):
         if len(rows) != len(words):
             raise ValueError(f"Got {len(words)} sentences but {len(rows)} weight lists.")
         padded = np.zeros(words.shape, "float32")
+        lengths = known[1] if known is not None and known[0] is x else [int(np.sum(row != "")) for row in words]
         for i, row in enumerate(rows):
-            # Padding is "", and so is an empty word (it has no pieces, so no
-            # weight matters there): a sentence has at least the words up to
-            # its last non-empty one, and at most the padded width.
-            filled = np.flatnonzero(words[i] != "")
-            least = int(filled[-1]) + 1 if filled.size else 0
-            if not least <= len(row) <= words.shape[1]:
+            if len(row) != lengths[i]:
                 raise ValueError(
-                    f"Sentence {i} has {least} words but {len(row)} weights: give one weight per word, or one "
-                    "per sentence."
+                    f"Sentence {i} has {lengths[i]} words but {len(row)} weights: give one weight per word, or "
+                    "one per sentence."
                 )
             padded[i, : len(row)] = row
         return padded

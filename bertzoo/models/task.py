@@ -111,16 +111,27 @@ def _is_auto(value):
     return isinstance(value, str) and value == "auto"
 
 
-def _takes_class_ids(loss, default):
-    """Whether `loss` reads labels as the default loss does (class ids: a
-    loss of the same class, or a "sparse" one), so the default metrics fit
-    its labels. A dict of losses (one per output) keeps them too."""
-    if isinstance(loss, dict) or type(loss) is type(default):
-        return True
+def _loss_name(loss):
+    """A loss's name, lower case without underscores ("" when it has none):
+    `keras.losses.get` resolves strings ("kld" -> kl_divergence)."""
     if isinstance(loss, str):
-        return loss.startswith("sparse")
+        try:
+            loss = keras.losses.get(loss)
+        except ValueError:
+            return ""
     name = type(loss).__name__ if isinstance(loss, keras.losses.Loss) else getattr(loss, "__name__", "")
-    return name.lower().startswith("sparse")
+    return name.lower().replace("_", "")
+
+
+def _fits_default_metrics(loss, default):
+    """False only for a loss known to read one-hot or soft targets
+    (categorical cross-entropy, KL divergence) where the default loss reads
+    class ids: the default metrics (class-id accuracy) would fail on those
+    labels. Every other loss keeps them."""
+    if "sparse" not in _loss_name(default):
+        return True
+    name = _loss_name(loss)
+    return not (("categorical" in name and "sparse" not in name) or name.startswith(("kldivergence", "kld")))
 
 
 def _check_examples_pair_up(x, y, sample_weight):
@@ -567,10 +578,11 @@ class Task(
         `jit_compile="auto"`: XLA where it is faster (see
         `bertzoo.utils.device.resolve_jit_compile`), decided when the model
         first runs; never under a multi-replica `tf.distribute` strategy,
-        where Keras cannot use it. `metrics="auto"`: the task's accuracy,
-        unless `loss` is one of your own that is not of the default's kind
-        (class ids): then none, as a one-hot or soft-target loss needs
-        another accuracy (e.g. `metrics=["categorical_accuracy"]`).
+        where Keras cannot use it. `metrics="auto"`: the task's default
+        metrics, or none under a loss of your own that reads one-hot or soft
+        targets (categorical cross-entropy, KL divergence) where the default
+        loss reads class ids: they need another accuracy (e.g.
+        `metrics=["categorical_accuracy"]`).
         """
         if optimizer == "auto":
             optimizer = bert_optimizer()
@@ -582,7 +594,9 @@ class Task(
             if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         if metrics == "auto":
-            metrics = self.default_metrics() if _is_auto(loss) or _takes_class_ids(loss, self.default_loss()) else []
+            metrics = (
+                self.default_metrics() if _is_auto(loss) or _fits_default_metrics(loss, self.default_loss()) else []
+            )
         if _is_auto(loss):
             loss = self.default_loss()
         # The model, not `self.dtype_policy`: a bfloat16 or int8 backbone sits
@@ -592,6 +606,18 @@ class Task(
 
     def default_loss(self):
         return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def loss_sample_weight(self, sample_weight):
+        """`sample_weight` (one per example, or as the labels) shaped for this
+        task's loss, for trainers that call the loss themselves (the
+        `Distiller`). Unchanged by default.
+
+        Example:
+        ```python
+        loss = model.default_loss()(y, logits, model.loss_sample_weight(weights))
+        ```
+        """
+        return sample_weight
 
     def default_metrics(self):
         return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
@@ -740,6 +766,8 @@ class Task(
             except (TypeError, ValueError) as e:
                 raise ValueError(non_text_message(f"{type(self).__name__}'s text input", values) or str(e)) from None
 
+        if isinstance(x, tuple) and len(x) == 1:  # `(texts,)`: the texts.
+            x = x[0]
         if isinstance(x, (str, bytes)):
             x = [x]
         if isinstance(x, tuple) and len(x) != 2:

@@ -231,6 +231,11 @@ class Preset:
                 f"{path} is a file; a preset is a directory (holding {CONFIG_FILE}, the weights and the "
                 f"vocabulary){f': pass {str(folder)!r}' if folder is not None else ''}."
             )
+        if "://" in str(preset):
+            raise PresetError(
+                f"{str(preset)!r} names a model hub; bertzoo does not download presets. Convert a local copy "
+                "(bertzoo.convert_checkpoint or `bertzoo convert`) and load that directory."
+            )
         if os.sep in str(preset) or (os.altsep and os.altsep in str(preset)) or str(preset).startswith("."):
             raise PresetError(
                 f"Preset directory {str(preset)!r} does not exist"

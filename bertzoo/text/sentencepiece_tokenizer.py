@@ -446,7 +446,9 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
 
         ALBERT's preprocessing is applied one character at a time here; a
         quote pair that `replace_quotes` rewrites (``` `` ``` or `''`) maps
-        its `"` to the pair's two characters. The ids are `tokenize`'s.
+        its `"` to the pair's two characters. The ids are `tokenize`'s (but
+        for a U+FDD0 noncharacter in the text, which stands in for a pair's
+        second character here and is dropped).
         Special tokens written in the text are read as text. Offsets count
         Unicode characters (Python `str` indices), `end` exclusive.
 
