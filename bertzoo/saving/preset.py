@@ -996,14 +996,7 @@ def _save_arrays(directory, filename, arrays):
     import numpy as np
     from safetensors.numpy import save_file
 
-    reserved = (
-        CONFIG_FILE,
-        BACKBONE_WEIGHTS_FILE,
-        TASK_WEIGHTS_FILE,
-        VOCABULARY_FILE,
-        SENTENCEPIECE_FILE,
-        METADATA_FILE,
-    )
+    reserved = PRESET_FILES - {PRETRAINING_HEADS_FILE}  # The arrays files save_preset writes itself.
     if Path(filename).name != filename or not filename.endswith(".safetensors") or filename in reserved:
         raise ValueError(
             f"extra_arrays file name {filename!r} must be a plain file name ending in '.safetensors' (no folders)."
