@@ -131,7 +131,8 @@ def _fits_default_metrics(loss, default):
     if "sparse" not in _loss_name(default):
         return True
     name = _loss_name(loss)
-    return not (("categorical" in name and "sparse" not in name) or name.startswith(("kldivergence", "kld")))
+    # "kld" also starts "kldivergence" (the function and `KLDivergence`).
+    return not (("categorical" in name and "sparse" not in name) or name.startswith("kld"))
 
 
 def _check_examples_pair_up(x, y, sample_weight):
