@@ -772,7 +772,9 @@ def readme_section(summary, files, header):
         "mean over files. `met`: whether every file meets the goal with its own mean over seeds and its own speedups "
         f"(`no`: the files that miss it; `?`: a figure is missing; `yes on n seeds`: fewer than the {GOAL_SEEDS} "
         "the goal asks for); "
-        f"distillation must also beat `hard` by {CLEAR_MARGIN_POINTS:g} accuracy points.",
+        f"distillation must also beat `hard` by {CLEAR_MARGIN_POINTS:g} accuracy points. "
+        "Parameters: `model.count_params()`, so the int8 rows count their quantization scales too "
+        "(`bertzoo compress` reports them as the float model's count).",
     ]
     return "\n".join(lines)
 
@@ -794,13 +796,16 @@ def chart(summary, path, title):
         "structured": "D",
         "int8": "^",
         "int8sq": ">",
-        "int8st": "v",
+        "int8st": "P",
         "int8w": "x",
         "int8qat": "<",
     }
     fig, ax = plt.subplots(figsize=(7, 4.8))
     for e in summary:
-        x = e["speedup_b32"] if e["speedup_b32"] is not None else float("nan")
+        if e["speedup_b32"] is None:  # No timing (a pruned model runs at dense speed): nothing to place.
+            print(f"chart: {e['method']} has no batch-32 speedup (not plotted)")
+            continue
+        x = e["speedup_b32"]
         ax.errorbar(
             x, e["percent"][0], yerr=e["percent"][1] or 0.0, fmt=markers[e["method"]], capsize=4, label=e["method"]
         )
@@ -1183,9 +1188,11 @@ def main(argv=None):
         print(f"appended {recorded} lines to benchmarks/results.jsonl ({len(rows) - recorded} recorded before)")
     if args.readme:
         measured = f"Measured {date} on {machine()}"
-        if args.from_results and rows:
-            dates = sorted(r["date"][:10] for r in rows)
-            machines = sorted({machine_label(r) for r in rows})
+        used = [r for method in args.methods for r in measured_runs(rows, method)]
+        if args.from_results and used:
+            # The rows the table shows: a seed-independent method's later seeds are not among them.
+            dates = sorted(r["date"][:10] for r in used)
+            machines = sorted({machine_label(r) for r in used})
             span = dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
             measured = f"Measured {span} on {' and '.join(machines)}"
         timing = "timings as recorded" if args.from_results else f"timing medians of {args.runs} interleaved rounds"
