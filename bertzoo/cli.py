@@ -1,8 +1,8 @@
 """The `bertzoo` command line (also `python -m bertzoo`).
 
     bertzoo convert SRC DEST [--overwrite]   checkpoint -> bertzoo preset
-    bertzoo export PRESET_DIR OUT_DIR [--overwrite] [--jit-compile auto|true|false]
-                                             preset -> SavedModel for serving
+    bertzoo export PRESET_DIR OUT_DIR [--overwrite] [--format tf_saved_model|onnx|litert]
+                                             preset -> SavedModel (or ONNX / LiteRT file) for serving
     bertzoo quantize PRESET_DIR OUT_DIR [--mode int8] [--weight-only]
                                              float preset -> quantized preset
     bertzoo sparsity PRESET_DIR              per-layer sparsity and compressed size
@@ -40,6 +40,8 @@ from bertzoo.models.bert_backbone import BertBackbone
 from bertzoo.models.listing import list_presets
 from bertzoo.saving.atomic import occupied
 from bertzoo.saving.preset import Preset
+from bertzoo.saving.preset import check_preset_target
+from bertzoo.saving.preset import save_preset
 from bertzoo.utils.checks import BackendError
 from bertzoo.version import __version__
 
@@ -105,9 +107,15 @@ def _convert(args):
 
 @command(
     "export",
-    "Export a task preset for serving: a TensorFlow SavedModel taking raw strings (or ONNX / LiteRT).",
+    "Export a task or backbone preset for serving: a TensorFlow SavedModel taking raw strings (where the "
+    "preset has a vocabulary), or an ONNX / LiteRT file taking token ids.",
     arguments=(
-        argument("preset", type=_path, metavar="PRESET_DIR", help="task preset directory (e.g. from save_to_preset)"),
+        argument(
+            "preset",
+            type=_path,
+            metavar="PRESET_DIR",
+            help="task or backbone preset directory (from save_to_preset, or `bertzoo convert`)",
+        ),
         argument(
             "output",
             type=_path,
@@ -121,7 +129,12 @@ def _convert(args):
             help="export format (default: tf_saved_model)",
         ),
         argument(
-            "--sequence-length", type=int, default=None, help="tokens per text (default: the preset's sequence_length)"
+            "--sequence-length",
+            type=int,
+            default=None,
+            help="tf_saved_model: raw texts are packed to this many tokens (default: the preset's sequence_length; "
+            "refused for a preset without a vocabulary, whose tokenized inputs take any length). onnx/litert: fixes "
+            "the token axis to this length (default: any length up to the backbone's max_sequence_length)",
         ),
         argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists"),
         argument(
@@ -189,7 +202,11 @@ def _model_from_preset_directory(path):
             help="int8: smooth the Dense inputs (SmoothQuant) calibrated on 512 texts of this TSV/CSV/JSONL "
             "file, a seeded sample as `compress` takes (a task preset with a vocabulary)",
         ),
-        argument("--text-column", default="text", help="--calibration: the text column (default: %(default)s)"),
+        argument(
+            "--text-column",
+            default=argparse.SUPPRESS,  # Absent unless given: refused without --calibration.
+            help="--calibration: the text column (default: text)",
+        ),
         argument(
             "--smoothing",
             type=_smoothing,
@@ -214,27 +231,37 @@ def _model_from_preset_directory(path):
     ),
 )
 def _quantize(args):
-    if occupied(args.output) and not args.overwrite:
-        raise ValueError(f"{args.output} already exists. Pass --overwrite to replace it, or choose a new path.")
-    model, preset = _model_from_preset_directory(args.preset)
-    calibration = None
+    calibrated = args.calibration is not None
     smoothing_given = hasattr(args, "smoothing")
     smoothing = getattr(args, "smoothing", DEFAULT_SMOOTHING)
-    if args.weight_only and (args.calibration is not None or smoothing_given or args.input_ranges is not None):
+    text_column_given = hasattr(args, "text_column")
+    # The options first, then the output path: refusals before the preset is read or anything quantized.
+    if args.weight_only and (calibrated or smoothing_given or args.input_ranges is not None or text_column_given):
         raise ValueError(
-            "--weight-only quantizes no inputs, so --calibration, --smoothing and --input-ranges do not apply: "
-            "drop them, or drop --weight-only to quantize the inputs with them."
+            "--weight-only quantizes no inputs, so --calibration, --smoothing and --input-ranges do not apply "
+            "(nor --text-column, the calibration file's column): drop them, or drop --weight-only to quantize the "
+            "inputs with them."
         )
-    if smoothing is None and args.calibration is not None:
+    if smoothing is None and calibrated:
         raise ValueError(
             "--smoothing none quantizes without calibration, and --calibration calibrates the smoothing: drop "
             "one of them (plain int8: drop --calibration; smoothed int8: a number such as --smoothing 0.8)."
         )
-    if smoothing is not None and smoothing_given and args.calibration is None:
+    if smoothing is not None and smoothing_given and not calibrated:
         raise ValueError("--smoothing sets how --calibration smooths the inputs: pass --calibration FILE too.")
-    if args.input_ranges is not None and args.calibration is None:
+    if args.input_ranges is not None and not calibrated:
         raise ValueError("--input-ranges sets how --calibration quantizes the inputs: pass --calibration FILE too.")
-    if args.calibration is not None:
+    if text_column_given and not calibrated:
+        raise ValueError(
+            "--text-column names the text column of the --calibration file: pass --calibration FILE too, or drop "
+            "--text-column."
+        )
+    check_preset_target(args.output)  # A file, a link, a directory that is not a preset: no save could replace it.
+    if occupied(args.output) and not args.overwrite:
+        raise ValueError(f"{args.output} already exists. Pass --overwrite to replace it, or choose a new path.")
+    model, preset = _model_from_preset_directory(args.preset)
+    calibration = None
+    if calibrated:
         if preset.class_name == "BertBackbone":
             raise ValueError(
                 f"--calibration needs a task preset (it runs the texts through the task's preprocessor); "
@@ -244,7 +271,7 @@ def _quantize(args):
             raise ValueError(
                 f"--calibration needs a task preset with a vocabulary (it tokenizes the texts); {args.preset} has none."
             )
-        calibration = calibration_sample(load_texts(args.calibration, args.text_column))
+        calibration = calibration_sample(load_texts(args.calibration, getattr(args, "text_column", "text")))
     quantized = quantize(
         model,
         args.mode,
@@ -256,11 +283,12 @@ def _quantize(args):
         calibration_steps=None,  # The whole sample.
     )
     before = gzip_size(args.preset)  # Before an --overwrite of the same directory.
+    # As save_to_preset, with the save refusing, at the swap, a directory that appeared during the quantization.
     if preset.class_name == "BertBackbone":
         preprocessor = preset.build_preprocessor() if preset.has_tokenizer_files else None
-        quantized.save_to_preset(args.output, preprocessor=preprocessor)
+        save_preset(args.output, quantized, preprocessor=preprocessor, overwrite=args.overwrite)
     else:
-        quantized.save_to_preset(args.output)
+        save_preset(args.output, quantized.backbone, task=quantized, overwrite=args.overwrite)
     after = gzip_size(args.output)
     mode = f"{args.mode}, weight-only" if args.weight_only else args.mode
     print(f"Wrote {args.output} ({mode}): {after / 1e6:.1f} MB gzipped, was {before / 1e6:.1f} MB")

@@ -10,6 +10,7 @@ from bertzoo.convert.common import ConversionError
 from bertzoo.convert.common import read_json_object
 from bertzoo.convert.common import write_preset
 from bertzoo.saving.atomic import occupied
+from bertzoo.saving.preset import check_preset_target
 
 FORMATS = ("huggingface", "tf1", "keras_hub")
 
@@ -83,7 +84,10 @@ def convert_checkpoint(source, destination, overwrite=False):
         ConversionError (a ValueError): the source is none of the layouts, or
             its tensors do not match its config (the message lists every
             missing, unexpected and mis-shaped tensor).
-        FileExistsError: `destination` exists and `overwrite` is False.
+        FileExistsError: `destination` exists and `overwrite` is False; or
+            it is a file, a symbolic link, a mount point or a directory that
+            is neither empty nor a bertzoo preset (refused before the
+            checkpoint is read).
 
     Example:
     ```python
@@ -92,6 +96,7 @@ def convert_checkpoint(source, destination, overwrite=False):
     ```
     """
     destination = Path(destination).expanduser()
+    check_preset_target(destination)  # Before reading the checkpoint: what no save could replace.
     if occupied(destination) and not overwrite:
         raise FileExistsError(f"{destination} already exists. Pass overwrite=True (CLI: --overwrite) to replace it.")
     return write_preset(read_checkpoint(source), destination, overwrite=overwrite)

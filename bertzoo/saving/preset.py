@@ -37,7 +37,9 @@ needs) is refused unless the caller passes `verify_checksums=False`, which
 reads the weights unverified. Every failure raises `PresetError` (a
 `ValueError`; `PresetFileNotFoundError`, for a missing file, is also a
 `FileNotFoundError`), whose message names the file, the key and what was
-expected.
+expected. A checkpoint folder given for a preset (Hugging Face, keras-hub,
+original TF1) is named as such, with the `bertzoo convert` command that
+makes a preset of it.
 Classes named in `config.json` must be registered bertzoo classes or Keras
 built-ins (see `bertzoo.saving.serialization`), never imported by name.
 Presets written in format 1 load too (`bertzoo.saving.format1`).
@@ -61,6 +63,7 @@ import keras
 from bertzoo.layers.dense import WeightOnlyInt8Policy
 from bertzoo.saving import format1
 from bertzoo.saving.atomic import atomic_directory
+from bertzoo.saving.atomic import check_directory_target
 from bertzoo.saving.serialization import check_config
 from bertzoo.saving.serialization import deserialize
 from bertzoo.saving.serialization import policy_map_modes
@@ -253,6 +256,9 @@ class Preset:
     def _from_directory(cls, path, verify_checksums=True):
         config_path = path / CONFIG_FILE
         if not config_path.exists() and not config_path.is_symlink():
+            tf1_config = next((name for name in TF1_CONFIG_FILES if (path / name).is_file()), None)
+            if tf1_config is not None:
+                raise PresetFileNotFoundError(_checkpoint_message(path, f"an original TF1 checkpoint ({tf1_config})"))
             raise PresetFileNotFoundError(
                 f"{path} is not a bertzoo preset: {CONFIG_FILE} is missing. A preset "
                 f"directory holds {CONFIG_FILE}, {BACKBONE_WEIGHTS_FILE}, {VOCABULARY_FILE} "
@@ -271,6 +277,9 @@ class Preset:
             )
         for key in ("class_name", "backbone") if version == 1 else ("backbone",):
             if key not in config:
+                kind = _checkpoint_kind(config)
+                if kind is not None:
+                    raise PresetError(_checkpoint_message(path, kind))
                 raise PresetError(f"{config_path} has no {key!r} entry; the preset is damaged.")
         if version == 1:
             try:
@@ -785,6 +794,31 @@ def _preset_file(directory, filename, required=True):
     return path
 
 
+# The configs of the checkpoints `bertzoo convert` reads, told apart from a
+# preset's by a look at them (bertzoo.convert recognises them fully, but
+# saving sits below it): a directory a user took for a preset gets the fix.
+TF1_CONFIG_FILES = ("bert_config.json", "albert_config.json")
+
+
+def _checkpoint_kind(config):
+    """What wrote `config` (a `config.json` without a preset's entries):
+    "a Hugging Face checkpoint", "a keras-hub preset", or None (unknown)."""
+    if "model_type" in config:
+        return "a Hugging Face checkpoint"
+    if str(config.get("registered_name", "")).startswith("keras_hub>") or str(config.get("module", "")).startswith(
+        "keras_hub"
+    ):
+        return "a keras-hub preset"
+    return None
+
+
+def _checkpoint_message(path, kind):
+    return (
+        f"{path} is {kind}, not a bertzoo preset: convert it into one first, with `bertzoo convert {path} DEST` "
+        f"(Python: `bertzoo.convert_checkpoint({str(path)!r}, DEST)`), then load DEST."
+    )
+
+
 def _read_json(directory, filename):
     path = _preset_file(directory, filename)
     try:
@@ -879,6 +913,22 @@ def _check_replaceable(directory):
             f"{target} exists and is not a bertzoo preset; saving a preset replaces the whole directory, so it "
             "refuses to delete what is there. Save to a new or empty directory (e.g. runs/my_model)."
         )
+
+
+def check_preset_target(directory):
+    """Raises a `FileExistsError` naming the fix when `save_preset` cannot
+    write `directory`, overwrite or not: a file, a symbolic link, a mount
+    point, or a directory that is neither empty nor a bertzoo preset.
+    Callers with slow work before the save (quantizing, converting) call it
+    first.
+
+    Example:
+    ```python
+    check_preset_target("runs/int8")  # Fine: missing, empty, or a preset.
+    ```
+    """
+    check_directory_target(directory)
+    _check_replaceable(directory)
 
 
 def save_preset(
