@@ -42,6 +42,7 @@ import keras
 import numpy as np
 
 import bertzoo
+from bertzoo.datasets import find_shared
 from bertzoo.datasets import find_shared_sentiment
 from bertzoo.datasets import load_rated_sentences
 from bertzoo.datasets import split
@@ -53,13 +54,9 @@ CLASS_NAMES = ["negative", "positive"]
 
 
 def find_minilm():
-    """The shared all-MiniLM-L6-v2 checkpoint next to the checkout, or None."""
-    root = os.environ.get("BERTZOO_SHARED")
-    for base in ([Path(root)] if root else []) + [Path.cwd().parent / "shared", ROOT.parent / "shared"]:
-        path = base / "models" / "all-MiniLM-L6-v2"
-        if (path / "config.json").is_file():
-            return path
-    return None
+    """The shared all-MiniLM-L6-v2 checkpoint (see `find_shared`), or None."""
+    path = find_shared("models", "all-MiniLM-L6-v2")
+    return path if path is not None and (path / "config.json").is_file() else None
 
 
 def parse_args(argv):

@@ -8,11 +8,15 @@ import math
 
 import pytest
 
+from bertzoo.datasets import find_shared
+from bertzoo.datasets import find_shared_sentiment
 from bertzoo.datasets import label_ids
 from bertzoo.datasets import load_labelled_texts
 from bertzoo.datasets import load_rated_sentences
 from bertzoo.datasets import load_texts
+from bertzoo.datasets import synthetic_sentiment
 from bertzoo.datasets import threshold_labels
+from bertzoo.datasets.sentiment import SYNTHETIC_CAPACITY
 from bertzoo.datasets.sentiment import split
 
 
@@ -312,3 +316,71 @@ def test_split_checks_its_arguments_and_keeps_its_seeded_split():
             split(texts, labels, fraction)
     with pytest.raises(ValueError, match=r"got 10 texts and 9 labels"):
         split(texts, labels[:9])
+
+
+def test_rated_sentences_want_exactly_their_three_columns_and_some_usable_rows(tmp_path):
+    # A fourth named column used to be glued onto every text ("a\ttwitter").
+    extra = write(tmp_path / "x.tsv", "id\trating\ttext\tsource\n1\t1\ta\ttwitter\n")
+    with pytest.raises(ValueError, match=r"x\.tsv: expected a header line .* extra columns \['source'\] would be read"):
+        load_rated_sentences(extra)
+    # An empty trailing header field and blank lines before the header are fine.
+    loose = write(tmp_path / "l.tsv", "\n\nid\trating\ttext\t\n1\t1\tgood\n")
+    assert load_rated_sentences(loose)[0] == ["good"]
+    with pytest.raises(ValueError, match=r"h\.tsv has no usable rows: a header but no rows"):
+        load_rated_sentences(write(tmp_path / "h.tsv", "id\trating\ttext\n"))
+    with pytest.raises(ValueError, match=r"n\.tsv has no usable rows: every row is neutral \(rating 0\)"):
+        load_rated_sentences(write(tmp_path / "n.tsv", "id\trating\ttext\n1\t0\tmeh\n"))
+    with pytest.raises(IsADirectoryError, match=r"is a directory; expected a TSV file"):
+        load_rated_sentences(tmp_path)
+
+
+def test_labelled_files_refuse_empty_texts_and_name_a_wrong_delimiter(tmp_path):
+    with pytest.raises(ValueError, match=r"e\.csv:2: the text column 'text' is empty; give every row a text"):
+        load_labelled_texts(write(tmp_path / "e.csv", "text,label\n,1\nx,0\n"))
+    with pytest.raises(ValueError, match=r"w\.tsv:3: the text column 'text' is empty"):
+        load_texts(write(tmp_path / "w.tsv", "text\tlabel\ngood\t1\n \t0\n"))
+    # A European "CSV" (semicolons): the delimiter is the problem, not the column's name.
+    with pytest.raises(ValueError, match=r"s\.csv: the header has one column, 'text;label': its fields look separated"):
+        load_labelled_texts(write(tmp_path / "s.csv", "text;label\ngood;1\n"))
+    with pytest.raises(ValueError, match=r"separated by ','.*\(or name it \.csv\)"):
+        load_labelled_texts(write(tmp_path / "c.tsv", "text,label\ngood,1\n"))
+
+
+def test_a_label_threshold_reads_numbers_as_the_readers_do():
+    assert threshold_labels(["a", "b", "c"], ["2", " -1.5 ", 0], 0.0) == (["a", "b"], [1, 0])
+    for label in ("1_0", "\u0663", True):  # float() reads the first two as 10 and 3.
+        with pytest.raises(ValueError, match=r"r\.tsv: label .* is not a number"):
+            threshold_labels(["a"], [label], 0.0, source="r.tsv")
+
+
+def test_split_refuses_an_empty_side():
+    with pytest.raises(ValueError, match=r"0.2 of 2 examples leaves no test examples"):
+        split(["a", "b"], [0, 1], 0.2)
+    with pytest.raises(ValueError, match=r"0.6 of 1 examples leaves no training examples"):
+        split(["a"], [0], 0.6)
+
+
+def test_generated_sentences_are_distinct_so_a_split_does_not_leak():
+    texts, labels = synthetic_sentiment(2048, seed=0)
+    assert len(set(texts)) == 2048 and 0.4 < labels.mean() < 0.6
+    (train, _), (test, _) = split(texts, labels, 0.2)
+    assert not set(train) & set(test)
+    assert synthetic_sentiment(8, seed=3)[0] == synthetic_sentiment(8, seed=3)[0]  # Seeded.
+    assert len(synthetic_sentiment(SYNTHETIC_CAPACITY)[0]) == SYNTHETIC_CAPACITY
+    for bad in (0, -3, SYNTHETIC_CAPACITY + 1, 2.5, True):
+        with pytest.raises(ValueError, match="`num_examples` must be"):
+            synthetic_sentiment(bad)
+
+
+def test_bertzoo_shared_is_the_only_place_looked_in_when_set(tmp_path, monkeypatch):
+    data = tmp_path / "data" / "sentiment"
+    data.mkdir(parents=True)
+    write(data / "tweets.tsv", "id\trating\ttext\n1\t1\tgood\n")
+    monkeypatch.setenv("BERTZOO_SHARED", str(tmp_path))
+    assert find_shared_sentiment("tweets") == data / "tweets.tsv"
+    # A wrong setting is an error, not a silent fallback to another folder or to generated data.
+    with pytest.raises(FileNotFoundError, match=r"\$BERTZOO_SHARED=.* has no data/sentiment/amazon\.tsv: point it at"):
+        find_shared_sentiment("amazon")
+    monkeypatch.chdir(tmp_path)  # No ../shared next to it.
+    monkeypatch.delenv("BERTZOO_SHARED")
+    assert find_shared("no", "such", "thing") is None

@@ -203,8 +203,8 @@ def load_labelled_texts(path, text_column="text", label_column="label"):
     Labels are returned as read: numbers stay numbers, and strings that all
     spell numbers become numbers; a whole number is an int (`1.0` is `1`),
     so `1` and `1.0` are one class. A missing column, an empty file, a row
-    without a label or a label that is NaN or infinite is a `ValueError`
-    naming the file.
+    without a label or a text, or a label that is NaN or infinite is a
+    `ValueError` naming the file.
 
     Example:
     ```python
@@ -258,6 +258,11 @@ def _read_columns(path, text_column, label_column, text_option="text"):
             raise ValueError(f"{path}:{line_number}: no value in the text column {text_column!r}.")
         if not isinstance(text, str):
             raise ValueError(f"{path}:{line_number}: the text column {text_column!r} holds {text!r}, not a string.")
+        if not text.strip():
+            raise ValueError(
+                f"{path}:{line_number}: the text column {text_column!r} is empty; give every row a text "
+                "(or delete the row)."
+            )
         texts.append(text)
     if not texts:
         raise ValueError(f"{path} is empty: " + ("a header but no rows." if columns else "no header and no rows."))
@@ -274,6 +279,16 @@ def _missing_column(path, kind, line_number, role, name, columns, option):
             f"{path}:{line_number}: no value in the {role} column {name!r}; the keys on this line are {columns}. "
             f"Give every line a {name!r}, or {fix[0].lower()}{fix[1:]}"
         )
+    delimiter = {"csv": ",", "tsv": "\t"}.get(kind)
+    if len(columns) == 1 and delimiter is not None:
+        used = next((d for d in (";", "\t", ",", "|") if d != delimiter and d in columns[0]), None)
+        if used is not None:
+            rename = {"\t": " (or name it .tsv)", ",": " (or name it .csv)"}.get(used, "")
+            return ValueError(
+                f"{path}: the header has one column, {columns[0]!r}: its fields look separated by {used!r}, but "
+                f"a .{kind} file's are separated by {delimiter!r}. Save it with {delimiter!r} between fields"
+                f"{rename}."
+            )
     return ValueError(f"{path}: no {role} column {name!r}; columns found: {columns}. {fix}")
 
 
@@ -393,12 +408,10 @@ def threshold_labels(texts, labels, threshold, source=None):
     kept_texts, kept_labels = [], []
     where = f"{source}: " if source else ""
     for text, label in zip(texts, labels):
-        try:
-            value = float(label)
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"{where}label {label!r} is not a number: a label threshold needs numeric ratings."
-            ) from None
+        value = _number(label)
+        if value is None:
+            raise ValueError(f"{where}label {label!r} is not a number: a label threshold needs numeric ratings.")
+        value = float(value)
         if not math.isfinite(value):
             raise ValueError(f"{where}label {label!r} is not a finite number: a label threshold needs numeric ratings.")
         if value != threshold:

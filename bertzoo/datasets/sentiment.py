@@ -45,10 +45,13 @@ def load_rated_sentences(path, max_rows=None):
         isinstance(max_rows, bool) or not isinstance(max_rows, numbers.Integral) or max_rows < 1
     ):
         raise ValueError(f"`max_rows` must be an int >= 1 (or None for all rows), got {max_rows!r}.")
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory; expected a TSV file id<TAB>rating<TAB>text.")
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: expected a TSV file id<TAB>rating<TAB>text.")
     allow_long_csv_fields()
     texts, labels = [], []
+    neutral = 0
     with open(path, newline="", encoding=ENCODING) as f:
         tap = LineTap(f)  # The lines of each row, to name a carriage return that cut one.
         reader = csv.reader(tap, delimiter="\t", quoting=csv.QUOTE_NONE)
@@ -56,8 +59,9 @@ def load_rated_sentences(path, max_rows=None):
         seen_newline = False  # Lines ending "\n": then one ending in a bare "\r" was cut inside its text.
         try:
             header = next(reader, None)
-            if header is None or [h.strip().lower() for h in header[:3]] != ["id", "rating", "text"]:
-                raise ValueError(f"{path}: expected a header line 'id<TAB>rating<TAB>text', got {header!r}.")
+            while header is not None and not any(cell.strip() for cell in header):
+                header = next(reader, None)  # Blank lines before the header.
+            _check_header(header, path)
             seen_newline, tap.lines = any(line.endswith("\n") for line in tap.lines), []
             for row in reader:
                 lines, tap.lines = tap.lines, []
@@ -82,6 +86,7 @@ def load_rated_sentences(path, max_rows=None):
                         f"{path}:{reader.line_num}: the text is empty; give every row a sentence (or delete the row)."
                     )
                 if rating == 0:
+                    neutral += 1
                     continue
                 texts.append(text)
                 labels.append(int(rating > 0))
@@ -91,7 +96,30 @@ def load_rated_sentences(path, max_rows=None):
             raise not_utf8_error(path) from None
         except csv.Error as e:
             raise ValueError(f"{path}:{reader.line_num}: not valid TSV ({e}).") from None
+    if not texts:
+        raise ValueError(
+            f"{path} has no usable rows: "
+            + ("every row is neutral (rating 0), and neutral rows are dropped." if neutral else "a header but no rows.")
+        )
     return texts, np.asarray(labels, dtype="int32")
+
+
+def _check_header(header, path):
+    """A `ValueError` unless `header` is exactly id, rating, text (any case;
+    empty trailing fields allowed): a fourth named column would otherwise be
+    read as part of every text."""
+    names = [h.strip().lower() for h in header] if header is not None else None
+    while names and not names[-1]:
+        names.pop()
+    if names == ["id", "rating", "text"]:
+        return
+    extra = ""
+    if names is not None and names[:3] == ["id", "rating", "text"]:
+        extra = (
+            f" The extra columns {header[3:]!r} would be read as part of every text: remove them, or read the file "
+            "with `bertzoo.datasets.load_labelled_texts(path, text_column='text', label_column='rating')`."
+        )
+    raise ValueError(f"{path}: expected a header line 'id<TAB>rating<TAB>text', got {header!r}.{extra}")
 
 
 def _rating(field, path, line_number):
@@ -113,8 +141,9 @@ def split(texts, labels, test_fraction=0.2, seed=0):
     `round(len(texts) * test_fraction)` examples go to the test side. The
     split is by position, not by text: a sentence that appears more than
     once in the data can land on both sides (dedupe the texts first if that
-    matters). `test_fraction` outside (0, 1), or texts and labels of
-    different lengths, is a `ValueError`.
+    matters). `test_fraction` outside (0, 1), texts and labels of
+    different lengths, or a split that leaves one side empty is a
+    `ValueError`.
     """
     if isinstance(test_fraction, bool) or not isinstance(test_fraction, numbers.Real) or not 0 < test_fraction < 1:
         raise ValueError(f"`test_fraction` must be a fraction between 0 and 1 (exclusive), got {test_fraction!r}.")
@@ -124,27 +153,62 @@ def split(texts, labels, test_fraction=0.2, seed=0):
         )
     order = np.random.default_rng(seed).permutation(len(texts))
     n_test = int(round(len(texts) * test_fraction))
+    if not 0 < n_test < len(texts):
+        raise ValueError(
+            f"A test fraction of {test_fraction} of {len(texts)} examples leaves "
+            f"{'no test' if n_test == 0 else 'no training'} examples; use more data or another fraction."
+        )
     test, train = order[:n_test], order[n_test:]
     texts = np.asarray(texts, dtype=object)
     labels = np.asarray(labels)
     return (list(texts[train]), labels[train]), (list(texts[test]), labels[test])
 
 
-def find_shared_sentiment(name="amazon"):
-    """Path of `../shared/data/sentiment/NAME.tsv` next to the checkout, or None.
+SHARED_ENV = "BERTZOO_SHARED"
 
-    `BERTZOO_SHARED` overrides the location of the shared folder.
+
+def find_shared(*parts):
+    """Path of `parts` inside the shared folder (`../shared` next to the
+    working directory or to the checkout), or None when there is none.
+
+    With `$BERTZOO_SHARED` set, only that folder is looked in, and a missing
+    `parts` there is a `FileNotFoundError` (a wrong setting is not silently
+    replaced by another folder, or by generated data).
+
+    Example:
+    ```python
+    model_dir = find_shared("models", "all-MiniLM-L6-v2")
+    ```
     """
-    root = os.environ.get("BERTZOO_SHARED")
-    candidates = [Path(root)] if root else []
-    candidates += [Path.cwd().parent / "shared", Path(__file__).resolve().parents[3] / "shared"]
-    for base in candidates:
-        path = base / "data" / "sentiment" / f"{name}.tsv"
-        if path.is_file():
+    root = os.environ.get(SHARED_ENV)
+    if root:
+        path = Path(root).expanduser().joinpath(*parts)
+        if not path.exists():
+            raise FileNotFoundError(
+                f"${SHARED_ENV}={root} has no {Path(*parts)}: point it at the shared folder (the one holding "
+                f"data/ and models/), or unset it to look next to the checkout."
+            )
+        return path
+    for base in (Path.cwd().parent / "shared", Path(__file__).resolve().parents[3] / "shared"):
+        path = base.joinpath(*parts)
+        if path.exists():
             return path
     return None
 
 
+def find_shared_sentiment(name="amazon"):
+    """Path of the shared folder's `data/sentiment/NAME.tsv`, or None; see
+    `find_shared` for where it looks.
+
+    Example:
+    ```python
+    path = find_shared_sentiment("tweets")
+    ```
+    """
+    return find_shared("data", "sentiment", f"{name}.tsv")
+
+
+_DEGREES = ("", "very ", "really ", "quite ", "truly ", "rather ")
 _POSITIVE = "good great wonderful delightful superb lovely brilliant charming moving excellent".split()
 _NEGATIVE = "bad awful boring dreadful clumsy tedious dull painful weak terrible".split()
 _SUBJECTS = "the film|this book|the meal|our stay|the concert|that phone|the plot|the service".split("|")
@@ -155,23 +219,34 @@ _TEMPLATES = (
     "{s}? {w}, really {w}.",
     "what a {w} experience {s} turned out to be",
 )
+# The number of distinct sentences `synthetic_sentiment` can make.
+SYNTHETIC_CAPACITY = 2 * len(_POSITIVE) * len(_DEGREES) * len(_TEMPLATES) * len(_SUBJECTS)
 
 
 def synthetic_sentiment(num_examples=512, seed=0):
-    """A generated binary sentiment set: `(texts, labels)`.
+    """A generated binary sentiment set: `(texts, labels)`, every text
+    different (so a split has no sentence on both sides), at most
+    `SYNTHETIC_CAPACITY` of them.
 
     Example:
     ```python
     texts, labels = synthetic_sentiment(8)
     ```
     """
+    if isinstance(num_examples, bool) or not isinstance(num_examples, numbers.Integral):
+        raise ValueError(f"`num_examples` must be an int, got {num_examples!r}.")
+    if not 1 <= num_examples <= SYNTHETIC_CAPACITY:
+        raise ValueError(
+            f"`num_examples` must be between 1 and {SYNTHETIC_CAPACITY} (the distinct sentences the generator "
+            f"can make), got {num_examples}."
+        )
     rng = np.random.default_rng(seed)
+    shape = (2, len(_POSITIVE), len(_DEGREES), len(_TEMPLATES), len(_SUBJECTS))
     texts, labels = [], []
-    for _ in range(num_examples):
-        label = int(rng.integers(2))
-        word = rng.choice(_POSITIVE if label else _NEGATIVE)
-        template = _TEMPLATES[int(rng.integers(len(_TEMPLATES)))]
-        subject = _SUBJECTS[int(rng.integers(len(_SUBJECTS)))]
-        texts.append(template.format(s=subject, w=word))
-        labels.append(label)
+    # Drawn without replacement from every combination: distinct texts.
+    for index in rng.choice(SYNTHETIC_CAPACITY, size=int(num_examples), replace=False):
+        label, word, degree, template, subject = np.unravel_index(index, shape)
+        word = (_POSITIVE if label else _NEGATIVE)[word]
+        texts.append(_TEMPLATES[template].format(s=_SUBJECTS[subject], w=_DEGREES[degree] + word))
+        labels.append(int(label))
     return texts, np.asarray(labels, dtype="int32")
