@@ -513,3 +513,23 @@ def test_tensorflow_op_def_fallback_and_gradient_recording_paused_without_record
         with private_api.gradient_recording_paused():  # Fallback: the tape keeps recording.
             y = x * x
     assert float(tape.gradient(y, x)) == 6.0
+
+
+def test_stored_value_reads_past_the_autocast_scope_with_a_fallback(monkeypatch):
+    class Probe(keras.layers.Layer):
+        def build(self, input_shape):
+            self.w = self.add_weight(shape=(3,), initializer=keras.initializers.Constant(1.0 + 2.0**-12))
+
+        def call(self, x):
+            self.read = private_api.stored_value(self.w), self.w.value
+            return x
+
+    layer = Probe(dtype="mixed_bfloat16")
+    layer(np.ones((1, 3), "float32"))
+    stored, autocast = layer.read
+    assert keras.ops.convert_to_numpy(stored).dtype == np.float32
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(stored), np.float32(1.0 + 2.0**-12))  # Exact.
+    assert float(keras.ops.convert_to_numpy(keras.ops.cast(autocast, "float32"))[0]) == 1.0  # bfloat16 lost it.
+    hide_module(monkeypatch, "keras.src.backend.common.variables")
+    layer(np.ones((1, 3), "float32"))
+    assert keras.ops.convert_to_numpy(layer.read[0]).dtype == np.float32  # Fallback: cast back, rounding kept.

@@ -65,6 +65,36 @@ def test_simulated_kernel_is_keras_int8_kernel_dequantized():
     np.testing.assert_allclose(simulated, int8 / keras.ops.convert_to_numpy(layer.kernel_scale), rtol=1e-6)
 
 
+def test_a_mixed_bfloat16_layer_simulates_the_grid_of_its_float32_kernel(monkeypatch):
+    """Under autocast the layer reads its kernel in bfloat16, where `kernel *
+    scale` has steps of 0.5 above 64: the rounding must start from the stored
+    float32 kernel, in float32, as `Model.quantize` does."""
+    from bertzoo.layers import dense as dense_module
+
+    layer = Dense(64, dtype="mixed_bfloat16")
+    layer.build((None, 128))
+    layer.simulate_int8 = True
+    seen = []
+
+    def spy(kernel, dtype=None):
+        seen.append(keras.ops.convert_to_numpy(kernel))
+        return simulated_int8_kernel(kernel, dtype)
+
+    monkeypatch.setattr(dense_module, "simulated_int8_kernel", spy)
+    out = layer(np.random.default_rng(0).normal(size=(2, 128)).astype("float32"))
+    assert out.dtype == "bfloat16"
+    stored = keras.ops.convert_to_numpy(layer.kernel)
+    np.testing.assert_array_equal(seen[0], stored)  # float32, not its bfloat16 copy.
+    grid = keras.ops.convert_to_numpy(simulated_int8_kernel(keras.ops.convert_to_tensor(stored)))
+    scale = 127.0 / (np.abs(stored.astype("float64")).max(axis=0, keepdims=True) + keras.config.epsilon())
+    np.testing.assert_array_equal(np.round(grid * scale), np.clip(np.round(stored * scale), -127, 127))
+    # In bfloat16 the same kernel rounds to other integers in places: what the spy guards against.
+    coarse = keras.ops.convert_to_numpy(
+        keras.ops.cast(simulated_int8_kernel(keras.ops.cast(stored, "bfloat16")), "float32")
+    )
+    assert np.any(np.round(coarse.astype("float64") * scale) != np.round(stored * scale))
+
+
 def test_simulated_inputs_match_tensorflow_quantize_dequantize():
     x = tf.constant(np.random.default_rng(3).normal(0.0, 2.0, (6, 7)).astype("float32"))
     largest = tf.reduce_max(tf.abs(x))

@@ -26,8 +26,8 @@ def _head_major_attention(query, key, value, mask, scale, probs_hook=None):
     """Scaled dot-product attention of `(batch, length, heads, head_dim)`
     inputs as batched matmuls over `(batch, heads, ...)` operands.
 
-    The same arithmetic as `keras.ops.dot_product_attention` (logits cast to
-    float32 and scaled, -1e9 at masked keys, softmax in float32,
+    The same function as `keras.ops.dot_product_attention` (the query
+    scaled, logits cast to float32, -1e9 at masked keys, softmax in float32,
     probabilities cast back), written as matmuls on head-major transposes
     instead of einsums: TensorFlow without XLA runs einsums like these
     through extra layout copies inside the op (22% of an int8 MiniLM forward
@@ -39,8 +39,10 @@ def _head_major_attention(query, key, value, mask, scale, probs_hook=None):
     Returns `(context, probs)`: `(batch, length, heads, head_dim)` and the
     float32 `(batch, heads, length, length)` probabilities.
     """
-    logits = ops.matmul(_heads_first(query), _heads_first(key, keys=True))
-    logits = ops.cast(logits, "float32") * scale
+    # The query is scaled before the matmul, as keras-hub does: in float16 an
+    # unscaled product overflows at sqrt(head_dim) times smaller scores.
+    logits = ops.matmul(_heads_first(ops.multiply(query, scale)), _heads_first(key, keys=True))
+    logits = ops.cast(logits, "float32")
     if mask is not None:
         # Adding a (batch, 1, 1, length) bias is cheaper than selecting over
         # the whole (batch, heads, length, length) tensor; the softmax is the
@@ -94,6 +96,12 @@ class SelfAttentionBlock(keras.layers.Layer):
     during training, which the fused op cannot apply. Otherwise, and always on
     TensorFlow, it runs as batched matmuls over head-major operands
     (`_head_major_attention`); both paths compute the same function.
+
+    `padding_mask` is `(batch, length)`: a nonzero (or True) entry is a real
+    token, zero (False) a padded one that no query attends to. A row with no
+    real token attends evenly over its padded keys, as Hugging Face's eager
+    attention does (keras-hub's softmax gives such a row zeros): its outputs
+    are finite and mean nothing.
 
     Example:
     ```python

@@ -389,11 +389,16 @@ def _round_straight_through(x):
     return x + ops.stop_gradient(ops.round(x) - x)
 
 
-def simulated_int8_kernel(kernel):
+def simulated_int8_kernel(kernel, dtype=None):
     """`kernel` rounded as `Model.quantize("int8")` stores it: symmetric,
-    one scale per output channel (`127 / max|column|`)."""
+    one scale per output channel (`127 / max|column|`), computed in float32
+    (in bfloat16, `kernel * scale` has steps of 0.5 above 64, which would
+    round to other integers than `quantize`'s) and returned in `dtype`
+    (default: the kernel's)."""
+    dtype = dtype or kernel.dtype
+    kernel = ops.cast(kernel, "float32")
     scale = ops.stop_gradient(127.0 / (ops.max(ops.abs(kernel), axis=0, keepdims=True) + keras.config.epsilon()))
-    return ops.clip(_round_straight_through(kernel * scale), -127.0, 127.0) / scale
+    return ops.cast(ops.clip(_round_straight_through(kernel * scale), -127.0, 127.0) / scale, dtype)
 
 
 def simulated_int8_inputs(x, asymmetric=False):
@@ -401,13 +406,17 @@ def simulated_int8_inputs(x, asymmetric=False):
     whole tensor, symmetric int8 over `[-max|x|, max|x|]`, or with
     `asymmetric` uint8 over `[min(x, 0), max(x)]`. (Keras's own int8 path
     uses a scale per token, which is finer: training at this coarser grid
-    covers both.)"""
+    covers both.) Computed in float32, returned in `x`'s dtype."""
+    dtype = x.dtype
+    x = ops.cast(x, "float32")
     if asymmetric:
         low = ops.stop_gradient(ops.minimum(ops.min(x), 0.0))
         scale = ops.stop_gradient(255.0 / (ops.max(x) - low + keras.config.epsilon()))
-        return ops.clip(_round_straight_through((x - low) * scale), 0.0, 255.0) / scale + low
-    scale = ops.stop_gradient(127.0 / (ops.max(ops.abs(x)) + keras.config.epsilon()))
-    return ops.clip(_round_straight_through(x * scale), -127.0, 127.0) / scale
+        rounded = ops.clip(_round_straight_through((x - low) * scale), 0.0, 255.0) / scale + low
+    else:
+        scale = ops.stop_gradient(127.0 / (ops.max(ops.abs(x)) + keras.config.epsilon()))
+        rounded = ops.clip(_round_straight_through(x * scale), -127.0, 127.0) / scale
+    return ops.cast(rounded, dtype)
 
 
 @keras.saving.register_keras_serializable(package="bertzoo")
@@ -451,7 +460,9 @@ class Dense(keras.layers.Dense):
             observer(self, inputs)
         if not self.simulate_int8:
             return super().call(inputs, training=training)
-        x = ops.matmul(simulated_int8_inputs(inputs, self.asymmetric_int8_inputs), simulated_int8_kernel(self.kernel))
+        # The stored float32 kernel, not its autocast copy: `quantize` rounds that one.
+        kernel = simulated_int8_kernel(private_api.stored_value(self.kernel), dtype=self.compute_dtype)
+        x = ops.matmul(simulated_int8_inputs(inputs, self.asymmetric_int8_inputs), kernel)
         if self.bias is not None:
             x = ops.add(x, self.bias)
         return self.activation(x) if self.activation is not None else x

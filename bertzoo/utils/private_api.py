@@ -439,6 +439,26 @@ def jax_variable_values(variables):
         return [v.value for v in variables]
 
 
+def stored_value(variable):
+    """`variable`'s value in the dtype it is stored in, also inside a layer's
+    autocast scope, where reading it gives the compute dtype (a
+    `mixed_bfloat16` layer's float32 kernel rounded to bfloat16).
+
+    Private: `keras.src.backend.common.variables.AutocastScope`. Fallback:
+    the autocast value cast to float32, the variable dtype of every mixed
+    policy (its rounding kept; inside the scope `variable.dtype` names the
+    compute dtype too).
+    """
+    if not isinstance(variable, keras.Variable):
+        return variable  # A tensor (e.g. a LoRA-merged kernel): nothing is cast on reading it.
+    try:
+        from keras.src.backend.common.variables import AutocastScope
+    except ImportError:
+        return keras.ops.cast(variable.value, "float32")
+    with AutocastScope(None):
+        return keras.ops.convert_to_tensor(variable.value)
+
+
 def in_variable_scope():
     """Whether reading a variable's `.value` could give something other than
     what it stores: inside a `keras.StatelessScope` or an autocast scope.
