@@ -18,6 +18,7 @@ import tensorflow as tf
 import bertzoo
 from bertzoo.models.optimizers import bert_optimizer
 from bertzoo.models.resumable import CHECKPOINT_NAME
+from bertzoo.models.resumable import _dataset_fingerprint
 from bertzoo.text import BertPreprocessor
 from bertzoo.text import BertTokenizer
 from bertzoo.utils import private_api
@@ -300,6 +301,7 @@ def test_other_callbacks_see_one_training_run_when_it_resumes(tmp_path):
     ]
     assert spy.model is model and spy.params["epochs"] == EPOCHS
     assert history.epoch == [1, 2] and not backup.exists()
+    assert model.history is history  # Not the last Keras fit's (epoch 2 only).
 
 
 class AtBatch(keras.callbacks.Callback):
@@ -405,11 +407,130 @@ def test_a_changed_weight_decay_exclusion_is_refused_on_resume(tmp_path):
     other.compile(optimizer=optimizer)
     with pytest.raises(ValueError, match=r"other optimizer settings: exclude_from_weight_decay_names=\['beta', 'bias'"):
         train(other, backup)
-    # A checkpoint of an older bertzoo, without the setting, still resumes.
+
+    # A checkpoint of an older bertzoo, without the setting (nor the optimizer's class and the batch size),
+    # still resumes.
+    def older(meta):
+        del meta["optimizer"]["exclude_from_weight_decay_names"], meta["optimizer"]["class_name"], meta["batch_size"]
+
+    rewrite_checkpoint(backup, older)
+    assert train(classifier(1), backup).epoch == [0, 1, 2]
+
+
+def rewrite_checkpoint(backup, change):
+    """Rewrites the checkpoint's metadata with `change(meta)`."""
     with np.load(backup / CHECKPOINT_NAME) as archive:
         arrays = {name: archive[name] for name in archive.files}
     meta = json.loads(str(arrays["__meta__"]))
-    del meta["optimizer"]["exclude_from_weight_decay_names"]
+    change(meta)
     arrays["__meta__"] = np.array(json.dumps(meta))
     np.savez(backup / CHECKPOINT_NAME, **arrays)
-    assert train(classifier(1), backup).epoch == [0, 1, 2]
+
+
+def interrupted(backup, **kwargs):
+    """Leaves a checkpoint of a run interrupted after batch 1 of epoch 0."""
+    with pytest.raises(Interrupted):
+        train(classifier(0), backup, Interrupt(0, 1), **kwargs)
+
+
+def batches_of(texts, labels, batch_size=BATCH_SIZE):
+    return tf.data.Dataset.from_tensor_slices((texts, labels)).batch(batch_size)
+
+
+def test_a_dataset_of_other_batches_is_refused_on_resume(tmp_path):
+    # Not only their number: the checkpoint had "tf.data.Dataset of 3 batches" as the data's fingerprint.
+    texts, labels = sentiment()
+    backup = tmp_path / "backup"
+    interrupted(backup, x=batches_of(texts, labels))
+    with pytest.raises(
+        ValueError,
+        match=r"its data \(fingerprint\) is '\w+', this fit's is '\w+' \(of a tf.data.Dataset: its element spec",
+    ):
+        train(classifier(1), backup, x=batches_of(*sentiment(seed=5)))
+
+
+@pytest.mark.parametrize("random_access", [True, False])
+def test_a_dataset_fingerprint_reads_the_first_and_last_batches(random_access):
+    texts, labels = sentiment()
+
+    def fingerprint(labels):
+        dataset = batches_of(texts, labels, batch_size=2)
+        if not random_access:  # Read up to its last batches.
+            dataset = dataset.filter(lambda *batch: True).apply(tf.data.experimental.assert_cardinality(10))
+        return _dataset_fingerprint(dataset, 10)
+
+    first, last = labels.copy(), labels.copy()
+    first[0], last[-1] = 1 - labels[0], 1 - labels[-1]
+    fingerprints = [fingerprint(labels), fingerprint(first), fingerprint(last), fingerprint(labels)]
+    assert fingerprints[0] == fingerprints[3] and len(set(fingerprints)) == 3
+
+
+def test_a_dataset_reshuffled_on_every_pass_is_refused(tmp_path):
+    # A seeded shuffle reshuffles each pass (by default), in an order a new process does not repeat.
+    texts, labels = sentiment()
+    reshuffled = tf.data.Dataset.from_tensor_slices((texts, labels)).shuffle(20, seed=1).batch(BATCH_SIZE)
+    with pytest.raises(ValueError, match=r"first batches change from one pass to the next.*reshuffle_each_iteration"):
+        train(classifier(0), tmp_path / "refused", x=reshuffled)
+    # Shuffled once for every pass, it is taken.
+    once = tf.data.Dataset.from_tensor_slices((texts, labels)).shuffle(20, seed=1, reshuffle_each_iteration=False)
+    assert _dataset_fingerprint(once.batch(BATCH_SIZE), 3) == _dataset_fingerprint(once.batch(BATCH_SIZE), 3)
+
+
+def test_a_refused_restore_leaves_the_weights_alone(tmp_path):
+    backup = tmp_path / "backup"
+    interrupted(backup)
+    model = classifier(1)
+    model.backbone.token_embedding.trainable = False  # The same variables; fewer optimizer slots.
+    model.compile(optimizer=bert_optimizer(1e-2))
+    before = model.get_weights()
+    with pytest.raises(ValueError, match=r"written by another model or optimizer: it holds \d+ optimizer variables"):
+        train(model, backup)
+    for a, b in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_an_unwritable_backup_dir_is_refused_before_training(tmp_path):
+    (tmp_path / "a_file").write_text("")
+    model = classifier(0)
+    with pytest.raises(
+        ValueError, match=r"cannot write its checkpoint in `backup_dir` .*a_file.backup.*Pass a `backup_dir`"
+    ):
+        train(model, tmp_path / "a_file" / "backup")
+    assert int(model.optimizer.iterations) == 0
+
+
+def test_another_batch_size_is_refused_plainly_on_resume(tmp_path):
+    backup = tmp_path / "backup"
+    interrupted(backup)
+    texts, labels = sentiment()
+    model = classifier(1)
+    model._as_dataset = lambda *args, **kwargs: pytest.fail("built a dataset before refusing")
+    callback = bertzoo.ResumableTraining(backup, seed=SEED)
+    with pytest.raises(ValueError, match=r"another run: its batch size is 8, this fit's is 7\. Resume with the same"):
+        model.fit(texts, labels, batch_size=7, epochs=EPOCHS, verbose=0, callbacks=[callback])
+
+
+def test_an_optimizer_of_another_class_is_refused_on_resume(tmp_path):
+    # Nadam and Adamax have the same config; their variables differ.
+    backup = tmp_path / "backup"
+    model = classifier(0)
+    model.compile(optimizer=keras.optimizers.Nadam(1e-2))
+    with pytest.raises(Interrupted):
+        train(model, backup, Interrupt(0, 1))
+    other = classifier(0)
+    other.compile(optimizer=keras.optimizers.Adamax(1e-2))
+    other._as_dataset = lambda *args, **kwargs: pytest.fail("built a dataset before refusing")
+    with pytest.raises(
+        ValueError, match=r"other optimizer settings: class_name='Nadam'; this fit has class_name='Adamax'"
+    ):
+        train(other, backup)
+
+
+def test_a_checkpoint_of_a_newer_format_is_refused(tmp_path):
+    backup = tmp_path / "backup"
+    interrupted(backup)
+    rewrite_checkpoint(backup, lambda meta: meta.update(format=meta["format"] + 1))
+    with pytest.raises(
+        ValueError, match=r"written by a newer bertzoo \(checkpoint format 2; this version reads format 1"
+    ):
+        train(classifier(1), backup)

@@ -21,21 +21,32 @@ Here the checkpoint is one `.npz` file (written beside its target, then
 `os.replace`d: always the complete old or the complete new one) holding
 every variable of the model (weights, pruning masks and step counters,
 `SeedGenerator` states) and of its optimizer (slots, iteration count), the
-position (epoch, batches done in it), the learning-rate schedule's length
-and a fingerprint of the data. The data order is a pure function of
-`(seed, epoch)`: epoch `e` visits the examples in the order
+position (epoch, batches done in it), the learning-rate schedule's length,
+the batch size and a fingerprint of the data: for in-memory data (texts,
+arrays), a SHA-256 of every example and the batch size; for a
+`tf.data.Dataset`, of its element spec, its number of batches and the
+contents of its first and last 3 batches (the others are not hashed, and
+are read only to reach the last ones where the dataset's ops have no random
+access). The data order is a pure function of `(seed, epoch)`: epoch `e`
+visits the examples in the order
 `tf.random.experimental.stateless_shuffle(range(n), seed=(seed, e))`, so a
 new process can rebuild it, skip the batches already done, and go on.
 
 Contract: resume with the same model (built the same way), the same
 compile settings, the same data, and the same `fit` arguments (`epochs`,
-`batch_size`, `shuffle`) and callback `seed`; the data, batch size, epochs
-and seed are checked. Preprocessing must be deterministic (masked-LM
-pre-training draws its masks at random in `tf.data`, so `BertPretrainer`
-resumes on schedule but not bit for bit). A `tf.data.Dataset` given to
-`fit` must yield the same batches in the same order every time it is
-iterated (no unseeded shuffle); pass raw texts or arrays to let bertzoo
-shuffle reproducibly.
+`batch_size`, `shuffle`) and callback `seed`; the data's fingerprint, batch
+size, epochs, seed, shuffling and the optimizer's class and config are
+checked before training, the model's and optimizer's variables (number,
+shapes, dtypes) before any is restored. Preprocessing must be deterministic
+(masked-LM pre-training draws its masks at random in `tf.data`, so
+`BertPretrainer` resumes on schedule but not bit for bit). A
+`tf.data.Dataset` given to `fit` must yield the same batches in the same
+order on every pass and in every process: a `shuffle` in it needs a `seed`
+and `reshuffle_each_iteration=False`. One whose first batches change from
+one pass to the next is refused when `fit` starts; one whose order changes
+from process to process changes the fingerprint, and its resume is refused.
+Pass raw texts or arrays instead to let bertzoo shuffle reproducibly, in
+another order every epoch.
 """
 
 import hashlib
@@ -69,16 +80,19 @@ class EpochOrder:
     for each epoch (`shuffle`) or in their given order, batched within each
     epoch, for epochs `first` to `last - 1`, the first `skip` batches left
     out. Passed to `Task._as_dataset` as its `shuffle` argument.
+
+    `fingerprint`: the data's, when another `EpochOrder` of the same `fit`
+    has read it already (the data is then not read again).
     """
 
-    def __init__(self, seed, shuffle, first, last, skip=0):
+    def __init__(self, seed, shuffle, first, last, skip=0, fingerprint=None):
         self.seed = int(seed)
         self.shuffle = bool(shuffle)
         self.first, self.last, self.skip = int(first), int(last), int(skip)
+        self.fingerprint = fingerprint
         # Filled in when the data is seen.
         self.num_examples = None
         self.steps_per_epoch = None
-        self.fingerprint = None
 
     def _stream(self, batches_of_epoch, steps_per_epoch):
         self.steps_per_epoch = int(steps_per_epoch)
@@ -96,7 +110,8 @@ class EpochOrder:
             raise ValueError("ResumableTraining needs in-memory training data with at least one example.")
         whole = examples.batch(n).get_single_element()
         self.num_examples = n
-        self.fingerprint = _fingerprint(whole, batch_size)
+        if self.fingerprint is None:
+            self.fingerprint = _fingerprint(whole, batch_size)
         seed = tf.constant(self.seed, tf.int64)
 
         def batches_of_epoch(epoch):
@@ -120,7 +135,8 @@ class EpochOrder:
                 f"{steps}): drop `filter`/`repeat`, or pass the data in memory."
             )
         self.num_examples = None
-        self.fingerprint = f"tf.data.Dataset of {steps} batches"
+        if self.fingerprint is None:
+            self.fingerprint = _dataset_fingerprint(dataset, steps)
         stream, total = self._stream(lambda epoch: dataset, steps)
         return stream.apply(tf.data.experimental.assert_cardinality(total))
 
@@ -129,7 +145,51 @@ def _fingerprint(whole, batch_size):
     """A digest of the training examples (all of them) and the batch size."""
 
     digest = hashlib.sha256(f"batch_size={batch_size}".encode())
-    for leaf in tf.nest.flatten(whole, expand_composites=True):
+    _digest_tensors(digest, whole)
+    return digest.hexdigest()
+
+
+# Batches of a `tf.data.Dataset` that its fingerprint reads, at its start and
+# at its end: a bounded cost however long the dataset is.
+_SAMPLED_BATCHES = 3
+
+
+def _dataset_fingerprint(dataset, steps):
+    """A digest of a batched `dataset` of `steps` batches: its element spec,
+    its length and the contents of its first and last `_SAMPLED_BATCHES`
+    batches. Raises unless its first batches are the same on a second pass
+    (a `shuffle` reshuffling every pass)."""
+
+    head = list(range(min(_SAMPLED_BATCHES, steps)))
+    tail = list(range(max(len(head), steps - _SAMPLED_BATCHES), steps))
+    first_pass = _digest_tensors(hashlib.sha256(), list(dataset.take(len(head))))
+    if _digest_tensors(hashlib.sha256(), list(dataset.take(len(head)))).digest() != first_pass.digest():
+        raise ValueError(
+            "ResumableTraining needs a tf.data.Dataset that yields the same batches, in the same order, on "
+            "every pass: this one's first batches change from one pass to the next (a `shuffle` reshuffles "
+            "on every pass unless given `reshuffle_each_iteration=False`). Pass `reshuffle_each_iteration="
+            "False` and a `seed` to its `shuffle`, or pass the data in memory (texts or arrays) for "
+            "ResumableTraining to shuffle reproducibly, in another order every epoch."
+        )
+    digest = hashlib.sha256(f"{dataset.element_spec!r} of {steps} batches".encode())
+    digest.update(first_pass.digest())
+    _digest_tensors(digest, _batches_at(dataset, tail))
+    return digest.hexdigest()
+
+
+def _batches_at(dataset, indices):
+    """`dataset`'s batches at consecutive `indices`: by random access where
+    its ops support it, else by reading up to them."""
+    try:
+        return [tf.data.experimental.at(dataset, i) for i in indices]
+    except tf.errors.OpError:  # A real error in the data shows again when read through.
+        return list(dataset.skip(indices[0]).take(len(indices)))
+
+
+def _digest_tensors(digest, structure):
+    """Adds every tensor of `structure` (ragged and sparse ones by their
+    components), its shape, dtype and contents, to `digest`; returns it."""
+    for leaf in tf.nest.flatten(structure, expand_composites=True):
         array = np.asarray(leaf)
         digest.update(f"{array.dtype.kind}{array.shape}".encode())
         if array.dtype.kind == "O":
@@ -137,14 +197,14 @@ def _fingerprint(whole, batch_size):
                 digest.update(len(item).to_bytes(8, "little") + bytes(item))
         else:
             digest.update(np.ascontiguousarray(array).tobytes())
-    return digest.hexdigest()
+    return digest
 
 
 # Config keys that are training state, not settings (`_optimizer_settings`).
 _STATE_KEYS = ("name", "total_steps", "total_steps_from_fit")
 # Settings that checkpoints of older bertzoo versions do not record: not
 # compared when a checkpoint lacks them.
-_ADDED_SETTINGS = ("exclude_from_weight_decay_names",)
+_ADDED_SETTINGS = ("exclude_from_weight_decay_names", "class_name")
 
 
 def _optimizer_settings(optimizer):
@@ -152,10 +212,11 @@ def _optimizer_settings(optimizer):
     config and its learning-rate schedule's, less what is state rather than
     a setting (a float learning rate, a variable that callbacks change and
     the checkpoint restores; the schedule's `total_steps` and whether fit
-    filled it in, which fit sets). bertzoo's `AdamW` lists its weight-decay
-    exclusions (`exclude_from_weight_decay_names`) in its config, so a
-    changed exclusion is a changed setting."""
-    flat = {}
+    filled it in, which fit sets), and its class (`class_name`: optimizers
+    of other classes can have the same config). bertzoo's `AdamW` lists its
+    weight-decay exclusions (`exclude_from_weight_decay_names`) in its
+    config, so a changed exclusion is a changed setting."""
+    flat = {"class_name": type(optimizer).__name__}
 
     def walk(value, prefix):
         if isinstance(value, dict):
@@ -224,7 +285,8 @@ class ResumableTraining(keras.callbacks.Callback):
 
     Args:
         backup_dir: directory of the checkpoint (`training_state.npz`),
-            used by this one training run.
+            used by this one training run; `fit` checks that it can write
+            there before it trains.
         save_every: also checkpoint every this many batches (None: at the
             end of each epoch only).
         seed: the data order's seed. None: drawn with Python's `random`
@@ -316,6 +378,7 @@ class ResumableTraining(keras.callbacks.Callback):
             "epoch": int(epoch),
             "step": int(step),
             "epochs": run["epochs"],
+            "batch_size": run["batch_size"],
             "steps_per_epoch": run["steps_per_epoch"],
             "seed": run["seed"],
             "shuffle": run["shuffle"],
@@ -351,6 +414,7 @@ class ResumableTraining(keras.callbacks.Callback):
         meta = json.loads(str(arrays[_META]))
         if model.optimizer is not None and not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)
+        restored = []  # (variable, saved value): every one checked before any is assigned.
         for key, prefix, variables in (
             ("variables", "v", _state_variables(model)),
             ("optimizer_variables", "o", list(model.optimizer.variables)),
@@ -364,11 +428,11 @@ class ResumableTraining(keras.callbacks.Callback):
                     f"{len(variables)}{_first_difference(saved, variables)}. Build the model (and compile "
                     "it, attach a Pruner) exactly as the interrupted run did, or delete the checkpoint."
                 )
-            for i, variable in enumerate(variables):
-                value = arrays[f"{prefix}{i:05d}"]
-                if value.dtype.kind == "V":  # NumPy stores ml_dtypes arrays (bfloat16) as raw bytes, intact.
-                    value = value.view(np.dtype(keras.backend.standardize_dtype(variable.dtype)))
-                variable.assign(value)
+            restored += [(variable, arrays[f"{prefix}{i:05d}"]) for i, variable in enumerate(variables)]
+        for variable, value in restored:
+            if value.dtype.kind == "V":  # NumPy stores ml_dtypes arrays (bfloat16) as raw bytes, intact.
+                value = value.view(np.dtype(keras.backend.standardize_dtype(variable.dtype)))
+            variable.assign(value)
         schedule = private_api.learning_rate_schedule(model.optimizer)
         if isinstance(schedule, WarmupLinearDecay) and meta.get("schedule_total_steps") is not None:
             schedule.total_steps = int(meta["schedule_total_steps"])
@@ -376,11 +440,12 @@ class ResumableTraining(keras.callbacks.Callback):
     # --- fit --------------------------------------------------------------
     _WHAT = {
         "epochs": "epochs",
+        "batch_size": "batch size",
         "seed": "seed",
         "shuffle": "shuffle",
         "steps_per_epoch": "batches per epoch",
         "num_examples": "examples",
-        "fingerprint": "data (fingerprint of the examples and batch size)",
+        "fingerprint": "data (fingerprint)",
     }
 
     def _check_optimizer(self, saved, settings):
@@ -396,15 +461,48 @@ class ResumableTraining(keras.callbacks.Callback):
                 "resume, or delete the checkpoint to start over."
             )
 
+    def _check_format(self, meta):
+        """Raises unless this version of bertzoo reads the checkpoint's format."""
+        if meta.get("format", _FORMAT) > _FORMAT:
+            raise ValueError(
+                f"The training checkpoint {self.checkpoint_path!r} was written by a newer bertzoo (checkpoint "
+                f"format {meta['format']}; this version reads format {_FORMAT} and older). Resume with the "
+                "bertzoo version that wrote it, or delete the checkpoint to start over."
+            )
+
     def _check_same_run(self, meta, run, keys):
-        """Raises unless the checkpoint's run (`meta`) had this fit's `keys`."""
+        """Raises unless the checkpoint's run (`meta`) had this fit's `keys`
+        (those that checkpoints of older versions record)."""
         for key in keys:
-            if meta[key] != run[key]:
+            if key in meta and meta[key] != run[key]:
+                hint = ""
+                if key == "fingerprint" and run["num_examples"] is None:
+                    hint = (
+                        " (of a tf.data.Dataset: its element spec and first and last batches, which must be the "
+                        "same in every process: give a `shuffle` in it a `seed`)"
+                    )
                 raise ValueError(
                     f"The training checkpoint {self.checkpoint_path!r} belongs to another run: its "
-                    f"{self._WHAT[key]} is {meta[key]!r}, this fit's is {run[key]!r}. Resume with the same "
-                    "data, fit arguments and seed, or delete the checkpoint to start over."
+                    f"{self._WHAT[key]} is {meta[key]!r}, this fit's is {run[key]!r}{hint}. Resume with the "
+                    "same data, fit arguments and seed, or delete the checkpoint to start over."
                 )
+
+    def _check_writable(self):
+        """Raises unless a checkpoint can be written in `backup_dir`: found
+        before training rather than at the first save."""
+        created = not os.path.isdir(self.backup_dir)
+        try:
+            os.makedirs(self.backup_dir, exist_ok=True)
+            handle, probe = tempfile.mkstemp(prefix=f".{CHECKPOINT_NAME}.tmp-{os.getpid()}-", dir=self.backup_dir)
+            os.close(handle)
+            os.remove(probe)
+        except OSError as e:
+            raise ValueError(
+                f"ResumableTraining cannot write its checkpoint in `backup_dir` {self.backup_dir!r} "
+                f"({type(e).__name__}: {e}). Pass a `backup_dir` where this process can create files."
+            ) from e
+        if created:  # The first save creates it again: none is left behind by a fit that fails before.
+            os.rmdir(self.backup_dir)
 
     def run_fit(
         self,
@@ -440,10 +538,13 @@ class ResumableTraining(keras.callbacks.Callback):
             raise ValueError(f"`epochs` must be an integer >= 1, got {epochs!r}.")
         if model.optimizer is None:
             raise ValueError(f"{type(model).__name__} '{model.name}' is not compiled: compile it before fit().")
+        self._check_writable()
         self._remove_leftovers()
         batch_size = batch_size or DEFAULT_BATCH_SIZE
         arrays = self._load()
         meta = None if arrays is None else json.loads(str(arrays[_META]))
+        if meta is not None:
+            self._check_format(meta)
         seed = self.seed
         if meta is not None and seed is None:
             seed = meta["seed"]
@@ -454,6 +555,7 @@ class ResumableTraining(keras.callbacks.Callback):
 
         run = {
             "epochs": epochs,
+            "batch_size": batch_size,
             "seed": seed,
             "shuffle": bool(shuffle),
             "optimizer": _optimizer_settings(model.optimizer),
@@ -463,7 +565,7 @@ class ResumableTraining(keras.callbacks.Callback):
             # preprocessing), so a refused resume fails fast.
             if "optimizer" in meta:
                 self._check_optimizer(meta["optimizer"], run["optimizer"])
-            self._check_same_run(meta, run, ("epochs", "seed", "shuffle"))
+            self._check_same_run(meta, run, ("batch_size", "epochs", "seed", "shuffle"))
 
         def dataset(order):
             data = model._as_dataset(x, y, sample_weight, batch_size, shuffle=order)
@@ -478,10 +580,12 @@ class ResumableTraining(keras.callbacks.Callback):
             return order.batches(tf.data.Dataset.from_tensor_slices(examples), batch_size)
 
         phases = []  # (dataset, first epoch, batches already done in it)
+        fingerprint = None  # The data is read (fingerprinted) once.
         if skip:
             order = EpochOrder(seed, shuffle, first, first + 1, skip)
             phases.append((dataset(order), first, skip))
-        order = EpochOrder(seed, shuffle, first + bool(skip), epochs)
+            fingerprint = order.fingerprint
+        order = EpochOrder(seed, shuffle, first + bool(skip), epochs, fingerprint=fingerprint)
         phases.append((dataset(order), first + bool(skip), 0))
         run.update(
             steps_per_epoch=order.steps_per_epoch, num_examples=order.num_examples, fingerprint=order.fingerprint
@@ -529,6 +633,8 @@ class ResumableTraining(keras.callbacks.Callback):
                     break
         finally:
             self._run = None
+        if history is not None:  # Keras set the last `fit`'s.
+            model.history = history
         return history
 
     # --- Callback hooks -----------------------------------------------------
