@@ -131,7 +131,7 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=2, help="untimed calls first")
     parser.add_argument("--loads", type=int, default=3, help="fresh processes timing the load (default 3)")
     parser.add_argument("--sequence-length", type=int, default=128)
-    parser.add_argument("--batches", default="1,32")
+    parser.add_argument("--batches", default="1,32", help="batch sizes")
     parser.add_argument("--variants", default="float32", help="comma-separated: float32, int8, mixed_bfloat16")
     parser.add_argument("--output", type=Path, default=RESULTS_FILE, help="JSON lines file to append to")
     parser.add_argument("--data", default="amazon", help="the ../shared sentiment file whose sentences are served")

@@ -235,10 +235,17 @@ def token_batch(batch, length, vocabulary_size, seed=0):
 
 
 def shared_dirs():
-    """Where `../shared` may be: `$BERTZOO_SHARED`, then next to the current
-    directory, then next to this checkout."""
-    found = [Path(os.environ[SHARED_ENV])] if os.environ.get(SHARED_ENV) else []
-    return found + [Path.cwd().parent / "shared", ROOT.parent / "shared"]
+    """Where `../shared` may be: `$BERTZOO_SHARED` alone when it is set (a
+    `SystemExit` when it is not a folder), else next to the current
+    directory, then next to this checkout: the rule of
+    `bertzoo.datasets.shared_folders` (not imported: the harness reads
+    without importing bertzoo), with this checkout's `ROOT`."""
+    root = os.environ.get(SHARED_ENV)
+    if root:
+        if not Path(root).expanduser().is_dir():
+            raise SystemExit(f"${SHARED_ENV}={root} is not a folder: point it at the shared folder, or unset it.")
+        return [Path(root).expanduser()]
+    return [Path.cwd().parent / "shared", ROOT.parent / "shared"]
 
 
 def shared_path(relative, required=True, purpose=None):

@@ -2,6 +2,7 @@
 
     bertzoo convert SRC DEST [--overwrite]   checkpoint -> bertzoo preset
     bertzoo export PRESET_DIR OUT_DIR [--overwrite] [--format tf_saved_model|onnx|litert]
+                   [--sequence-length N] [--jit-compile auto|true|false]
                                              preset -> SavedModel (or ONNX / LiteRT file) for serving
     bertzoo quantize PRESET_DIR OUT_DIR [--mode int8] [--weight-only]
                                              float preset -> quantized preset

@@ -16,7 +16,6 @@ from bertzoo.datasets import load_rated_sentences
 from bertzoo.datasets import load_texts
 from bertzoo.datasets import synthetic_sentiment
 from bertzoo.datasets import threshold_labels
-from bertzoo.datasets.sentiment import SYNTHETIC_CAPACITY
 from bertzoo.datasets.sentiment import split
 
 
@@ -360,15 +359,13 @@ def test_split_refuses_an_empty_side():
         split(["a"], [0], 0.6)
 
 
-def test_generated_sentences_are_distinct_so_a_split_does_not_leak():
-    texts, labels = synthetic_sentiment(2048, seed=0)
-    assert len(set(texts)) == 2048 and 0.4 < labels.mean() < 0.6
-    (train, _), (test, _) = split(texts, labels, 0.2)
-    assert not set(train) & set(test)
-    assert synthetic_sentiment(8, seed=3)[0] == synthetic_sentiment(8, seed=3)[0]  # Seeded.
-    assert len(synthetic_sentiment(SYNTHETIC_CAPACITY)[0]) == SYNTHETIC_CAPACITY
-    for bad in (0, -3, SYNTHETIC_CAPACITY + 1, 2.5, True):
-        with pytest.raises(ValueError, match="`num_examples` must be"):
+def test_generated_sentences_are_seeded_and_their_number_checked():
+    texts, labels = synthetic_sentiment(64, seed=3)
+    again, same_labels = synthetic_sentiment(64, seed=3)
+    assert texts == again and labels.tolist() == same_labels.tolist()
+    assert len(texts) == 64 and set(labels.tolist()) == {0, 1}
+    for bad in (0, -3, 2.5, True):  # -3 used to give an empty set, 2.5 a bare TypeError.
+        with pytest.raises(ValueError, match="`num_examples` must be an int >= 1"):
             synthetic_sentiment(bad)
 
 
@@ -378,8 +375,10 @@ def test_bertzoo_shared_is_the_only_place_looked_in_when_set(tmp_path, monkeypat
     write(data / "tweets.tsv", "id\trating\ttext\n1\t1\tgood\n")
     monkeypatch.setenv("BERTZOO_SHARED", str(tmp_path))
     assert find_shared_sentiment("tweets") == data / "tweets.tsv"
+    assert find_shared_sentiment("amazon") is None  # Not in the folder set: not looked for elsewhere.
     # A wrong setting is an error, not a silent fallback to another folder or to generated data.
-    with pytest.raises(FileNotFoundError, match=r"\$BERTZOO_SHARED=.* has no data/sentiment/amazon\.tsv: point it at"):
+    monkeypatch.setenv("BERTZOO_SHARED", str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError, match=r"\$BERTZOO_SHARED=.*nowhere is not a folder: point it at"):
         find_shared_sentiment("amazon")
     monkeypatch.chdir(tmp_path)  # No ../shared next to it.
     monkeypatch.delenv("BERTZOO_SHARED")

@@ -26,9 +26,10 @@ def _head_major_attention(query, key, value, mask, scale, probs_hook=None):
     """Scaled dot-product attention of `(batch, length, heads, head_dim)`
     inputs as batched matmuls over `(batch, heads, ...)` operands.
 
-    The same function as `keras.ops.dot_product_attention` (the query
-    scaled, logits cast to float32, -1e9 at masked keys, softmax in float32,
-    probabilities cast back), written as matmuls on head-major transposes
+    The function `keras.ops.dot_product_attention` computes (logits in
+    float32, -1e9 at masked keys, softmax in float32, probabilities cast
+    back), except that the query is scaled before the matmul, as keras-hub's
+    `MultiHeadAttention` does (Keras scales the float32 logits), written as matmuls on head-major transposes
     instead of einsums: TensorFlow without XLA runs einsums like these
     through extra layout copies inside the op (22% of an int8 MiniLM forward
     pass at batch 32 in TF's profiler), while a batched matmul goes straight
@@ -40,7 +41,8 @@ def _head_major_attention(query, key, value, mask, scale, probs_hook=None):
     float32 `(batch, heads, length, length)` probabilities.
     """
     # The query is scaled before the matmul, as keras-hub does: in float16 an
-    # unscaled product overflows at sqrt(head_dim) times smaller scores.
+    # unscaled product overflows at sqrt(head_dim) times smaller scores (the
+    # price: the scaled query is rounded to the compute dtype).
     logits = ops.matmul(_heads_first(ops.multiply(query, scale)), _heads_first(key, keys=True))
     logits = ops.cast(logits, "float32")
     if mask is not None:

@@ -25,9 +25,9 @@ position (epoch, batches done in it), the learning-rate schedule's length,
 the batch size and a fingerprint of the data: for in-memory data (texts,
 arrays), a SHA-256 of every example and the batch size; for a
 `tf.data.Dataset`, of its element spec, its number of batches and the
-contents of its first and last 3 batches (the others are not hashed, and
-are read only to reach the last ones where the dataset's ops have no random
-access). The data order is a pure function of `(seed, epoch)`: epoch `e`
+contents of its first 3 batches (read twice, the rest not at all; a
+checkpoint of an older bertzoo, which recorded the number of batches
+alone, is checked against that). The data order is a pure function of `(seed, epoch)`: epoch `e`
 visits the examples in the order
 `tf.random.experimental.stateless_shuffle(range(n), seed=(seed, e))`, so a
 new process can rebuild it, skip the batches already done, and go on.
@@ -55,6 +55,7 @@ import os
 import random
 import re
 import tempfile
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -64,7 +65,9 @@ from bertzoo.models.raw_inputs import check_dataset_carries_targets
 from bertzoo.models.raw_inputs import set_schedule_length
 from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.saving.atomic import current_umask
+from bertzoo.saving.atomic import make_parent_directories
 from bertzoo.saving.atomic import process_alive
+from bertzoo.saving.atomic import remove_empty_directories
 from bertzoo.saving.atomic import sync_directory
 from bertzoo.utils import private_api
 from bertzoo.utils.optional import is_tf_dataset
@@ -149,41 +152,38 @@ def _fingerprint(whole, batch_size):
     return digest.hexdigest()
 
 
-# Batches of a `tf.data.Dataset` that its fingerprint reads, at its start and
-# at its end: a bounded cost however long the dataset is.
+# Batches of a `tf.data.Dataset` that its fingerprint reads, at its start: a
+# bounded cost however long the dataset is (its end could only be reached by
+# reading it all where its ops have no random access).
 _SAMPLED_BATCHES = 3
 
 
 def _dataset_fingerprint(dataset, steps):
     """A digest of a batched `dataset` of `steps` batches: its element spec,
-    its length and the contents of its first and last `_SAMPLED_BATCHES`
-    batches. Raises unless its first batches are the same on a second pass
-    (a `shuffle` reshuffling every pass)."""
+    its length and the contents of its first `_SAMPLED_BATCHES` batches.
+    Raises unless those are the same on a second pass (a `shuffle` that
+    reshuffles every pass, or a random op without a seed)."""
 
-    head = list(range(min(_SAMPLED_BATCHES, steps)))
-    tail = list(range(max(len(head), steps - _SAMPLED_BATCHES), steps))
-    first_pass = _digest_tensors(hashlib.sha256(), list(dataset.take(len(head))))
-    if _digest_tensors(hashlib.sha256(), list(dataset.take(len(head)))).digest() != first_pass.digest():
+    head = min(_SAMPLED_BATCHES, steps)
+    first_pass = _digest_tensors(hashlib.sha256(), list(dataset.take(head)))
+    if _digest_tensors(hashlib.sha256(), list(dataset.take(head))).digest() != first_pass.digest():
         raise ValueError(
             "ResumableTraining needs a tf.data.Dataset that yields the same batches, in the same order, on "
             "every pass: this one's first batches change from one pass to the next (a `shuffle` reshuffles "
-            "on every pass unless given `reshuffle_each_iteration=False`). Pass `reshuffle_each_iteration="
-            "False` and a `seed` to its `shuffle`, or pass the data in memory (texts or arrays) for "
-            "ResumableTraining to shuffle reproducibly, in another order every epoch."
+            "on every pass unless given `reshuffle_each_iteration=False`; so does a random op without a seed). "
+            "Pass `reshuffle_each_iteration=False` and a `seed` to its `shuffle` (and seed its random ops), or "
+            "pass the data in memory (texts or arrays) for ResumableTraining to shuffle reproducibly, in "
+            "another order every epoch."
         )
     digest = hashlib.sha256(f"{dataset.element_spec!r} of {steps} batches".encode())
     digest.update(first_pass.digest())
-    _digest_tensors(digest, _batches_at(dataset, tail))
     return digest.hexdigest()
 
 
-def _batches_at(dataset, indices):
-    """`dataset`'s batches at consecutive `indices`: by random access where
-    its ops support it, else by reading up to them."""
-    try:
-        return [tf.data.experimental.at(dataset, i) for i in indices]
-    except tf.errors.OpError:  # A real error in the data shows again when read through.
-        return list(dataset.skip(indices[0]).take(len(indices)))
+def _legacy_dataset_fingerprint(steps):
+    """What checkpoints of bertzoo before content fingerprints recorded for
+    a `tf.data.Dataset`: its length alone."""
+    return f"tf.data.Dataset of {steps} batches"
 
 
 def _digest_tensors(digest, structure):
@@ -475,11 +475,14 @@ class ResumableTraining(keras.callbacks.Callback):
         (those that checkpoints of older versions record)."""
         for key in keys:
             if key in meta and meta[key] != run[key]:
+                dataset = key == "fingerprint" and run["num_examples"] is None
+                if dataset and meta[key] == _legacy_dataset_fingerprint(run["steps_per_epoch"]):
+                    continue  # An older bertzoo's checkpoint: its fingerprint is the length, and that matches.
                 hint = ""
-                if key == "fingerprint" and run["num_examples"] is None:
+                if dataset:
                     hint = (
-                        " (of a tf.data.Dataset: its element spec and first and last batches, which must be the "
-                        "same in every process: give a `shuffle` in it a `seed`)"
+                        " (of a tf.data.Dataset: its element spec and first batches, which must be the same in "
+                        "every process: give a `shuffle` in it a `seed`)"
                     )
                 raise ValueError(
                     f"The training checkpoint {self.checkpoint_path!r} belongs to another run: its "
@@ -490,19 +493,20 @@ class ResumableTraining(keras.callbacks.Callback):
     def _check_writable(self):
         """Raises unless a checkpoint can be written in `backup_dir`: found
         before training rather than at the first save."""
-        created = not os.path.isdir(self.backup_dir)
+        created = []
         try:
-            os.makedirs(self.backup_dir, exist_ok=True)
+            created = make_parent_directories(Path(self.backup_dir) / CHECKPOINT_NAME)
             handle, probe = tempfile.mkstemp(prefix=f".{CHECKPOINT_NAME}.tmp-{os.getpid()}-", dir=self.backup_dir)
             os.close(handle)
             os.remove(probe)
         except OSError as e:
+            remove_empty_directories(created)
             raise ValueError(
                 f"ResumableTraining cannot write its checkpoint in `backup_dir` {self.backup_dir!r} "
                 f"({type(e).__name__}: {e}). Pass a `backup_dir` where this process can create files."
             ) from e
-        if created:  # The first save creates it again: none is left behind by a fit that fails before.
-            os.rmdir(self.backup_dir)
+        # The first save creates them again: none is left behind by a fit that fails before.
+        remove_empty_directories(created)
 
     def run_fit(
         self,

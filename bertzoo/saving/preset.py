@@ -55,6 +55,7 @@ import inspect
 import json
 import logging
 import os
+import shlex
 import warnings
 from pathlib import Path
 
@@ -814,7 +815,8 @@ def _checkpoint_kind(config):
 
 def _checkpoint_message(path, kind):
     return (
-        f"{path} is {kind}, not a bertzoo preset: convert it into one first, with `bertzoo convert {path} DEST` "
+        f"{path} is {kind}, not a bertzoo preset: convert it into one first, with "
+        f"`bertzoo convert {shlex.quote(str(path))} DEST` "
         f"(Python: `bertzoo.convert_checkpoint({str(path)!r}, DEST)`), then load DEST."
     )
 
