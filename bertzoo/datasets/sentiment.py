@@ -171,7 +171,13 @@ def shared_folders():
     """Where the shared folder may be: `$BERTZOO_SHARED` alone when it is set
     (a `FileNotFoundError` when that folder does not exist: a wrong setting is
     not silently replaced by another folder, or by generated data), else
-    `../shared` next to the working directory, then next to the checkout."""
+    `../shared` next to the working directory, then next to the checkout.
+
+    Example:
+    ```python
+    shared_folders()  # [PosixPath('../shared'), ...] without $BERTZOO_SHARED
+    ```
+    """
     root = os.environ.get(SHARED_ENV)
     if root:
         if not Path(root).expanduser().is_dir():
