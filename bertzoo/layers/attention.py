@@ -29,13 +29,13 @@ def _head_major_attention(query, key, value, mask, scale, probs_hook=None):
     The function `keras.ops.dot_product_attention` computes (logits in
     float32, -1e9 at masked keys, softmax in float32, probabilities cast
     back), except that the query is scaled before the matmul, as keras-hub's
-    `MultiHeadAttention` does (Keras scales the float32 logits), written as matmuls on head-major transposes
-    instead of einsums: TensorFlow without XLA runs einsums like these
-    through extra layout copies inside the op (22% of an int8 MiniLM forward
-    pass at batch 32 in TF's profiler), while a batched matmul goes straight
-    to oneDNN.
-    Under XLA both forms compile alike. `probs_hook(probs)` (attention
-    dropout) is applied to the probabilities before they weight the values.
+    `MultiHeadAttention` does (Keras scales the float32 logits), written as
+    matmuls on head-major transposes instead of einsums: TensorFlow without
+    XLA runs einsums like these through extra layout copies inside the op (22%
+    of an int8 MiniLM forward pass at batch 32 in TF's profiler), while a
+    batched matmul goes straight to oneDNN. Under XLA both forms compile
+    alike. `probs_hook(probs)` (attention dropout) is applied to the
+    probabilities before they weight the values.
 
     Returns `(context, probs)`: `(batch, length, heads, head_dim)` and the
     float32 `(batch, heads, length, length)` probabilities.

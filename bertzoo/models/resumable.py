@@ -27,8 +27,8 @@ arrays), a SHA-256 of every example and the batch size; for a
 `tf.data.Dataset`, of its element spec, its number of batches and the
 contents of its first 3 batches (read twice, the rest not at all; a
 checkpoint of an older bertzoo, which recorded the number of batches
-alone, is checked against that). The data order is a pure function of `(seed, epoch)`: epoch `e`
-visits the examples in the order
+alone, is checked against that). The data order is a pure function of
+`(seed, epoch)`: epoch `e` visits the examples in the order
 `tf.random.experimental.stateless_shuffle(range(n), seed=(seed, e))`, so a
 new process can rebuild it, skip the batches already done, and go on.
 
