@@ -386,6 +386,12 @@ def backend_run(request, tensorflow_run, tmp_path_factory):
     env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
     if backend == "jax":
         env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+        # The script builds and fits a dozen models of a few architectures, and JAX compiles
+        # each model's steps anew: a compilation cache (this run's own, empty at the start)
+        # hands identical programs their executable instead of compiling them again.
+        env["JAX_COMPILATION_CACHE_DIR"] = str(tmp / "jax_cache")
+        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+        env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
     preset = tensorflow_run["preset"]
     done = subprocess.run(
         [sys.executable, str(script), str(preset), str(out), json.dumps(TEXTS), json.dumps(LABELS.tolist())],

@@ -118,6 +118,22 @@ def quick_reports(monkeypatch):
     monkeypatch.setattr(bertzoo.compression.pipeline, "_latency_ms", lambda model, features, repeats: 1.0)
 
 
+@pytest.fixture
+def quick_accuracy(monkeypatch):
+    """For tests that check no accuracy: every report row reads 0.5 instead
+    of predicting the eval texts, a traced predict step per model (the
+    teacher's too) on every run. `run` and the string-labels test measure it
+    for real and check it. The stand-in still checks what it is handed: one
+    label per text, each a class id of the model."""
+
+    def accuracy(model, texts, labels, batch_size):
+        assert len(texts) == len(labels) > 0 and batch_size > 0
+        assert set(np.asarray(labels).tolist()) <= set(range(model.num_classes))
+        return 0.5
+
+    monkeypatch.setattr(bertzoo.compression.pipeline, "_accuracy", accuracy)
+
+
 def test_each_stage_saves_a_loadable_preset_and_a_saved_model(run, workspace):
     out, report = run
     texts, _ = sentiment(4, seed=2)
@@ -167,7 +183,7 @@ def test_report_has_the_teacher_and_one_row_per_stage(run):
     assert (out / "tradeoff.png").read_bytes()[:8] == PNG_HEADER
 
 
-def test_cli_with_csv_and_string_labels(workspace, capsys, monkeypatch, quick_reports):
+def test_cli_with_csv_and_string_labels(workspace, capsys, monkeypatch, quick_reports, quick_accuracy):
     texts, labels = sentiment(32, seed=3)
     names = ["neg" if y == 0 else "pos" for y in labels]
     train = write_csv(workspace / "train.csv", texts, names)
@@ -203,7 +219,7 @@ def test_cli_with_csv_and_string_labels(workspace, capsys, monkeypatch, quick_re
     assert bertzoo.BertClassifier.from_preset(out / "1_int8" / "preset").backbone.pooler.quantization_mode == "int8"
 
 
-def test_weight_only_int8_stage_quantizes_the_kernels_alone(workspace, capsys, quick_reports):
+def test_weight_only_int8_stage_quantizes_the_kernels_alone(workspace, capsys, quick_reports, quick_accuracy):
     out = workspace / "weight_only_out"
     argv = ["compress", str(workspace / "teacher"), "--train", str(workspace / "train.tsv")]
     argv += ["--eval", str(workspace / "test.jsonl"), "--out", str(out), "--stages", "int8", "--weight-only"]
@@ -225,7 +241,7 @@ def test_weight_only_int8_stage_quantizes_the_kernels_alone(workspace, capsys, q
     assert np.abs(logits - expected).max() <= 0.05 * np.abs(expected).max()
 
 
-def test_cli_with_ratings_a_label_threshold_and_a_transfer_file(workspace, capsys, quick_reports):
+def test_cli_with_ratings_a_label_threshold_and_a_transfer_file(workspace, capsys, quick_reports, quick_accuracy):
     texts, labels = sentiment(24, seed=5)
     ratings = [f"{(1.5 if y else -2.0) + 0.25 * i:.2f}" for i, y in enumerate(labels)]
     ratings[0] = "0.0"  # Exactly at the threshold: dropped.
@@ -269,7 +285,7 @@ def test_cli_with_ratings_a_label_threshold_and_a_transfer_file(workspace, capsy
     assert not (workspace / "empty_eval").exists()
 
 
-def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatch, quick_reports):
+def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatch, quick_reports, quick_accuracy):
     from bertzoo.compression import pipeline
 
     distill_calls, prune_fits = [], []
@@ -327,7 +343,9 @@ def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatc
     assert zeros >= 0.85, zeros
 
 
-def test_augmented_copies_join_the_transfer_set_of_every_stage_that_uses_it(workspace, monkeypatch, quick_reports):
+def test_augmented_copies_join_the_transfer_set_of_every_stage_that_uses_it(
+    workspace, monkeypatch, quick_reports, quick_accuracy
+):
     from bertzoo.compression import pipeline
 
     # Records what each stage is asked to train on, and trains nothing: the
@@ -522,7 +540,9 @@ def test_settings_a_run_would_ignore_or_lose_work_on_are_refused_first(workspace
     assert code == 1 and not Path("x").exists()
 
 
-def test_overwrite_keeps_the_users_files_and_refuses_to_remove_its_own_inputs(workspace, tmp_path, quick_reports):
+def test_overwrite_keeps_the_users_files_and_refuses_to_remove_its_own_inputs(
+    workspace, tmp_path, quick_reports, quick_accuracy
+):
     previous = tmp_path / "previous"
     bertzoo.BertClassifier.from_preset(workspace / "teacher").save_to_preset(previous / "1_distill" / "preset")
     (previous / "2024_notes").mkdir()  # Digits and an underscore, but no stage of a run.

@@ -358,7 +358,9 @@ def test_resuming_from_a_checkpoint_continues_on_schedule(tmp_path):
     pruner.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)  # Steps 0-3.
     checkpoint = tmp_path / "ckpt.weights.h5"
     model.save_weights(checkpoint)
+    traced = model.train_function
     pruner.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)  # Steps 4-7, uninterrupted.
+    assert model.train_function is traced  # A later fit reuses the step it traced (seconds each).
 
     resumed, resumed_pruner = build()
     resumed.optimizer.build(resumed.trainable_variables)

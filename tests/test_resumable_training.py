@@ -5,6 +5,7 @@ for a task, a `Distiller` and a `Pruner` (masks and schedule included)."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -118,21 +119,77 @@ def assert_same_state(a, b):
         np.testing.assert_allclose(x.astype("float64"), y.astype("float64"), atol=1e-6, rtol=0, err_msg=str(i))
 
 
-def interrupted_then_resumed(build, tmp_path, at=(1, 1), **kwargs):
-    """Trains `build(0)` through, then `build(0)` interrupted at `at` and a
-    fresh `build(1)` (other initial weights: everything must come from the
-    checkpoint) resumed; returns the two finished trainers."""
+def trained_through(build, backup, **kwargs):
+    """`build(0)` trained through every epoch, uninterrupted."""
     reference = build(0)
-    history = train(reference, tmp_path / "reference", **kwargs)
+    history = train(reference, backup, **kwargs)
     assert history.epoch == list(range(EPOCHS))
-    assert not (tmp_path / "reference").exists()  # Removed once the fit completes.
+    assert not backup.exists()  # Removed once the fit completes.
+    return reference
 
-    backup = tmp_path / "backup"
+
+def interrupted_at(build, backup, at, **kwargs):
+    """Trains `build(0)` until `Interrupt(*at)` stops it: leaves its checkpoint in `backup`."""
     with pytest.raises(Interrupted):
         train(build(0), backup, Interrupt(*at), **kwargs)
     checkpoint = bertzoo.ResumableTraining(backup).read_checkpoint()
     # The interrupting callback ran before the save of batch `at[1]`.
     assert (checkpoint["epoch"], checkpoint["step"]) == (at[0], at[1])
+
+
+def copy_of(checkpoint_dir, tmp_path):
+    """A copy of a module fixture's checkpoint directory, for one test to use up."""
+    backup = tmp_path / "backup"
+    shutil.copytree(checkpoint_dir, backup)
+    return backup
+
+
+# The runs several tests start from, trained once per module: `classifier`
+# on `sentiment()` uninterrupted, and interrupted after batch 1 of epoch 1
+# (of epoch 0; on a dataset). Each test resumes (or is refused) from its own copy.
+@pytest.fixture(scope="module")
+def reference_classifier(tmp_path_factory):
+    return trained_through(classifier, tmp_path_factory.mktemp("reference") / "backup")
+
+
+@pytest.fixture(scope="module")
+def interrupted_in_epoch_1(tmp_path_factory):
+    backup = tmp_path_factory.mktemp("interrupted_in_epoch_1") / "backup"
+    interrupted_at(classifier, backup, (1, 1))
+    return backup
+
+
+@pytest.fixture(scope="module")
+def interrupted_in_epoch_0(tmp_path_factory):
+    backup = tmp_path_factory.mktemp("interrupted_in_epoch_0") / "backup"
+    interrupted_at(classifier, backup, (0, 1))
+    return backup
+
+
+@pytest.fixture(scope="module")
+def interrupted_on_a_dataset(tmp_path_factory):
+    """`classifier` on `sentiment()` as a batched `tf.data.Dataset` (the same
+    batches every pass), interrupted after batch 1 of epoch 1."""
+    backup = tmp_path_factory.mktemp("interrupted_on_a_dataset") / "backup"
+    interrupted_at(classifier, backup, (1, 1), x=batches_of(*sentiment()))
+    return backup
+
+
+def interrupted_then_resumed(build, tmp_path, at=(1, 1), reference=None, interrupted=None, **kwargs):
+    """Trains `build(0)` through (unless `reference` is that run), then
+    `build(0)` interrupted at `at` (unless `interrupted` is that run's
+    checkpoint directory) and a fresh `build(1)` (other initial weights:
+    everything must come from the checkpoint) resumed; returns the two
+    finished trainers."""
+    if reference is None:
+        reference = trained_through(build, tmp_path / "reference", **kwargs)
+    if interrupted is None:
+        backup = tmp_path / "backup"
+        interrupted_at(build, backup, at, **kwargs)
+    else:
+        backup = copy_of(interrupted, tmp_path)
+        checkpoint = bertzoo.ResumableTraining(backup).read_checkpoint()
+        assert (checkpoint["epoch"], checkpoint["step"]) == (at[0], at[1])
 
     resumed = build(1)
     history = train(resumed, backup, **kwargs)
@@ -141,8 +198,10 @@ def interrupted_then_resumed(build, tmp_path, at=(1, 1), **kwargs):
     return reference, resumed
 
 
-def test_task_resumes_mid_epoch_to_the_same_weights(tmp_path):
-    reference, resumed = interrupted_then_resumed(classifier, tmp_path)
+def test_task_resumes_mid_epoch_to_the_same_weights(tmp_path, reference_classifier, interrupted_in_epoch_1):
+    reference, resumed = interrupted_then_resumed(
+        classifier, tmp_path, reference=reference_classifier, interrupted=interrupted_in_epoch_1
+    )
     assert int(resumed.optimizer.iterations) == int(reference.optimizer.iterations) == 9
     assert_same_state(reference, resumed)
     assert private_api.learning_rate_schedule(resumed.optimizer).total_steps == 9
@@ -186,10 +245,12 @@ def test_tokenized_inputs_resume_too(tmp_path):
     assert_same_state(reference, resumed)
 
 
-def test_datasets_that_repeat_their_batches_resume_too(tmp_path):
+def test_datasets_that_repeat_their_batches_resume_too(tmp_path, interrupted_on_a_dataset):
     texts, labels = sentiment()
     dataset = tf.data.Dataset.from_tensor_slices((texts, labels)).batch(BATCH_SIZE)  # Same batches every pass.
-    reference, resumed = interrupted_then_resumed(classifier, tmp_path, at=(1, 1), x=dataset)
+    reference, resumed = interrupted_then_resumed(
+        classifier, tmp_path, at=(1, 1), interrupted=interrupted_on_a_dataset, x=dataset
+    )
     assert_same_state(reference, resumed)
 
 
@@ -201,25 +262,22 @@ t.train(t.classifier(0), {backup!r}, t.Interrupt(1, 1, kill=True))
 """
 
 
-def test_kill_9_mid_epoch_then_resume_in_a_new_process(tmp_path):
+def test_kill_9_mid_epoch_then_resume_in_a_new_process(tmp_path, reference_classifier):
     backup = tmp_path / "backup"
     script = KILLED_RUN.format(tests=str(REPO / "tests"), backup=str(backup))
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    # A generous limit: the new process imports TensorFlow and traces its train step, slow on a loaded machine.
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
     assert sorted(os.listdir(backup)) == [CHECKPOINT_NAME]  # Complete, no half-written file.
     assert bertzoo.ResumableTraining(backup).read_checkpoint()["epoch"] == 1
 
     resumed = classifier(1)
     train(resumed, backup)
-    reference = classifier(0)
-    train(reference, tmp_path / "reference")
-    assert_same_state(reference, resumed)
+    assert_same_state(reference_classifier, resumed)
 
 
-def test_a_checkpoint_of_another_run_is_refused(tmp_path):
-    backup = tmp_path / "backup"
-    with pytest.raises(Interrupted):
-        train(classifier(0), backup, Interrupt(0, 1))
+def test_a_checkpoint_of_another_run_is_refused(tmp_path, interrupted_in_epoch_0):
+    backup = copy_of(interrupted_in_epoch_0, tmp_path)
     texts, labels = sentiment(seed=1)  # Other data.
     with pytest.raises(ValueError, match=r"belongs to another run: its data"):
         train(classifier(0), backup, x=texts, y=labels)
@@ -243,11 +301,9 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path):
     assert_leftover_removed(backup, pid=999999999)
 
 
-def test_raw_validation_data_is_evaluated_after_every_epoch_of_a_resumed_fit(tmp_path):
+def test_raw_validation_data_is_evaluated_after_every_epoch_of_a_resumed_fit(tmp_path, interrupted_in_epoch_1):
     validation = sentiment(n=8, seed=2)
-    backup = tmp_path / "backup"
-    with pytest.raises(Interrupted):
-        train(classifier(0), backup, Interrupt(1, 1), validation_data=validation)
+    backup = copy_of(interrupted_in_epoch_1, tmp_path)  # Interrupted after batch 1 of epoch 1.
     resumed = classifier(1)
     history = train(resumed, backup, validation_data=validation)
     assert history.epoch == [1, 2]  # The rest of epoch 1 (its own fit), then epoch 2.
@@ -289,10 +345,8 @@ class Spy(keras.callbacks.Callback):
         self.calls.append("train_end")
 
 
-def test_other_callbacks_see_one_training_run_when_it_resumes(tmp_path):
-    backup = tmp_path / "backup"
-    with pytest.raises(Interrupted):
-        train(classifier(0), backup, Interrupt(1, 1))
+def test_other_callbacks_see_one_training_run_when_it_resumes(tmp_path, interrupted_in_epoch_1):
+    backup = copy_of(interrupted_in_epoch_1, tmp_path)  # Interrupted after batch 1 of epoch 1.
     spy, model = Spy(), classifier(1)
     history = train(model, backup, spy)
     # The rest of epoch 1 and epoch 2 are two Keras fits: one begin, one end.
@@ -392,10 +446,8 @@ def assert_leftover_removed(backup, pid):
     assert not leftover.exists()
 
 
-def test_a_changed_weight_decay_exclusion_is_refused_on_resume(tmp_path):
-    backup = tmp_path / "backup"
-    with pytest.raises(Interrupted):
-        train(classifier(0), backup, Interrupt(0, 1))
+def test_a_changed_weight_decay_exclusion_is_refused_on_resume(tmp_path, interrupted_in_epoch_0):
+    backup = copy_of(interrupted_in_epoch_0, tmp_path)
     assert bertzoo.ResumableTraining(backup).read_checkpoint()["optimizer"]["exclude_from_weight_decay_names"] == [
         "beta",
         "bias",
@@ -427,21 +479,13 @@ def rewrite_checkpoint(backup, change):
     np.savez(backup / CHECKPOINT_NAME, **arrays)
 
 
-def interrupted(backup, **kwargs):
-    """Leaves a checkpoint of a run interrupted after batch 1 of epoch 0."""
-    with pytest.raises(Interrupted):
-        train(classifier(0), backup, Interrupt(0, 1), **kwargs)
-
-
 def batches_of(texts, labels, batch_size=BATCH_SIZE):
     return tf.data.Dataset.from_tensor_slices((texts, labels)).batch(batch_size)
 
 
-def test_a_dataset_of_other_batches_is_refused_on_resume(tmp_path):
+def test_a_dataset_of_other_batches_is_refused_on_resume(tmp_path, interrupted_on_a_dataset):
     # Not only their number: the checkpoint had "tf.data.Dataset of 3 batches" as the data's fingerprint.
-    texts, labels = sentiment()
-    backup = tmp_path / "backup"
-    interrupted(backup, x=batches_of(texts, labels))
+    backup = copy_of(interrupted_on_a_dataset, tmp_path)
     with pytest.raises(
         ValueError,
         match=r"its data \(fingerprint\) is '\w+', this fit's is '\w+' \(of a tf.data.Dataset: its element spec",
@@ -474,14 +518,13 @@ def test_a_dataset_fingerprint_reads_its_first_batches_only():
     assert len(read) <= 2 * (3 * 4 + 1)  # Two passes over three batches (and a prefetch), not the whole of it.
 
 
-def test_a_checkpoint_of_an_older_bertzoo_on_a_dataset_resumes(tmp_path):
+def test_a_checkpoint_of_an_older_bertzoo_on_a_dataset_resumes(tmp_path, interrupted_on_a_dataset):
     # Before content fingerprints, a dataset's was its length alone.
     texts, labels = sentiment()
-    backup = tmp_path / "backup"
-    interrupted(backup, x=batches_of(texts, labels))
+    backup = copy_of(interrupted_on_a_dataset, tmp_path)  # Interrupted after batch 1 of epoch 1.
     rewrite_checkpoint(backup, lambda meta: meta.update(fingerprint="tf.data.Dataset of 3 batches"))
     history = train(classifier(1), backup, x=batches_of(texts, labels))
-    assert history.epoch == list(range(EPOCHS)) and not backup.exists()
+    assert history.epoch == [1, 2] and not backup.exists()
 
 
 def test_a_dataset_reshuffled_on_every_pass_is_refused(tmp_path):
@@ -495,9 +538,8 @@ def test_a_dataset_reshuffled_on_every_pass_is_refused(tmp_path):
     assert _dataset_fingerprint(once.batch(BATCH_SIZE), 3) == _dataset_fingerprint(once.batch(BATCH_SIZE), 3)
 
 
-def test_a_refused_restore_leaves_the_weights_alone(tmp_path):
-    backup = tmp_path / "backup"
-    interrupted(backup)
+def test_a_refused_restore_leaves_the_weights_alone(tmp_path, interrupted_in_epoch_0):
+    backup = copy_of(interrupted_in_epoch_0, tmp_path)
     model = classifier(1)
     model.backbone.token_embedding.trainable = False  # The same variables; fewer optimizer slots.
     model.compile(optimizer=bert_optimizer(1e-2))
@@ -521,9 +563,8 @@ def test_an_unwritable_backup_dir_is_refused_before_training(tmp_path):
     assert int(model.optimizer.iterations) == 0
 
 
-def test_another_batch_size_is_refused_plainly_on_resume(tmp_path):
-    backup = tmp_path / "backup"
-    interrupted(backup)
+def test_another_batch_size_is_refused_plainly_on_resume(tmp_path, interrupted_in_epoch_0):
+    backup = copy_of(interrupted_in_epoch_0, tmp_path)
     texts, labels = sentiment()
     model = classifier(1)
     model._as_dataset = lambda *args, **kwargs: pytest.fail("built a dataset before refusing")
@@ -548,9 +589,8 @@ def test_an_optimizer_of_another_class_is_refused_on_resume(tmp_path):
         train(other, backup)
 
 
-def test_a_checkpoint_of_a_newer_format_is_refused(tmp_path):
-    backup = tmp_path / "backup"
-    interrupted(backup)
+def test_a_checkpoint_of_a_newer_format_is_refused(tmp_path, interrupted_in_epoch_0):
+    backup = copy_of(interrupted_in_epoch_0, tmp_path)
     rewrite_checkpoint(backup, lambda meta: meta.update(format=meta["format"] + 1))
     with pytest.raises(
         ValueError, match=r"written by a newer bertzoo \(checkpoint format 2; this version reads format 1"

@@ -749,11 +749,14 @@ class Pruner:
         distiller.fit(texts, epochs=1)
         ```
         """
+        prepared = self._trainer is not None and self._trainer() is trainer
         self._trainer = weakref.ref(trainer)
-        # A trainer that has run keeps its traced step, which reads the
-        # optimizer's constraints as they were: without the masks it would
-        # never prune. The next `fit` traces the step again.
-        trainer.train_function = None
+        if not prepared:
+            # A trainer that has run keeps its traced step, which reads the
+            # optimizer's constraints as they were: without the masks it
+            # would never prune. The next `fit` traces the step again; later
+            # ones with the same trainer reuse it (a trace costs seconds).
+            trainer.train_function = None
         if keras.backend.backend() != "jax":
             return
         if isinstance(getattr(trainer, "optimizer", None), keras.optimizers.LossScaleOptimizer):
