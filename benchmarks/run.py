@@ -270,9 +270,11 @@ GPU_README_START = "<!-- benchmarks.run:gpu:start -->"
 GPU_README_END = "<!-- benchmarks.run:gpu:end -->"
 
 
-def readme_section(rows, summary, header):
+def readme_section(rows, summary, header, notes=()):
     """The README's results: per (mode, dtype) the best configuration of each
-    library, bertzoo's ratio to the best peer, and the overall winners.
+    library, bertzoo's ratio to the best peer, the overall winners, and
+    `notes` (libraries skipped, workers that failed or were cut short): a
+    peer left out makes "best peer" easier to beat, so the table says so.
 
     A run whose libraries ran on different devices (PyTorch on a GPU,
     TensorFlow on the CPU only) gets a device column, a line per device, and
@@ -314,6 +316,7 @@ def readme_section(rows, summary, header):
             f"{s['ratio']}x the best peer, {s['peer_best']} ({s['peer_seq_per_s']} seq/s): {verdict} every peer"
             f"{' there' if mixed else ''}."
         )
+    lines.extend(f"- Not in the table (or only in part): {note}" for note in notes)
     return "\n".join(lines)
 
 
@@ -600,7 +603,9 @@ def measure_and_report(args, models, dtypes, modes, config, command):
             f"setting per library in brackets (XLA on/off; torch.compile or eager on the torch backend; PyTorch threads, and torch.compile where timed). Command: {command_text}."
         )
         write_readme(
-            args.readme, readme_section(rows, summary, header), gpu=any(r.get("device", "CPU") != "CPU" for r in rows)
+            args.readme,
+            readme_section(rows, summary, header, notes),
+            gpu=any(r.get("device", "CPU") != "CPU" for r in rows),
         )
         print(f"rewrote the results table in {args.readme}")
     if args.chart:

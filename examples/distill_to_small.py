@@ -42,12 +42,17 @@ import keras
 import numpy as np
 
 import bertzoo
+from bertzoo.compression.distiller import check_loss_settings
 from bertzoo.datasets import find_shared
 from bertzoo.datasets import find_shared_sentiment
 from bertzoo.datasets import load_rated_sentences
 from bertzoo.datasets import split
 from bertzoo.datasets import synthetic_sentiment
 from bertzoo.models.task import bert_optimizer
+from bertzoo.saving.preset import check_preset_target
+from bertzoo.utils.checks import check_non_negative_int
+from bertzoo.utils.checks import check_positive_int
+from bertzoo.utils.checks import check_positive_number
 
 ROOT = Path(__file__).resolve().parents[1]
 CLASS_NAMES = ["negative", "positive"]
@@ -135,6 +140,41 @@ def parse_args(argv):
     return parser.parse_args(argv)
 
 
+def check_settings(args):
+    """Raises a ValueError naming the first bad setting, before any work: a
+    value that would fail (or be silently replaced) only after the teacher's
+    fine-tuning."""
+    for name in ("batch_size", "latency_runs", "sequence_length"):
+        check_positive_int(f"--{name.replace('_', '-')}", getattr(args, name))
+    for name in ("epochs", "teacher_epochs", "student_layers"):  # None: the default.
+        if getattr(args, name) is not None:
+            check_positive_int(f"--{name.replace('_', '-')}", getattr(args, name))
+    for name in ("train_size", "test_size"):  # 0: all of the split.
+        if getattr(args, name) is not None:
+            check_non_negative_int(f"--{name.replace('_', '-')}", getattr(args, name))
+    for name in ("learning_rate", "teacher_learning_rate"):
+        if getattr(args, name) is not None:
+            check_positive_number(f"--{name.replace('_', '-')}", getattr(args, name))
+    if args.student is not None and args.student_layers is not None:
+        raise ValueError(
+            "--student-layers builds the student from the teacher's layers, --student names another model: "
+            "give one of them."
+        )
+    check_loss_settings(
+        temperature=args.temperature,
+        alpha=args.alpha,
+        hidden_state_weight=args.hidden_state_weight,
+        attention_weight=args.attention_weight,
+        embedding_weight=args.embedding_weight,
+    )
+    # A mistyped preset fails now, not after the teacher's fine-tuning (minutes of work lost).
+    for spec in (args.teacher, args.student):
+        if spec is not None:
+            bertzoo.Preset.resolve(spec)
+    for name in ("teacher", "student"):  # A file there, or a folder that is not a preset: no save could replace it.
+        check_preset_target(Path(args.output) / name)
+
+
 def settings(**overrides):
     """The example's settings: the command line's defaults, with `overrides`
     (keyword names are the flags with underscores, e.g. `train_size=0`)."""
@@ -210,8 +250,6 @@ def build_teacher(args, train, output):
         load_weights=pretrained,
     )
     epochs = args.teacher_epochs if args.teacher_epochs is not None else (2 if pretrained else 4)
-    if epochs < 1:
-        raise SystemExit(f"The teacher ({origin}) is not a fine-tuned classifier: give --teacher-epochs >= 1.")
     rate = args.teacher_learning_rate or (1e-4 if pretrained else 1e-3)
     teacher.compile(optimizer=bert_optimizer(rate), jit_compile=_jit(args))
     print(f"Fine-tuning the teacher ({origin}) for {epochs} epoch(s), peak learning rate {rate:g}")
@@ -224,6 +262,11 @@ def build_student(args, teacher, teacher_pretrained):
     """The student classifier, whether it starts from teacher layers, and where it came from."""
     layers = args.student_layers
     if args.student is None and (layers or teacher_pretrained):
+        if layers and layers > teacher.backbone.num_layers:
+            raise ValueError(
+                f"--student-layers {layers} is more than the teacher's {teacher.backbone.num_layers} layers: a "
+                "student copied from the teacher has at most as many."
+            )
         layers = layers or max(1, teacher.backbone.num_layers // 3)
         k = teacher.backbone.num_layers // layers
         picked = (
@@ -341,20 +384,23 @@ def run(**overrides):
     the data and model sources, `teacher` and `student` rows (parameters,
     preset size, latencies, accuracy), `agreement`, the ratios, and where the
     student was saved."""
-    return _run(settings(**overrides))
+    args = settings(**overrides)
+    check_settings(args)
+    return _run(args)
 
 
 def main(argv=None):
     """The command line: `run` with the settings parsed from `argv`."""
-    return _run(parse_args(argv))
+    args = parse_args(argv)
+    try:
+        check_settings(args)
+    except (ValueError, FileExistsError) as e:  # Bad settings: a message, as argparse gives.
+        raise SystemExit(f"distill_to_small.py: error: {e}") from None
+    return _run(args)
 
 
 def _run(args):
     keras.utils.set_random_seed(args.seed)
-    # A mistyped preset fails now, not after the teacher's fine-tuning (minutes of work lost).
-    for spec in (args.teacher, args.student):
-        if spec is not None:
-            bertzoo.Preset.resolve(spec)
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()

@@ -29,6 +29,9 @@ from bertzoo.datasets import load_rated_sentences
 from bertzoo.datasets import split
 from bertzoo.datasets import synthetic_sentiment
 from bertzoo.models.task import bert_optimizer
+from bertzoo.saving.preset import check_preset_target
+from bertzoo.utils.checks import check_positive_int
+from bertzoo.utils.checks import check_positive_number
 
 
 class EpochTimer(keras.callbacks.Callback):
@@ -75,6 +78,25 @@ def parse_args(argv):
     return parser.parse_args(argv)
 
 
+def check_settings(args):
+    """Raises a ValueError naming the first bad setting, before any work:
+    a value that would fail (or train nothing) only after loading data and
+    model, or a `--output` no save could replace."""
+    for name in ("epochs", "batch_size", "sequence_length"):
+        check_positive_int(f"--{name.replace('_', '-')}", getattr(args, name))
+    if args.learning_rate is not None:
+        check_positive_number("--learning-rate", args.learning_rate)
+    if args.max_examples is not None and (
+        isinstance(args.max_examples, bool) or not isinstance(args.max_examples, int) or args.max_examples < 3
+    ):
+        raise ValueError(
+            f"--max-examples must be an integer of at least 3 (an 80/20 split needs a test sentence), "
+            f"got {args.max_examples!r}."
+        )
+    bertzoo.Preset.resolve(args.preset)  # A mistyped name fails now.
+    check_preset_target(args.output)  # A file, or a folder that is not a preset: no save could replace it.
+
+
 def settings(**overrides):
     """The example's settings: the command line's defaults, with `overrides`
     (keyword names are the flags with underscores, e.g. `learning_rate=1e-4`)."""
@@ -89,12 +111,19 @@ def settings(**overrides):
 def run(**overrides):
     """Fine-tunes with `settings(**overrides)`; returns the figures (data,
     sizes, settings, accuracy, training examples per second)."""
-    return _run(settings(**overrides))
+    args = settings(**overrides)
+    check_settings(args)
+    return _run(args)
 
 
 def main(argv=None):
     """The command line: `run` with the settings parsed from `argv`."""
-    return _run(parse_args(argv))
+    args = parse_args(argv)
+    try:
+        check_settings(args)
+    except (ValueError, FileExistsError) as e:  # Bad settings: a message, as argparse gives.
+        raise SystemExit(f"finetune_classifier.py: error: {e}") from None
+    return _run(args)
 
 
 def _run(args):
@@ -107,10 +136,6 @@ def _run(args):
         texts, labels = synthetic_sentiment(2048, seed=args.seed)
         source = "generated sentiment sentences (no data file found)"
     if args.max_examples is not None and args.max_examples < len(texts):
-        if args.max_examples < 2:
-            raise ValueError(
-                f"--max-examples must be at least 2 (a train and a test sentence), got {args.max_examples}."
-            )
         keep = np.sort(np.random.default_rng(args.seed).choice(len(texts), args.max_examples, replace=False))
         texts, labels = [texts[i] for i in keep], np.asarray(labels)[keep]
         source += f", a seeded sample of {args.max_examples}"

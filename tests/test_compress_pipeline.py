@@ -521,6 +521,14 @@ def test_settings_a_run_would_ignore_or_lose_work_on_are_refused_first(workspace
     # A setting whose stage is absent, or out of range there, is refused rather than ignored.
     refused(r"sparsity=0.5 \(--sparsity\) sets the prune stage, which is not among", stages="distill", sparsity=0.5)
     refused(r"`sparsity` must be a sparsity in \[0, 1\)", stages="distill", sparsity=5)
+    refused(
+        r"heads_to_keep=0 would leave a layer with zero attention heads", stages="prune_structured", heads_to_keep=0
+    )
+    refused(
+        r"`ffn_keep_ratio` must be in \(0, 1\].*got 1.5 for layer 1",
+        stages="prune_structured",
+        ffn_keep_ratio=[0.5, 1.5],
+    )
     refused(r"recipe='minilm' \(--recipe\) sets how the distill stage trains", stages="int8", recipe="minilm")
     refused(r"teacher_epochs \(--teacher-epochs\) fine-tunes the new head of a backbone", teacher_epochs=2)
     # Backbone presets get the classifier's checks, before anything is written.

@@ -408,9 +408,10 @@ def test_the_teachers_pass_is_not_recorded(pair, monkeypatch):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"temperature": 0}, "`temperature` must be a number > 0"),
-        ({"temperature": -1.0}, "`temperature` must be a number > 0"),
-        ({"temperature": True}, "`temperature` must be a number > 0"),
+        ({"temperature": 0}, "`temperature` must be a finite number > 0"),
+        ({"temperature": -1.0}, "`temperature` must be a finite number > 0"),
+        ({"temperature": True}, "`temperature` must be a finite number > 0"),
+        ({"temperature": float("inf")}, "`temperature` must be a finite number > 0"),  # NaN losses otherwise.
         ({"alpha": -0.1}, "`alpha` must be in \\[0, 1\\]"),
         ({"alpha": 1.5}, "`alpha` must be in \\[0, 1\\]"),
         ({"alpha": None}, "`alpha` must be in \\[0, 1\\]"),

@@ -72,6 +72,31 @@ def test_a_mistyped_preset_fails_before_any_training(tmp_path, monkeypatch):
     trained = []
     monkeypatch.setattr(distill_to_small, "build_teacher", lambda *args: trained.append(args))
     for flag in ("--student", "--teacher"):
-        with pytest.raises(bertzoo.PresetError, match="Did you mean 'base'"):
+        with pytest.raises(SystemExit, match="Did you mean 'base'"):
             distill_to_small.main(["--data", "synthetic", flag, "bsae", "--output", str(tmp_path / "out")])
     assert trained == [] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "flags, match",
+    [
+        (["--latency-runs", "0"], "--latency-runs` must be a positive integer"),  # Was a crash after all the work.
+        (["--epochs", "0"], "--epochs` must be a positive integer"),  # Was silently the default.
+        (["--student-layers", "-1"], "--student-layers` must be a positive integer"),
+        (["--student-layers", "2", "--student", "tiny"], "give one of them"),
+        (["--test-size", "-5"], "--test-size` must be an integer >= 0"),
+        (["--learning-rate=-1e-4"], "--learning-rate` must be a finite positive number"),
+        (["--temperature", "inf"], "`temperature` must be a finite number > 0"),  # Was NaN losses.
+        (["--alpha", "1.5"], "`alpha` must be in \\[0, 1\\]"),
+    ],
+)
+def test_bad_settings_are_refused_before_any_work(tmp_path, monkeypatch, flags, match):
+    trained = []
+    monkeypatch.setattr(distill_to_small, "build_teacher", lambda *args: trained.append(args))
+    output = tmp_path / "out"
+    argv = ["--data", "synthetic", "--output", str(output), *flags]
+    with pytest.raises(SystemExit, match=match):
+        distill_to_small.main(argv)
+    with pytest.raises(ValueError, match=match):  # `run()` checks the same.
+        distill_to_small.run(**vars(distill_to_small.parse_args(argv)))
+    assert trained == [] and not output.exists()

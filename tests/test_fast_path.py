@@ -183,6 +183,35 @@ def test_each_step_measures_only_its_own_mode(cache_dir, monkeypatch):
     assert len(timer.calls) == calls + 2 * (1 + fast_path.DEFAULT_RUNS)  # train: compiles and rounds.
 
 
+def test_a_backbone_decides_auto_by_measuring_compiled_or_not(cache_dir, monkeypatch):
+    # Keras's own "auto" never uses XLA on a CPU: an uncompiled backbone's
+    # `predict` takes the measured choice instead, as a task's does.
+    timer = FakeTimer(XLA_FASTER_FOR_PREDICT)
+    monkeypatch.setattr(fast_path, "wall_timer", timer)
+    backbone = tiny_classifier().backbone
+    x = {
+        "token_ids": np.ones((4, 8), "int32"),
+        "segment_ids": np.zeros((4, 8), "int32"),
+        "padding_mask": np.ones((4, 8), "int32"),
+    }
+    assert not backbone.compiled
+    backbone.predict(x, verbose=0)
+    assert {name.split("/")[0] for name in timer.calls} == {"predict"}
+    assert backbone.jit_compile is True
+    report = fast_path.explain_fast_path(backbone)
+    assert report.source == "measured" and report.predict is True
+    # A pin holds, and `compile()` (with "auto") hands the choice back.
+    backbone.compile(jit_compile=False)
+    backbone.predict(x, verbose=0)
+    assert backbone.jit_compile is False and backbone.compile_pin() is False
+    assert fast_path.explain_fast_path(backbone).source == "pinned"
+    calls = len(timer.calls)
+    backbone.compile()
+    backbone.predict(x, verbose=0)
+    assert backbone.jit_compile is True and backbone.compile_pin() is None
+    assert len(timer.calls) == calls  # The cached choice.
+
+
 def test_the_budget_stops_the_timed_rounds(cache_dir, model):
     slow = {name: 4.0 for name in XLA_FASTER_FOR_PREDICT}
     timer = FakeTimer(slow)

@@ -1,6 +1,7 @@
 """examples/finetune_classifier.py: its run() end to end on a tiny preset."""
 
 import numpy as np
+import pytest
 
 from examples import finetune_classifier
 
@@ -46,3 +47,31 @@ def test_example_samples_at_random_and_fine_tunes_with_berts_optimizer(tmp_path,
         preset="tiny", data=str(data), max_examples=24, epochs=1, sequence_length=16, output=str(tmp_path / "again")
     )
     assert again["data"] == result["data"] and np.array_equal(split_labels[1], split_labels[0])
+
+
+@pytest.mark.parametrize(
+    "flags, match",
+    [
+        (["--epochs", "0"], "--epochs` must be a positive integer"),  # Was "nan examples/s" and an untrained save.
+        (["--batch-size", "-1"], "--batch-size` must be a positive integer"),
+        (["--learning-rate", "nan"], "--learning-rate` must be a finite positive number"),
+        (["--max-examples", "2"], "--max-examples must be an integer of at least 3"),
+        (["--preset", "tinny"], "Did you mean 'tiny'"),
+    ],
+)
+def test_bad_settings_are_refused_before_any_work(tmp_path, monkeypatch, flags, match):
+    loaded = []
+    monkeypatch.setattr(finetune_classifier, "load_rated_sentences", lambda *args: loaded.append(args))
+    argv = ["--output", str(tmp_path / "out"), *flags]
+    with pytest.raises(SystemExit, match=match):
+        finetune_classifier.main(argv)
+    with pytest.raises(ValueError, match=match):  # `run()` checks the same.
+        finetune_classifier.run(**vars(finetune_classifier.parse_args(argv)))
+    assert loaded == [] and not (tmp_path / "out").exists()
+
+
+def test_an_output_that_is_a_file_is_refused_before_training(tmp_path):
+    output = tmp_path / "classifier"
+    output.write_text("not a preset")
+    with pytest.raises(SystemExit, match="exists and is not a directory"):
+        finetune_classifier.main(["--output", str(output)])

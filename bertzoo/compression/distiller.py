@@ -194,6 +194,53 @@ def _check_weight(name, value):
     return float(value)
 
 
+def check_loss_settings(
+    temperature=2.0,
+    alpha=0.5,
+    hidden_state_weight=1.0,
+    attention_weight=1.0,
+    embedding_weight=1.0,
+    value_relation_weight=0.0,
+    soft_target_weight=1.0,
+):
+    """Raises a ValueError naming the first bad loss setting of a
+    `Distiller` (its constructor's checks), before any model is built or
+    trained; returns the loss weights by term ("hidden", "attention",
+    "embedding", "value_relation", "soft_target") as floats.
+
+    Example:
+    ```python
+    check_loss_settings(temperature=args.temperature, alpha=args.alpha)  # Before fine-tuning a teacher.
+    ```
+    """
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not temperature > 0
+        or math.isinf(temperature)
+    ):
+        raise ValueError(f"`temperature` must be a finite number > 0, got {temperature!r} (1 = plain softmax).")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
+        raise ValueError(
+            f"`alpha` must be in [0, 1] (the weight of the hard-label loss; 0 = soft targets only), got {alpha!r}."
+        )
+    weights = {
+        "hidden": _check_weight("hidden_state_weight", hidden_state_weight),
+        "attention": _check_weight("attention_weight", attention_weight),
+        "embedding": _check_weight("embedding_weight", embedding_weight),
+        "value_relation": _check_weight("value_relation_weight", value_relation_weight),
+        "soft_target": _check_weight("soft_target_weight", soft_target_weight),
+    }
+    if not alpha and not any(weights.values()):
+        raise ValueError(
+            "Every loss of this Distiller has weight 0 (alpha=0, soft_target_weight=0, no intermediate-layer "
+            "weight): it would train nothing while the optimizer's weight decay shrank the student. Set "
+            "soft_target_weight > 0 (the teacher's predictions), alpha > 0 (the labels) or an intermediate "
+            "weight (hidden_state_weight, attention_weight, ...)."
+        )
+    return weights
+
+
 @keras.saving.register_keras_serializable(package="bertzoo")
 class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distiller):
     """Trains a student task model to imitate a teacher of the same class.
@@ -327,26 +374,16 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
             )
         _check_same_head(teacher, student)
         _check_same_tokens(teacher, student)
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
-            raise ValueError(f"`temperature` must be a number > 0, got {temperature!r} (1 = plain softmax).")
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
-            raise ValueError(
-                f"`alpha` must be in [0, 1] (the weight of the hard-label loss; 0 = soft targets only), got {alpha!r}."
-            )
-        weights = {
-            "hidden": _check_weight("hidden_state_weight", hidden_state_weight),
-            "attention": _check_weight("attention_weight", attention_weight),
-            "embedding": _check_weight("embedding_weight", embedding_weight),
-            "value_relation": _check_weight("value_relation_weight", value_relation_weight),
-        }
-        soft_target_weight = _check_weight("soft_target_weight", soft_target_weight)
-        if not alpha and not soft_target_weight and not any(weights.values()):
-            raise ValueError(
-                "Every loss of this Distiller has weight 0 (alpha=0, soft_target_weight=0, no intermediate-layer "
-                "weight): it would train nothing while the optimizer's weight decay shrank the student. Set "
-                "soft_target_weight > 0 (the teacher's predictions), alpha > 0 (the labels) or an intermediate "
-                "weight (hidden_state_weight, attention_weight, ...)."
-            )
+        weights = check_loss_settings(
+            temperature=temperature,
+            alpha=alpha,
+            hidden_state_weight=hidden_state_weight,
+            attention_weight=attention_weight,
+            embedding_weight=embedding_weight,
+            value_relation_weight=value_relation_weight,
+            soft_target_weight=soft_target_weight,
+        )
+        soft_target_weight = weights.pop("soft_target")
         if soft_target_weight:
             _check_logits(teacher, student)
         layer_pairs = layer_map_pairs(layer_map, student.backbone.num_layers, teacher.backbone.num_layers)

@@ -60,6 +60,7 @@ from bertzoo.compression.report import gzip_size
 from bertzoo.compression.report import sparsity_report
 from bertzoo.compression.schedules import check_sparsity
 from bertzoo.compression.schedules import ramp_schedule
+from bertzoo.compression.structured import check_structured_settings
 from bertzoo.compression.structured import prune_heads_and_neurons
 from bertzoo.compression.student_init import init_student_from_teacher
 from bertzoo.datasets.files import label_ids
@@ -459,6 +460,7 @@ def compress(
             "heads_to_keep and ffn_keep_ratio set the prune_structured stage, which is not among the stages "
             f"{list(stages)}. Leave them out, or add that stage."
         )
+    check_structured_settings(heads_to_keep, ffn_keep_ratio)
     if isinstance(qat_epochs, bool) or not isinstance(qat_epochs, int) or qat_epochs < 0:
         raise ValueError(f"`qat_epochs` must be an integer >= 0 (0: post-training int8), got {qat_epochs!r}.")
     if qat_epochs and "int8" not in stages:

@@ -139,6 +139,42 @@ def head_and_neuron_importance(model, data, steps=None):
     }
 
 
+def _check_head_count(keep, where):
+    if isinstance(keep, bool) or not isinstance(keep, (int, np.integer)):
+        raise ValueError(f"`heads_to_keep` must hold integers, got {keep!r}{where}.")
+    if keep < 1:
+        raise ValueError(
+            f"heads_to_keep={keep} would leave {where.removeprefix(' for ') or 'a layer'} with zero attention "
+            "heads: keep at least 1 head per layer."
+        )
+
+
+def _check_ffn_ratio(ratio, where):
+    if isinstance(ratio, bool) or not isinstance(ratio, numbers.Real) or not 0.0 < ratio <= 1.0:
+        raise ValueError(
+            f"`ffn_keep_ratio` must be in (0, 1] (the fraction of feed-forward neurons kept), got {ratio!r}{where}."
+        )
+
+
+def check_structured_settings(heads_to_keep=None, ffn_keep_ratio=None):
+    """Raises a ValueError for a `heads_to_keep` or `ffn_keep_ratio` no model
+    could take (a count below 1, a ratio outside (0, 1]), before the model
+    to prune exists; what depends on the model (its layers and heads) is
+    checked by `prune_heads_and_neurons`.
+
+    Example:
+    ```python
+    check_structured_settings(heads_to_keep=6, ffn_keep_ratio=0.3)  # Fine.
+    ```
+    """
+    for value, check in ((heads_to_keep, _check_head_count), (ffn_keep_ratio, _check_ffn_ratio)):
+        if isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                check(item, f" for layer {i}")
+        elif value is not None:
+            check(value, "")
+
+
 def _heads_per_layer(heads_to_keep, heads):
     num_layers = len(heads)
     if heads_to_keep is None:
@@ -150,12 +186,7 @@ def _heads_per_layer(heads_to_keep, heads):
             "give one count per layer or a single int."
         )
     for i, (keep, total) in enumerate(zip(values, heads)):
-        if isinstance(keep, bool) or not isinstance(keep, (int, np.integer)):
-            raise ValueError(f"`heads_to_keep` must hold integers, got {keep!r} for layer {i}.")
-        if keep < 1:
-            raise ValueError(
-                f"heads_to_keep={keep} would leave layer {i} with zero attention heads: keep at least 1 head per layer."
-            )
+        _check_head_count(keep, f" for layer {i}")
         if keep > total:
             raise ValueError(f"heads_to_keep={keep} for layer {i}, which has only {total} heads.")
     return [int(v) for v in values]
@@ -173,11 +204,7 @@ def _neurons_per_layer(ffn_keep_ratio, intermediate):
         )
     counts = []
     for i, (ratio, total) in enumerate(zip(ratios, intermediate)):
-        if isinstance(ratio, bool) or not isinstance(ratio, numbers.Real) or not 0.0 < ratio <= 1.0:
-            raise ValueError(
-                f"`ffn_keep_ratio` must be in (0, 1] (the fraction of feed-forward neurons kept), "
-                f"got {ratio!r} for layer {i}."
-            )
+        _check_ffn_ratio(ratio, f" for layer {i}")
         counts.append(max(1, int(round(ratio * total))))
     return counts
 

@@ -2,6 +2,7 @@
 
 import keras
 
+from bertzoo.models.compile_defaults import MeasuredJitCompileMixin
 from bertzoo.models.early_attributes import EarlyAttributesMixin
 from bertzoo.models.input_keys import DeclaredInputsMixin
 from bertzoo.models.jax_predict import JaxPredictOnBatchMixin
@@ -12,17 +13,24 @@ from bertzoo.utils.checks import check_config_keys
 from bertzoo.utils.private_api import flatten_layers
 
 
-class Backbone(DeclaredInputsMixin, EarlyAttributesMixin, JaxPredictOnBatchMixin, keras.Model):
+class Backbone(MeasuredJitCompileMixin, DeclaredInputsMixin, EarlyAttributesMixin, JaxPredictOnBatchMixin, keras.Model):
     """A functional encoder whose constructor arguments are its config.
 
     Subclasses build their graph in `__init__` and list their constructor
-    arguments in `get_config()`. A quantized backbone's config holds, as its
+    arguments in `get_config()`. Like the task models, a backbone decides
+    `jit_compile="auto"` by measuring where it runs, uncompiled too
+    (`backbone.predict(features)` takes the measured choice). A quantized backbone's config holds, as its
     `dtype`, a `keras.dtype_policies.DTypePolicyMap` from each quantized
     layer's path to its policy: built from that config, the layers are
     quantized from the start, so saved int8/int4 weights load directly.
     """
 
     source_preset = None
+
+    def compile(self, *args, jit_compile="auto", **kwargs):
+        """Keras's `compile`, with `jit_compile="auto"` decided when a step is
+        first built, by measuring (see `bertzoo.explain_fast_path`)."""
+        super().compile(*args, jit_compile=self._provisional_jit_compile(jit_compile, self), **kwargs)
 
     def get_config(self):
         layers = flatten_layers(self, include_self=False)

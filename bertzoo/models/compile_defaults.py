@@ -9,7 +9,8 @@ labels)` needs no `compile()` call. Construction compiles with the defaults
 `jit_compile="auto"` is resolved when Keras first builds a train, test or
 predict function, not at `compile()`: the choice may be measured on the
 model (see `bertzoo.utils.device.resolve_jit_compile`), which should only
-cost time for models that actually run.
+cost time for models that actually run. Backbones are not compiled on
+construction, but decide "auto" the same way (`MeasuredJitCompileMixin`).
 """
 
 import functools
@@ -23,42 +24,17 @@ from bertzoo.utils import fast_path
 from bertzoo.utils.device import resolve_jit_compile
 
 _constructing = threading.local()
+_NEVER_COMPILED = object()
 
 
-class DefaultCompileMixin:
-    """Mix in before the Keras model class. Subclasses implement
-    `_default_compile()` (a plain `self.compile()` with "auto" everywhere)
-    and pass `jit_compile` through `_provisional_jit_compile`."""
+class MeasuredJitCompileMixin:
+    """`jit_compile="auto"` decided when Keras first builds a step, for that
+    step's mode only. Mix in before the Keras model class; the subclass's
+    `compile` passes `jit_compile` through `_provisional_jit_compile`. A
+    model never compiled counts as "auto": its `predict` takes the measured
+    choice, where Keras's own "auto" never uses XLA on a CPU."""
 
     _AUTO_JIT_ATTRIBUTE = "_bertzoo_auto_jit_compile"
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        init = cls.__dict__.get("__init__")
-        if init is None or getattr(init, "_compiles_after", False):
-            return
-
-        @functools.wraps(init)
-        def __init__(self, *args, **kwargs):
-            # Only the outermost constructor of a subclass chain compiles,
-            # once every attribute the defaults read is set.
-            depth = getattr(_constructing, "depth", 0)
-            _constructing.depth = depth + 1
-            try:
-                init(self, *args, **kwargs)
-            finally:
-                _constructing.depth = depth
-            if depth == 0 and not self.compiled:
-                self._default_compile()
-
-        # The real arguments for introspection: Keras's `clone_model` takes a
-        # `(*args, **kwargs)` constructor for Functional's `(inputs, outputs)`.
-        __init__.__signature__ = inspect.signature(init)
-        __init__._compiles_after = True
-        cls.__init__ = __init__
-
-    def _default_compile(self):
-        self.compile()
 
     def _provisional_jit_compile(self, jit_compile, model):
         """What to hand Keras's `compile` now: "auto" is recorded and
@@ -84,11 +60,18 @@ class DefaultCompileMixin:
             return None
         return self.jit_compile if isinstance(self.jit_compile, bool) else None
 
+    def _auto_jit_model(self):
+        """The model whose measured choice "auto" takes (this one, or a
+        trainer's student), or None where `jit_compile` is pinned."""
+        reference = getattr(self, self._AUTO_JIT_ATTRIBUTE, _NEVER_COMPILED)
+        if reference is _NEVER_COMPILED:
+            return None if self.compiled else self
+        return reference() if reference is not None else None
+
     def _decide_jit_compile(self, mode):
         """Sets `self.jit_compile` to the choice for `mode` ("train", "test"
-        or "predict") when the user's compile said "auto"."""
-        reference = getattr(self, self._AUTO_JIT_ATTRIBUTE, None)
-        model = reference() if reference is not None else None
+        or "predict") when the user's compile said "auto" (or there was none)."""
+        model = self._auto_jit_model()
         if model is not None and not self.run_eagerly:  # Eager steps compile nothing: nothing to choose.
             # Only this mode is measured: a model that only predicts never
             # pays for timing training steps.
@@ -97,7 +80,8 @@ class DefaultCompileMixin:
 
     def compile_from_config(self, config):
         # Keras skips (with a warning) restoring the compile state of models
-        # that override `compile`; ours only fills in defaults, so restore it.
+        # that override `compile`; ours only fills in defaults and records
+        # "auto", so restore it.
         config = keras.saving.deserialize_keras_object(config)
         self.compile(**config)
         if self.built:
@@ -127,3 +111,38 @@ class DefaultCompileMixin:
         if force or getattr(self, "predict_function", None) is None:
             self._decide_jit_compile("predict")
         return super().make_predict_function(force)
+
+
+class DefaultCompileMixin(MeasuredJitCompileMixin):
+    """Compiled on construction, with "auto" everywhere. Mix in before the
+    Keras model class. Subclasses implement `_default_compile()` (a plain
+    `self.compile()`) and pass `jit_compile` through
+    `_provisional_jit_compile`."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None or getattr(init, "_compiles_after", False):
+            return
+
+        @functools.wraps(init)
+        def __init__(self, *args, **kwargs):
+            # Only the outermost constructor of a subclass chain compiles,
+            # once every attribute the defaults read is set.
+            depth = getattr(_constructing, "depth", 0)
+            _constructing.depth = depth + 1
+            try:
+                init(self, *args, **kwargs)
+            finally:
+                _constructing.depth = depth
+            if depth == 0 and not self.compiled:
+                self._default_compile()
+
+        # The real arguments for introspection: Keras's `clone_model` takes a
+        # `(*args, **kwargs)` constructor for Functional's `(inputs, outputs)`.
+        __init__.__signature__ = inspect.signature(init)
+        __init__._compiles_after = True
+        cls.__init__ = __init__
+
+    def _default_compile(self):
+        self.compile()

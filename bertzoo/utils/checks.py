@@ -1,6 +1,7 @@
 """Small helpers for argument and input validation."""
 
 import inspect
+import math
 import os
 
 import numpy as np
@@ -43,9 +44,20 @@ def check_rate(name, value):
     return float(value)
 
 
+def check_non_negative_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"`{name}` must be an integer >= 0, got {value!r}.")
+    return int(value)
+
+
 def check_positive_number(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not value > 0:
-        raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not value > 0
+        or math.isinf(value)
+    ):
+        raise ValueError(f"`{name}` must be a finite positive number, got {value!r}.")
     return value
 
 
