@@ -76,6 +76,7 @@ def main(argv=None):
             sequence_length=args.sequence_length,
             teacher_epochs=args.teacher_epochs,
         )
+        example.check_settings(ex_args)  # The example's own refusals, before any training.
         keras.utils.set_random_seed(0)
         train, test, source = example.load_data(ex_args)
         print(f"Data: {source}")

@@ -273,8 +273,9 @@ GPU_README_END = "<!-- benchmarks.run:gpu:end -->"
 def readme_section(rows, summary, header, notes=()):
     """The README's results: per (mode, dtype) the best configuration of each
     library, bertzoo's ratio to the best peer, the overall winners, and
-    `notes` (libraries skipped, workers that failed or were cut short): a
-    peer left out makes "best peer" easier to beat, so the table says so.
+    the run's `notes` (libraries skipped, workers that failed or were cut
+    short): a peer left out makes "best peer" easier to beat, so the table
+    says so.
 
     A run whose libraries ran on different devices (PyTorch on a GPU,
     TensorFlow on the CPU only) gets a device column, a line per device, and
@@ -316,7 +317,7 @@ def readme_section(rows, summary, header, notes=()):
             f"{s['ratio']}x the best peer, {s['peer_best']} ({s['peer_seq_per_s']} seq/s): {verdict} every peer"
             f"{' there' if mixed else ''}."
         )
-    lines.extend(f"- Not in the table (or only in part): {note}" for note in notes)
+    lines.extend(f"- Note: {note}" for note in notes)
     return "\n".join(lines)
 
 

@@ -171,8 +171,11 @@ def check_settings(args):
     for spec in (args.teacher, args.student):
         if spec is not None:
             bertzoo.Preset.resolve(spec)
+    output = Path(args.output)
+    if output.exists() and not output.is_dir():
+        raise ValueError(f"--output {output} exists and is not a directory; choose another path.")
     for name in ("teacher", "student"):  # A file there, or a folder that is not a preset: no save could replace it.
-        check_preset_target(Path(args.output) / name)
+        check_preset_target(output / name)
 
 
 def settings(**overrides):

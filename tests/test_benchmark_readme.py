@@ -31,10 +31,8 @@ def test_section_lists_each_library_best_setting_and_the_ratio_to_the_best_peer(
     assert any("0.93x the best peer" in line and "not faster than every peer" in line for line in lines)
     # What a run left out is said under the table: a missing peer flatters the ratios.
     noted = readme_section(rows, summarize(rows), "Measured.", notes=["HF transformers inference float32: timed out"])
-    assert (
-        noted.splitlines()[-1] == "- Not in the table (or only in part): HF transformers inference float32: timed out"
-    )
-    assert "Not in the table" not in text
+    assert noted.splitlines()[-1] == "- Note: HF transformers inference float32: timed out"
+    assert "- Note:" not in text
 
 
 def test_only_the_text_between_the_markers_changes(tmp_path):

@@ -100,3 +100,10 @@ def test_bad_settings_are_refused_before_any_work(tmp_path, monkeypatch, flags, 
     with pytest.raises(ValueError, match=match):  # `run()` checks the same.
         distill_to_small.run(**vars(distill_to_small.parse_args(argv)))
     assert trained == [] and not output.exists()
+
+
+def test_an_output_that_is_a_file_is_refused_before_training(tmp_path):
+    output = tmp_path / "out"
+    output.write_text("not a folder")
+    with pytest.raises(SystemExit, match="exists and is not a directory"):
+        distill_to_small.main(["--data", "synthetic", "--output", str(output)])

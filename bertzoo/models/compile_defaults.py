@@ -32,7 +32,7 @@ class MeasuredJitCompileMixin:
     step's mode only. Mix in before the Keras model class; the subclass's
     `compile` passes `jit_compile` through `_provisional_jit_compile`. A
     model never compiled counts as "auto": its `predict` takes the measured
-    choice, where Keras's own "auto" never uses XLA on a CPU."""
+    choice, where Keras's own "auto" never uses XLA on a CPU with TensorFlow."""
 
     _AUTO_JIT_ATTRIBUTE = "_bertzoo_auto_jit_compile"
 
