@@ -19,10 +19,11 @@ class Backbone(MeasuredJitCompileMixin, DeclaredInputsMixin, EarlyAttributesMixi
     Subclasses build their graph in `__init__` and list their constructor
     arguments in `get_config()`. Like the task models, a backbone decides
     `jit_compile="auto"` by measuring where it runs, uncompiled too
-    (`backbone.predict(features)` takes the measured choice). A quantized backbone's config holds, as its
-    `dtype`, a `keras.dtype_policies.DTypePolicyMap` from each quantized
-    layer's path to its policy: built from that config, the layers are
-    quantized from the start, so saved int8/int4 weights load directly.
+    (`backbone.predict(features)` takes the measured choice). A quantized
+    backbone's config holds, as its `dtype`, a
+    `keras.dtype_policies.DTypePolicyMap` from each quantized layer's path
+    to its policy: built from that config, the layers are quantized from the
+    start, so saved int8/int4 weights load directly.
     """
 
     source_preset = None
