@@ -35,7 +35,18 @@ def test_format1_presets_load_with_the_recorded_predictions(name, tmp_path):
     assert preset.format_version == 1 and preset.class_name == "BertClassifier"
     model = bertzoo.BertClassifier.from_preset(FIXTURES / name)
     assert model.class_names == ["a", "b", "c"]
-    np.testing.assert_allclose(model.predict(INPUTS, verbose=0), EXPECTED[name], atol=1e-5)
+    predictions = model.predict(INPUTS, verbose=0)
+    if name.endswith("int8"):
+        # int8 products round differently on another CPU (an AVX2-only AMD EPYC gave 0.12 away from the
+        # recorded logits, XLA and the fused kernel alike): here the loaded int8 weights must equal
+        # quantizing the float fixture here, and the recording holds to its own int8 error.
+        float_model = bertzoo.BertClassifier.from_preset(FIXTURES / "format1_classifier")
+        fresh = bertzoo.quantize(float_model, "int8").predict(INPUTS, verbose=0)
+        np.testing.assert_allclose(predictions, fresh, atol=1e-5)
+        int8_error = np.abs(np.subtract(EXPECTED[name], EXPECTED["format1_classifier"])).max()
+        assert np.abs(predictions - np.asarray(EXPECTED[name])).max() <= int8_error
+    else:
+        np.testing.assert_allclose(predictions, EXPECTED[name], atol=1e-5)
     features = model.preprocessor(EXPECTED["texts"])
     assert features["token_ids"].numpy().tolist() == EXPECTED["inputs"]["token_ids"]
     if name.endswith("int8"):
@@ -48,7 +59,7 @@ def test_format1_presets_load_with_the_recorded_predictions(name, tmp_path):
     config = json.loads((tmp_path / "again" / "config.json").read_text())
     assert config["format_version"] == 2
     again = bertzoo.BertClassifier.from_preset(tmp_path / "again")
-    np.testing.assert_allclose(again.predict(INPUTS, verbose=0), EXPECTED[name], atol=1e-5)
+    np.testing.assert_allclose(again.predict(INPUTS, verbose=0), predictions, atol=1e-5)
     backbone = bertzoo.BertBackbone.from_preset(FIXTURES / name)
     np.testing.assert_array_equal(
         backbone(INPUTS)["pooled_output"].numpy(), model.backbone(INPUTS)["pooled_output"].numpy()
