@@ -1,18 +1,25 @@
 """How long a new raw-text `tf.data` pipeline takes to build and to yield
-its first batch, with the tokenizing and packing traced once per
-preprocessor (what bertzoo does, `BertPreprocessor._graph_features`) and
-traced again in every pipeline (what a plain `dataset.map(preprocessor)`
-does).
+its first batch, and each later epoch's first batch, in three settings:
+
+- `tokenized_eagerly`: all the texts tokenized in one eager call, then
+  batched (what bertzoo does for in-memory inputs of up to
+  `EAGER_PREPROCESS_LIMIT` examples);
+- `traced_once`: a `tf.data` map whose tokenizing and packing is traced
+  once per preprocessor (what bertzoo does for larger inputs,
+  `BertPreprocessor._graph_features`);
+- `traced_per_pipeline`: the map traced again in every pipeline (what a
+  plain `dataset.map(preprocessor)` does).
 
     python -m benchmarks.text_pipeline [--preset tiny] [--repeats 2] [--runs 5] [--texts 64] [--batch-size 32]
 
 Every `fit` or `evaluate` on raw text, and each phase of a resumed
-`ResumableTraining` run, builds such a pipeline (`Task._as_dataset`). Each
-(setting, repeat) runs in a fresh process, alternating the settings (the
-first pipeline of a process pays one-time costs that a process run second
-would not): the preset's classifier (random weights) builds a pipeline for
-the same texts, shuffled, then `--runs` more. Medians; rows go to
-`benchmarks/results.jsonl`.
+`ResumableTraining` run, builds such a pipeline (`Task._as_dataset`), and
+Keras starts a new iterator on it every epoch. Each (setting, repeat) runs
+in a fresh process, alternating the settings (the first pipeline of a
+process pays one-time costs that a process run second would not): the
+preset's classifier (random weights) builds a pipeline for the same texts,
+shuffled, then `--runs` more, and starts `--runs` new iterators on the
+last one. Medians; rows go to `benchmarks/results.jsonl`.
 """
 
 import argparse
@@ -28,7 +35,7 @@ from benchmarks.harness import print_table
 from benchmarks.harness import record
 from benchmarks.harness import worker_result
 
-SETTINGS = ("traced_once", "traced_per_pipeline")
+SETTINGS = ("tokenized_eagerly", "traced_once", "traced_per_pipeline")
 
 
 def worker(setting, preset, runs, texts, batch_size):
@@ -37,9 +44,11 @@ def worker(setting, preset, runs, texts, batch_size):
 
     import keras
     import numpy as np
+    import tensorflow as tf
 
     import bertzoo
     from bertzoo.datasets import synthetic_sentiment
+    from bertzoo.models import task
 
     sentences, labels = synthetic_sentiment(texts, seed=0)
     keras.utils.set_random_seed(0)
@@ -49,11 +58,14 @@ def worker(setting, preset, runs, texts, batch_size):
     traces = []
 
     def counted(segments):
-        traces.append(1)  # Python runs `_features` only while tracing.
+        if not tf.executing_eagerly():  # Traced (in a map), not called on the texts themselves.
+            traces.append(1)
         return features(segments)
 
     # Instance attributes: this process's preprocessor alone.
     preprocessor._features = counted
+    if setting != "tokenized_eagerly":
+        task.EAGER_PREPROCESS_LIMIT = 0  # Every input streams through a tf.data map.
     if setting == "traced_per_pipeline":
         preprocessor._graph_features = lambda: lambda *segments: preprocessor._features(segments)
 
@@ -66,7 +78,14 @@ def worker(setting, preset, runs, texts, batch_size):
     later_s = [pipeline()[0] for _ in range(runs)]
     _, (x, _) = pipeline(shuffle=False)
     digest = hashlib.sha256(b"".join(np.asarray(x[k], "int32").tobytes() for k in sorted(x))).hexdigest()
-    print(json.dumps({"first_s": first_s, "later_s": later_s, "traces": len(traces), "features_sha256": digest}))
+    dataset = model._as_dataset(sentences, labels, batch_size=batch_size, shuffle=True)
+    epoch_s = []
+    for _ in range(runs):  # What each epoch of a `fit` pays before its first step.
+        start = time.perf_counter()
+        next(iter(dataset))
+        epoch_s.append(time.perf_counter() - start)
+    result = {"first_s": first_s, "later_s": later_s, "epoch_s": epoch_s, "traces": len(traces)}
+    print(json.dumps({**result, "features_sha256": digest}))
 
 
 def run_worker(setting, args):
@@ -111,17 +130,19 @@ def main(argv=None):
                 "first_pipeline_s": round(statistics.median(r["first_s"] for r in done), 3),
                 "process_first_pipeline_s": [round(r["first_s"], 3) for r in done],
                 "later_pipeline_s": round(statistics.median(t for r in done for t in r["later_s"]), 3),
-                "pipelines_per_process": args.runs + 2,  # The first, the later ones, the unshuffled one.
+                "next_epoch_s": round(statistics.median(t for r in done for t in r["epoch_s"]), 3),
+                "pipelines_per_process": args.runs + 3,  # The first, the later ones, the unshuffled one, the epochs'.
                 "tokenization_traces_per_process": sorted({r["traces"] for r in done}),
-                "same_features_in_both_settings": len(digests) == 1,
+                "same_features_in_all_settings": len(digests) == 1,
             }
         )
-    peer = rows[1]
+    peer = rows[SETTINGS.index("traced_per_pipeline")]
     for row in rows:
-        row["first_vs_traced_per_pipeline"] = round(peer["first_pipeline_s"] / row["first_pipeline_s"], 2)
-        row["later_vs_traced_per_pipeline"] = round(peer["later_pipeline_s"] / row["later_pipeline_s"], 2)
-    columns = ["setting", "first_pipeline_s", "process_first_pipeline_s", "later_pipeline_s"]
-    print_table(rows, columns + ["tokenization_traces_per_process", "later_vs_traced_per_pipeline"])
+        for measure in ("first_pipeline", "later_pipeline", "next_epoch"):
+            row[f"{measure}_vs_traced_per_pipeline"] = round(peer[f"{measure}_s"] / row[f"{measure}_s"], 2)
+    columns = ["setting", "first_pipeline_s", "process_first_pipeline_s", "later_pipeline_s", "next_epoch_s"]
+    ratios = ["later_pipeline_vs_traced_per_pipeline", "next_epoch_vs_traced_per_pipeline"]
+    print_table(rows, columns + ["tokenization_traces_per_process"] + ratios)
     record("text_pipeline", rows, "benchmarks.text_pipeline", argv, args.results)
     return 0
 

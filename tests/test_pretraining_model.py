@@ -247,6 +247,10 @@ def test_a_seeded_run_masks_each_batch_the_same_however_the_map_is_scheduled(pre
 
     model = OwnPreprocess(tiny_backbone(), preprocessor, sentence_objective=None)
     assert len(list(model._as_dataset(texts[:4], batch_size=2))) == 2
+    # Masked afresh every epoch (in tf.data), not once for all of them.
+    dataset = model._as_dataset(texts, batch_size=2)
+    epoch_1, epoch_2 = ([x["token_ids"].numpy() for x, _ in dataset] for _ in range(2))
+    assert not all(np.array_equal(a, b) for a, b in zip(epoch_1, epoch_2))
 
     class PassesEverything(bertzoo.BertPretrainer):  # Takes `seed` through **kwargs: seeded masks still.
         def preprocess(self, *args, **kwargs):

@@ -201,3 +201,90 @@ def test_a_tuple_that_is_not_a_pair_is_named(classifier):
     ):
         classifier.fit(("a", "b", "c"), [0, 1, 1], verbose=0)
     assert classifier.predict((["a film", "dull"],), verbose=0).shape == (2, 2)  # `(texts,)` is the texts.
+
+
+def _examples_for(task_name):
+    """A task built small, and (x, y, sample_weight) of five raw examples it
+    trains on: one long enough that its batch keeps more columns than the
+    others (trimmed in steps of 16)."""
+    build = dict(load_weights=False, sequence_length=48)
+    long = " ".join(["word"] * 20)
+    if task_name == "classifier_pairs":
+        model = bertzoo.BertClassifier.from_preset("tiny", **build)
+        x = (["good film", "bad", "fine", long, "great"], ["yes", "no", "so so", "no", "yes indeed"])
+        return model, x, [1, 0, 1, 0, 1], [1.0, 0.5, 1.0, 2.0, 1.0]
+    if task_name == "tagger":
+        model = bertzoo.BertTokenClassifier.from_preset("tiny", num_classes=3, **build)
+        words = [["Anna", "went", "home"], ["Oslo"], ["a", "b", "c", "d"], long.split(), ["Olaf", "left", "Bergen"]]
+        return model, words, [[1, 0, 0], [2], [0, 0, 0, 0], [0] * 20, [1, 0, 2]], None
+    if task_name == "question_answerer":
+        model = bertzoo.BertQuestionAnswerer.from_preset("tiny", **build)
+        contexts = ["anna went home", "olaf left", "it rained all day", long, "bergen is wet"]
+        x = (["who went?", "who left?", "what?", "why?", "where?"], contexts)
+        return model, x, [[0, 4], [0, 4], [3, 9], [-1, -1], [0, 6]], None
+    model = bertzoo.BertMultipleChoice.from_preset("tiny", num_choices=2, **build)
+    contexts = ["the cat", "a dog", "rain", long, "snow"]
+    choices = [["sat", "flew"], ["barked", "sang"], ["falls", "rises"], ["shines", "barks"], ["melts", "talks"]]
+    return model, (contexts, choices), [0, 0, 0, 1, 0], None
+
+
+@pytest.mark.parametrize("task_name", ["classifier_pairs", "tagger", "question_answerer", "multiple_choice"])
+def test_short_inputs_are_tokenized_once_into_the_batches_a_stream_makes(task_name, monkeypatch):
+    # Up to EAGER_PREPROCESS_LIMIT examples, `fit`/`evaluate` tokenize all of
+    # them in one eager call, not in a tf.data map traced per dataset and
+    # instantiated per epoch: the batches must be the ones the map makes.
+    import bertzoo.models.task as task_lib
+    from bertzoo.models.resumable import EpochOrder
+
+    model, x, y, sample_weight = _examples_for(task_name)
+    calls = []
+    preprocess = model.preprocess
+
+    def spy(*args, **kwargs):
+        calls.append((tf.executing_eagerly(), int(tf.nest.flatten(args[0])[0].shape[0] or 0)))
+        return preprocess(*args, **kwargs)
+
+    monkeypatch.setattr(model, "preprocess", spy)
+
+    def batches(order=False, labelled=True):
+        keras.utils.set_random_seed(7)  # The same shuffle for both.
+        data = model._as_dataset(x, *((y, sample_weight) if labelled else ()), batch_size=2, shuffle=order)
+        return [tf.nest.map_structure(np.asarray, b) for b in data]
+
+    def ways():
+        resumed = EpochOrder(seed=3, shuffle=True, first=0, last=2, skip=1)
+        return batches(), batches(True), batches(labelled=False), batches(resumed), _fingerprint_of(model, x, y)
+
+    eager = ways()
+    assert calls == [(True, 5)] * 5, "five examples should be tokenized once per dataset, eagerly"
+    calls.clear()
+    monkeypatch.setattr(task_lib, "EAGER_PREPROCESS_LIMIT", 4)  # Five examples: over the limit, streamed.
+    streamed = ways()
+    assert calls and not any(eagerly for eagerly, _ in calls)
+    # Where the task trims columns, batch by batch (in steps of 16): the long
+    # text's batch keeps more than another. Taggers and answerers keep all 48.
+    widths = [b[0]["token_ids"].shape[-1] for b in eager[0]]
+    assert min(widths) < widths[1] if model.trims_padding else widths == [48] * 3
+    assert len(eager[3]) == 5
+    tf.nest.map_structure(np.testing.assert_array_equal, eager, streamed)
+    # A subclass's own `preprocess` is mapped batch by batch unless marked deterministic.
+    monkeypatch.setattr(task_lib, "EAGER_PREPROCESS_LIMIT", 4096)
+    calls.clear()
+
+    class OwnPreprocess(type(model)):
+        def preprocess(self, *args, **kwargs):
+            return super().preprocess(*args, **kwargs)
+
+    monkeypatch.setattr(model, "__class__", OwnPreprocess)
+    assert len(batches()) == 3
+    assert calls and not any(eagerly for eagerly, _ in calls)
+
+
+def _fingerprint_of(model, x, y):
+    """`ResumableTraining`'s fingerprint of the data: the raw examples'
+    either way, so a checkpoint resumes across the two."""
+    from bertzoo.models.resumable import EpochOrder
+
+    order = EpochOrder(seed=0, shuffle=False, first=0, last=1)
+    model._as_dataset(x, y, None, 2, shuffle=order)
+    return order.fingerprint

@@ -15,6 +15,7 @@ from bertzoo.models.serving import classification_outputs
 from bertzoo.models.serving import same_size
 from bertzoo.models.serving import string_function
 from bertzoo.models.task import Task
+from bertzoo.models.task import deterministic_preprocess
 from bertzoo.utils.checks import check_rate
 from bertzoo.utils.optional import tf
 
@@ -162,6 +163,7 @@ class BertMultipleChoice(Task):
     def _labels_checked_in_graph(self, labels):
         return class_ids_checked_in_graph(labels, self.num_choices, what="choices")
 
+    @deterministic_preprocess
     def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
         """`(contexts, choices)` -> features of shape `(batch, num_choices,
         sequence_length)`: each context packed with each of its choices."""

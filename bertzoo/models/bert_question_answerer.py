@@ -15,6 +15,7 @@ from bertzoo.models.serving import serving_call
 from bertzoo.models.serving import string_function
 from bertzoo.models.serving import trim_padding
 from bertzoo.models.task import Task
+from bertzoo.models.task import deterministic_preprocess
 from bertzoo.text.normalization import to_string_tensor
 from bertzoo.text.normalization import valid_utf8
 from bertzoo.text.preprocessor import BertPreprocessor
@@ -519,6 +520,7 @@ class BertQuestionAnswerer(Task):
                     )
         return y
 
+    @deterministic_preprocess
     def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
         """`(questions, contexts)` (and character spans) -> features (and
         token positions `(batch, 2)`; an answer cut off points at `[CLS]`)."""

@@ -21,6 +21,7 @@ from bertzoo.models.serving import serving_call
 from bertzoo.models.serving import string_function
 from bertzoo.models.serving import trim_padding
 from bertzoo.models.task import Task
+from bertzoo.models.task import deterministic_preprocess
 from bertzoo.utils.checks import check_rate
 from bertzoo.utils.optional import tf
 from bertzoo.utils.optional import tf_text
@@ -336,6 +337,7 @@ class BertTokenClassifier(Task):
             return tf.where(padding, IGNORE_LABEL, ids)
         return class_ids_checked_in_graph(labels, self.num_classes, ignore=IGNORE_LABEL)
 
+    @deterministic_preprocess
     def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
         """Words `(batch, W)` (`""` pads) and per-word labels -> features and
         token labels (see `align_word_tensors`); `sample_weight` is one

@@ -103,10 +103,11 @@ class EpochOrder:
         stream = tf.data.Dataset.range(self.first, self.last).flat_map(batches_of_epoch).skip(self.skip)
         return stream, total
 
-    def batches(self, examples, batch_size):
+    def batches(self, examples, batch_size, prepare=None):
         """Unbatched `examples` (a dataset of known length, e.g. from
         `from_tensor_slices`) -> the batches of every epoch, one after the
-        other."""
+        other. `prepare`: a function of all the examples at once (e.g. the
+        tokenized features), run after they are fingerprinted as given."""
 
         n = int(examples.cardinality())
         if n <= 0:
@@ -115,6 +116,8 @@ class EpochOrder:
         self.num_examples = n
         if self.fingerprint is None:
             self.fingerprint = _fingerprint(whole, batch_size)
+        if prepare is not None:
+            whole = prepare(whole)
         seed = tf.constant(self.seed, tf.int64)
 
         def batches_of_epoch(epoch):

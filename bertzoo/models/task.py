@@ -38,8 +38,9 @@ from bertzoo.utils.optional import is_tf_dataset
 from bertzoo.utils.optional import tf
 from bertzoo.utils.private_api import flatten_layers
 
-# `predict` tokenizes inputs up to this many examples eagerly, larger ones
-# stream through tf.data (see `Task._preprocess_in_memory`).
+# `predict`, `fit` and `evaluate` tokenize in-memory inputs up to this many
+# examples eagerly, larger ones stream through tf.data (see
+# `Task._preprocess_in_memory` and `Task._as_dataset`).
 EAGER_PREPROCESS_LIMIT = 4096
 
 _NOT_HEAD_ARGUMENTS = ("name", "trainable", "dtype", "backbone", "preprocessor")
@@ -72,6 +73,32 @@ def _int_features(data, trim=False):
     if isinstance(data, tuple):
         return (cast(data[0]),) + data[1:]
     return cast(data)
+
+
+def deterministic_preprocess(preprocess):
+    """Marks a task's `preprocess` as a function of each example alone that
+    gives the same result on every call (no random draws, no statistics of
+    the batch): `fit` and `evaluate` may then tokenize up to
+    `EAGER_PREPROCESS_LIMIT` in-memory examples in one call, once for all
+    epochs (`Task._as_dataset`). A subclass that overrides `preprocess` is
+    run batch by batch in `tf.data`, every epoch, unless it marks its own.
+
+    Example:
+    ```python
+    class LowercasingClassifier(bertzoo.BertClassifier):
+        @deterministic_preprocess
+        def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
+            return super().preprocess(tf.strings.lower(x), y, sample_weight, preprocessor)
+    ```
+    """
+    preprocess.deterministic = True
+    return preprocess
+
+
+def _num_examples(x):
+    """The number of in-memory examples in `x` (tensors from
+    `_raw_to_tensors`; a tuple of them for pairs)."""
+    return int(tf.nest.flatten(x)[0].shape[0])
 
 
 def _computes_in_float16(task):
@@ -162,10 +189,11 @@ class Task(
     With a preprocessor attached, `fit`, `evaluate` and `predict` accept raw
     strings (a list, a NumPy array, or a `tf.data.Dataset`), string pairs as a
     tuple `(first_segments, second_segments)`, or already tokenized dicts; the
-    text is tokenized in `tf.data`, outside the compiled (XLA) step.
+    text is tokenized outside the compiled (XLA) step: in `tf.data`, or for up
+    to `EAGER_PREPROCESS_LIMIT` in-memory examples once, eagerly.
 
-    Each task owns its preprocessing and its serving: `preprocess` turns one
-    batch of raw inputs (and labels) into the model's features, the same code
+    Each task owns its preprocessing and its serving: `preprocess` turns raw
+    inputs (and labels) into the model's features, the same code
     in `fit`, `evaluate`, `predict` and the exported signatures;
     `serving_signatures` declares what `export` writes.
 
@@ -688,6 +716,8 @@ class Task(
         if self.preprocessor is None or _is_tokenized(x):
             return None
         batch_size = batch_size or DEFAULT_BATCH_SIZE
+        trim = self.trims_padding
+        eager = False
         if is_tf_dataset(x):
             check_dataset_carries_targets(y, sample_weight)
             dataset = x
@@ -705,20 +735,34 @@ class Task(
             if sample_weight is not None and y is None:
                 raise ValueError("`sample_weight` needs `y`.")
             _check_examples_pair_up(x, y, sample_weight)
-            dataset = tf.data.Dataset.from_tensor_slices(data)
+            # Up to the limit, tokenized once, eagerly: a tf.data map of the
+            # preprocessor costs a trace per dataset and about 0.3 s per
+            # iterator (each epoch), where a short list tokenizes in
+            # milliseconds. Columns are still trimmed batch by batch.
+            deterministic = getattr(type(self).preprocess, "deterministic", False)
+            eager = deterministic and _num_examples(x) <= EAGER_PREPROCESS_LIMIT
+
+            def tokenize_all(examples):
+                return _int_features(self.preprocess(*examples))
+
             if isinstance(shuffle, EpochOrder):  # `ResumableTraining`: a seeded order per epoch, resumed.
-                dataset = shuffle.batches(dataset, batch_size)
+                examples = tf.data.Dataset.from_tensor_slices(data)
+                dataset = shuffle.batches(examples, batch_size, prepare=tokenize_all if eager else None)
             else:
+                dataset = tf.data.Dataset.from_tensor_slices(tokenize_all(data) if eager else data)
                 if shuffle:
                     dataset = dataset.shuffle(int(dataset.cardinality()), reshuffle_each_iteration=True)
                 dataset = dataset.batch(batch_size)
-        # `lambda *d` keeps pairs whole: element ((a, b), y) -> preprocess((a, b), y).
-        trim = self.trims_padding
+        if eager:
+            if trim:
+                dataset = dataset.map(lambda *d: _int_features(d if len(d) > 1 else d[0], trim))
+            return dataset.prefetch(tf.data.AUTOTUNE)
         parameters = inspect.signature(self.preprocess).parameters
         takes_seed = "seed" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
         # (Not for a subclass's own `preprocess` that takes no seed.)
         draw_seed = self._batch_seed_drawer() if takes_seed else None
         if draw_seed is None:
+            # `lambda *d` keeps pairs whole: element ((a, b), y) -> preprocess((a, b), y).
             dataset = dataset.map(
                 lambda *d: _int_features(self.preprocess(*d), trim), num_parallel_calls=tf.data.AUTOTUNE
             )
@@ -788,15 +832,19 @@ class Task(
         example); a tagger pads per-word weights as it padded the words."""
         return sample_weight
 
+    @deterministic_preprocess
     def preprocess(self, x, y=None, sample_weight=None, preprocessor=None):
-        """One batch of raw inputs (tensors) -> the model's features, packed
-        with `y` and `sample_weight` as `keras.utils.pack_x_y_sample_weight`
-        does (features alone without `y`).
+        """Raw inputs (tensors, a batch or all the examples) -> the model's
+        features, packed with `y` and `sample_weight` as
+        `keras.utils.pack_x_y_sample_weight` does (features alone without `y`).
 
-        The task's preprocessing: `fit` and `evaluate` run it in `tf.data`,
-        `predict` eagerly, the exported signatures in their graph. Tasks that
-        build inputs or labels differently (span labels, masking, choices,
-        word alignment) override it. `preprocessor`: the `BertPreprocessor`
+        The task's preprocessing: `fit` and `evaluate` run it once on all of
+        up to `EAGER_PREPROCESS_LIMIT` in-memory examples, else batch by batch
+        in `tf.data`; `predict` eagerly, the exported signatures in their
+        graph. Tasks that build inputs or labels differently (span labels,
+        masking, choices, word alignment) override it; an override that is
+        row by row and draws nothing random can say so with
+        `@deterministic_preprocess`. `preprocessor`: the `BertPreprocessor`
         to pack with; default `self.preprocessor`.
         """
         if isinstance(x, tuple) and len(x) == 2:
