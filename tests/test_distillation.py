@@ -1,6 +1,7 @@
 """Distillation: each loss against NumPy, layer maps, argument checks,
 student initialisation, and a small end-to-end run (jit-compiled)."""
 
+import inspect
 import math
 
 import keras
@@ -435,6 +436,25 @@ def test_bad_arguments(pair, kwargs, match):
         Distiller(teacher, student, **kwargs)
 
 
+def test_loss_settings_are_checked_before_any_model_with_the_distillers_defaults():
+    check = distiller_module.check_loss_settings
+    defaults = inspect.signature(Distiller.__init__).parameters
+    # An omitted setting takes the Distiller's default: its weights, and its refusals.
+    weights = check(alpha=0.25)
+    assert weights == {
+        "hidden": defaults["hidden_state_weight"].default,
+        "attention": defaults["attention_weight"].default,
+        "embedding": defaults["embedding_weight"].default,
+        "value_relation": defaults["value_relation_weight"].default,
+        "soft_target": defaults["soft_target_weight"].default,
+    }
+    assert set(distiller_module.LOSS_SETTINGS) <= set(defaults)
+    with pytest.raises(ValueError, match="`temperature` must be a finite number > 0"):
+        check(temperature=0)
+    with pytest.raises(TypeError, match=r"takes the Distiller's loss settings \[.*'alpha'.*\], got \['tempreature'\]"):
+        check(tempreature=1.0)
+
+
 def test_unlabelled_training_with_only_the_hard_label_loss_weighted_is_refused(pair):
     teacher, student = pair
     distiller = Distiller(teacher, student, alpha=0.5, soft_target_weight=0.0, **distiller_module.PREDICTIONS_ONLY)
@@ -503,19 +523,7 @@ def test_config_round_trip(pair):
         layer_map=[(1, 1), (2, 3)],
     )
     again = Distiller.from_config(d.get_config())
-    for name in (
-        "temperature",
-        "alpha",
-        "hidden_state_weight",
-        "attention_weight",
-        "embedding_weight",
-        "value_relation_weight",
-        "soft_target_weight",
-        "relation_heads",
-        "normalize_losses",
-        "layer_map",
-        "layer_pairs",
-    ):
+    for name in (*distiller_module.LOSS_SETTINGS, "relation_heads", "normalize_losses", "layer_map", "layer_pairs"):
         assert getattr(again, name) == getattr(d, name), name
     assert again.student.backbone.num_layers == 2 and again.teacher.backbone.num_layers == 4
 

@@ -41,6 +41,7 @@ What it replaces, and why:
 """
 
 import contextlib
+import inspect
 import math
 import types
 
@@ -194,25 +195,41 @@ def _check_weight(name, value):
     return float(value)
 
 
-def check_loss_settings(
-    temperature=2.0,
-    alpha=0.5,
-    hidden_state_weight=1.0,
-    attention_weight=1.0,
-    embedding_weight=1.0,
-    value_relation_weight=0.0,
-    soft_target_weight=1.0,
-):
+# The `Distiller` arguments `check_loss_settings` checks; their defaults are the Distiller's.
+LOSS_SETTINGS = (
+    "temperature",
+    "alpha",
+    "hidden_state_weight",
+    "attention_weight",
+    "embedding_weight",
+    "value_relation_weight",
+    "soft_target_weight",
+)
+
+
+def check_loss_settings(**settings):
     """Raises a ValueError naming the first bad loss setting of a
     `Distiller` (its constructor's checks), before any model is built or
     trained; returns the loss weights by term ("hidden", "attention",
     "embedding", "value_relation", "soft_target") as floats.
+
+    Takes the Distiller's loss arguments (`LOSS_SETTINGS`) by name; one
+    left out takes the Distiller's default, read from its signature so the
+    two cannot drift apart.
 
     Example:
     ```python
     check_loss_settings(temperature=args.temperature, alpha=args.alpha)  # Before fine-tuning a teacher.
     ```
     """
+    unknown = sorted(set(settings) - set(LOSS_SETTINGS))
+    if unknown:
+        raise TypeError(
+            f"check_loss_settings() takes the Distiller's loss settings {list(LOSS_SETTINGS)}, got {unknown}."
+        )
+    parameters = inspect.signature(Distiller.__init__).parameters
+    settings = {name: settings.get(name, parameters[name].default) for name in LOSS_SETTINGS}
+    temperature, alpha = settings["temperature"], settings["alpha"]
     if (
         isinstance(temperature, bool)
         or not isinstance(temperature, (int, float))
@@ -225,11 +242,11 @@ def check_loss_settings(
             f"`alpha` must be in [0, 1] (the weight of the hard-label loss; 0 = soft targets only), got {alpha!r}."
         )
     weights = {
-        "hidden": _check_weight("hidden_state_weight", hidden_state_weight),
-        "attention": _check_weight("attention_weight", attention_weight),
-        "embedding": _check_weight("embedding_weight", embedding_weight),
-        "value_relation": _check_weight("value_relation_weight", value_relation_weight),
-        "soft_target": _check_weight("soft_target_weight", soft_target_weight),
+        "hidden": _check_weight("hidden_state_weight", settings["hidden_state_weight"]),
+        "attention": _check_weight("attention_weight", settings["attention_weight"]),
+        "embedding": _check_weight("embedding_weight", settings["embedding_weight"]),
+        "value_relation": _check_weight("value_relation_weight", settings["value_relation_weight"]),
+        "soft_target": _check_weight("soft_target_weight", settings["soft_target_weight"]),
     }
     if not alpha and not any(weights.values()):
         raise ValueError(
