@@ -12,6 +12,7 @@ import h5py
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import bertzoo
 from bertzoo.saving.preset import Preset
@@ -200,6 +201,38 @@ def test_from_preset_arguments_keep_the_saved_head_or_are_refused(tmp_path):
     with pytest.raises(TypeError, match=r"BertBackbone.from_preset got unexpected keyword argument\(s\) \['dropuot'\]"):
         bertzoo.BertBackbone.from_preset(tmp_path / "p", dropuot=0.0)
     assert bertzoo.BertBackbone.from_preset(tmp_path / "p", dropout=0.0).dropout == 0.0
+
+
+def test_backbone_weights_that_load_are_never_drawn_at_random_first(tmp_path, monkeypatch):
+    model = bertzoo.BertClassifier.from_preset("tiny", load_weights=False, preprocessor=None, num_classes=2)
+    model.save_to_preset(tmp_path / "p")
+    draws = []  # Values drawn; not the symbolic placeholders Keras traces while it builds the layers.
+    draw = keras.initializers.TruncatedNormal.__call__
+
+    def counted_draw(self, shape, dtype=None):
+        if tf.executing_eagerly():
+            draws.append(tuple(shape))
+        return draw(self, shape, dtype)
+
+    monkeypatch.setattr(keras.initializers.TruncatedNormal, "__call__", counted_draw)
+    backbone = bertzoo.BertBackbone.from_preset(tmp_path / "p")
+    assert draws == []
+    loaded = bertzoo.BertClassifier.from_preset(tmp_path / "p")
+    assert draws == [(model.backbone.hidden_dim, 2)]  # The head, built as usual (small), then loaded.
+    draws.clear()
+    for saved, again in zip(model.weights, loaded.weights):
+        np.testing.assert_array_equal(np.asarray(again), np.asarray(saved))
+    inputs = {"token_ids": np.array([[2, 7, 9, 3]]), "segment_ids": np.zeros((1, 4), "int32")}
+    inputs["padding_mask"] = np.ones((1, 4), "int32")
+    np.testing.assert_allclose(loaded.predict_on_batch(inputs), model.predict_on_batch(inputs), rtol=1e-6)
+    np.testing.assert_array_equal(backbone(inputs)["pooled_output"], model.backbone(inputs)["pooled_output"])
+    # A new head is drawn (its kernel, the only truncated-normal weight), the backbone loaded.
+    new_head = bertzoo.BertClassifier.from_preset(tmp_path / "p", num_classes=3)
+    assert draws == [(model.backbone.hidden_dim, 3)]
+    for saved, again in zip(model.backbone.weights, new_head.backbone.weights):
+        np.testing.assert_array_equal(np.asarray(again), np.asarray(saved))
+    bertzoo.BertClassifier.from_preset(tmp_path / "p", load_weights=False)
+    assert len(draws) > model.backbone.num_layers * 4
 
 
 @pytest.mark.parametrize(

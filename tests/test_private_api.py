@@ -350,6 +350,92 @@ def test_torch_int8_matmul_multiplies_int8_exactly():
     np.testing.assert_array_equal(out.numpy(), a.astype(np.int32) @ b.astype(np.int32))
 
 
+class CountingInitializer(keras.initializers.Initializer):
+    """Ones, counting the draws (one per variable it initializes)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, shape, dtype=None):
+        self.calls += 1
+        return keras.ops.ones(shape, dtype=dtype)
+
+
+def dropout_model(initializer):
+    inputs = keras.Input((4,))
+    hidden = keras.layers.Dense(3, kernel_initializer=initializer, bias_initializer=initializer, name="dense")(inputs)
+    return keras.Model(inputs, keras.layers.Dropout(0.5, seed=7, name="dropout")(hidden))
+
+
+def uninitialized_registry():
+    from keras.src.backend.common import global_state
+
+    return global_state.get_global_attribute("uninitialized_variables") or []
+
+
+def test_deferred_initialization_draws_only_what_loading_leaves(tmp_path):
+    source = dropout_model("glorot_uniform")
+    path = tmp_path / "model.weights.h5"
+    source.save_weights(path)
+    initializer = CountingInitializer()
+    with private_api.deferred_initialization() as deferred:
+        model = dropout_model(initializer)
+    assert initializer.calls == 0 and len(deferred.variables) == 3  # Kernel, bias, the dropout's seed.
+    assert uninitialized_registry() == []  # Taken from Keras: nothing else initializes them.
+    deferred.fill(lambda: model.load_weights(path), model)
+    assert initializer.calls == 0
+    for loaded, saved in zip(model.weights, source.weights):
+        np.testing.assert_array_equal(np.asarray(loaded), np.asarray(saved))
+    # The seed, which no weights file holds, took its initializer's value: the Dropout's seed 7.
+    seed = model.get_layer("dropout").seed_generator.state
+    assert keras.ops.convert_to_numpy(seed).tolist() == [7, 0]
+    x = np.ones((2, 4), "float32")
+    np.testing.assert_allclose(np.asarray(model(x)), np.asarray(source(x)), rtol=1e-6)
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(x, np.zeros((2, 3), "float32"), verbose=0)
+    with private_api.deferred_initialization() as again:
+        other = dropout_model(initializer)
+    with pytest.raises(ValueError, match=r"shape \(5, 3\) to the variable .*kernel of shape \(4, 3\)"):
+        again.fill(lambda: other.get_layer("dense").kernel.assign(np.ones((5, 3), "float32")), other)
+    assert initializer.calls == 2  # Kernel and bias drawn before the error left: no half-made model.
+
+
+def test_deferred_variables_that_loading_bypasses_are_drawn_then_loaded_again():
+    initializer = CountingInitializer()
+    with private_api.deferred_initialization() as deferred:
+        model = dropout_model(initializer)
+    dense = model.get_layer("dense")
+    loads = []
+
+    def load():  # Assigns the kernel only on its first run, as a loader that bypassed `assign` for the bias.
+        loads.append(1)
+        dense.kernel.assign(np.full((4, 3), 2.0, "float32"))
+        if len(loads) > 1:
+            dense.bias.assign(np.full((3,), 3.0, "float32"))
+
+    deferred.fill(load, model)
+    assert len(loads) == 2 and initializer.calls == 1  # The bias was drawn, then loaded.
+    assert np.asarray(dense.kernel).tolist() == [[2.0] * 3] * 4 and np.asarray(dense.bias).tolist() == [3.0] * 3
+
+    with private_api.deferred_initialization() as deferred:
+        model = dropout_model(initializer)
+    with pytest.raises(OSError, match="disk"):
+        deferred.fill(lambda: (_ for _ in ()).throw(OSError("disk")), model)
+    assert initializer.calls == 3  # Both drawn before the error left: no half-made model.
+    assert all(np.isfinite(np.asarray(v)).all() for v in model.weights)
+
+
+def test_deferred_initialization_disabled_or_nested_initializes_as_usual():
+    initializer = CountingInitializer()
+    with private_api.deferred_initialization(enabled=False) as deferred:
+        dropout_model(initializer)
+    assert initializer.calls == 2 and deferred.variables == []
+    with keras.StatelessScope():
+        with private_api.deferred_initialization() as deferred:
+            dropout_model(initializer)
+    assert deferred.variables == []  # A caller's stateless scope decides, not this block.
+
+
 # --- The fallbacks, with the private symbol taken away -------------------------
 
 
@@ -435,6 +521,18 @@ def test_fresh_layer_names_fallback_keeps_the_numbering(monkeypatch):
     keras.layers.Dropout(0.1)
     with private_api.fresh_layer_names():
         assert keras.layers.Dropout(0.1).name != "dropout"
+
+
+def test_deferred_initialization_fallback_initializes_as_usual(monkeypatch, tmp_path):
+    hide_module(monkeypatch, "keras.src.backend.common.global_state")
+    source = dropout_model("glorot_uniform")
+    source.save_weights(tmp_path / "model.weights.h5")
+    initializer = CountingInitializer()
+    with private_api.deferred_initialization() as deferred:
+        model = dropout_model(initializer)
+    assert initializer.calls == 2 and deferred.variables == []
+    deferred.fill(lambda: model.load_weights(tmp_path / "model.weights.h5"), model)
+    np.testing.assert_array_equal(np.asarray(model.weights[0]), np.asarray(source.weights[0]))
 
 
 def test_in_stateless_scope_and_in_variable_scope_fallbacks(monkeypatch):

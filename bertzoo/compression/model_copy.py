@@ -3,6 +3,7 @@
 import keras
 
 from bertzoo.utils.layers import PRUNING_STATE_ATTR
+from bertzoo.utils.private_api import deferred_initialization
 
 
 def pruning_state(model):
@@ -27,7 +28,16 @@ def copy_model(model, transform=None):
     if not model.built:
         raise ValueError(f"{type(model).__name__} '{model.name}' is not built: call it on data first.")
     config = model.get_config()
-    clone = type(model).from_config(config)
+    # Every weight is copied, so the backbone's are not drawn at random first (seconds for BERT-base). A
+    # task is built around it outside: its constructor compiles, which Keras allows only there.
+    backbone = getattr(model, "backbone", None)
+    with deferred_initialization() as deferred:
+        if backbone is None:
+            clone = type(model).from_config(config)
+        else:
+            clone_backbone = type(backbone).from_config(backbone.get_config())
+    if backbone is not None:
+        clone = type(model).from_config({**config, "backbone": clone_backbone})
     sources, targets = model_weights(model), clone.weights
     if len(sources) != len(targets):
         raise ValueError(
@@ -40,8 +50,13 @@ def copy_model(model, transform=None):
                 f"Could not copy {type(model).__name__} '{model.name}': weight {source.path} "
                 f"{tuple(source.shape)} does not match the rebuilt {target.path} {tuple(target.shape)}."
             )
-        value = keras.ops.convert_to_numpy(source)
-        target.assign(transform(source, value) if transform else value)
+
+    def copy_weights():
+        for source, target in zip(sources, targets):
+            value = keras.ops.convert_to_numpy(source)
+            target.assign(transform(source, value) if transform else value)
+
+    deferred.fill(copy_weights, clone)
     if hasattr(model, "source_preset"):
         clone.source_preset = model.source_preset
     return clone

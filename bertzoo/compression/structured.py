@@ -25,6 +25,7 @@ from bertzoo.models.bert_backbone import BertBackbone
 from bertzoo.utils import quantization_mode
 from bertzoo.utils.checks import BackendError
 from bertzoo.utils.optional import tf
+from bertzoo.utils.private_api import deferred_initialization
 
 # Canonical weight names (`BertBackbone.named_weights()`) that slicing cuts.
 _SLICED = re.compile(r"(attention|feedforward)_(\d+)/(query|key|value|output|intermediate)/(kernel|bias)")
@@ -302,10 +303,10 @@ def prune_heads_and_neurons(model, heads_to_keep=None, ffn_keep_ratio=None, data
 
     config = backbone.get_config()
     config.update(num_heads=keep_heads, intermediate_dim=keep_neurons, head_dim=backbone.head_dim)
-    small = type(backbone).from_config(config)
+    with deferred_initialization() as deferred:  # Every weight is a slice: none is drawn at random first.
+        small = type(backbone).from_config(config)
     values = _sliced_weights(backbone, backbone.head_dim, head_keep, neuron_keep)
-    for name, variable in small.named_weights().items():
-        variable.assign(values[name])
+    deferred.fill(lambda: [v.assign(values[name]) for name, v in small.named_weights().items()], small)
 
     if model is backbone:
         small.source_preset = getattr(backbone, "source_preset", None)

@@ -208,7 +208,8 @@ def build_backbone(model):
 
     origin = f"{model.format} checkpoint {model.path}" if model.path else f"{model.format} model"
     try:
-        with private_api.fresh_layer_names():
+        # Its weights come from the checkpoint: they are not drawn at random first (seconds for BERT-base).
+        with private_api.fresh_layer_names(), private_api.deferred_initialization() as deferred:
             backbone = BertBackbone(**model.config)
     except ValueError as e:
         raise ConversionError(f"The config of {origin} is not a valid BertBackbone config: {e}") from e
@@ -271,8 +272,8 @@ def build_backbone(model):
         )
         raise ConversionError("\n".join(lines))
 
-    for variable, array in assignments:
-        variable.assign(np.asarray(array, dtype=variable.dtype))
+    # A pooler the checkpoint lacks keeps its initializer's values, drawn by `fill`.
+    deferred.fill(lambda: [v.assign(np.asarray(a, dtype=v.dtype)) for v, a in assignments], backbone)
     return backbone, heads, head_sources
 
 

@@ -10,6 +10,7 @@ from bertzoo.saving.preset import Preset
 from bertzoo.saving.preset import save_preset
 from bertzoo.saving.serialization import quantized_policy_map
 from bertzoo.utils.checks import check_config_keys
+from bertzoo.utils.private_api import deferred_initialization
 from bertzoo.utils.private_api import flatten_layers
 
 
@@ -77,9 +78,11 @@ class Backbone(MeasuredJitCompileMixin, DeclaredInputsMixin, EarlyAttributesMixi
         preset = Preset.resolve(preset, verify_checksums=verify_checksums)
         if load_weights:
             preset.check_weights()
-        backbone = preset.build_backbone(**kwargs)
+        # Weights about to be loaded are not drawn at random first (seconds for BERT-base).
+        with deferred_initialization(enabled=load_weights and preset.has_weights()) as deferred:
+            backbone = preset.build_backbone(**kwargs)
         if load_weights:
-            preset.load_backbone_weights(backbone)
+            deferred.fill(lambda: preset.load_backbone_weights(backbone), backbone)
         backbone.source_preset = preset.name
         return backbone
 

@@ -36,6 +36,7 @@ from bertzoo.utils.checks import constructor_arguments
 from bertzoo.utils.layers import assign_copy
 from bertzoo.utils.optional import is_tf_dataset
 from bertzoo.utils.optional import tf
+from bertzoo.utils.private_api import deferred_initialization
 from bertzoo.utils.private_api import flatten_layers
 
 # `predict`, `fit` and `evaluate` tokenize in-memory inputs up to this many
@@ -467,7 +468,10 @@ class Task(
         if preprocessor == "auto":
             overrides = {"sequence_length": int(sequence_length)} if sequence_length is not None else {}
             preprocessor = preset.build_preprocessor(**overrides)
-        backbone = preset.build_backbone(**({"dtype": dtype} if dtype is not None else {}))
+        # Backbone weights about to be loaded are not drawn at random first (seconds for BERT-base). The
+        # head, small, is built outside: a new head initializes as usual.
+        with deferred_initialization(enabled=load_weights and preset.has_weights()) as deferred:
+            backbone = preset.build_backbone(**({"dtype": dtype} if dtype is not None else {}))
         try:
             model = cls(backbone=backbone, preprocessor=preprocessor, **task_config)
         except TypeError as e:
@@ -478,9 +482,9 @@ class Task(
             ) from e
         if load_weights:
             if keeps_head and preset.directory is not None:
-                preset.load_task_weights(model)
+                deferred.fill(lambda: preset.load_task_weights(model), model)
             else:
-                preset.load_backbone_weights(backbone)
+                deferred.fill(lambda: preset.load_backbone_weights(backbone), model)
                 model._load_preset_extras(preset)
         model.source_preset = preset.name
         return model
