@@ -222,6 +222,8 @@ def test_backbone_weights_that_load_are_never_drawn_at_random_first(tmp_path, mo
     draws.clear()
     for saved, again in zip(model.weights, loaded.weights):
         np.testing.assert_array_equal(np.asarray(again), np.asarray(saved))
+    # Named as if built the usual way (a SavedModel lists the TensorFlow names).
+    assert [w.value.name for w in loaded.weights] == [w.value.name for w in model.weights]
     inputs = {"token_ids": np.array([[2, 7, 9, 3]]), "segment_ids": np.zeros((1, 4), "int32")}
     inputs["padding_mask"] = np.ones((1, 4), "int32")
     np.testing.assert_allclose(loaded.predict_on_batch(inputs), model.predict_on_batch(inputs), rtol=1e-6)

@@ -425,6 +425,20 @@ def test_deferred_variables_that_loading_bypasses_are_drawn_then_loaded_again():
     assert all(np.isfinite(np.asarray(v)).all() for v in model.weights)
 
 
+def test_a_first_assignment_is_a_copy_and_expected_weights_bound_the_reload():
+    initializer = CountingInitializer()
+    with private_api.deferred_initialization() as deferred:
+        model = dropout_model(initializer)
+    kernel = model.get_layer("dense").kernel
+    source = keras.Variable(np.full((4, 3), 2.0, "float32"))
+    loads = []
+    # The bias is left on purpose (as a converted checkpoint leaves a pooler it lacks): drawn, no reload.
+    deferred.fill(lambda: loads.append(kernel.assign(source)), model, expected=[kernel])
+    assert len(loads) == 1 and initializer.calls == 1
+    source.assign(np.zeros((4, 3), "float32"))
+    assert np.asarray(kernel).tolist() == [[2.0] * 3] * 4  # Its own memory, not the source's.
+
+
 def test_deferred_initialization_disabled_or_nested_initializes_as_usual():
     initializer = CountingInitializer()
     with private_api.deferred_initialization(enabled=False) as deferred:

@@ -273,7 +273,11 @@ def build_backbone(model):
         raise ConversionError("\n".join(lines))
 
     # A pooler the checkpoint lacks keeps its initializer's values, drawn by `fill`.
-    deferred.fill(lambda: [v.assign(np.asarray(a, dtype=v.dtype)) for v, a in assignments], backbone)
+    deferred.fill(
+        lambda: [v.assign(np.asarray(a, dtype=v.dtype)) for v, a in assignments],
+        backbone,
+        expected=[v for v, _ in assignments],
+    )
     return backbone, heads, head_sources
 
 

@@ -282,18 +282,22 @@ class DeferredVariables:
     def __init__(self):
         self.variables = []
 
-    def fill(self, load, model):
-        """Runs `load()`, in which assigning one of these variables gives it
-        the assigned value as its first; then every variable `load` left
-        without a value takes its initializer's (e.g. dropout seeds, which no
-        weights file holds). `model` is what `load` fills: should a Keras
-        release load some of its `weights` without `assign`, they are
-        initialized and `load()` runs once more, the ordinary way; on the
-        torch backend its layers then register the new values with PyTorch
-        (`retrack_variables`). On an error in `load` every variable still
-        gets a value before it is raised: no model is left half-made.
+    def fill(self, load, model, expected=None):
+        """Runs `load()`, in which assigning a variable of `model` that has
+        no value gives it the assigned value (a copy) as its first; then every
+        such variable `load` left takes its initializer's value (e.g.
+        dropout seeds, which no weights file holds). `expected` (default:
+        `model.weights`) are the weights `load` must write: should one be
+        left empty (a Keras release writing it some other way than
+        `assign`), it is initialized and `load()` runs once more, the
+        ordinary way. On the torch backend `model`'s layers then register
+        the new values with PyTorch (`retrack_variables`). On an error in
+        `load` every variable still gets a value before it is raised: no
+        model is left half-made.
         """
-        pending = [v for v in self.variables if getattr(v, "_value", 0) is None]
+        known = {id(v) for v in self.variables}
+        candidates = [*self.variables, *(v for v in model.variables if id(v) not in known)]
+        pending = [v for v in candidates if getattr(v, "_value", 0) is None]
         for variable in pending:
             variable.assign = _first_assignment(variable)
         try:
@@ -303,9 +307,10 @@ class DeferredVariables:
                 del variable.assign
             unfilled = [v for v in pending if v._value is None]
             for variable in unfilled:
-                variable._deferred_initialize()
-        expected = {id(v) for v in model.weights}
-        if any(id(v) in expected for v in unfilled):
+                with _creation_scope(variable):
+                    variable._deferred_initialize()
+        must = {id(v) for v in (model.weights if expected is None else expected)}
+        if any(id(v) in must for v in unfilled):
             logger.debug("%d weights were loaded without `assign`; loading them again.", len(unfilled))
             load()
         if pending:
@@ -313,24 +318,46 @@ class DeferredVariables:
 
 
 def _first_assignment(variable):
-    """`variable.assign` for a variable that has no value yet: the value
-    becomes its first (Keras's `assign` writes into an existing one)."""
+    """`variable.assign` for a variable that has no value yet: a copy of the
+    value becomes its first (Keras's `assign` copies into an existing one;
+    the copy keeps the two from sharing memory, as a torch tensor or a
+    TensorFlow variable given as the value otherwise would)."""
     original = type(variable).assign
 
     def assign(value):
         if variable._value is not None or in_stateless_scope():
             return original(variable, value)
-        value = variable._convert_to_tensor(value, dtype=variable.dtype)
+        if isinstance(value, keras.Variable):
+            value = value.value
+        value = variable._convert_to_tensor(value, dtype=variable._dtype)
         if tuple(value.shape) != tuple(variable.shape):
             raise ValueError(
                 f"Cannot assign a value of shape {tuple(value.shape)} to the variable {variable.path} of shape "
                 f"{tuple(variable.shape)}."
             )
-        variable._initialize(value)
+        with _creation_scope(variable):
+            variable._initialize(keras.ops.copy(value))
         variable._initializer = None
         return value
 
     return assign
+
+
+def _creation_scope(variable):
+    """Where TensorFlow would have created `variable` in its layer's build:
+    eagerly (`init_scope`, even when a load runs inside a traced function)
+    and under its layer's name scope, so that the `tf.Variable`'s name is
+    the Keras path (`attention_0/key/bias:0`, as a SavedModel lists it, not
+    `bias:0`). Nothing on the other backends."""
+    stack = contextlib.ExitStack()
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        stack.enter_context(tf.init_scope())
+        parent = variable.path.rpartition("/")[0]
+        if parent:
+            stack.enter_context(tf.name_scope(parent + "/"))
+    return stack
 
 
 @contextlib.contextmanager
@@ -359,7 +386,8 @@ def deferred_initialization(enabled=True):
     usable = global_state is not None and all(
         hasattr(Variable, name) for name in ("_initialize", "_deferred_initialize", "_convert_to_tensor")
     )
-    if not (enabled and usable) or in_stateless_scope():
+    nnx = getattr(keras.config, "is_nnx_enabled", lambda: False)()  # Flax's variables keep attributes apart.
+    if not (enabled and usable) or nnx or in_stateless_scope():
         yield deferred
         return
     before = list(global_state.get_global_attribute("uninitialized_variables") or [])
