@@ -8,6 +8,7 @@ from bertzoo.models.task import Task
 from bertzoo.saving.preset import Preset
 from bertzoo.utils import quantization_mode
 from bertzoo.utils.layers import assign_copy
+from bertzoo.utils.private_api import deferred_initialization
 
 _SHAPE_KEYS = ("vocabulary_size", "hidden_dim", "embedding_dim", "head_dim", "max_sequence_length", "num_segments")
 
@@ -153,7 +154,8 @@ def init_student_from_teacher(teacher, student, layers="every_k"):
                 "equal widths; for a narrower student, distill a freshly initialized one (the "
                 "Distiller learns a projection for hidden states of another width)."
             )
-    student_backbone = BertBackbone(**config)
+    with deferred_initialization() as deferred:  # Its weights are copied: none is drawn at random first.
+        student_backbone = BertBackbone(**config)
     s_heads = _per_layer(student_backbone.num_heads, student_backbone.num_layers)
     s_inter = _per_layer(student_backbone.intermediate_dim, student_backbone.num_layers)
     t_heads = _per_layer(backbone.num_heads, t_layers)
@@ -189,7 +191,8 @@ def init_student_from_teacher(teacher, student, layers="every_k"):
         for s_var, t_var in zip(s_layer.weights, t_layer.weights):
             if tuple(s_var.shape) != tuple(t_var.shape):  # Guarded above; a last line of defence.
                 raise ValueError(f"Shape mismatch copying {t_var.path} {t_var.shape} into {s_var.path} {s_var.shape}.")
-            assign_copy(s_var, t_var)
+    pairs = [pair for s_layer, t_layer in copies for pair in zip(s_layer.weights, t_layer.weights)]
+    deferred.fill(lambda: [assign_copy(s_var, t_var) for s_var, t_var in pairs], student_backbone)
 
     if isinstance(teacher, BertBackbone):
         return student_backbone
