@@ -187,11 +187,10 @@ def init_student_from_teacher(teacher, student, layers="every_k"):
             if id(s_block) not in assigned:
                 assigned[id(s_block)] = t_block
                 copies.append((s_block, t_block))
-    for s_layer, t_layer in copies:
-        for s_var, t_var in zip(s_layer.weights, t_layer.weights):
-            if tuple(s_var.shape) != tuple(t_var.shape):  # Guarded above; a last line of defence.
-                raise ValueError(f"Shape mismatch copying {t_var.path} {t_var.shape} into {s_var.path} {s_var.shape}.")
     pairs = [pair for s_layer, t_layer in copies for pair in zip(s_layer.weights, t_layer.weights)]
+    for s_var, t_var in pairs:
+        if tuple(s_var.shape) != tuple(t_var.shape):  # Guarded above; a last line of defence.
+            raise ValueError(f"Shape mismatch copying {t_var.path} {t_var.shape} into {s_var.path} {s_var.shape}.")
     deferred.fill(lambda: [assign_copy(s_var, t_var) for s_var, t_var in pairs], student_backbone)
 
     if isinstance(teacher, BertBackbone):

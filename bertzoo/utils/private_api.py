@@ -283,10 +283,10 @@ class DeferredVariables:
         self.variables = []
 
     def fill(self, load, model, expected=None):
-        """Runs `load()`, in which assigning a variable of `model` that has
-        no value gives it the assigned value (a copy) as its first; then every
-        such variable `load` left takes its initializer's value (e.g.
-        dropout seeds, which no weights file holds). `expected` (default:
+        """Runs `load()`, in which assigning one of these variables gives it
+        the assigned value (a copy) as its first; then every one `load` left
+        takes its initializer's value (e.g. dropout seeds, which no weights
+        file holds). `expected` (default:
         `model.weights`) are the weights `load` must write: should one be
         left empty (a Keras release writing it some other way than
         `assign`), it is initialized and `load()` runs once more, the
@@ -295,9 +295,7 @@ class DeferredVariables:
         `load` every variable still gets a value before it is raised: no
         model is left half-made.
         """
-        known = {id(v) for v in self.variables}
-        candidates = [*self.variables, *(v for v in model.variables if id(v) not in known)]
-        pending = [v for v in candidates if getattr(v, "_value", 0) is None]
+        pending = [v for v in self.variables if v._value is None]
         for variable in pending:
             variable.assign = _first_assignment(variable)
         try:
