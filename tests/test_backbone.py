@@ -691,6 +691,24 @@ def test_too_long_sequence_in_a_graph_of_any_length_names_the_position_table(mak
         model.predict(make_bert_inputs(batch=2, length=20), verbose=0)
 
 
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow's graphs and XLA")
+def test_xla_graphs_of_any_length_carry_no_assert_xla_would_drop(make_bert_inputs):
+    # XLA ignores Assert ops, logging "Ignoring Assert operator" at every
+    # compile; it fixes the length when it compiles, where the slice refuses it.
+    import tensorflow as tf
+
+    model = BertBackbone(**TINY)  # max_sequence_length=16
+    spec = {name: tf.TensorSpec([None, None], tf.int32) for name in ("token_ids", "segment_ids", "padding_mask")}
+    for jit_compile, expected in ((False, 1), (True, 0)):
+        function = tf.function(model, jit_compile=jit_compile)
+        graph = function.get_concrete_function(spec).graph
+        asserts = [op.name for op in graph.get_operations() if op.type == "Assert" and "position_embedding" in op.name]
+        assert len(asserts) == expected, asserts
+        message = "length exceeds the position table" if jit_compile is False else r"Expected size\[0\] in \[0, 16\]"
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            function(make_bert_inputs(batch=1, length=20))
+
+
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="documents TensorFlow's graph mode")
 def test_graph_mode_leaves_id_checks_to_the_backend(tiny_inputs):
     """Documented behaviour: inside a compiled graph bertzoo cannot look at the

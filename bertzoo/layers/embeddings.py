@@ -5,6 +5,7 @@ from keras import ops
 
 from bertzoo.layers.dense import Dense
 from bertzoo.layers.dropout import Dropout
+from bertzoo.utils import private_api
 from bertzoo.utils.checks import concrete_value
 from bertzoo.utils.optional import tf
 
@@ -46,10 +47,12 @@ class PositionEmbedding(keras.layers.Layer):
         if static_length is not None and static_length > self.max_sequence_length:
             raise ValueError(f"Input sequence length {static_length} {message}")
         length = ops.shape(inputs)[1]
-        if static_length is None and keras.backend.backend() == "tensorflow":
+        if static_length is None and keras.backend.backend() == "tensorflow" and not private_api.in_xla_context():
             # A graph traced for any length (`predict` relaxes the shape after a
             # few lengths): checked when it runs, with the same message, instead
-            # of the slice's own "Expected size[0] in [0, N]".
+            # of the slice's own "Expected size[0] in [0, N]". XLA drops asserts
+            # (logging "Ignoring Assert operator" on every compile) and fixes
+            # the length when it compiles, where the slice refuses it.
             check = tf.debugging.assert_less_equal(
                 length, self.max_sequence_length, message=f"The input sequence length {message}"
             )
