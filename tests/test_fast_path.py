@@ -626,6 +626,35 @@ def test_the_real_candidates_run_and_leave_no_trace(cache_dir):
         np.testing.assert_array_equal(a, b)
 
 
+def test_measuring_several_models_logs_no_retracing_warning(cache_dir):
+    # Each candidate traces once, on purpose; TensorFlow counts traces by the
+    # Python code traced, across functions, and warned of "excessive
+    # retracing" from the third model a process measured (`bertzoo compress`).
+    import tensorflow as tf
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = tf.get_logger()
+    logger.addHandler(handler)
+    try:
+        for hidden_dim in (8, 16, 24, 32):
+            report = fast_path.choose_jit_compile(tiny_classifier(hidden_dim), batch_size=2, sequence_length=8, runs=1)
+            assert report.source == "measured"
+    finally:
+        logger.removeHandler(handler)
+    assert not [r.getMessage() for r in records if "retracing" in r.getMessage()]
+    # Outside the measurement TensorFlow's warning is left as it was.
+    retraced = tf.function(lambda x: x + 1)
+    logger.addHandler(handler)
+    try:
+        for length in range(1, 8):
+            retraced(tf.zeros([length]))
+    finally:
+        logger.removeHandler(handler)
+    assert [r for r in records if "triggered tf.function retracing" in r.getMessage()]
+
+
 def test_a_failing_measurement_falls_back_to_the_rule_with_a_warning(cache_dir, model, monkeypatch, caplog):
     def broken(*args, **kwargs):
         raise OSError("no /proc here")
