@@ -115,13 +115,13 @@ def export_saved_model(
             1, 2, 4, ..., 32 rows, then multiples of 32
             (`bertzoo.models.serving.batch_bucket`), and text batches cut to
             multiples of 16 tokens (at most 8 lengths for 128-token inputs;
-            `serving_tokenized` keeps the length it is sent). `"auto"`: for
-            quantized models with `int8_kernels="auto"`, XLA when the
-            model's `compile()` pinned it,
-            else when bertzoo's fast-path measurement on this machine picks
-            it for the model's `predict` (`bertzoo.explain_fast_path(model)`),
-            so the export serves the path `predict` runs; float models, and
-            an explicit `int8_kernels`, serve without XLA. True/False pin it.
+            `serving_tokenized` keeps the length it is sent). `"auto"`: XLA
+            when the model's `compile()` pinned it, else when bertzoo's
+            fast-path measurement on this machine picks it for the model's
+            `predict` (`bertzoo.explain_fast_path(model)`; measured here
+            unless `predict` ran or a cached choice exists), so the export
+            serves the path `predict` runs; a quantized model with an
+            explicit `int8_kernels` serves without XLA. True/False pin it.
             Recorded in the metadata.
         **serving_options: export-time settings of the model's own
             `serving_signatures` (e.g. `BertQuestionAnswerer`'s `stride`,
@@ -239,9 +239,9 @@ def _serving_kernels(model, quantized, jit_compile, int8_kernels):
     """`(jit_compile, int8_kernels)` resolved for an export (see
     `export_saved_model`; the arguments are checked already)."""
     if jit_compile == "auto":
-        # Quantized models serve the path `predict` takes here (measured, or cached).
+        # The export serves the path `predict` takes here (measured, or cached).
         jit_compile = False
-        if quantized and int8_kernels == "auto":
+        if not quantized or int8_kernels == "auto":
             pinned = getattr(model, "compile_pin", lambda: None)()  # The user's compile() decides predict.
             jit_compile = bool(pinned if pinned is not None else default_jit_compile(model, mode="predict"))
     if jit_compile:
