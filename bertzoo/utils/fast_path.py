@@ -846,23 +846,13 @@ def _clearly_decided(candidates, mode, clear_gain=CLEAR_GAIN, min_runs=2):
 
 
 class _DeliberateTracing(logging.Filter):
-    """Drops TensorFlow's "triggered tf.function retracing" warning. It counts
-    traces by the Python code traced, across `tf.function`s, so the third
-    model a process measured read as excessive retracing, though each
-    candidate traces once, on purpose."""
+    """Drops TensorFlow's "triggered tf.function retracing" warning while the
+    candidates trace. It counts traces by the Python code traced, across
+    `tf.function`s, so the third model a process measured read as excessive
+    retracing, though each candidate traces once, on purpose."""
 
     def filter(self, record):
         return "triggered tf.function retracing" not in record.getMessage()
-
-
-@contextlib.contextmanager
-def _deliberate_tracing():
-    tf_logger, tracing_filter = tf.get_logger(), _DeliberateTracing()
-    tf_logger.addFilter(tracing_filter)
-    try:
-        yield
-    finally:
-        tf_logger.removeFilter(tracing_filter)
 
 
 def _measure(model, shapes, modes, runs, budget_s, timer):
@@ -874,32 +864,34 @@ def _measure(model, shapes, modes, runs, budget_s, timer):
     functions = _candidate_functions(model, x, modes)
     candidates = {key: Candidate(mode=key[0], jit_compile=key[1]) for key in functions}
     saved = [(v, keras.ops.convert_to_numpy(v)) for v in model.non_trainable_variables]
-    with _deliberate_tracing():
-        try:
-            for key, candidate in candidates.items():
+    tracing_filter = _DeliberateTracing()
+    tf.get_logger().addFilter(tracing_filter)
+    try:
+        for key, candidate in candidates.items():
+            try:
+                candidate.compile_s = float(timer(candidate.name, functions[key]))
+            except Exception as e:  # A candidate that cannot run is reported, not chosen.
+                candidate.error = _error_line(e)
+        working = [key for key in candidates if candidates[key].error is None]
+        spent = 0.0
+        for round_index in range(runs):
+            if round_index and spent >= budget_s:
+                break
+            working = [key for key in working if not _clearly_decided(candidates.values(), key[0])]
+            for key in list(working) if round_index % 2 == 0 else list(reversed(working)):
                 try:
-                    candidate.compile_s = float(timer(candidate.name, functions[key]))
-                except Exception as e:  # A candidate that cannot run is reported, not chosen.
-                    candidate.error = _error_line(e)
-            working = [key for key in candidates if candidates[key].error is None]
-            spent = 0.0
-            for round_index in range(runs):
-                if round_index and spent >= budget_s:
-                    break
-                working = [key for key in working if not _clearly_decided(candidates.values(), key[0])]
-                for key in list(working) if round_index % 2 == 0 else list(reversed(working)):
-                    try:
-                        seconds = float(timer(candidates[key].name, functions[key]))
-                    except Exception as e:  # E.g. out of memory while both paths hold buffers: not chosen.
-                        candidates[key].error = _error_line(e)
-                        candidates[key].runs_s.clear()
-                        working.remove(key)
-                        continue
-                    candidates[key].runs_s.append(seconds)
-                    spent += seconds
-        finally:
-            for variable, value in saved:
-                variable.assign(value)
+                    seconds = float(timer(candidates[key].name, functions[key]))
+                except Exception as e:  # E.g. out of memory while both paths hold buffers: not chosen.
+                    candidates[key].error = _error_line(e)
+                    candidates[key].runs_s.clear()
+                    working.remove(key)
+                    continue
+                candidates[key].runs_s.append(seconds)
+                spent += seconds
+    finally:
+        tf.get_logger().removeFilter(tracing_filter)
+        for variable, value in saved:
+            variable.assign(value)
     for candidate in candidates.values():
         if candidate.runs_s:
             candidate.median_s = statistics.median(candidate.runs_s)
