@@ -428,3 +428,34 @@ def test_a_loss_of_another_kind_gets_no_class_id_accuracy_and_trains_on_soft_tar
     for loss in ("mse", keras.losses.Huber()):  # Other kinds of loss keep the head's own metrics.
         regression.compile(loss=loss, jit_compile=False, run_eagerly=True)
         assert "mae" in regression.fit(texts, [0.2, 0.9, 0.5], verbose=0).history
+
+
+def test_class_names_of_another_length_build_a_head_of_that_many_classes(tmp_path, caplog):
+    # The saved num_classes=2 met the three names: "`class_names` has 3 names but num_classes=2".
+    tiny_classifier().save_to_preset(tmp_path / "two")
+    with caplog.at_level("WARNING", logger="bertzoo"):
+        three = bertzoo.BertClassifier.from_preset(tmp_path / "two", class_names=["neg", "neutral", "pos"])
+    assert three.output_shape == (None, 3) and three.num_classes == 3
+    assert "{'num_classes': 3} differ from the saved ones" in caplog.text
+    renamed = bertzoo.BertClassifier.from_preset(tmp_path / "two", class_names=["bad", "good"])
+    assert renamed.num_classes == 2 and renamed.class_names == ["bad", "good"]  # Names alone keep the head.
+    tagger = bertzoo.BertTokenClassifier.from_preset("tiny", load_weights=False, num_classes=2, sequence_length=16)
+    tagger.save_to_preset(tmp_path / "tagger")
+    assert (
+        bertzoo.BertTokenClassifier.from_preset(tmp_path / "tagger", class_names=["O", "PER", "LOC"]).num_classes == 3
+    )
+
+
+def test_tensorflow_activations_save_by_their_keras_name_and_own_functions_are_refused(tmp_path):
+    # tf.nn.softmax was saved as {'module': 'builtins', ... 'softmax_v2'}, which from_preset refused.
+    model = bertzoo.BertClassifier.from_preset(
+        "tiny", load_weights=False, sequence_length=40, num_classes=3, activation=tf.nn.softmax
+    )
+    assert model.activation == "softmax" and model.get_config()["activation"] == "softmax"
+    model.save_to_preset(tmp_path / "softmax")
+    again = bertzoo.BertClassifier.from_preset(tmp_path / "softmax")
+    texts = ["a fine film", "dull"]
+    np.testing.assert_allclose(again.predict(texts, verbose=0), model.predict(texts, verbose=0), atol=1e-6)
+    np.testing.assert_allclose(model.predict(texts, verbose=0).sum(axis=-1), 1.0, atol=1e-5)
+    with pytest.raises(ValueError, match=r"has no Keras activation name(.|\n)*pass a name such as 'softmax'"):
+        tiny_classifier(activation=lambda x: 2 * x)

@@ -383,3 +383,35 @@ def test_two_segment_inputs_on_a_one_segment_backbone_are_refused_by_name():
     with pytest.raises(ValueError, match="sentence_objective='nsp'"):
         bertzoo.BertPretrainer(single, preprocessor)
     assert bertzoo.BertPretrainer(single, preprocessor, sentence_objective=None).sentence_head is None
+
+
+def test_one_hot_labels_in_a_dataset_get_the_in_memory_message(classifier):
+    # Keras said "Argument 'output' must have rank (ndim) 'target.ndim - 1'".
+    dataset = tf.data.Dataset.from_tensor_slices((["good", "bad"], np.eye(2, dtype="float32"))).batch(2)
+    with pytest.raises(ValueError, match=r"^Labels of shape \(None, 2\) look one-hot(.|\n)*tf.argmax\(y, -1\)"):
+        classifier.fit(dataset, verbose=0)
+
+
+def test_class_weight_may_be_keyed_by_class_name():
+    model = bertzoo.BertClassifier.from_preset(
+        "tiny", load_weights=False, sequence_length=16, class_names=["neg", "pos"]
+    )
+    model.compile(optimizer="sgd", jit_compile=False)
+    texts, labels = ["dull", "awful"], ["neg", "neg"]
+    # Every example is "neg": weighted 0 the loss is 0, weighted 1 it is not.
+    assert model.fit(texts, labels, class_weight={"neg": 0.0, "pos": 1.0}, verbose=0).history["loss"] == [0.0]
+    assert model.fit(texts, labels, class_weight={b"neg": 1.0, "pos": 0.0}, verbose=0).history["loss"][0] > 0.1
+    with pytest.raises(ValueError, match=r"Class_weight keys \['neutral'\] are not among the classifier's class_names"):
+        model.fit(texts, labels, class_weight={"neutral": 1.0, "pos": 1.0}, verbose=0)
+    with pytest.raises(ValueError, match=r"keys must all be class ids or all class names"):
+        model.fit(texts, labels, class_weight={"neg": 1.0, 1: 1.0}, verbose=0)
+
+
+def test_empty_inputs_evaluate_nothing_and_an_empty_dataset_predicts_nothing(classifier):
+    with pytest.raises(ValueError, match="`x` holds no examples: `evaluate` needs at least one"):
+        classifier.evaluate([], [], verbose=0)  # Keras returned [] with a warning.
+    empty = tf.data.Dataset.from_tensor_slices(tf.constant([], tf.string)).batch(2)
+    assert classifier.predict(empty, verbose=0).shape == (0, 2)  # Keras: UnboundLocalError.
+    labelled = tf.data.Dataset.from_tensor_slices((tf.constant([], tf.string), tf.constant([], tf.int32)))
+    with pytest.raises(ValueError, match="`x` holds no examples: `fit` needs at least one"):
+        classifier.fit(labelled.batch(2), verbose=0)

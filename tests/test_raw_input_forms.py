@@ -288,3 +288,29 @@ def _fingerprint_of(model, x, y):
     order = EpochOrder(seed=0, shuffle=False, first=0, last=1)
     model._as_dataset(x, y, None, 2, shuffle=order)
     return order.fingerprint
+
+
+@pytest.mark.parametrize("task_name", ["classifier_pairs", "tagger", "question_answerer", "multiple_choice"])
+def test_string_tensors_read_as_the_lists_they_hold(task_name):
+    # A tuple of string tensors (pairs, questions and contexts, contexts and
+    # choices) or a tagger's tensor of sentences was read with list(): scalar
+    # tensors, refused as "not a string" or "Scalar tensor has no len()".
+    model, x, y, sample_weight = _examples_for(task_name)
+    if task_name == "tagger":
+        x = [" ".join(words) for words in x]  # One string per sentence, split on whitespace.
+    tensors = tuple(tf.constant(part) for part in x) if isinstance(x, tuple) else tf.constant(x)
+
+    def batches(inputs):
+        keras.utils.set_random_seed(7)
+        return [tf.nest.map_structure(np.asarray, b) for b in model._as_dataset(inputs, y, sample_weight, 2)]
+
+    tf.nest.map_structure(np.testing.assert_array_equal, batches(tensors), batches(x))
+    tf.nest.map_structure(
+        lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
+        model.predict(tensors, verbose=0),
+        model.predict(x, verbose=0),
+    )
+    if task_name == "tagger":
+        assert model.predict_words(tensors) == model.predict_words(x)
+    if task_name == "question_answerer":
+        assert model.predict_spans(*tensors) == model.predict_spans(*x)

@@ -7,7 +7,7 @@ import numpy as np
 
 from bertzoo.layers.dense import Dense
 from bertzoo.layers.dropout import Dropout
-from bertzoo.models.head_utils import check_activation
+from bertzoo.models.head_utils import activation_name
 from bertzoo.models.head_utils import check_class_ids
 from bertzoo.models.head_utils import check_classes
 from bertzoo.models.head_utils import class_ids_checked_in_graph
@@ -32,7 +32,10 @@ class BertClassifier(Task):
             tokenized inputs.
         dropout: dropout on the pooled output.
         activation: activation of the output layer; None gives logits. The
-            default loss follows it (see `default_loss`).
+            default loss follows it (see `default_loss`). A Keras activation
+            name or function, or TensorFlow's (`tf.nn.softmax` is recorded
+            as "softmax"); a function of your own is refused, as a preset
+            could not load it without running code.
         class_names: optional label names, used by exports.
 
     Example:
@@ -60,6 +63,7 @@ class BertClassifier(Task):
         if num_classes is None:
             num_classes = len(class_names) if class_names is not None else 2
         self.check_head_arguments(num_classes, dropout=dropout, activation=activation, class_names=class_names)
+        activation = activation_name(activation)
         policy = backbone.dtype_policy
         self.output_dropout = Dropout(dropout, dtype=policy, name="output_dropout")
         # Mixed-precision models emit float32 logits for a stable loss.
@@ -76,7 +80,7 @@ class BertClassifier(Task):
         super().__init__(inputs=inputs, outputs=outputs, backbone=backbone, preprocessor=preprocessor, **kwargs)
         self.num_classes = num_classes
         self.dropout = float(dropout)
-        self.activation = keras.activations.serialize(keras.activations.get(activation)) if activation else None
+        self.activation = activation
         self.class_names = list(class_names) if class_names is not None else None
 
     trims_padding = True  # One output row per example: padding is never read.
@@ -91,7 +95,7 @@ class BertClassifier(Task):
             num_classes = len(class_names) if class_names is not None else 2
         check_classes(num_classes, class_names)
         check_rate("dropout", dropout)
-        check_activation(activation)
+        activation_name(activation)
 
     def default_loss(self):
         """The loss the head's outputs call for: binary cross-entropy for
@@ -113,14 +117,21 @@ class BertClassifier(Task):
         return super().default_metrics()
 
     def _activation_name(self):
-        """The output activation by name ("linear" for none; "softmax" for
-        `tf.nn.softmax` too); "" for one that has no usable name."""
-        if not self.activation:
-            return "linear"
-        # Serialized: a Keras name, or a dict naming another function.
-        name = self.activation if isinstance(self.activation, str) else self.activation.get("config", "")
-        name = name if isinstance(name, str) else ""
-        return "softmax" if name.startswith("softmax") else name
+        """The output activation by name ("linear" for none)."""
+        return self.activation or "linear"
+
+    def fit(self, *args, **kwargs):
+        class_weight = kwargs.get("class_weight")
+        if isinstance(class_weight, Mapping) and any(isinstance(k, (str, bytes)) for k in class_weight):
+            # Keyed by class name, as string labels are: Keras's keys are ids.
+            names = [k.decode("utf-8") if isinstance(k, bytes) else k for k in class_weight]
+            if not all(isinstance(n, str) for n in names):
+                raise ValueError(
+                    f"`class_weight` keys must all be class ids or all class names, got {list(class_weight)}."
+                )
+            ids = class_ids_of_names(names, self.class_names, "classifier", kind="class_weight keys")
+            kwargs["class_weight"] = dict(zip(ids, class_weight.values()))
+        return super().fit(*args, **kwargs)
 
     def _raw_to_tensors(self, x, y):
         return super()._raw_to_tensors(x, self._checked_labels(y) if y is not None else None)
@@ -131,12 +142,7 @@ class BertClassifier(Task):
         values = np.asarray(y)
         loss = getattr(self, "loss", None)
         if isinstance(loss, keras.losses.SparseCategoricalCrossentropy):
-            if values.ndim == 2 and values.shape[1] == self.num_classes > 1:
-                raise ValueError(
-                    f"Labels of shape {values.shape} look one-hot, but this model's loss takes one class id per "
-                    "example: pass `labels.argmax(-1)`, or compile with "
-                    "`loss=keras.losses.CategoricalCrossentropy(from_logits=True)`."
-                )
+            self._check_not_one_hot(values.shape)
         elif isinstance(loss, keras.losses.BinaryCrossentropy) and self.num_classes > 1 and values.ndim == 1:
             raise ValueError(
                 f"This sigmoid head scores {self.num_classes} classes independently: its labels are 0/1 rows of "
@@ -144,6 +150,16 @@ class BertClassifier(Task):
                 "example build the head with activation=None (or 'softmax')."
             )
         return self.label_ids(y)
+
+    def _check_not_one_hot(self, shape):
+        """Refuses labels of `shape` (n, num_classes) where the loss takes
+        one class id per example."""
+        if len(shape) == 2 and shape[1] == self.num_classes > 1:
+            raise ValueError(
+                f"Labels of shape {tuple(shape)} look one-hot, but this model's loss takes one class id per "
+                "example: pass `labels.argmax(-1)` (in a dataset: `.map(lambda x, y: (x, tf.argmax(y, -1)))`), "
+                "or compile with `loss=keras.losses.CategoricalCrossentropy(from_logits=True)`."
+            )
 
     def label_ids(self, labels):
         """`labels` as class ids: class names (strings, with `class_names`)
@@ -172,7 +188,12 @@ class BertClassifier(Task):
         return ids.reshape(values.shape[:1] if values.ndim == 2 and values.shape[1] == 1 else values.shape)
 
     def _labels_checked_in_graph(self, labels):
-        if not hasattr(labels, "dtype") or not self._takes_class_ids(labels):
+        if not hasattr(labels, "dtype"):
+            return labels
+        loss = getattr(self, "loss", None)
+        if isinstance(loss, keras.losses.SparseCategoricalCrossentropy) and labels.shape.rank is not None:
+            self._check_not_one_hot(tuple(labels.shape))  # Keras: "Argument 'output' must have rank ..."
+        if not self._takes_class_ids(labels):
             return labels
         if labels.dtype == tf.string:
             labels = class_ids_of_names_in_graph(labels, self.class_names, "classifier")

@@ -8,6 +8,7 @@ from bertzoo.layers.dense import Dense
 from bertzoo.models.head_utils import check_two_segments
 from bertzoo.models.head_utils import guarded
 from bertzoo.models.head_utils import unused_pooler_ok
+from bertzoo.models.raw_inputs import eager_strings_as_arrays
 from bertzoo.models.serving import TextServing
 from bertzoo.models.serving import as_int32
 from bertzoo.models.serving import same_size
@@ -634,6 +635,7 @@ class BertQuestionAnswerer(Task):
         _check_max_answer_length(max_answer_length)
         stride = window_stride(self.preprocessor.sequence_length, stride)
         null_score_threshold = _check_null_score_threshold(null_score_threshold)
+        questions, contexts = eager_strings_as_arrays((questions, contexts))
         questions, contexts = ([v] if isinstance(v, str) else list(v) for v in (questions, contexts))
         if len(questions) != len(contexts):
             raise ValueError(f"Got {len(questions)} questions but {len(contexts)} contexts; pass one per question.")

@@ -14,6 +14,7 @@ from bertzoo.models.head_utils import class_ids_of_names
 from bertzoo.models.head_utils import class_ids_of_names_in_graph
 from bertzoo.models.head_utils import masked_loss
 from bertzoo.models.head_utils import unused_pooler_ok
+from bertzoo.models.raw_inputs import eager_strings_as_arrays
 from bertzoo.models.serving import TextServing
 from bertzoo.models.serving import as_int32
 from bertzoo.models.serving import classification_outputs
@@ -34,7 +35,8 @@ _WHITESPACE = r"[\t\n\x0b\x0c\r\x1c-\x1f\x{85}\p{Z}]+"
 
 def _split_sentences(words):
     """Canonical list of word lists; a sentence given as one string is split on whitespace."""
-    if isinstance(words, str):
+    words = eager_strings_as_arrays(words)
+    if isinstance(words, (str, bytes)):
         words = [words]
     if isinstance(words, np.ndarray) and words.ndim == 2:
         words = words.tolist()

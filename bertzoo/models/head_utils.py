@@ -215,16 +215,43 @@ def _out_of_range_labels_message(examples, num_classes, what="classes"):
     )
 
 
-def check_activation(activation):
-    """A head's output `activation`: None, a callable or a Keras activation name."""
-    if activation is None or callable(activation):
-        return
+def activation_name(activation):
+    """A head's output `activation` as the Keras activation name its config
+    (and so a preset) records, or None: a name, a Keras activation function,
+    or TensorFlow's function of a Keras activation (`tf.nn.softmax` is
+    "softmax"). Anything else is a ValueError: a preset loads without
+    running code, so it cannot hold a function of your own.
+
+    Example:
+    ```python
+    activation_name(tf.nn.softmax)  # 'softmax'
+    ```
+    """
+    if activation is None:
+        return None
+    if callable(activation):
+        # By name, as Keras serializes activations.
+        name = getattr(activation, "__name__", "")
+        if name.endswith("_v2") and (getattr(activation, "__module__", "") or "").startswith("tensorflow."):
+            name = name[: -len("_v2")]  # tf.nn.softmax is softmax_v2.
+        if name.isidentifier():
+            try:
+                keras.activations.get(name)
+                return name
+            except ValueError:
+                pass
+        raise ValueError(
+            f"`activation`={activation!r} has no Keras activation name, so a saved model could not record it "
+            "(presets load without running code): pass a name such as 'softmax' or 'sigmoid', or None and "
+            "apply your function to the model's outputs."
+        )
     if not isinstance(activation, str):
         raise ValueError(f"`activation` must be None or a Keras activation name, got {activation!r}.")
     try:
         keras.activations.get(activation)
     except ValueError as e:
         raise ValueError(f"`activation`={activation!r} is not a Keras activation name ({e}).") from e
+    return activation
 
 
 def masked_loss():

@@ -78,6 +78,38 @@ def holds_text(x, datasets=False):
     return False
 
 
+def eager_strings_as_arrays(x):
+    """`x` with each eager string tensor in it (the texts, or a part of a
+    tuple: sentence pairs, questions and contexts, contexts and choices,
+    sentences of words) as a NumPy array of Python `str` (an object
+    array), a 0-d one as one `str`: the tasks read raw text as Python
+    sequences, as they read lists and arrays. Bytes that are not UTF-8 stay
+    bytes. Anything else comes back unchanged.
+
+    Example:
+    ```python
+    eager_strings_as_arrays((tf.constant(["a premise"]), tf.constant(["a hypothesis"])))
+    # (array(['a premise'], dtype=object), array(['a hypothesis'], dtype=object))
+    ```
+    """
+
+    def convert(part):
+        if not (is_tf_tensor(part) and part.dtype.name == "string" and hasattr(part, "numpy")):
+            return part
+        values = part.numpy()
+        try:
+            texts = [value.decode("utf-8") for value in values.reshape(-1).tolist()]
+        except UnicodeDecodeError:
+            return values if values.ndim else values.item()
+        if not values.ndim:
+            return texts[0]
+        array = np.empty(len(texts), dtype=object)
+        array[:] = texts  # Not np.array(texts): a "<U" array is as wide as the longest text.
+        return array.reshape(values.shape)
+
+    return tuple(convert(part) for part in x) if isinstance(x, tuple) else convert(x)
+
+
 def _is_raw_sequence(x):
     # Raw text in memory: a list, array or string tensor of examples, or a
     # tuple of them (pairs, questions and contexts, contexts and choices).
@@ -104,8 +136,11 @@ def check_dataset_carries_targets(y, sample_weight):
 
 
 def holds_no_examples(x):
-    """True for raw inputs with no examples: `[]`, an empty array or tensor
-    (`tf.constant([], tf.string)`), or a pair (tuple) of them."""
+    """True for inputs with no examples: `[]`, an empty array or tensor
+    (`tf.constant([], tf.string)`), a pair (tuple) of them, or a
+    `tf.data.Dataset` known to hold no elements."""
+    if is_tf_dataset(x):
+        return int(x.cardinality()) == 0  # Unknown (-2) for a filtered one: not known to be empty.
     parts = x if isinstance(x, tuple) and x else (x,)
     return all(_is_empty(part) for part in parts)
 
@@ -251,8 +286,8 @@ class RawInputsMixin:
     def _check_fit_inputs(self, x, y, method="fit", validation_data=None):
         """Hook: raises a clear error for `fit` (or `evaluate`) inputs it
         cannot train on (no examples; tasks: no labels where they need them)."""
-        if method == "fit" and holds_no_examples(x):
-            raise ValueError("`x` holds no examples: `fit` needs at least one.")
+        if method in ("fit", "evaluate") and holds_no_examples(x):  # Keras: an empty result, or an odd error.
+            raise ValueError(f"`x` holds no examples: `{method}` needs at least one.")
 
     def _checked_labels(self, y, features=None):
         """Hook: in-memory labels as the model's loss takes them (one per

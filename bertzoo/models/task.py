@@ -16,6 +16,7 @@ from bertzoo.models.optimizers import bert_optimizer
 from bertzoo.models.raw_inputs import DEFAULT_BATCH_SIZE
 from bertzoo.models.raw_inputs import RawInputsMixin
 from bertzoo.models.raw_inputs import check_dataset_carries_targets
+from bertzoo.models.raw_inputs import eager_strings_as_arrays
 from bertzoo.models.raw_inputs import holds_no_examples
 from bertzoo.models.raw_inputs import holds_text
 from bertzoo.models.raw_inputs import validation_parts
@@ -391,7 +392,8 @@ class Task(
         intact (a missing or unreadable head is a `bertzoo.PresetError`, never
         a random head). A new head on purpose: load the preset into another
         task class, or pass head arguments that differ from the saved ones
-        (e.g. `num_classes=5`; not `weightless_head_arguments` such as
+        (e.g. `num_classes=5`, or `class_names` of another length, which
+        set `num_classes` as in the constructor; not `weightless_head_arguments` such as
         `dropout`, which keep the saved head); then only the backbone weights load, the head
         is freshly initialized, and a warning on the "bertzoo" logger says so
         (a backbone preset, the usual start of fine-tuning, loads silently).
@@ -414,6 +416,10 @@ class Task(
         same_task = preset.class_name == cls.__name__
         task_config = preset.head_config if same_task else {}
         cls._check_from_preset_arguments(kwargs, task_config)
+        names = kwargs.get("class_names")
+        if isinstance(names, (list, tuple)) and "num_classes" in task_config and "num_classes" not in kwargs:
+            # As the constructor reads it: `num_classes` defaults to the number of names.
+            kwargs["num_classes"] = len(names)
         # The model's own name and trainable flag are no head arguments: they keep the saved head.
         model_kwargs = {k: kwargs.pop(k) for k in _MODEL_ARGUMENTS if k in kwargs}
         changed = {
@@ -729,11 +735,17 @@ class Task(
             spec = dataset.element_spec
             if isinstance(spec, tuple) and len(spec) > 1:  # (inputs, labels[, weights])
                 check = self._labels_checked_in_graph
-                dataset = dataset.map(lambda inputs, labels, *weights: (inputs, check(labels), *weights))
+                # Not converted by AutoGraph (the checks are graph code): a label
+                # error at trace time reads as itself, not "in user code: ...".
+                dataset = dataset.map(
+                    tf.autograph.experimental.do_not_convert(
+                        lambda inputs, labels, *weights: (inputs, check(labels), *weights)
+                    )
+                )
             if isinstance(shuffle, EpochOrder):  # `ResumableTraining`: one pass per epoch, resumed.
                 dataset = shuffle.repeat(dataset)
         else:
-            x, y = self._raw_to_tensors(x, y)
+            x, y = self._raw_to_tensors(eager_strings_as_arrays(x), y)
             sample_weight = self._raw_sample_weight(sample_weight, x)
             data = (x,) + tuple(v for v in (y, sample_weight) if v is not None)
             if sample_weight is not None and y is None:
@@ -883,6 +895,7 @@ class Task(
 
         if self.preprocessor is None or _is_tokenized(x) or is_tf_dataset(x):
             return None
+        x = eager_strings_as_arrays(x)
         # Counted on the raw input (a list, or a tuple of lists for pairs and
         # questions with contexts), so large inputs are converted only once,
         # by `_as_dataset`.
