@@ -14,6 +14,7 @@ import pytest
 
 import bertzoo
 from bertzoo import cli
+from bertzoo.compression import pipeline
 from bertzoo.compression.pipeline import REPORT_KEYS
 from bertzoo.compression.pipeline import student_layers
 from bertzoo.datasets.files import label_ids
@@ -286,8 +287,6 @@ def test_cli_with_ratings_a_label_threshold_and_a_transfer_file(workspace, capsy
 
 
 def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatch, quick_reports, quick_accuracy):
-    from bertzoo.compression import pipeline
-
     distill_calls, prune_fits = [], []
 
     def recording_distill(teacher, student, *args, **kwargs):
@@ -334,6 +333,7 @@ def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatc
     assert options["recipe"] == "hinton" and options["transfer"] == transfer
     assert [row["stage"] for row in report["rows"]] == ["teacher", "prune", "prune_structured"]
     assert report["transfer_size"] == len(transfer)
+    assert (report["heads_to_keep"], report["ffn_keep_ratio"]) == ([1, 1], 0.5)  # As used, one count per layer.
     pruned = bertzoo.BertClassifier.from_preset(out / "2_prune_structured" / "preset")
     assert pruned.backbone.intermediate_dim == 16
     # The structured stage trains the sparse model on, and keeps its zeros.
@@ -346,7 +346,6 @@ def test_prune_stages_train_on_the_transfer_set_when_given(workspace, monkeypatc
 def test_augmented_copies_join_the_transfer_set_of_every_stage_that_uses_it(
     workspace, monkeypatch, quick_reports, quick_accuracy
 ):
-    from bertzoo.compression import pipeline
 
     # Records what each stage is asked to train on, and trains nothing: the
     # stages' real training runs in `run` and the prune/transfer test above.
@@ -520,7 +519,17 @@ def test_settings_a_run_would_ignore_or_lose_work_on_are_refused_first(workspace
     refused(r"The teacher is quantized \(int8\).*Pass the float model's preset", teacher=tmp_path / "int8_teacher")
     # A setting whose stage is absent, or out of range there, is refused rather than ignored.
     refused(r"sparsity=0.5 \(--sparsity\) sets the prune stage, which is not among", stages="distill", sparsity=0.5)
-    refused(r"`sparsity` must be a sparsity in \[0, 1\)", stages="distill", sparsity=5)
+    # Given at the default value too (it was accepted and ignored).
+    refused(r"sparsity=0.9 \(--sparsity\) sets the prune stage, which is not among", stages="distill", sparsity=0.9)
+    refused(r"recipe='tinybert' \(--recipe\) sets how the distill stage trains", stages="int8", recipe="tinybert")
+    refused(r"`sparsity` must be a sparsity in \[0, 1\)", stages="prune", sparsity=5)
+    refused(r"sequence_length \(--sequence-length\) must be an integer >= 3.*got 1", sequence_length=1)
+    # Checked against the model the stage gets, before the distill stage trains (it keeps 2 heads).
+    refused(
+        r"heads_to_keep=3 for layer 0, which has only 2 heads: keep at most 2 \(--heads-to-keep",
+        stages="distill,prune_structured",
+        heads_to_keep=3,
+    )
     refused(
         r"heads_to_keep=0 would leave a layer with zero attention heads", stages="prune_structured", heads_to_keep=0
     )
@@ -541,11 +550,12 @@ def test_settings_a_run_would_ignore_or_lose_work_on_are_refused_first(workspace
     refused(r"The teacher is quantized \(int8\)", teacher=tmp_path / "int8_backbone")
     assert not (tmp_path / "a").exists()
     # The CLI's --sparsity reaches compress, and is refused the same way.
-    code = cli.main(
-        ["compress", str(teacher), "--train", str(train), "--eval", str(train), "--out", "x", "--stages", "int8"]
-        + ["--sparsity", "0.5"]
-    )
-    assert code == 1 and not Path("x").exists()
+    for value in ("0.5", "0.9"):
+        code = cli.main(
+            ["compress", str(teacher), "--train", str(train), "--eval", str(train), "--out", "x", "--stages", "int8"]
+            + ["--sparsity", value]
+        )
+        assert code == 1 and not Path("x").exists()
 
 
 def test_overwrite_keeps_the_users_files_and_refuses_to_remove_its_own_inputs(
@@ -625,3 +635,15 @@ def test_cli_options_are_not_abbreviated(capsys):
         cli.main(argv)
     assert exit.value.code == 2
     assert "unrecognized arguments: --teacher" in capsys.readouterr().err
+
+
+def test_a_structured_setting_left_out_follows_the_other():
+    # Given one, the other kept everything: --heads-to-keep 1 kept all neurons.
+    settings = pipeline._structured_settings
+    assert settings(1, None, [2, 4], None, ["prune_structured"]) == ([1, 1], [0.5, 0.25])
+    assert settings(None, 0.25, [2, 4], None, ["prune_structured"]) == ([1, 2], 0.25)
+    assert settings(None, None, [2, 4], None, ["prune_structured"]) == ([1, 2], 0.5)
+    assert settings(None, None, [4, 4], 4, ["prune_structured"]) == ([1, 1], 0.25)  # 1 / target_speedup.
+    assert settings(None, None, [4, 4], 4, ["distill", "prune_structured"]) == ([2, 2], 0.5)  # The student's share.
+    with pytest.raises(ValueError, match=r"`heads_to_keep` has 3 entries but the model has 2 layers.*--heads-to-keep"):
+        settings([1, 1, 1], None, [2, 2], None, ["prune_structured"])

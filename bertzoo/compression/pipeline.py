@@ -61,6 +61,7 @@ from bertzoo.compression.report import sparsity_report
 from bertzoo.compression.schedules import check_sparsity
 from bertzoo.compression.schedules import ramp_schedule
 from bertzoo.compression.structured import check_structured_settings
+from bertzoo.compression.structured import heads_per_layer
 from bertzoo.compression.structured import prune_heads_and_neurons
 from bertzoo.compression.student_init import init_student_from_teacher
 from bertzoo.datasets.files import label_ids
@@ -332,12 +333,12 @@ def compress(
     epochs=1,
     teacher_epochs=None,
     batch_size=32,
-    sparsity=DEFAULT_SPARSITY,
+    sparsity="auto",
     heads_to_keep=None,
     ffn_keep_ratio=None,
     sequence_length=None,
     distiller_options=None,
-    recipe=DEFAULT_RECIPE,
+    recipe="auto",
     transfer=None,
     transfer_column=None,
     augment=0,
@@ -373,9 +374,15 @@ def compress(
             raise it for real runs).
         teacher_epochs: fine-tuning epochs of a new teacher head (default:
             `epochs`).
-        sparsity: final encoder sparsity of `"prune"`.
+        sparsity: final encoder sparsity of `"prune"`; `"auto"`:
+            `DEFAULT_SPARSITY` (0.9) there. Given without a `"prune"` stage,
+            it is refused.
         heads_to_keep, ffn_keep_ratio: `"prune_structured"` settings (see
-            `prune_heads_and_neurons`).
+            `prune_heads_and_neurons`). Without `heads_to_keep`, half of each
+            layer's heads (`1 / target_speedup` without a distill stage);
+            without `ffn_keep_ratio`, each layer keeps the share of its
+            neurons that it keeps of its heads. The report records both as
+            used.
         distiller_options: keyword arguments for the `Distiller` of the
             `"prune"` stage (over `PREDICTIONS_ONLY` there: `Pruner.fit`'s
             default) and of the distill stage when `recipe` is None
@@ -385,7 +392,8 @@ def compress(
         recipe: how the distill stage trains: a `bertzoo.distill` recipe
             (`"tinybert"`: intermediate layers, then predictions; `"minilm"`;
             `"hinton"`), `epochs` epochs per stage; None: one `Distiller`
-            with `distiller_options`.
+            with `distiller_options`; `"auto"`: `DEFAULT_RECIPE`
+            (`"tinybert"`). Given without a distill stage, it is refused.
         transfer: unlabelled texts the teacher labels for the distill stage
             (a list, or a TSV/CSV/JSONL file with `transfer_column`), or None.
             The prune stages train on them too, with the training texts
@@ -492,16 +500,26 @@ def compress(
         )
     if smoothing == "auto":
         smoothing = DEFAULT_SMOOTHING
-    check_sparsity("sparsity", sparsity)
-    if sparsity != DEFAULT_SPARSITY and "prune" not in stages:
+    # Refused when given without their stage, even at the default value.
+    if sparsity != "auto" and "prune" not in stages:
         raise ValueError(
             f"sparsity={sparsity} (--sparsity) sets the prune stage, which is not among the stages "
             f"{list(stages)}. Leave it out, or add that stage."
         )
-    if recipe != DEFAULT_RECIPE and "distill" not in stages:
+    sparsity = DEFAULT_SPARSITY if sparsity == "auto" else sparsity
+    check_sparsity("sparsity", sparsity)
+    if recipe != "auto" and "distill" not in stages:
         raise ValueError(
             f"recipe={recipe!r} (--recipe) sets how the distill stage trains, which is not among the stages "
             f"{list(stages)}. Leave it out, or add that stage."
+        )
+    recipe = DEFAULT_RECIPE if recipe == "auto" else recipe
+    if sequence_length is not None and (
+        isinstance(sequence_length, bool) or not isinstance(sequence_length, int) or sequence_length < 3
+    ):
+        raise ValueError(
+            "sequence_length (--sequence-length) must be an integer >= 3 (tokens per text, [CLS] and [SEP] "
+            f"included), got {sequence_length!r}. Leave it out to keep the teacher's."
         )
     if isinstance(augment, bool) or not isinstance(augment, int) or augment < 0:
         raise ValueError(f"`augment` must be an integer >= 0 (perturbed copies of each text), got {augment!r}.")
@@ -562,6 +580,14 @@ def compress(
             "teacher_epochs (--teacher-epochs) fine-tunes the new head of a backbone teacher, but this teacher "
             "is a classifier, trained already. Leave it out."
         )
+    if "prune_structured" in stages:  # Against the model the stage will get, before any training.
+        _structured_settings(
+            heads_to_keep,
+            ffn_keep_ratio,
+            _heads_entering_structured(model, stages, target_speedup),
+            target_speedup,
+            stages,
+        )
     of = "the training classes"
     if _names_the_labels(model, train_raw):  # Its ids, not the file's sorted order.
         classes, of = list(model.class_names), "the teacher's class_names"
@@ -617,6 +643,7 @@ def compress(
             )
         return student if pruner is None else pruner.strip()
 
+    structured_settings = {"heads_to_keep": None, "ffn_keep_ratio": None}  # As used, once that stage runs.
     for index, stage in enumerate(stages, start=1):
         say(f"Stage {index}/{len(stages)}: {stage}")
         parent = model
@@ -642,11 +669,10 @@ def compress(
             )
             model = pruner.strip()
         elif stage == "prune_structured":
-            heads, ratio = heads_to_keep, ffn_keep_ratio
-            if heads is None and ratio is None:
-                fraction = 0.5 if target_speedup is None or "distill" in stages else 1.0 / target_speedup
-                heads = [max(1, int(round(h * fraction))) for h in _per_layer(parent.backbone, "num_heads")]
-                ratio = fraction
+            heads, ratio = _structured_settings(
+                heads_to_keep, ffn_keep_ratio, _per_layer(parent.backbone, "num_heads"), target_speedup, stages
+            )
+            structured_settings = {"heads_to_keep": _plain(heads, int), "ffn_keep_ratio": _plain(ratio, float)}
             student = prune_heads_and_neurons(parent, heads_to_keep=heads, ffn_keep_ratio=ratio, data=train_data)
             # The input's predictions on the transfer set recover far more than the labelled texts alone.
             model = train_student(parent, student, "hinton" if transfer or augment else None)
@@ -705,8 +731,7 @@ def compress(
         "target_speedup": target_speedup,
         "recipe": recipe if "distill" in stages else None,
         "sparsity": sparsity if "prune" in stages else None,
-        "heads_to_keep": _plain(heads_to_keep, int) if "prune_structured" in stages else None,
-        "ffn_keep_ratio": _plain(ffn_keep_ratio, float) if "prune_structured" in stages else None,
+        **structured_settings,
         "qat_epochs": qat_epochs if "int8" in stages else None,
         "weight_only": weight_only if "int8" in stages else None,
         "smoothing": smoothing if "int8" in stages and not qat_epochs and not weight_only else None,
@@ -728,6 +753,43 @@ def compress(
         say("matplotlib is not installed: no tradeoff.png (pip install matplotlib)")
     say(f"Wrote {out}/report.md, report.json" + (", tradeoff.png" if chart else ""))
     return report
+
+
+def _structured_settings(heads_to_keep, ffn_keep_ratio, num_heads, target_speedup, stages):
+    """`(heads_to_keep, ffn_keep_ratio)` of the prune_structured stage for a
+    model with `num_heads` heads per layer, one value per layer: what is
+    left out comes from the other (the neurons keep the heads' share) or,
+    with neither, from the default share (half; `1 / target_speedup`
+    without a distill stage). A ValueError naming the option when the model
+    cannot take them."""
+    fraction = 0.5 if target_speedup is None or "distill" in stages else 1.0 / target_speedup
+    if heads_to_keep is None:
+        heads = [max(1, int(round(h * fraction))) for h in num_heads]
+    else:
+        try:
+            heads = heads_per_layer(heads_to_keep, num_heads)
+        except ValueError as e:
+            message = str(e).rstrip(".")
+            raise ValueError(
+                f"{message} (--heads-to-keep: heads kept per layer by the prune_structured stage)."
+            ) from None
+    if ffn_keep_ratio is not None:
+        ratio = ffn_keep_ratio
+    elif heads_to_keep is None:
+        ratio = fraction
+    else:
+        ratio = [keep / total for keep, total in zip(heads, num_heads)]
+    return heads, ratio
+
+
+def _heads_entering_structured(model, stages, target_speedup):
+    """The heads per layer of the model the prune_structured stage gets
+    from `model` (the teacher): a distill stage before it keeps every 3rd
+    layer, or those `target_speedup` picks."""
+    heads = _per_layer(model.backbone, "num_heads")
+    if "distill" in stages[: list(stages).index("prune_structured")]:
+        heads = [heads[layer - 1] for layer in student_layers(len(heads), target_speedup)]
+    return heads
 
 
 def _plain(value, kind):

@@ -176,7 +176,10 @@ def check_structured_settings(heads_to_keep=None, ffn_keep_ratio=None):
             check(value, "")
 
 
-def _heads_per_layer(heads_to_keep, heads):
+def heads_per_layer(heads_to_keep, heads):
+    """`heads_to_keep` (one count, or one per layer) as one count per layer
+    of a model with `heads` heads per layer; a ValueError naming the layer
+    that cannot keep them."""
     num_layers = len(heads)
     if heads_to_keep is None:
         return list(heads)
@@ -189,7 +192,7 @@ def _heads_per_layer(heads_to_keep, heads):
     for i, (keep, total) in enumerate(zip(values, heads)):
         _check_head_count(keep, f" for layer {i}")
         if keep > total:
-            raise ValueError(f"heads_to_keep={keep} for layer {i}, which has only {total} heads.")
+            raise ValueError(f"heads_to_keep={keep} for layer {i}, which has only {total} heads: keep at most {total}.")
     return [int(v) for v in values]
 
 
@@ -259,7 +262,7 @@ def prune_heads_and_neurons(model, heads_to_keep=None, ffn_keep_ratio=None, data
     attention_index, ffn_index = _block_indices(backbone)
     heads = [backbone.attention_blocks[k].num_heads for k in attention_index]
     intermediate = [backbone.feedforward_blocks[k].intermediate_dim for k in ffn_index]
-    keep_heads = _heads_per_layer(heads_to_keep, heads)
+    keep_heads = heads_per_layer(heads_to_keep, heads)
     keep_neurons = _neurons_per_layer(ffn_keep_ratio, intermediate)
     _check_shared(attention_index, keep_heads, "attention", backbone.num_groups)
     _check_shared(ffn_index, keep_neurons, "feed-forward", backbone.num_groups)

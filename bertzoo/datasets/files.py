@@ -52,10 +52,11 @@ def not_utf8_error(path):
             try:
                 line.decode("utf-8")
             except UnicodeDecodeError as e:
-                utf16 = " (it looks like UTF-16)" if line_number == 1 and line[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+                utf16 = line_number == 1 and line[:2] in (b"\xff\xfe", b"\xfe\xff")
                 return ValueError(
-                    f"{path}:{line_number}: not UTF-8 text (byte 0x{line[e.start]:02x}){utf16}. "
-                    'Save the file as UTF-8 (in Excel: "CSV UTF-8"), or convert it, e.g. `iconv -f latin1 -t utf-8`.'
+                    f"{path}:{line_number}: not UTF-8 text (byte 0x{line[e.start]:02x})"
+                    f'{" (it looks like UTF-16)" if utf16 else ""}. Save the file as UTF-8 (in Excel: "CSV '
+                    f'UTF-8"), or convert it, e.g. `iconv -f {"utf-16" if utf16 else "latin1"} -t utf-8`.'
                 )
     return ValueError(f"{path}: not UTF-8 text. Save the file as UTF-8.")
 
