@@ -18,6 +18,7 @@ Pre-training heads, kept beside the model in `pretraining_heads.safetensors`:
     nsp/{kernel,bias}    (BERT's next-sentence / ALBERT's sentence-order head)
 """
 
+import collections
 import dataclasses
 import datetime
 import json
@@ -108,7 +109,17 @@ class SourceModel:
     display: dict = dataclasses.field(default_factory=dict)
 
     def shown(self, name):
-        return self.display.get(name, name)
+        """`name` as the checkpoint writes it; one it lacks (a missing
+        tensor) with the prefix its other names carry (`bert.`), so that a
+        missing tensor and a misspelt one read alike."""
+        if name in self.display or name in self.tensors:
+            return self.display.get(name, name)
+        prefixes = collections.Counter(
+            original[: -len(key)]
+            for key, original in self.display.items()
+            if original.endswith(key) and original != key
+        )
+        return prefixes.most_common(1)[0][0] + name if prefixes else name
 
 
 @dataclasses.dataclass
@@ -228,7 +239,7 @@ def build_backbone(model):
     for canonical, variable in variables.items():
         name, transform = source_name(model, canonical)
         if name not in model.tensors:
-            missing.append(name)
+            missing.append(model.shown(name))
             continue
         used.add(name)
         source = np.asarray(model.tensors[name])

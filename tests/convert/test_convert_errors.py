@@ -73,6 +73,18 @@ def test_missing_tensors_are_listed(tmp_path, ref, tiny):
         tmp_path / "out",
         r"Missing tensors \(2\):\n  - encoder\.layer\.1\.attention\.self\.key\.weight\n  - pooler\.dense\.bias",
     )
+    # Named as the checkpoint names the others (it showed "encoder..." beside "bert.encoder...qery.weight").
+    arrays = ref.hf_bert_arrays(tiny, prefix="bert.", heads=False)
+    arrays["bert.encoder.layer.1.attention.self.qery.weight"] = arrays.pop(
+        "bert.encoder.layer.1.attention.self.query.weight"
+    )
+    source = ref.write_hf(tmp_path / "prefixed", ref.hf_config(tiny), arrays)
+    convert_fails(
+        source,
+        tmp_path / "out",
+        r"Missing tensors \(1\):\n  - bert\.encoder\.layer\.1\.attention\.self\.query\.weight\n(.|\n)*"
+        r"bert\.encoder\.layer\.1\.attention\.self\.qery\.weight",
+    )
 
 
 def test_unexpected_tensors_are_listed(tmp_path, ref, tiny):
