@@ -600,6 +600,24 @@ def test_a_backbone_exports_text_features_with_its_own_outputs(tmp_path):
     assert read_export_metadata(path)["sequence_length"] == 16
 
 
+def test_backbone_export_is_bertzoos_export_not_keras(tmp_path):
+    # It was keras.Model.export: "serve" and no serving_tokenized, and it wrote into an existing directory.
+    keras.utils.set_random_seed(2)
+    backbone = small_backbone(num_layers=1)
+    backbone.export(tmp_path / "1")
+    served = tf.saved_model.load(str(tmp_path / "1"))
+    assert sorted(served.signatures) == ["serving_default", "serving_tokenized"]
+    features = tokenized(["short", "a longer sentence"], sequence_length=16)
+    outputs = served.signatures["serving_tokenized"](**{k: tf.constant(v) for k, v in features.items()})
+    reference = backbone.predict(features, verbose=0)
+    for key in ("pooled_output", "sequence_output"):
+        np.testing.assert_allclose(outputs[key].numpy(), reference[key], atol=1e-5)
+    with pytest.raises(FileExistsError, match="already exists. Pass overwrite=True"):
+        backbone.export(tmp_path / "1")
+    with pytest.raises(ValueError, match=r"BertBackbone.export writes fixed serving signatures"):
+        backbone.export(tmp_path / "2", input_signature=[])
+
+
 def test_cli_export_prints_the_signatures_and_reports_errors(cli_export, tmp_path, capsys, monkeypatch):
     preset, out, printed = cli_export  # Served by the fresh process in the first test.
     assert f"SavedModel at {out}" in printed

@@ -142,6 +142,14 @@ def test_saving_never_replaces_a_directory_that_is_not_a_preset(tmp_path):
     assert (target / "data" / "important.csv").read_text() == "keep me"
     model.save_to_preset(tmp_path / "p")
     model.save_to_preset(tmp_path / "p")  # A preset is replaced, as before.
+    # Not with files of yours beside it: notes, an export, a preset saved inside (they were deleted).
+    (tmp_path / "p" / "NOTES.md").write_text("eval results")
+    model.save_to_preset(tmp_path / "p" / "inner")
+    before = sorted(path.name for path in (tmp_path / "p").iterdir())
+    with pytest.raises(FileExistsError, match=r"holds a bertzoo preset and other files \(NOTES.md, inner/\)"):
+        model.save_to_preset(tmp_path / "p")
+    assert sorted(path.name for path in (tmp_path / "p").iterdir()) == before
+    assert (tmp_path / "p" / "inner" / "config.json").is_file()
     (tmp_path / "empty").mkdir()
     model.save_to_preset(tmp_path / "empty")  # So is an empty directory.
     assert (tmp_path / "empty" / "config.json").is_file()

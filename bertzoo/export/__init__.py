@@ -2,7 +2,7 @@
 
 `export_saved_model` writes a TensorFlow SavedModel whose signatures take raw
 strings (the tokenizer is in the graph) or token ids and return predictions;
-`export_portable` writes the tokenized model as ONNX or LiteRT. `Task.export`
+`export_portable` writes the tokenized model as ONNX or LiteRT. A model's `export`
 (and `bertzoo export PRESET_DIR OUT_DIR`) picks between them by `format`.
 
 The package is generic: it writes the signatures a model declares

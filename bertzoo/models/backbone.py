@@ -6,6 +6,7 @@ from bertzoo.models.compile_defaults import MeasuredJitCompileMixin
 from bertzoo.models.early_attributes import EarlyAttributesMixin
 from bertzoo.models.input_keys import DeclaredInputsMixin
 from bertzoo.models.jax_predict import JaxPredictOnBatchMixin
+from bertzoo.models.serving import ExportMixin
 from bertzoo.saving.preset import Preset
 from bertzoo.saving.preset import save_preset
 from bertzoo.saving.serialization import quantized_policy_map
@@ -14,7 +15,9 @@ from bertzoo.utils.private_api import deferred_initialization
 from bertzoo.utils.private_api import flatten_layers
 
 
-class Backbone(MeasuredJitCompileMixin, DeclaredInputsMixin, EarlyAttributesMixin, JaxPredictOnBatchMixin, keras.Model):
+class Backbone(
+    MeasuredJitCompileMixin, ExportMixin, DeclaredInputsMixin, EarlyAttributesMixin, JaxPredictOnBatchMixin, keras.Model
+):
     """A functional encoder whose constructor arguments are its config.
 
     Subclasses build their graph in `__init__` and list their constructor

@@ -21,7 +21,8 @@ a multiple of `XLA_LENGTH_MULTIPLE` tokens, so that few shapes arise.
 
 Writing the files (SavedModel, ONNX, LiteRT) is `bertzoo.export`'s job, which
 sits above the models in the package order; it registers its writer here with
-`register_exporter`, and `Task.export` calls it through `exporter()`.
+`register_exporter`, and `export` (`ExportMixin`: tasks and backbones) calls it
+through `exporter()`.
 """
 
 import contextlib
@@ -42,7 +43,7 @@ _exporter = None
 
 def register_exporter(function):
     """Makes `function(model, path, format=..., **options)` the writer that
-    `Task.export` calls; `bertzoo.export` registers `export_model` on import."""
+    `export` (`ExportMixin`) calls; `bertzoo.export` registers `export_model` on import."""
     global _exporter
     _exporter = function
 
@@ -50,8 +51,59 @@ def register_exporter(function):
 def exporter():
     """The writer `register_exporter` set; a clear error when there is none."""
     if _exporter is None:
-        raise RuntimeError("No exporter is registered: import bertzoo (or bertzoo.export) before calling Task.export.")
+        raise RuntimeError("No exporter is registered: import bertzoo (or bertzoo.export) before calling export.")
     return _exporter
+
+
+class ExportMixin:
+    """`export` (overriding `keras.Model.export`) through the registered
+    exporter: bertzoo's serving signatures, written atomically. Mixed into
+    the tasks and the backbones, before the Keras model class."""
+
+    def export(
+        self,
+        filepath,
+        format="tf_saved_model",
+        verbose=None,
+        input_signature=None,
+        overwrite=False,
+        sequence_length=None,
+        **kwargs,
+    ):
+        """Exports the model for serving (overrides `keras.Model.export`).
+
+        `format="tf_saved_model"`: a SavedModel whose `serving_default`
+        signature takes raw strings (the tokenizer is in the graph) and
+        returns predictions, plus `serving_pairs` and `serving_tokenized`;
+        see `bertzoo.export_saved_model` (a model without a preprocessor,
+        e.g. a backbone, serves token ids: `serving_default` and
+        `serving_tokenized`). `"onnx"` / `"litert"`: one file taking token
+        ids of any length; see `bertzoo.export.export_portable`. Writes
+        atomically and refuses to replace `filepath` unless
+        `overwrite=True`. `input_signature` is not accepted: the signatures
+        are fixed (use `keras.export.ExportArchive` for custom ones).
+
+        Example:
+
+        ```python
+        model.export("serving/sentiment/1")
+        model.export("sentiment.onnx", format="onnx")
+        ```
+        """
+        if input_signature is not None:
+            raise ValueError(
+                f"{type(self).__name__}.export writes fixed serving signatures and takes no `input_signature`; "
+                "for a custom one use keras.export.ExportArchive, or keras.Model.export(model, ...)."
+            )
+        return exporter()(
+            self,
+            filepath,
+            format=format,
+            overwrite=overwrite,
+            sequence_length=sequence_length,
+            verbose=bool(verbose),
+            **kwargs,
+        )
 
 
 @contextlib.contextmanager

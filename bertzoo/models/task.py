@@ -23,8 +23,8 @@ from bertzoo.models.raw_inputs import validation_parts
 from bertzoo.models.resumable import EpochOrder
 from bertzoo.models.serving import TOKENIZED_KEYS
 from bertzoo.models.serving import XLA_LENGTH_MULTIPLE
+from bertzoo.models.serving import ExportMixin
 from bertzoo.models.serving import TextServing
-from bertzoo.models.serving import exporter
 from bertzoo.models.serving import named_outputs
 from bertzoo.models.serving import trim_padding
 from bertzoo.saving.preset import Preset
@@ -184,7 +184,13 @@ def _check_examples_pair_up(x, y, sample_weight):
 
 
 class Task(
-    DefaultCompileMixin, RawInputsMixin, DeclaredInputsMixin, EarlyAttributesMixin, JaxPredictOnBatchMixin, keras.Model
+    DefaultCompileMixin,
+    RawInputsMixin,
+    ExportMixin,
+    DeclaredInputsMixin,
+    EarlyAttributesMixin,
+    JaxPredictOnBatchMixin,
+    keras.Model,
 ):
     """A functional model around a backbone, with an optional preprocessor.
 
@@ -525,49 +531,6 @@ class Task(
         ```
         """
         return save_preset(directory, self.backbone, task=self, metadata=metadata)
-
-    def export(
-        self,
-        filepath,
-        format="tf_saved_model",
-        verbose=None,
-        input_signature=None,
-        overwrite=False,
-        sequence_length=None,
-        **kwargs,
-    ):
-        """Exports the model for serving (overrides `keras.Model.export`).
-
-        `format="tf_saved_model"`: a SavedModel whose `serving_default`
-        signature takes raw strings (the tokenizer is in the graph) and
-        returns predictions, plus `serving_pairs` and `serving_tokenized`;
-        see `bertzoo.export_saved_model`. `"onnx"` / `"litert"`: one file
-        taking token ids of any length; see `bertzoo.export.export_portable`.
-        Writes atomically and refuses to replace `filepath` unless
-        `overwrite=True`. `input_signature` is not accepted: the signatures
-        are fixed (use `keras.export.ExportArchive` for custom ones).
-
-        Example:
-
-        ```python
-        model.export("serving/sentiment/1")
-        model.export("sentiment.onnx", format="onnx")
-        ```
-        """
-        if input_signature is not None:
-            raise ValueError(
-                "Task.export writes fixed serving signatures and takes no `input_signature`; for a "
-                "custom one use keras.export.ExportArchive, or keras.Model.export(model, ...)."
-            )
-        return exporter()(
-            self,
-            filepath,
-            format=format,
-            overwrite=overwrite,
-            sequence_length=sequence_length,
-            verbose=bool(verbose),
-            **kwargs,
-        )
 
     def serving_signatures(self, preprocessor=None, pairs="auto"):
         """`{signature name: tf.function}`: what `export` writes for this task.

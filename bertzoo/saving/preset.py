@@ -901,7 +901,8 @@ def _detach(node, cls, key, filename):
 
 def _check_replaceable(directory):
     """Refuses to save over a directory that is not empty and not a bertzoo
-    preset: the save replaces the whole directory."""
+    preset, or a preset with other files beside its own: the save replaces
+    the whole directory."""
     target = Path(directory).expanduser()
     if not target.is_dir() or target.is_symlink() or not any(target.iterdir()):
         return
@@ -915,12 +916,20 @@ def _check_replaceable(directory):
             f"{target} exists and is not a bertzoo preset; saving a preset replaces the whole directory, so it "
             "refuses to delete what is there. Save to a new or empty directory (e.g. runs/my_model)."
         )
+    others = sorted(p.name + ("/" if p.is_dir() else "") for p in target.iterdir() if p.name not in PRESET_FILES)
+    if others:  # Notes, an export, a preset saved inside: the save would delete them with the old preset.
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        raise FileExistsError(
+            f"{target} holds a bertzoo preset and other files ({shown}); saving a preset replaces the whole "
+            "directory, so it refuses to delete them. Move them out, or save to a new directory."
+        )
 
 
 def check_preset_target(directory):
     """Raises a `FileExistsError` naming the fix when `save_preset` cannot
     write `directory`, overwrite or not: a file, a symbolic link, a mount
-    point, or a directory that is neither empty nor a bertzoo preset.
+    point, or a directory that is neither empty nor a bertzoo preset (alone:
+    files of others beside a preset are not deleted either).
     Callers with slow work before the save (quantizing, converting) call it
     first.
 
