@@ -746,6 +746,14 @@ def test_minilm_recipe_distills_relations_across_widths(distilled):
         ({"y": [0, 1, 0]}, "`x` has 2 texts but `y` 3 labels"),
         ({"x": "one text"}, "`x` must be a list of strings"),
         ({"transfer": ["fine", 3]}, "`transfer` must hold strings only"),
+        # These trained anyway (a negative rate climbs the loss), or failed deep in NumPy or TensorFlow.
+        ({"learning_rate": -1.0}, "`learning_rate` must be a finite positive number, got -1.0"),
+        ({"learning_rate": "1e-3"}, "`learning_rate` must be a finite positive number, got '1e-3'"),
+        ({"batch_size": 0}, "`batch_size` must be a positive integer, got 0"),
+        ({"batch_size": 1.5}, "`batch_size` must be a positive integer, got 1.5"),
+        ({"epochs": 1.5}, "`epochs` must be an int >= 0 or one per stage"),
+        ({"seed": "a"}, "`seed` must be an integer >= 0, got 'a'"),
+        ({"pruner": "x"}, "`pruner` must be a bertzoo.Pruner of the student"),
     ],
 )
 def test_recipe_argument_errors(pair, kwargs, match):
@@ -856,3 +864,14 @@ def test_a_saved_distiller_reloads_compiled_as_it_was(tmp_path):
     np.testing.assert_allclose(
         again.evaluate(features, labels, verbose=0), distiller.evaluate(features, labels, verbose=0), rtol=1e-5
     )
+
+
+def test_true_or_false_settings_refuse_other_values(pair):
+    # "no" read as true: normalized losses, quantized embeddings.
+    teacher, student = pair
+    with pytest.raises(ValueError, match="`normalize_losses` must be True or False, got 'no'"):
+        bertzoo.Distiller(teacher, student, normalize_losses="no")
+    with pytest.raises(ValueError, match="`include_embeddings` must be True or False, got 'no'"):
+        bertzoo.quantize(student, "int8", include_embeddings="no")
+    with pytest.raises(ValueError, match="`batch_size` must be a positive integer, got 0"):
+        student.fit(["good", "bad"], [1, 0], batch_size=0, verbose=0)  # Raw text took the default size.

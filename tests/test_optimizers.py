@@ -267,3 +267,10 @@ def test_a_float16_weights_moments_are_float32_and_its_steps_keras_sized():
         moved[dtype] = keras.ops.convert_to_numpy(weight).astype("float64")
     np.testing.assert_allclose(moved["float16"], moved["float32"], rtol=0.2)
     assert (moved["float32"] < -0.01).all()  # Both moved ~ -2e-2 (20 steps of the learning rate).
+
+
+@pytest.mark.parametrize("rate", [0, -1e-3, float("inf"), "1e-3", True])
+def test_bert_optimizer_refuses_a_learning_rate_that_cannot_descend(rate):
+    # A negative rate was accepted: AdamW then climbs the loss.
+    with pytest.raises(ValueError, match=r"`learning_rate` must be a finite positive number"):
+        bert_optimizer(rate)

@@ -62,6 +62,7 @@ from bertzoo.models.task import Task
 from bertzoo.models.task import bert_optimizer
 from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
+from bertzoo.utils.checks import check_bool
 
 # `loss_terms` tokenizes raw inputs as one batch of at most this many examples.
 _ONE_BATCH = 1 << 30
@@ -458,7 +459,7 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         self.value_relation_weight = weights["value_relation"]
         self.soft_target_weight = soft_target_weight
         self.relation_heads = int(relation_heads)
-        self.normalize_losses = bool(normalize_losses)
+        self.normalize_losses = check_bool("normalize_losses", normalize_losses)
         # Per intermediate term: its mean over the first training steps
         # (`loss_means`), the prediction loss's (`prediction_mean`), and how
         # many steps were averaged.

@@ -29,6 +29,7 @@ from bertzoo.layers.dense import observe_inputs
 from bertzoo.models.task import bert_optimizer
 from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
+from bertzoo.utils.checks import check_bool
 from bertzoo.utils.layers import own_dtype_policy
 
 MODES = ("int8", "int4")
@@ -148,6 +149,7 @@ def quantize(
         )
     if calibration is not None:
         _check_calibration(mode, calibration_steps)
+    include_embeddings = check_bool("include_embeddings", include_embeddings)
     clone = copy_model(model)
     select = _weight_layers(clone, include_embeddings)
     one_by_one = calibration is not None or (weight_only and mode == "int8")
@@ -172,9 +174,7 @@ def check_weight_only(weight_only):
     check_weight_only(np.bool_(True))  # True
     ```
     """
-    if not isinstance(weight_only, (bool, np.bool_)):
-        raise ValueError(f"`weight_only` must be True or False, got {weight_only!r}.")
-    return bool(weight_only)
+    return check_bool("weight_only", weight_only)
 
 
 def _quantize_weights_only(model, select):

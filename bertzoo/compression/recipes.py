@@ -28,6 +28,9 @@ import numpy as np
 from bertzoo.compression.distiller import PREDICTIONS_ONLY
 from bertzoo.compression.distiller import Distiller
 from bertzoo.models.optimizers import bert_optimizer
+from bertzoo.utils.checks import check_non_negative_int
+from bertzoo.utils.checks import check_positive_int
+from bertzoo.utils.checks import check_positive_number
 
 _PREDICTIONS = ("predictions", {**PREDICTIONS_ONLY, "soft_target_weight": 1.0})
 
@@ -106,8 +109,8 @@ def as_texts(x, what):
 def _stage_epochs(epochs, stages):
     if isinstance(epochs, int) and not isinstance(epochs, bool):
         epochs = (epochs,) * len(stages)
-    epochs = tuple(epochs)
-    if len(epochs) != len(stages) or not all(isinstance(e, int) and e >= 0 for e in epochs):
+    epochs = tuple(epochs) if isinstance(epochs, (list, tuple)) else (epochs,)
+    if len(epochs) != len(stages) or not all(isinstance(e, int) and not isinstance(e, bool) and e >= 0 for e in epochs):
         names = ", ".join(name for name, _ in stages)
         raise ValueError(f"`epochs` must be an int >= 0 or one per stage ({names}), got {epochs!r}.")
     return epochs
@@ -196,6 +199,14 @@ def distill(
         raise ValueError(f"Unknown recipe {recipe!r}. Choose one of {sorted(RECIPES)}.")
     stages = RECIPES[recipe]
     epochs = _stage_epochs(epochs, stages)
+    check_positive_int("batch_size", batch_size)
+    check_positive_number("learning_rate", learning_rate)
+    check_non_negative_int("seed", seed)
+    if pruner is not None and not callable(getattr(pruner, "prepare_trainer", None)):
+        raise ValueError(
+            f"`pruner` must be a bertzoo.Pruner of the student (e.g. Pruner.holding_zeros(student)) or None, got "
+            f"{pruner!r}."
+        )
     texts = as_texts(x, "x")
     if y is not None and len(y) != len(texts):
         raise ValueError(f"`x` has {len(texts)} texts but `y` {len(y)} labels.")

@@ -8,6 +8,7 @@ import numpy as np
 
 from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.utils import private_api
+from bertzoo.utils.checks import check_positive_int
 from bertzoo.utils.optional import is_tf_dataset
 from bertzoo.utils.optional import is_tf_tensor
 
@@ -229,7 +230,7 @@ class RawInputsMixin:
         steps_per_epoch=None,
         **kwargs,
     ):
-        self._check_fit_inputs(x, y, validation_data=validation_data)
+        self._check_fit_inputs(x, y, validation_data=validation_data, batch_size=batch_size)
         for variable in self.trainable_variables:  # Before Keras's step: an error inside it loses state on JAX.
             check = getattr(variable.constraint, "check_trainer", None)
             if check is not None:
@@ -283,11 +284,13 @@ class RawInputsMixin:
             **kwargs,
         )
 
-    def _check_fit_inputs(self, x, y, method="fit", validation_data=None):
+    def _check_fit_inputs(self, x, y, method="fit", validation_data=None, batch_size=None):
         """Hook: raises a clear error for `fit` (or `evaluate`) inputs it
         cannot train on (no examples; tasks: no labels where they need them)."""
         if method in ("fit", "evaluate") and holds_no_examples(x):  # Keras: an empty result, or an odd error.
             raise ValueError(f"`x` holds no examples: `{method}` needs at least one.")
+        if batch_size is not None:  # Raw text batched with 0 got the default size.
+            check_positive_int("batch_size", batch_size)
 
     def _checked_labels(self, y, features=None):
         """Hook: in-memory labels as the model's loss takes them (one per
@@ -324,7 +327,7 @@ class RawInputsMixin:
         return super().make_train_function(force)
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
-        self._check_fit_inputs(x, y, method="evaluate")
+        self._check_fit_inputs(x, y, method="evaluate", batch_size=batch_size)
         dataset = self._as_dataset(x, y, sample_weight, batch_size)
         if dataset is not None:
             x, y, sample_weight, batch_size = dataset, None, None, None

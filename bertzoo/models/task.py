@@ -627,8 +627,8 @@ class Task(
     # --- Raw inputs -------------------------------------------------------
     fit_needs_labels = True  # A task whose `fit` makes its own labels says False.
 
-    def _check_fit_inputs(self, x, y, method="fit", validation_data=None):
-        super()._check_fit_inputs(x, y, method)
+    def _check_fit_inputs(self, x, y, method="fit", validation_data=None, batch_size=None):
+        super()._check_fit_inputs(x, y, method, batch_size=batch_size)
         self._check_text_has_a_preprocessor(method, x)
         if validation_data is not None:
             parts = validation_parts(validation_data)

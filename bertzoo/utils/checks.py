@@ -50,6 +50,14 @@ def check_non_negative_int(name, value):
     return int(value)
 
 
+def check_bool(name, value):
+    """`value` as a bool; a ValueError naming `name` unless it is True or
+    False (a NumPy bool too): a string such as "no" would read as true."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"`{name}` must be True or False, got {value!r}.")
+    return bool(value)
+
+
 def check_positive_number(name, value):
     if (
         isinstance(value, bool)
