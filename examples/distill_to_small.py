@@ -32,6 +32,7 @@ print(result["student"]["accuracy"], result["speedup_b32"])
 """
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -171,11 +172,42 @@ def check_settings(args):
     for spec in (args.teacher, args.student):
         if spec is not None:
             bertzoo.Preset.resolve(spec)
+    layers, longest = teacher_shape(args)
+    if args.student_layers is not None and args.student_layers > layers:
+        raise ValueError(
+            f"--student-layers {args.student_layers} is more than the teacher's {layers} layers: a student copied "
+            "from the teacher has at most as many."
+        )
+    if args.sequence_length < 3:
+        raise ValueError(f"--sequence-length must be at least 3 ([CLS], a token, [SEP]), got {args.sequence_length}.")
+    if longest is not None and args.sequence_length > longest:
+        raise ValueError(
+            f"--sequence-length {args.sequence_length} is longer than the teacher's {longest} positions; use at "
+            f"most {longest}."
+        )
+    if args.student is not None:
+        student = bertzoo.Preset.resolve(args.student)
+        if student.has_weights() and not student.tokenizes_text:
+            raise ValueError(
+                f"--student {args.student} is a pretrained preset saved without a tokenizer, so it cannot read the "
+                "texts: save it with its vocabulary (save_to_preset(..., tokenizer=...)), or pass a built-in "
+                "preset name for a randomly initialized student."
+            )
     output = Path(args.output)
     if output.exists() and not output.is_dir():
         raise ValueError(f"--output {output} exists and is not a directory; choose another path.")
     for name in ("teacher", "student"):  # A file there, or a folder that is not a preset: no save could replace it.
         check_preset_target(output / name)
+
+
+def teacher_shape(args):
+    """`(layers, max_sequence_length)` of the teacher `build_teacher` will
+    use, read from its config (nothing is built)."""
+    if args.teacher is None and find_minilm() is not None:
+        config = json.loads((find_minilm() / "config.json").read_text())
+        return config["num_hidden_layers"], config.get("max_position_embeddings")
+    config = bertzoo.Preset.resolve(args.teacher or "mini").backbone_config
+    return config["num_layers"], config.get("max_sequence_length")
 
 
 def settings(**overrides):

@@ -4,7 +4,8 @@
     python examples/finetune_classifier.py --preset mini --data ../shared/data/sentiment/amazon.tsv
 
 With no `--data`, it uses `../shared/data/sentiment/amazon.tsv` when that file
-is next to the checkout, otherwise a small generated sentiment set.
+is next to the checkout, otherwise a small generated sentiment set
+(`--data synthetic` asks for that set).
 
 From Python, `run(...)` takes the same settings as keyword arguments
 (underscores for dashes) and returns the figures:
@@ -19,6 +20,7 @@ print(result["accuracy"], result["train_examples_per_second"])
 
 import argparse
 import time
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -56,7 +58,12 @@ def parse_args(argv):
     """The example's settings from command-line arguments."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="tiny", help="built-in preset name or preset directory")
-    parser.add_argument("--data", default=None, help="TSV file id<TAB>rating<TAB>text")
+    parser.add_argument(
+        "--data",
+        default=None,
+        help="TSV file id<TAB>rating<TAB>text, or 'synthetic' for the generated set (default: the shared "
+        "amazon.tsv when present, else the generated set)",
+    )
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--sequence-length", type=int, default=64)
@@ -93,7 +100,17 @@ def check_settings(args):
             f"--max-examples must be an integer of at least 3 (an 80/20 split needs a test sentence), "
             f"got {args.max_examples!r}."
         )
-    bertzoo.Preset.resolve(args.preset)  # A mistyped name fails now.
+    preset = bertzoo.Preset.resolve(args.preset)  # A mistyped name fails now.
+    if args.sequence_length < 3:
+        raise ValueError(f"--sequence-length must be at least 3 ([CLS], a token, [SEP]), got {args.sequence_length}.")
+    longest = preset.backbone_config.get("max_sequence_length")
+    if longest is not None and args.sequence_length > longest:
+        raise ValueError(
+            f"--sequence-length {args.sequence_length} is longer than the {args.preset} preset's {longest} "
+            f"positions; use at most {longest}."
+        )
+    if args.data not in (None, "synthetic") and not Path(args.data).is_file():
+        raise ValueError(f"--data {args.data}: no such file. Pass a TSV file, or 'synthetic' for the generated set.")
     check_preset_target(args.output)  # A file, or a folder that is not a preset: no save could replace it.
 
 
@@ -128,13 +145,13 @@ def main(argv=None):
 
 def _run(args):
     keras.utils.set_random_seed(args.seed)
-    data = args.data or find_shared_sentiment("amazon")
+    data = None if args.data == "synthetic" else args.data or find_shared_sentiment("amazon")
     if data:
         texts, labels = load_rated_sentences(data)
         source = f"{data} ({len(texts)} rated sentences, neutral dropped)"
     else:
         texts, labels = synthetic_sentiment(2048, seed=args.seed)
-        source = "generated sentiment sentences (no data file found)"
+        source = f"generated sentiment sentences ({'as asked' if args.data else 'no data file found'})"
     if args.max_examples is not None and args.max_examples < len(texts):
         keep = np.sort(np.random.default_rng(args.seed).choice(len(texts), args.max_examples, replace=False))
         texts, labels = [texts[i] for i in keep], np.asarray(labels)[keep]

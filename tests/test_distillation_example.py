@@ -88,6 +88,10 @@ def test_a_mistyped_preset_fails_before_any_training(tmp_path, monkeypatch):
         (["--learning-rate=-1e-4"], "--learning-rate` must be a finite positive number"),
         (["--temperature", "inf"], "`temperature` must be a finite number > 0"),  # Was NaN losses.
         (["--alpha", "1.5"], "`alpha` must be in \\[0, 1\\]"),
+        # These failed only after the teacher's fine-tuning.
+        (["--student-layers", "9"], "--student-layers 9 is more than the teacher's \\d+ layers"),
+        (["--sequence-length", "1000"], "--sequence-length 1000 is longer than the teacher's \\d+ positions"),
+        (["--sequence-length", "2"], "--sequence-length must be at least 3"),
     ],
 )
 def test_bad_settings_are_refused_before_any_work(tmp_path, monkeypatch, flags, match):
@@ -107,3 +111,13 @@ def test_an_output_that_is_a_file_is_refused_before_training(tmp_path):
     output.write_text("not a folder")
     with pytest.raises(SystemExit, match="exists and is not a directory"):
         distill_to_small.main(["--data", "synthetic", "--output", str(output)])
+
+
+def test_a_pretrained_student_without_a_tokenizer_is_refused_before_training(tmp_path, monkeypatch):
+    trained = []
+    monkeypatch.setattr(distill_to_small, "build_teacher", lambda *args: trained.append(args))
+    bertzoo.BertBackbone.from_preset("tiny", load_weights=False).save_to_preset(tmp_path / "bare")
+    argv = ["--data", "synthetic", "--student", str(tmp_path / "bare"), "--output", str(tmp_path / "out")]
+    with pytest.raises(SystemExit, match=r"saved without a tokenizer, so it cannot read the texts"):
+        distill_to_small.main(argv)
+    assert trained == [] and not (tmp_path / "out").exists()

@@ -57,6 +57,10 @@ def test_example_samples_at_random_and_fine_tunes_with_berts_optimizer(tmp_path,
         (["--learning-rate", "nan"], "--learning-rate` must be a finite positive number"),
         (["--max-examples", "2"], "--max-examples must be an integer of at least 3"),
         (["--preset", "tinny"], "Did you mean 'tiny'"),
+        # These failed with a traceback once the data and model were loading.
+        (["--sequence-length", "2"], "--sequence-length must be at least 3"),
+        (["--sequence-length", "1000"], r"--sequence-length 1000 is longer than the \w+ preset's \d+ positions"),
+        (["--data", "/nonexistent/reviews.tsv"], "--data /nonexistent/reviews.tsv: no such file.*'synthetic'"),
     ],
 )
 def test_bad_settings_are_refused_before_any_work(tmp_path, monkeypatch, flags, match):
