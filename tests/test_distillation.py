@@ -747,8 +747,8 @@ def test_minilm_recipe_distills_relations_across_widths(distilled):
         ({"x": "one text"}, "`x` must be a list of strings"),
         ({"transfer": ["fine", 3]}, "`transfer` must hold strings only"),
         # These trained anyway (a negative rate climbs the loss), or failed deep in NumPy or TensorFlow.
-        ({"learning_rate": -1.0}, "`learning_rate` must be a finite positive number, got -1.0"),
-        ({"learning_rate": "1e-3"}, "`learning_rate` must be a finite positive number, got '1e-3'"),
+        ({"learning_rate": -1.0}, "`learning_rate` must be a finite number >= 0, got -1.0"),
+        ({"learning_rate": "1e-3"}, "`learning_rate` must be a finite number >= 0, got '1e-3'"),
         ({"batch_size": 0}, "`batch_size` must be a positive integer, got 0"),
         ({"batch_size": 1.5}, "`batch_size` must be a positive integer, got 1.5"),
         ({"epochs": 1.5}, "`epochs` must be an int >= 0 or one per stage"),

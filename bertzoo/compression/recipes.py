@@ -29,8 +29,8 @@ from bertzoo.compression.distiller import PREDICTIONS_ONLY
 from bertzoo.compression.distiller import Distiller
 from bertzoo.models.optimizers import bert_optimizer
 from bertzoo.utils.checks import check_non_negative_int
+from bertzoo.utils.checks import check_non_negative_number
 from bertzoo.utils.checks import check_positive_int
-from bertzoo.utils.checks import check_positive_number
 
 _PREDICTIONS = ("predictions", {**PREDICTIONS_ONLY, "soft_target_weight": 1.0})
 
@@ -200,7 +200,7 @@ def distill(
     stages = RECIPES[recipe]
     epochs = _stage_epochs(epochs, stages)
     check_positive_int("batch_size", batch_size)
-    check_positive_number("learning_rate", learning_rate)
+    check_non_negative_number("learning_rate", learning_rate)
     check_non_negative_int("seed", seed)
     if pruner is not None and not callable(getattr(pruner, "prepare_trainer", None)):
         raise ValueError(

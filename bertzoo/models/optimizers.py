@@ -7,7 +7,7 @@ import keras
 
 from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.utils import private_api
-from bertzoo.utils.checks import check_positive_number
+from bertzoo.utils.checks import check_non_negative_number
 from bertzoo.utils.optional import tf
 
 # Variables BERT's recipe does not decay: biases and LayerNorm's scale and offset.
@@ -316,7 +316,7 @@ def bert_optimizer(learning_rate=5e-5):
     model.compile(optimizer=bert_optimizer(1e-3))
     ```
     """
-    check_positive_number("learning_rate", learning_rate)  # A negative one would climb the loss.
+    check_non_negative_number("learning_rate", learning_rate)  # A negative one would climb the loss; 0 trains nothing.
     optimizer = AdamW(
         learning_rate=WarmupLinearDecay(learning_rate, warmup_fraction=0.1),
         weight_decay=0.01,

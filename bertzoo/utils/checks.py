@@ -69,6 +69,17 @@ def check_positive_number(name, value):
     return value
 
 
+def check_non_negative_number(name, value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not value >= 0
+        or math.isinf(value)
+    ):
+        raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}.")
+    return value
+
+
 def vocabulary_overflow(tokens, rows, what="The vocabulary"):
     """None when a vocabulary of `tokens` entries fits an embedding table of
     `rows` rows, else the message saying why not. A shorter vocabulary fits:
