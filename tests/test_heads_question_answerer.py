@@ -96,6 +96,42 @@ def test_spans_inside_words_take_the_pieces_that_hold_their_characters():
     assert features["token_ids"][0][positions[0][0]] == VOCAB.index("1889") and positions[0][0] == positions[0][1]
 
 
+def test_new_dataset_pipelines_reuse_one_traced_preprocessing():
+    # Each fit, evaluate or predict on a dataset builds a new tf.data pipeline; the task's
+    # preprocessing inside it (spans to token positions) is traced once per input
+    # signature, not per pipeline, and follows a changed setting.
+    import gc
+    import weakref
+
+    from bertzoo.models import task as task_module
+
+    model = tiny_model()
+    dataset = tf.data.Dataset.from_tensor_slices((([QUESTION] * 2, [CONTEXT] * 2), [[26, 30], [0, 3]])).batch(2)
+    features = [model._as_dataset(dataset) for _ in range(3)]
+    traced = task_module._GRAPH_PREPROCESS[model][model.trims_padding][1]
+    assert traced.experimental_get_tracing_count() == 1
+    first = next(iter(features[0]))
+    for other in features[1:]:
+        batch = next(iter(other))
+        for key in first[0]:
+            np.testing.assert_array_equal(batch[0][key], first[0][key])
+        np.testing.assert_array_equal(batch[1], first[1])
+    expected = labelled_batch(model, [QUESTION] * 2, [CONTEXT] * 2, [[26, 30], [0, 3]])[1]
+    np.testing.assert_array_equal(first[1], expected)
+    # A new sequence length (and a question cut to fit it) is followed, as eager calls follow it.
+    model.preprocessor.sequence_length = 10
+    shorter = next(iter(model._as_dataset(dataset)))
+    np.testing.assert_array_equal(
+        shorter[1], labelled_batch(model, [QUESTION] * 2, [CONTEXT] * 2, [[26, 30], [0, 3]])[1]
+    )
+    assert shorter[0]["token_ids"].shape[1] <= 10
+    # The traced function does not keep the model alive.
+    gone = weakref.ref(model)
+    del model, features, other, traced  # (A pipeline refers to its model: `other` too.)
+    gc.collect()
+    assert gone() is None
+
+
 def test_truncation_keeps_the_question_and_drops_lost_answers():
     model = tiny_model(sequence_length=12)
     start = CONTEXT.index("1889")

@@ -161,6 +161,19 @@ class BertPreprocessor(keras.layers.Layer):
         features = self._graph_features()(*segments) if tf.inside_function() else self._features(segments)
         return keras.utils.pack_x_y_sample_weight(features, y, sample_weight)
 
+    def graph_settings(self):
+        """What a function traced from this preprocessor read from it: the
+        tokenizer and packer objects, their settings and the tokenizer's
+        resources. A traced function whose settings differ from these now
+        must be traced again (`_graph_features`, and the tasks' traced
+        preprocessing, `Task._graph_preprocess`)."""
+        # The objects themselves, not their ids (an id can be reused once one is gone).
+        settings = (self.tokenizer, self.packer, self.sequence_length, self.truncate, _settings(self))
+        settings += (_settings(self.tokenizer),)
+        # A resource the tokenizer rebuilt since (SentencePiece's, after `tf.random.set_seed`) retraces:
+        # the traced function holds the old one's handle.
+        return settings + tuple(self.tokenizer.export_resources())
+
     def _graph_features(self):
         """`_features` as one `tf.function` per preprocessor, traced once per
         input shape. Every new `tf.data` pipeline (each `fit`, `evaluate` or
@@ -174,12 +187,7 @@ class BertPreprocessor(keras.layers.Layer):
         Traced again when a setting of the preprocessor or its tokenizer
         (`lowercase`, ...) or either object changed since, as eager calls
         would follow it."""
-        # The objects themselves, not their ids (an id can be reused once one is gone).
-        settings = (self.tokenizer, self.packer, self.sequence_length, self.truncate, _settings(self))
-        settings += (_settings(self.tokenizer),)
-        # A resource the tokenizer rebuilt since (SentencePiece's, after `tf.random.set_seed`) retraces:
-        # the traced function holds the old one's handle.
-        settings += tuple(self.tokenizer.export_resources())
+        settings = self.graph_settings()
         cached = _GRAPH_FEATURES.get(self)
         if cached is None or cached[0] != settings:
             # A weak reference: the function must not keep its own key alive.
