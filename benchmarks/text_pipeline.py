@@ -4,13 +4,19 @@ its first batch, and each later epoch's first batch, in three settings:
 - `tokenized_eagerly`: all the texts tokenized in one eager call, then
   batched (what bertzoo does for in-memory inputs of up to
   `EAGER_PREPROCESS_LIMIT` examples);
-- `traced_once`: a `tf.data` map whose tokenizing and packing is traced
-  once per preprocessor (what bertzoo does for larger inputs,
+- `traced_once`: a `tf.data` map whose preprocessing is traced once per
+  task and input signature (what bertzoo does for larger inputs and for
+  datasets: `Task._graph_preprocess`, around
   `BertPreprocessor._graph_features`);
 - `traced_per_pipeline`: the map traced again in every pipeline (what a
-  plain `dataset.map(preprocessor)` does).
+  plain `dataset.map(model.preprocess)` does).
 
-    python -m benchmarks.text_pipeline [--preset tiny] [--repeats 2] [--runs 5] [--texts 64] [--batch-size 32]
+    python -m benchmarks.text_pipeline [--task classifier] [--preset tiny] [--repeats 2] [--runs 5] [--texts 64]
+                                       [--batch-size 32]
+
+`--task question_answerer` times a question answerer's pipelines instead
+(questions about the generated sentences, answer spans to token
+positions: a longer preprocessing than a classifier's).
 
 Every `fit` or `evaluate` on raw text, and each phase of a resumed
 `ResumableTraining` run, builds such a pipeline (`Task._as_dataset`), and
@@ -36,9 +42,10 @@ from benchmarks.harness import record
 from benchmarks.harness import worker_result
 
 SETTINGS = ("tokenized_eagerly", "traced_once", "traced_per_pipeline")
+TASKS = ("classifier", "question_answerer")
 
 
-def worker(setting, preset, runs, texts, batch_size):
+def worker(setting, preset, runs, texts, batch_size, task_name="classifier"):
     """One process: the first and later pipelines' times; prints one JSON line."""
     import time
 
@@ -52,7 +59,13 @@ def worker(setting, preset, runs, texts, batch_size):
 
     sentences, labels = synthetic_sentiment(texts, seed=0)
     keras.utils.set_random_seed(0)
-    model = bertzoo.BertClassifier.from_preset(preset, num_classes=2, load_weights=False)
+    if task_name == "question_answerer":
+        model = bertzoo.BertQuestionAnswerer.from_preset(preset, load_weights=False)
+        # "Which word comes first?", answered by each sentence's first word (character offsets).
+        sentences = (["which word comes first?"] * len(sentences), list(sentences))
+        labels = np.array([[0, len(text.split()[0])] for text in sentences[1]], "int32")
+    else:
+        model = bertzoo.BertClassifier.from_preset(preset, num_classes=2, load_weights=False)
     preprocessor = model.preprocessor
     features = preprocessor._features
     traces = []
@@ -68,6 +81,7 @@ def worker(setting, preset, runs, texts, batch_size):
         task.EAGER_PREPROCESS_LIMIT = 0  # Every input streams through a tf.data map.
     if setting == "traced_per_pipeline":
         preprocessor._graph_features = lambda: lambda *segments: preprocessor._features(segments)
+        model._graph_preprocess = lambda trim: lambda *d: task._int_features(model.preprocess(*d), trim)
 
     def pipeline(shuffle=True):
         start = time.perf_counter()
@@ -90,12 +104,14 @@ def worker(setting, preset, runs, texts, batch_size):
 
 def run_worker(setting, args):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow")
-    arguments = ["--worker", setting, "--preset", args.preset, "--runs", args.runs, "--texts", args.texts]
+    arguments = ["--worker", setting, "--task", args.task, "--preset", args.preset, "--runs", args.runs]
+    arguments += ["--texts", args.texts]
     return worker_result("benchmarks.text_pipeline", [*arguments, "--batch-size", args.batch_size], env, setting)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", default="classifier", choices=TASKS, help="task whose pipelines are timed")
     parser.add_argument("--preset", default="tiny", help="bertzoo preset whose preprocessor is used (default tiny)")
     parser.add_argument("--repeats", type=int, default=2, help="processes per setting")
     parser.add_argument("--runs", type=int, default=5, help="pipelines after the first, per process")
@@ -106,10 +122,10 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     if args.worker:
-        return worker(args.worker, args.preset, args.runs, args.texts, args.batch_size)
+        return worker(args.worker, args.preset, args.runs, args.texts, args.batch_size, args.task)
     if min(args.repeats, args.runs, args.texts, args.batch_size) < 1:
         raise SystemExit("--repeats, --runs, --texts and --batch-size must be positive.")
-    print(f"{machine()}; {args.preset} preprocessor, {args.texts} texts in batches of {args.batch_size}", flush=True)
+    print(f"{machine()}; {args.preset} {args.task}, {args.texts} texts in batches of {args.batch_size}", flush=True)
     results = alternating_workers(
         SETTINGS,
         args.repeats,
@@ -123,6 +139,7 @@ def main(argv=None):
         rows.append(
             {
                 "setting": setting,
+                "task": args.task,
                 "preset": args.preset,
                 "texts": args.texts,
                 "batch_size": args.batch_size,
