@@ -373,7 +373,12 @@ def deferred_initialization(enabled=True):
     from Keras so nothing else initializes these), `KerasVariable._value`,
     `_initialize` and `_deferred_initialize`. Fallback: where any of these
     is missing, variables initialize as usual and `fill` just loads. With
-    `enabled=False` the block changes nothing either.
+    `enabled=False` the block changes nothing either, nor on the torch
+    backend: there a layer built outside the block (a task around a
+    deferred backbone) registers its variables with PyTorch when built, and
+    a deferred variable has no value yet: Keras would register a throwaway
+    placeholder (and refuse an integer one, a dropout seed's, as a
+    parameter that "requires gradients").
     """
     try:
         from keras.src.backend.common import global_state
@@ -385,7 +390,7 @@ def deferred_initialization(enabled=True):
         hasattr(Variable, name) for name in ("_initialize", "_deferred_initialize", "_convert_to_tensor")
     )
     nnx = getattr(keras.config, "is_nnx_enabled", lambda: False)()  # Flax's variables keep attributes apart.
-    if not (enabled and usable) or nnx or in_stateless_scope():
+    if not (enabled and usable) or nnx or in_stateless_scope() or keras.backend.backend() == "torch":
         yield deferred
         return
     before = list(global_state.get_global_attribute("uninitialized_variables") or [])
