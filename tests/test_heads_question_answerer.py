@@ -593,6 +593,15 @@ def test_bad_window_arguments(controlled, kwargs, message):
         controlled.predict_spans([QUESTION], [CONTEXT], **kwargs)
 
 
+def test_numpy_integers_are_integers(controlled):
+    plain = controlled.predict_spans([QUESTION], [CONTEXT], stride=4, max_answer_length=3)
+    numpy = controlled.predict_spans([QUESTION], [CONTEXT], stride=np.int64(4), max_answer_length=np.int32(3))
+    assert numpy == plain
+    assert window_stride(16, np.int64(12)) == 12 and type(window_stride(16, np.int64(12))) is int
+    with pytest.raises(ValueError, match="`stride` must be a positive integer"):
+        window_stride(16, np.bool_(True))
+
+
 def test_window_stride_default_and_limits():
     assert window_stride(384) == DEFAULT_STRIDE == 128  # BERT's SQuAD setting: 384 tokens, doc stride 128.
     assert window_stride(128) == 62 and window_stride(16) == 6 and window_stride(16, 12) == 12
