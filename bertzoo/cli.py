@@ -142,8 +142,8 @@ def _convert(args):
             "--jit-compile",
             default="auto",
             choices=("auto", "true", "false"),
-            help="SavedModel: run the model as one XLA-compiled function (default auto: for quantized models, "
-            "where bertzoo's fast-path measurement picks XLA for predict)",
+            help="SavedModel: run the model as one XLA-compiled function (default auto: where bertzoo's "
+            "fast-path measurement picks XLA for this model's predict on this machine, float or quantized)",
         ),
     ),
 )
@@ -396,8 +396,8 @@ def _sparsity(args):
         argument(
             "--qat-epochs",
             type=int,
-            default=0,
-            help="int8 stage: epochs of quantization-aware training first (default: %(default)s, post-training)",
+            default=argparse.SUPPRESS,  # Absent unless given: refused without an int8 stage.
+            help="int8 stage: epochs of quantization-aware training first (default: 0, post-training)",
         ),
         argument(
             "--smoothing",
@@ -446,7 +446,7 @@ def _compress(args):
         transfer_column=args.transfer_column,
         augment=args.augment,
         label_threshold=args.label_threshold,
-        qat_epochs=args.qat_epochs,
+        qat_epochs=getattr(args, "qat_epochs", "auto"),
         smoothing=getattr(args, "smoothing", "auto"),
         input_ranges=args.input_ranges,
         weight_only=args.weight_only,

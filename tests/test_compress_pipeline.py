@@ -506,7 +506,7 @@ def test_settings_a_run_would_ignore_or_lose_work_on_are_refused_first(workspace
     refused(
         r"target_speedup \(--target-speedup\) sizes the distill stage's student", stages="prune,int8", target_speedup=3
     )
-    refused(r"qat_epochs \(--qat-epochs\) trains the int8 stage", stages="distill", qat_epochs=1)
+    refused(r"qat_epochs=1 \(--qat-epochs\) sets the int8 stage, which is not among", stages="distill", qat_epochs=1)
     refused(r"heads_to_keep and ffn_keep_ratio set the prune_structured stage", stages="distill", ffn_keep_ratio=0.5)
     refused(r"transfer texts and augment copies train .* stages \['int8'\] use neither", stages="int8", augment=2)
     refused(r"with recipe None use neither", stages="distill,int8", recipe=None, transfer=["some text"])
@@ -522,6 +522,7 @@ def test_settings_a_run_would_ignore_or_lose_work_on_are_refused_first(workspace
     # Given at the default value too (it was accepted and ignored).
     refused(r"sparsity=0.9 \(--sparsity\) sets the prune stage, which is not among", stages="distill", sparsity=0.9)
     refused(r"recipe='tinybert' \(--recipe\) sets how the distill stage trains", stages="int8", recipe="tinybert")
+    refused(r"qat_epochs=0 \(--qat-epochs\) sets the int8 stage, which is not among", stages="distill", qat_epochs=0)
     refused(r"`sparsity` must be a sparsity in \[0, 1\)", stages="prune", sparsity=5)
     refused(r"sequence_length \(--sequence-length\) must be an integer >= 3.*got 1", sequence_length=1)
     # Checked against the model the stage gets, before the distill stage trains (it keeps 2 heads).

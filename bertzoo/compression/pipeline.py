@@ -343,7 +343,7 @@ def compress(
     transfer_column=None,
     augment=0,
     label_threshold=None,
-    qat_epochs=0,
+    qat_epochs="auto",
     smoothing="auto",
     input_ranges="dynamic",
     weight_only=False,
@@ -411,7 +411,8 @@ def compress(
             threshold, 0 below, rows at it dropped; None keeps the labels.
         qat_epochs: 0, post-training int8; N > 0, the int8 stage first
             trains N epochs with int8 rounding simulated, distilling from
-            its input (`quantization_aware_training`).
+            its input (`quantization_aware_training`). "auto": 0 where
+            there is an int8 stage; given without one (0 too), refused.
         smoothing: post-training int8 smooths the inputs of the Dense layers
             (SmoothQuant's migration strength; `quantize(...,
             calibration=...)`) calibrated on up to 512 training texts
@@ -469,13 +470,14 @@ def compress(
             f"{list(stages)}. Leave them out, or add that stage."
         )
     check_structured_settings(heads_to_keep, ffn_keep_ratio)
+    if qat_epochs != "auto" and "int8" not in stages:  # Even 0, the default: given, it would be ignored.
+        raise ValueError(
+            f"qat_epochs={qat_epochs!r} (--qat-epochs) sets the int8 stage, which is not among the stages "
+            f"{list(stages)}. Leave it out, or end the stages with int8."
+        )
+    qat_epochs = 0 if qat_epochs == "auto" else qat_epochs
     if isinstance(qat_epochs, bool) or not isinstance(qat_epochs, int) or qat_epochs < 0:
         raise ValueError(f"`qat_epochs` must be an integer >= 0 (0: post-training int8), got {qat_epochs!r}.")
-    if qat_epochs and "int8" not in stages:
-        raise ValueError(
-            f"qat_epochs (--qat-epochs) trains the int8 stage, which is not among the stages {list(stages)}. "
-            "Leave it out, or end the stages with int8."
-        )
     if smoothing != "auto":
         check_smoothing(smoothing, allow_none=True)
     check_input_ranges(input_ranges)
