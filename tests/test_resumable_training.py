@@ -596,3 +596,20 @@ def test_a_checkpoint_of_a_newer_format_is_refused(tmp_path, interrupted_in_epoc
         ValueError, match=r"written by a newer bertzoo \(checkpoint format 2; this version reads format 1"
     ):
         train(classifier(1), backup)
+
+
+def test_pytorchs_global_generator_is_checkpointed_on_the_torch_backend(monkeypatch):
+    # Keras's torch dropout without a seed draws its masks from PyTorch's global generator: its state is
+    # saved with the checkpoint and restored on resume, so the resumed masks continue the interrupted run's.
+    torch = pytest.importorskip("torch")
+    from bertzoo.models import resumable
+
+    assert resumable._global_random_states() == {}  # TensorFlow: nothing outside Keras's seed generators.
+    monkeypatch.setattr(keras.backend, "backend", lambda: "torch")
+    torch.manual_seed(3)
+    states = resumable._global_random_states()
+    assert sorted(states) == ["torch_rng_cpu"] and states["torch_rng_cpu"].dtype == np.uint8
+    interrupted = torch.rand(5)
+    torch.manual_seed(4)  # A new process, seeded as the script seeds it.
+    resumable._set_global_random_states(dict(states, v00000=np.zeros(2)))
+    np.testing.assert_array_equal(torch.rand(5).numpy(), interrupted.numpy())

@@ -76,6 +76,37 @@ from bertzoo.utils.optional import tf
 CHECKPOINT_NAME = "training_state.npz"
 _FORMAT = 1
 _META = "__meta__"
+_TORCH_RNG = "torch_rng_"  # + "cpu", "cuda000", ...: PyTorch's global generators' states.
+
+
+def _global_random_states():
+    """States of the random-number generators outside Keras's seed
+    generators that training draws from, as arrays to checkpoint: on the
+    torch backend PyTorch's global generators (Keras's torch dropout draws
+    its masks there unless the layer has a seed). None elsewhere."""
+    if keras.backend.backend() != "torch":
+        return {}
+    import torch
+
+    states = {f"{_TORCH_RNG}cpu": torch.random.get_rng_state().numpy()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for i, state in enumerate(torch.cuda.get_rng_state_all()):
+            states[f"{_TORCH_RNG}cuda{i:03d}"] = state.numpy()
+    return states
+
+
+def _set_global_random_states(arrays):
+    """Restores what `_global_random_states` saved (GPU states where the
+    process has as many GPUs)."""
+    if keras.backend.backend() != "torch":
+        return
+    import torch
+
+    if f"{_TORCH_RNG}cpu" in arrays:
+        torch.random.set_rng_state(torch.from_numpy(np.array(arrays[f"{_TORCH_RNG}cpu"])))
+    cuda = sorted(key for key in arrays if key.startswith(f"{_TORCH_RNG}cuda"))
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all([torch.from_numpy(np.array(arrays[key])) for key in cuda])
 
 
 class EpochOrder:
@@ -394,6 +425,7 @@ class ResumableTraining(keras.callbacks.Callback):
         }
         arrays = {f"v{i:05d}": keras.ops.convert_to_numpy(v) for i, v in enumerate(variables)}
         arrays.update({f"o{i:05d}": keras.ops.convert_to_numpy(v) for i, v in enumerate(slots)})
+        arrays.update(_global_random_states())
         arrays[_META] = np.array(json.dumps(meta))
         os.makedirs(self.backup_dir, exist_ok=True)
         handle, temporary = tempfile.mkstemp(prefix=f".{CHECKPOINT_NAME}.tmp-{os.getpid()}-", dir=self.backup_dir)
@@ -436,6 +468,7 @@ class ResumableTraining(keras.callbacks.Callback):
             if value.dtype.kind == "V":  # NumPy stores ml_dtypes arrays (bfloat16) as raw bytes, intact.
                 value = value.view(np.dtype(keras.backend.standardize_dtype(variable.dtype)))
             variable.assign(value)
+        _set_global_random_states(arrays)
         schedule = private_api.learning_rate_schedule(model.optimizer)
         if isinstance(schedule, WarmupLinearDecay) and meta.get("schedule_total_steps") is not None:
             schedule.total_steps = int(meta["schedule_total_steps"])
