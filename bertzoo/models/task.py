@@ -761,9 +761,8 @@ class Task(
         # (Not for a subclass's own `preprocess` that takes no seed.)
         draw_seed = self._batch_seed_drawer() if takes_seed else None
         if draw_seed is None:
-            if getattr(type(self).preprocess, "deterministic", False):
-                preprocess = self._graph_preprocess(trim)
-            else:  # Traced in each pipeline.
+            preprocess = self._graph_preprocess(trim)
+            if preprocess is None:  # Traced in each pipeline.
                 preprocess = lambda *d: _int_features(self.preprocess(*d), trim)  # noqa: E731
             # `*d` keeps pairs whole: element ((a, b), y) -> preprocess((a, b), y).
             dataset = dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
@@ -782,15 +781,20 @@ class Task(
         """`preprocess` (then `_int_features(..., trim)`) as one `tf.function`
         per task, traced once per input signature. Each `fit`, `evaluate` or
         `predict` on a `tf.data.Dataset` builds a new pipeline, whose map
-        would trace the task's preprocessing again: about 2.5 s a call for
-        the question answerer's (spans to tokens), on a 2-core AMD EPYC.
+        would trace the task's preprocessing again: 1.4 s a pipeline for the
+        `tiny` question answerer's (spans to tokens) on a 2-core AMD EPYC
+        (docs/performance.md).
 
-        Only for a `@deterministic_preprocess` (nothing drawn at random).
-        Traced again when the preprocessor, one of its settings
-        (`BertPreprocessor.graph_settings`) or one of the task's public
-        plain-valued attributes changed since, as an eager call would follow
-        the change."""
-        settings = (self.preprocessor, self.preprocessor.graph_settings(), _public_settings(self))
+        None (trace in each pipeline) unless `preprocess` is a
+        `@deterministic_preprocess` (nothing drawn at random) and the
+        preprocessor says what its traces read (`graph_settings`). Traced
+        again when the preprocessor, one of its settings or one of the
+        task's public plain-valued attributes changed since, as an eager
+        call would follow the change."""
+        graph_settings = getattr(self.preprocessor, "graph_settings", None)
+        if graph_settings is None or not getattr(type(self).preprocess, "deterministic", False):
+            return None
+        settings = (self.preprocessor, graph_settings(), _public_settings(self))
         functions = _GRAPH_PREPROCESS.setdefault(self, {})
         cached = functions.get(trim)
         if cached is None or cached[0] != settings:
