@@ -331,9 +331,9 @@ SCRIPT = textwrap.dedent(
         ids["padding_mask"] = np.ones((2, 16), "int32")
         loaded_logits = np.asarray(loaded.predict_on_batch(ids))
         saved_logits = np.asarray(original.predict_on_batch(ids))
-        # PyTorch's parameters are the variables, not placeholders.
-        parameters = {id(p) for p in loaded.parameters()} if keras.backend.backend() == "torch" else set()
-        registered = all(id(v.value) in parameters for v in loaded.variables)
+        if keras.backend.backend() == "torch":  # PyTorch's parameters are the variables, not placeholders.
+            parameters = {id(p) for p in loaded.parameters()}
+            registered = all(id(v.value) in parameters for v in loaded.variables)
         quantized = bertzoo.quantize(loaded, "int8")
         pruner = bertzoo.Pruner(loaded, bertzoo.ConstantSparsity(0.5, begin_step=0), layers=["attention_0/query"])
         stripped = pruner.strip()

@@ -107,8 +107,13 @@ def test_new_dataset_pipelines_reuse_one_traced_preprocessing():
 
     model = tiny_model()
     dataset = tf.data.Dataset.from_tensor_slices((([QUESTION] * 2, [CONTEXT] * 2), [[26, 30], [0, 3]])).batch(2)
-    features = [model._as_dataset(dataset) for _ in range(3)]
-    traced = task_module._GRAPH_PREPROCESS[model][model.trims_padding][1]
+    features, functions = [], []
+    for stop in (False, True, False):  # Keras's own attributes (`stop_training`, ...) are not settings.
+        model.stop_training = stop
+        features.append(model._as_dataset(dataset))
+        functions.append(task_module._GRAPH_PREPROCESS[model][model.trims_padding][1])
+    traced = functions[0]
+    assert all(function is traced for function in functions)
     assert traced.experimental_get_tracing_count() == 1
     first = next(iter(features[0]))
     for other in features[1:]:
@@ -127,7 +132,7 @@ def test_new_dataset_pipelines_reuse_one_traced_preprocessing():
     assert shorter[0]["token_ids"].shape[1] <= 10
     # The traced function does not keep the model alive.
     gone = weakref.ref(model)
-    del model, features, other, traced  # (A pipeline refers to its model: `other` too.)
+    del model, features, other, traced, functions  # (A pipeline refers to its model: `other` too.)
     gc.collect()
     assert gone() is None
 

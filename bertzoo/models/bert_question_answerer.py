@@ -20,6 +20,7 @@ from bertzoo.models.task import deterministic_preprocess
 from bertzoo.text.normalization import to_string_tensor
 from bertzoo.text.normalization import valid_utf8
 from bertzoo.text.preprocessor import BertPreprocessor
+from bertzoo.utils.checks import check_positive_int
 from bertzoo.utils.optional import tf
 
 MASKED_LOGIT = -1e9
@@ -141,24 +142,13 @@ def decode_spans(span_logits, max_answer_length=MAX_ANSWER_LENGTH, allowed=None)
     starts, ends, scores = decode_spans(model.predict(features), max_answer_length=30)
     ```
     """
-    max_answer_length = _check_max_answer_length(max_answer_length)
+    max_answer_length = check_positive_int("max_answer_length", max_answer_length)
     logits = np.asarray(span_logits, dtype="float64")
     if logits.ndim != 3 or logits.shape[1] != 2:
         raise ValueError(f"`span_logits` must have shape (batch, 2, length), got {logits.shape}.")
     if allowed is None:
         allowed = logits[:, 0] > MASKED_LOGIT / 2
     return tuple(np.asarray(t) for t in best_spans(logits, allowed, max_answer_length))
-
-
-def _check_max_answer_length(max_answer_length):
-    if not _is_int(max_answer_length) or max_answer_length < 1:
-        raise ValueError(f"`max_answer_length` must be a positive integer, got {max_answer_length!r}.")
-    return int(max_answer_length)
-
-
-def _is_int(value):
-    """A Python or NumPy integer (not a bool)."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def window_stride(sequence_length, stride=None):
@@ -180,9 +170,7 @@ def window_stride(sequence_length, stride=None):
                 "([CLS] question [SEP] context [SEP]): use a sequence_length of at least 5."
             )
         return stride
-    if not _is_int(stride) or stride < 1:
-        raise ValueError(f"`stride` must be a positive integer (context tokens between window starts), got {stride!r}.")
-    stride = int(stride)
+    stride = check_positive_int("stride", stride)  # Context tokens between window starts.
     if stride > sequence_length - 4:
         raise ValueError(
             f"stride={stride} leaves no room for the question in windows of sequence_length={sequence_length}: "
@@ -639,7 +627,7 @@ class BertQuestionAnswerer(Task):
         """
         if self.preprocessor is None:
             raise ValueError("predict_spans needs a preprocessor; this model takes tokenized inputs.")
-        max_answer_length = _check_max_answer_length(max_answer_length)
+        max_answer_length = check_positive_int("max_answer_length", max_answer_length)
         stride = window_stride(self.preprocessor.sequence_length, stride)
         null_score_threshold = _check_null_score_threshold(null_score_threshold)
         questions, contexts = eager_strings_as_arrays((questions, contexts))
@@ -722,7 +710,7 @@ class BertQuestionAnswerer(Task):
         `start_logits`, `end_logits` and `decode_answers`'s outputs (token
         positions).
         """
-        max_answer_length = _check_max_answer_length(max_answer_length)
+        max_answer_length = check_positive_int("max_answer_length", max_answer_length)
         null_score_threshold = _check_null_score_threshold(null_score_threshold)
         tokenizer = preprocessor.tokenizer if preprocessor is not None else None
         if preprocessor is not None:

@@ -35,6 +35,7 @@ from bertzoo.saving.serialization import quantized_policy_map
 from bertzoo.text.normalization import non_text_message
 from bertzoo.utils.checks import check_config_keys
 from bertzoo.utils.checks import constructor_arguments
+from bertzoo.utils.checks import public_settings
 from bertzoo.utils.layers import assign_copy
 from bertzoo.utils.optional import is_tf_dataset
 from bertzoo.utils.optional import tf
@@ -79,22 +80,6 @@ def _int_features(data, trim=False):
     if isinstance(data, tuple):
         return (cast(data[0]),) + data[1:]
     return cast(data)
-
-
-def _public_settings(task):
-    """The task's public attributes of plain values (`num_choices`, ...):
-    what its traced `preprocess` may have read from it."""
-
-    def plain(value):
-        return value is None or isinstance(value, (bool, int, float, str))
-
-    settings = []
-    for name, value in vars(task).items():
-        if isinstance(value, list):
-            value = tuple(value)
-        if not name.startswith("_") and (plain(value) or (isinstance(value, tuple) and all(map(plain, value)))):
-            settings.append((name, value))
-    return tuple(sorted(settings))
 
 
 def deterministic_preprocess(preprocess):
@@ -789,12 +774,14 @@ class Task(
         `@deterministic_preprocess` (nothing drawn at random) and the
         preprocessor says what its traces read (`graph_settings`). Traced
         again when the preprocessor, one of its settings or one of the
-        task's public plain-valued attributes changed since, as an eager
+        task's constructor settings changed since, as an eager
         call would follow the change."""
         graph_settings = getattr(self.preprocessor, "graph_settings", None)
         if graph_settings is None or not getattr(type(self).preprocess, "deterministic", False):
             return None
-        settings = (self.preprocessor, graph_settings(), _public_settings(self))
+        # The task's own settings: its constructor's (not Keras's `train_function`, `stop_training`, ...).
+        own = public_settings(self, names=constructor_arguments(type(self)))
+        settings = (self.preprocessor, graph_settings(), own)
         functions = _GRAPH_PREPROCESS.setdefault(self, {})
         cached = functions.get(trim)
         if cached is None or cached[0] != settings:

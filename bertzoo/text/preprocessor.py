@@ -9,6 +9,7 @@ from bertzoo.text.normalization import to_string_tensor
 from bertzoo.text.sentencepiece_tokenizer import SentencePieceTokenizer
 from bertzoo.text.tokenizer import BertTokenizer
 from bertzoo.utils import private_api
+from bertzoo.utils.checks import public_settings
 from bertzoo.utils.optional import tf
 
 TRUNCATE_MODES = ("round_robin", "waterfall")
@@ -17,14 +18,6 @@ TRUNCATE_MODES = ("round_robin", "waterfall")
 # `_graph_features`. Kept off the layer: a `tf.function` attribute would be
 # saved into exports.
 _GRAPH_FEATURES = weakref.WeakKeyDictionary()
-
-
-def _settings(layer):
-    """The public scalar attributes of `layer` (`lowercase`,
-    `sequence_length`, ...): what a traced function read from it."""
-    return tuple(
-        sorted((k, v) for k, v in vars(layer).items() if not k.startswith("_") and isinstance(v, (bool, int, str)))
-    )
 
 
 def _check_sequence_length(sequence_length):
@@ -168,8 +161,8 @@ class BertPreprocessor(keras.layers.Layer):
         must be traced again (`_graph_features`, and the tasks' traced
         preprocessing, `Task._graph_preprocess`)."""
         # The objects themselves, not their ids (an id can be reused once one is gone).
-        settings = (self.tokenizer, self.packer, self.sequence_length, self.truncate, _settings(self))
-        settings += (_settings(self.tokenizer),)
+        settings = (self.tokenizer, self.packer, self.sequence_length, self.truncate, public_settings(self))
+        settings += (public_settings(self.tokenizer),)
         # A resource the tokenizer rebuilt since (SentencePiece's, after `tf.random.set_seed`) retraces:
         # the traced function holds the old one's handle.
         return settings + tuple(self.tokenizer.export_resources())

@@ -58,26 +58,45 @@ def check_bool(name, value):
     return bool(value)
 
 
+def _finite_number(value):
+    """Whether `value` is a finite int or float (NumPy's too), not a bool."""
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float, np.integer, np.floating))
+        and math.isfinite(value)
+    )
+
+
 def check_positive_number(name, value):
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float, np.integer, np.floating))
-        or not value > 0
-        or math.isinf(value)
-    ):
+    if not (_finite_number(value) and value > 0):
         raise ValueError(f"`{name}` must be a finite positive number, got {value!r}.")
     return value
 
 
 def check_non_negative_number(name, value):
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float, np.integer, np.floating))
-        or not value >= 0
-        or math.isinf(value)
-    ):
+    if not (_finite_number(value) and value >= 0):
         raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}.")
     return value
+
+
+def public_settings(obj, names=None):
+    """The public attributes of `obj` (those in `names` when given) that
+    hold plain values (None, bools, numbers, strings, or lists and tuples of
+    them), sorted: what a function traced from `obj` may have read from it,
+    to compare before reusing it."""
+
+    def plain(value):
+        return value is None or isinstance(value, (bool, int, float, str))
+
+    settings = []
+    for name, value in vars(obj).items():
+        if isinstance(value, list):
+            value = tuple(value)
+        if names is not None and name not in names:
+            continue
+        if not name.startswith("_") and (plain(value) or (isinstance(value, tuple) and all(map(plain, value)))):
+            settings.append((name, value))
+    return tuple(sorted(settings))
 
 
 def vocabulary_overflow(tokens, rows, what="The vocabulary"):
