@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import keras
 import numpy as np
 import pytest
 
@@ -68,6 +69,9 @@ def write_jsonl(path, texts, labels):
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     root = tmp_path_factory.mktemp("compress")
+    # The same teacher whichever tests ran before in this process: unseeded, one whose logits came out
+    # near zero failed the weight-only stage's 5% tolerance once.
+    keras.utils.set_random_seed(0)
     backbone = bertzoo.BertBackbone(
         vocabulary_size=len(VOCAB),
         num_layers=2,
