@@ -297,6 +297,23 @@ def test_exports_atomically_and_refuses_to_replace_a_version(tmp_path, monkeypat
     with pytest.raises(FileExistsError, match="exists and is not a SavedModel"):
         model.export(tmp_path / "work", overwrite=True)
     assert (tmp_path / "work" / "notes.txt").read_text() == "keep me"
+    # Nor files of others beside an export: TF Serving's warm-up requests, notes.
+    warmup = target / "assets.extra" / "tf_serving_warmup_requests"
+    warmup.write_bytes(b"requests")
+    (target / "README").write_text("served since May")
+    with pytest.raises(FileExistsError, match=r"other files \(README, assets.extra/tf_serving_warmup_requests\)"):
+        model.export(target, overwrite=True)
+    assert warmup.read_bytes() == b"requests" and (target / "saved_model.pb").read_bytes() == before
+    warmup.unlink()
+    (target / "README").unlink()
+    model.export(target, overwrite=True)
+    assert sorted(p.name for p in target.iterdir()) == [
+        "assets",
+        "assets.extra",
+        "fingerprint.pb",
+        "saved_model.pb",
+        "variables",
+    ]
 
     with pytest.raises(ValueError, match="input_signature"):
         model.export(target, input_signature=[None])

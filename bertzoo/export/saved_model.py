@@ -86,7 +86,9 @@ def export_saved_model(
         path: the export directory, e.g. `"serving/sentiment/1"` (TensorFlow
             Serving expects numbered version directories).
         overwrite: replace an existing export at `path`; otherwise exporting
-            over an existing directory raises `FileExistsError`.
+            over an existing directory raises `FileExistsError`. Either way
+            a directory that is not a SavedModel, or holds files an export
+            does not write (e.g. TF Serving's warm-up requests), is refused.
         sequence_length: pack raw text to this many tokens instead of the
             preprocessor's `sequence_length` (at most the backbone's
             `max_sequence_length`).
@@ -186,6 +188,13 @@ def export_saved_model(
         raise FileExistsError(
             f"{path} exists and is not a SavedModel; exporting replaces the whole directory, so it refuses "
             "to delete what is there. Export to a new or empty directory (e.g. serving/my_model/1)."
+        )
+    others = _files_of_others(path)
+    if others:  # E.g. a TF Serving warm-up file, notes: replacing the export would delete them with it.
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        raise FileExistsError(
+            f"{path} holds a SavedModel and other files ({shown}); exporting replaces the whole directory, so it "
+            "refuses to delete them. Move them out, or export to a new version directory (e.g. .../2)."
         )
 
     # Measured (seconds) only now that the target is known to be free.
@@ -325,6 +334,23 @@ def _is_onednn_op(op):
     oneDNN kernels (internal ops are named with a leading underscore, e.g. the
     fused int8 matmul `_QuantizedMatMul`), not a tensorflow-text op."""
     return op.startswith("_")
+
+
+# What an export writes at its top level, and in `assets.extra` (where TF
+# Serving also reads a user's warm-up requests from).
+_EXPORT_ENTRIES = {"saved_model.pb", "fingerprint.pb", "variables", "assets", METADATA_PATH.parent.name}
+
+
+def _files_of_others(path):
+    """Entries of the directory `path` that no export writes, as
+    `name` or `assets.extra/name` (a trailing `/` for a directory)."""
+    if not path.is_dir() or path.is_symlink():
+        return []
+    found = [p for p in path.iterdir() if p.name not in _EXPORT_ENTRIES]
+    extra = path / METADATA_PATH.parent
+    if extra.is_dir() and not extra.is_symlink():
+        found += [p for p in extra.iterdir() if p.name != METADATA_PATH.name]
+    return sorted(str(p.relative_to(path)) + ("/" if p.is_dir() else "") for p in found)
 
 
 def _backbone_of(model):
