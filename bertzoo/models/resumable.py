@@ -352,6 +352,11 @@ class ResumableTraining(keras.callbacks.Callback):
         self.seed = None if seed is None else int(seed)
         self.delete_checkpoint = bool(delete_checkpoint)
         self._run = None
+        # The global generators' states at the last batch's end (or the checkpoint's), set again at the
+        # next batch's start: Keras makes data iterators in between (at an epoch's end, at a fit's start,
+        # for validation), and on torch each draws from the global generator, as many times in a resumed
+        # run as its phases make iterators; so the masks follow from the steps alone.
+        self._random_states = None
 
     @property
     def checkpoint_path(self):
@@ -425,7 +430,7 @@ class ResumableTraining(keras.callbacks.Callback):
         }
         arrays = {f"v{i:05d}": keras.ops.convert_to_numpy(v) for i, v in enumerate(variables)}
         arrays.update({f"o{i:05d}": keras.ops.convert_to_numpy(v) for i, v in enumerate(slots)})
-        arrays.update(_global_random_states())
+        arrays.update(self._random_states if self._random_states is not None else _global_random_states())
         arrays[_META] = np.array(json.dumps(meta))
         os.makedirs(self.backup_dir, exist_ok=True)
         handle, temporary = tempfile.mkstemp(prefix=f".{CHECKPOINT_NAME}.tmp-{os.getpid()}-", dir=self.backup_dir)
@@ -468,7 +473,7 @@ class ResumableTraining(keras.callbacks.Callback):
             if value.dtype.kind == "V":  # NumPy stores ml_dtypes arrays (bfloat16) as raw bytes, intact.
                 value = value.view(np.dtype(keras.backend.standardize_dtype(variable.dtype)))
             variable.assign(value)
-        _set_global_random_states(arrays)
+        self._random_states = {key: arrays[key] for key in arrays if key.startswith(_TORCH_RNG)} or None
         schedule = private_api.learning_rate_schedule(model.optimizer)
         if isinstance(schedule, WarmupLinearDecay) and meta.get("schedule_total_steps") is not None:
             schedule.total_steps = int(meta["schedule_total_steps"])
@@ -686,6 +691,8 @@ class ResumableTraining(keras.callbacks.Callback):
                 f"bertzoo.Pruner); {type(self.model).__name__}.fit does not support it. Use "
                 "keras.callbacks.BackupAndRestore for other models."
             )
+        if run["first"]:  # Not at a later phase's start: its first batch continues the phase before.
+            self._random_states = None
         if run.get("arrays") is not None:
             self._restore(run.pop("arrays"))
         run.pop("arrays", None)
@@ -694,7 +701,12 @@ class ResumableTraining(keras.callbacks.Callback):
         self._epoch = epoch
         self._run["step"] = self._run["offset"]
 
+    def on_train_batch_begin(self, batch, logs=None):
+        if self._random_states is not None:
+            _set_global_random_states(self._random_states)
+
     def on_train_batch_end(self, batch, logs=None):
+        self._random_states = _global_random_states() or None
         run = self._run
         run["step"] = step = run["offset"] + batch + 1  # Batches done in this epoch.
         run["done"] = self._epoch * run["steps_per_epoch"] + step
