@@ -7,6 +7,7 @@ int8 path must run instead (XLA, gradients, exports) are checked to use it.
 """
 
 import math
+import platform
 
 import keras
 import numpy as np
@@ -19,6 +20,7 @@ from bertzoo.layers import get_activation
 from bertzoo.layers.dense import Dense
 from bertzoo.layers.dense import onednn_int8_available
 from bertzoo.layers.dense import portable_kernels
+from bertzoo.utils import cpu
 from bertzoo.utils import onednn
 from bertzoo.utils import private_api
 
@@ -240,6 +242,28 @@ def test_a_missing_fused_op_falls_back_to_keras_int8_with_a_logged_reason(monkey
         assert any(reason in record.getMessage() for record in caplog.records)
     finally:
         onednn.fused_int8_status.cache_clear()
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86-64 only")
+def test_a_cpu_without_int8_dot_products_does_not_run_the_fused_kernel(monkeypatch):
+    # oneDNN's int8 matmul without VNNI or AMX adds pairs of u8 x s8 products in 16 bits, which saturate:
+    # with TF_ENABLE_ONEDNN_OPTS=1 on an AVX2-only CPU its logits were 4-15x further from float32 than
+    # Keras's int8 ops (the same static input scale).
+    monkeypatch.setattr(private_api, "tensorflow_onednn_enabled", lambda: True)
+    monkeypatch.setattr(private_api, "unexposed_op_runner_available", lambda: True)
+    monkeypatch.setattr(private_api, "tensorflow_op_def", lambda name: None)  # Past the CPU check: no op.
+    statuses = {}
+    for name, flags in (("avx2", {"avx2", "fma"}), ("vnni", {"avx2", "avx512_vnni"}), ("unknown", None)):
+        monkeypatch.setattr(onednn, "cpu_flags", lambda flags=flags: flags)
+        onednn.fused_int8_status.cache_clear()
+        statuses[name] = onednn.fused_int8_status()
+    onednn.fused_int8_status.cache_clear()
+    assert statuses["avx2"][0] is False
+    assert "none of avx512_vnni, avx_vnni, amx_int8" in statuses["avx2"][1] and "saturate" in statuses["avx2"][1]
+    for name in ("vnni", "unknown"):  # Checked further: here the missing op.
+        assert statuses[name] == (False, f"TensorFlow has no {onednn.FUSED_INT8_OP} op registered")
+    assert cpu.cpu_flags("processor : 0\nflags : fpu avx2 fma\n") == {"fpu", "avx2", "fma"}
+    assert cpu.cpu_flags("") is None
 
 
 @needs_onednn

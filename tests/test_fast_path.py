@@ -113,6 +113,22 @@ def test_xla_needs_a_real_gain_and_one_mode_can_be_measured_alone(cache_dir, mod
     assert {c.mode for c in report.candidates} == {"predict"}
 
 
+def test_one_mode_may_be_named_alone_and_bad_settings_are_refused_by_name(cache_dir, model):
+    report = choose(model, FakeTimer(XLA_FASTER_FOR_PREDICT), modes="predict")  # Not its letters.
+    assert report.predict is True and report.train is None
+    for options, message in (
+        ({"batch_size": 0}, r"`batch_size` must be a positive integer, got 0"),
+        ({"batch_size": -3}, r"`batch_size` must be a positive integer, got -3"),
+        ({"sequence_length": 2.5}, r"`sequence_length` must be a positive integer, got 2.5"),
+        ({"runs": 0}, r"`runs` must be a positive integer, got 0"),
+        ({"modes": "fit"}, r"modes must be among \('predict', 'train'\), got \['fit'\]"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            choose(model, FakeTimer(XLA_FASTER_FOR_PREDICT), refresh=True, **options)
+    with pytest.raises(ValueError, match=r"jit_compile must be True, False or 'auto', got 1"):
+        fast_path.explain_fast_path(model, jit_compile=1)  # `compile()` refuses 1 too.
+
+
 def test_a_clear_difference_is_decided_after_two_rounds(cache_dir, model):
     # predict: XLA 2.5x faster, decided after two timed runs each; train:
     # 15% apart, all rounds.

@@ -168,7 +168,7 @@ def export_saved_model(
             "int8_kernels='onednn' cannot be combined with jit_compile=True: the fused oneDNN kernel does not "
             "run under XLA. Pass one of them (int8_kernels='auto' follows jit_compile)."
         )
-    if int8_kernels == "onednn" and not onednn_int8_available():
+    if int8_kernels == "onednn" and quantized and not onednn_int8_available():  # Float models ignore it.
         raise ValueError(
             "int8_kernels='onednn' needs TensorFlow's fused oneDNN int8 kernel, which this machine cannot run "
             f"({fused_int8_status()[1]}). Export with int8_kernels='portable'."

@@ -73,6 +73,9 @@ import keras
 import numpy as np
 
 from bertzoo.utils import private_api
+from bertzoo.utils.checks import check_positive_int
+from bertzoo.utils.cpu import cpu_flags
+from bertzoo.utils.cpu import read_cpuinfo as _read_cpuinfo  # Replaced in tests.
 from bertzoo.utils.layers import quantization_mode
 from bertzoo.utils.onednn import onednn_int8_available
 from bertzoo.utils.optional import tf
@@ -190,13 +193,6 @@ def pinned_jit_compile(environ=None):
 # --- Where the model runs, and what it is -----------------------------------
 
 
-def _read_cpuinfo():
-    try:
-        return Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return ""
-
-
 @functools.cache
 def _host_description():
     text = _read_cpuinfo()
@@ -204,7 +200,7 @@ def _host_description():
     for line in text.splitlines():
         name, _, value = line.partition(":")
         fields.setdefault(name.strip(), value.strip())
-    flags = set(fields.get("flags", "").split())
+    flags = cpu_flags(text) or set()
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -1044,10 +1040,16 @@ def choose_jit_compile(
     model.compile(jit_compile=report.train)
     ```
     """
+    modes = (modes,) if isinstance(modes, str) else modes
     modes = tuple(dict.fromkeys("predict" if m == "test" else m for m in modes))
     unknown = set(modes) - set(MODES)
     if unknown:
         raise ValueError(f"modes must be among {MODES}, got {sorted(unknown)}.")
+    if not (isinstance(jit_compile, bool) or jit_compile == "auto"):  # Not 1 or 0: `compile()` refuses them.
+        raise ValueError(f"jit_compile must be True, False or 'auto', got {jit_compile!r}.")
+    batch_size, runs = check_positive_int("batch_size", batch_size), check_positive_int("runs", runs)
+    if sequence_length is not None:
+        sequence_length = check_positive_int("sequence_length", sequence_length)
     name = type(model).__name__
     if jit_compile == "auto":
         pinned = pinned_jit_compile()
@@ -1060,8 +1062,6 @@ def choose_jit_compile(
         pin_reason = "jit_compile passed explicitly"
     if jit_compile in (True, False):
         return _rule_report(model, jit_compile, pin_reason, source="pinned", keep=record)
-    if jit_compile != "auto":
-        raise ValueError(f"jit_compile must be True, False or 'auto', got {jit_compile!r}.")
     backend_choice = backend_jit_compile()
     if backend_choice is not None:
         return _rule_report(model, backend_choice, f"the {keras.backend.backend()} backend's rule", keep=record)

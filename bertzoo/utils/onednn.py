@@ -14,6 +14,7 @@ import platform
 import keras
 
 from bertzoo.utils import private_api
+from bertzoo.utils.cpu import cpu_flags
 from bertzoo.utils.optional import tf
 
 logger = logging.getLogger("bertzoo")
@@ -62,14 +63,25 @@ def check_fused_int8_op(op_def):
     return None
 
 
+# Instructions that give oneDNN's int8 matmul exact 32-bit sums; without them
+# it uses 16-bit pair sums of u8 x s8 products (vpmaddubsw), which saturate.
+INT8_DOT_PRODUCT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+
+
+def _lacks_int8_dot_products(flags):
+    """Whether `flags` (None: unknown) show an x86 CPU without them."""
+    return flags is not None and not any(flag in flags for flag in INT8_DOT_PRODUCT_FLAGS)
+
+
 @functools.cache
 def fused_int8_status():
     """`(available, reason)`: whether int8 `Dense` layers can run oneDNN's
     fused kernel here, and why not when they cannot. Logged once.
 
-    Needs the TensorFlow backend, an x86-64 CPU, TensorFlow built with oneDNN
-    (optimizations on), the op with the expected signature, and no GPU (the
-    kernel is CPU-only).
+    Needs the TensorFlow backend, an x86-64 CPU with int8 dot-product
+    instructions (VNNI or AMX: without them the kernel's sums saturate),
+    TensorFlow built with oneDNN (optimizations on), the op with the expected
+    signature, and no GPU (the kernel is CPU-only).
 
     Example:
     ```python
@@ -82,7 +94,15 @@ def fused_int8_status():
     elif platform.machine().lower() not in ("x86_64", "amd64"):
         reason = f"the CPU is {platform.machine()}, not x86-64"
     elif not private_api.tensorflow_onednn_enabled():
-        reason = "TensorFlow runs without oneDNN (TF_ENABLE_ONEDNN_OPTS=0 or a build without it)"
+        reason = (
+            "TensorFlow runs without oneDNN (TF_ENABLE_ONEDNN_OPTS=0, off by default on a CPU without VNNI or "
+            "AMX, or a build without it)"
+        )
+    elif _lacks_int8_dot_products(cpu_flags()):
+        reason = (
+            "the CPU has none of " + ", ".join(INT8_DOT_PRODUCT_FLAGS) + ": oneDNN's int8 matmul adds pairs of "
+            "products in 16 bits there, which saturate (several times int8's own error)"
+        )
     elif not private_api.unexposed_op_runner_available():
         reason = "this TensorFlow has moved the internals bertzoo calls the fused kernel with"
     else:
