@@ -120,6 +120,16 @@ SCRIPT = textwrap.dedent(
         report["keras_xla_fit"] = "ran"
     except Exception as e:
         report["keras_xla_fit"] = f"{type(e).__name__}: {e}"
+    # dtype="bfloat16" (a float32 head beside bfloat16 variables) is refused before any step; float16 trains.
+    for dtype in ("bfloat16", "float16"):
+        with two.scope():
+            low = bertzoo.BertClassifier.from_preset(preset, dtype=dtype)
+        before = low.get_weights()
+        try:
+            report[f"{dtype}_fit"] = low.fit(texts, labels, batch_size=8, epochs=1, verbose=0).history["loss"]
+        except ValueError as e:
+            report[f"{dtype}_fit"] = str(e)
+            report[f"{dtype}_untouched"] = all(np.array_equal(a, b) for a, b in zip(before, low.get_weights()))
     with open(out, "w") as f:
         json.dump(report, f)
     """
@@ -238,3 +248,10 @@ def test_resolve_passes_explicit_values_through_and_checks_types():
     assert resolve_jit_compile(True, "float32") is True
     with pytest.raises(TypeError, match="takes a Keras model or layer, a dtype policy"):
         default_jit_compile(3)
+
+
+def test_a_bfloat16_model_is_refused_before_training_under_two_replicas_and_float16_trains(mirrored):
+    refusal = mirrored["bfloat16_fit"]
+    assert "trainable variables are bfloat16 and float32" in refusal and "dtype='mixed_bfloat16'" in refusal
+    assert mirrored["bfloat16_untouched"] is True
+    assert np.isfinite(mirrored["float16_fit"]).all()

@@ -208,6 +208,27 @@ def validation_parts(validation_data):
     return validation_data
 
 
+def _check_gradients_can_be_summed_over_replicas(model):
+    """Refuses, before any step, a model TensorFlow cannot train under its
+    `tf.distribute` strategy of several replicas: bfloat16 trainable
+    variables beside float32 ones (`dtype="bfloat16"`, whose head stays
+    float32) fail in the gradients' all-reduce, which packs them into one
+    tensor ("Tensors in list passed to 'values' of 'ConcatV2' Op have types
+    [bfloat16, ..., float32]"). float16 ones train (under loss scaling)."""
+    strategy = getattr(model, "distribute_strategy", None)  # The TensorFlow backend's.
+    if strategy is None or strategy.num_replicas_in_sync <= 1:
+        return
+    dtypes = sorted({keras.backend.standardize_dtype(v.dtype) for v in model.trainable_variables})
+    if "bfloat16" in dtypes and len(dtypes) > 1:
+        raise ValueError(
+            f"{type(model).__name__} cannot train under this tf.distribute strategy of "
+            f"{strategy.num_replicas_in_sync} replicas: its trainable variables are {' and '.join(dtypes)} "
+            "(dtype='bfloat16' keeps the head in float32), and TensorFlow's all-reduce of the gradients fails on "
+            "that mix. Build the model with dtype='mixed_bfloat16' (float32 variables, bfloat16 compute: what "
+            "training in bfloat16 usually means), or train it without the strategy."
+        )
+
+
 class RawInputsMixin:
     """Runs `fit` and `evaluate` inputs through `self._as_dataset` first,
     and builds the optimizer before the first training step is traced.
@@ -231,6 +252,7 @@ class RawInputsMixin:
         **kwargs,
     ):
         self._check_fit_inputs(x, y, validation_data=validation_data, batch_size=batch_size)
+        _check_gradients_can_be_summed_over_replicas(self)
         for variable in self.trainable_variables:  # Before Keras's step: an error inside it loses state on JAX.
             check = getattr(variable.constraint, "check_trainer", None)
             if check is not None:
