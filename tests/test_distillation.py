@@ -357,6 +357,25 @@ def test_teacher_is_frozen_only_while_the_distiller_trains(pair):
     assert teacher.trainable
 
 
+def test_a_float16_student_trains_under_loss_scaling_as_its_own_compile_would(pair):
+    teacher, _ = pair
+    half = classifier(num_layers=1, hidden_dim=16, num_heads=2, dtype="mixed_float16")
+    assert keras.config.dtype_policy().name == "float32"  # Keras itself scales only under a global mixed_float16.
+    distiller = Distiller(teacher, half)
+    distiller.compile(jit_compile=False)
+    assert isinstance(distiller.optimizer, keras.optimizers.LossScaleOptimizer)
+    assert isinstance(half.optimizer, keras.optimizers.LossScaleOptimizer)  # The student's own, alike.
+    texts, labels = sentiment(8, seed=3)
+    assert np.isfinite(distiller.fit(texts, labels, batch_size=4, epochs=1, verbose=0).history["loss"]).all()
+    assert distiller.optimizer.iterations.numpy() == 2
+    given = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.01))
+    distiller.compile(optimizer=given, jit_compile=False)
+    assert distiller.optimizer is given  # Not wrapped twice.
+    float32 = Distiller(teacher, classifier(num_layers=1, hidden_dim=16, num_heads=2))
+    float32.compile(jit_compile=False)
+    assert not isinstance(float32.optimizer, keras.optimizers.LossScaleOptimizer)
+
+
 def test_projections_only_when_widths_differ(pair):
     teacher, student = pair
     d = Distiller(teacher, student)

@@ -60,6 +60,7 @@ from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.raw_inputs import RawInputsMixin
 from bertzoo.models.task import Task
 from bertzoo.models.task import bert_optimizer
+from bertzoo.models.task import loss_scaled
 from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
 from bertzoo.utils.checks import check_bool
@@ -521,6 +522,7 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         """
         if optimizer == "auto":
             optimizer = bert_optimizer()
+        optimizer = loss_scaled(optimizer, self.student)  # As the student's own compile() would.
         if loss == "auto":
             loss = self.student.default_loss()
         if metrics == "auto":

@@ -115,6 +115,27 @@ def _computes_in_float16(task):
     return backbone is not None and backbone.dtype_policy.compute_dtype == "float16"
 
 
+def loss_scaled(optimizer, task):
+    """`optimizer` wrapped in a `keras.optimizers.LossScaleOptimizer` when
+    `task`'s backbone computes in float16, else unchanged. Keras adds loss
+    scaling only when the trained model's own policy is mixed_float16; a
+    float16 backbone under a float32 task (or a student under a float32
+    `Distiller`) needs it as much: small gradients underflow to zero in
+    float16.
+
+    Example:
+    ```python
+    optimizer = loss_scaled(bert_optimizer(), student)
+    ```
+    """
+    if not _computes_in_float16(task) or optimizer is None:
+        return optimizer
+    optimizer = keras.optimizers.get(optimizer)
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return optimizer
+    return keras.optimizers.LossScaleOptimizer(optimizer)
+
+
 def _is_tokenized(x):
     """True for feature dicts, and for datasets whose elements are (or start with) one."""
 
@@ -593,13 +614,7 @@ class Task(
         """
         if optimizer == "auto":
             optimizer = bert_optimizer()
-        if _computes_in_float16(self) and optimizer is not None:
-            # Keras adds loss scaling only when the model's own policy is
-            # mixed_float16; a float16 backbone under this float32 task needs
-            # it as much (small gradients underflow to zero in float16).
-            optimizer = keras.optimizers.get(optimizer)
-            if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        optimizer = loss_scaled(optimizer, self)
         if metrics == "auto":
             metrics = (
                 self.default_metrics() if _is_auto(loss) or _fits_default_metrics(loss, self.default_loss()) else []
