@@ -120,6 +120,32 @@ SCRIPT = textwrap.dedent(
         report["keras_xla_fit"] = "ran"
     except Exception as e:
         report["keras_xla_fit"] = f"{type(e).__name__}: {e}"
+    # Trainers made outside the scope around models made in it train under the models' strategy.
+    def outside_the_scope(name, train):
+        try:
+            report[name] = [float(v) for v in train().history["loss"]]
+        except Exception as e:
+            report[name] = f"{type(e).__name__}: {str(e)[:300]}"
+
+    def mirrored_model():
+        with two.scope():
+            return bertzoo.BertClassifier.from_preset(preset)
+
+    def distiller_made_outside():
+        distiller = bertzoo.Distiller(mirrored_model(), mirrored_model())
+        distiller.compile()  # Its optimizer too.
+        return distiller.fit(texts, labels, batch_size=8, epochs=1, verbose=0)
+
+    def fisher_pruning_fitted_outside():
+        with two.scope():
+            model = bertzoo.BertClassifier.from_preset(preset)
+            pruner = bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.5, begin_step=0), scores="fisher")
+        return pruner.fit(texts, labels, batch_size=8, epochs=1, verbose=0)
+
+    outside_the_scope("distiller_made_outside", distiller_made_outside)
+    outside_the_scope("fisher_pruning_fitted_outside", fisher_pruning_fitted_outside)
+    recipe = bertzoo.distill(mirrored_model(), mirrored_model(), texts, labels, recipe="hinton", epochs=1)
+    report["distill_recipe_outside"] = recipe["predictions"]["loss"]
     # dtype="bfloat16" (a float32 head beside bfloat16 variables) is refused before any step; float16 trains.
     for dtype in ("bfloat16", "float16"):
         with two.scope():
@@ -255,3 +281,11 @@ def test_a_bfloat16_model_is_refused_before_training_under_two_replicas_and_floa
     assert "trainable variables are bfloat16 and float32" in refusal and "dtype='mixed_bfloat16'" in refusal
     assert mirrored["bfloat16_untouched"] is True
     assert np.isfinite(mirrored["float16_fit"]).all()
+
+
+def test_trainers_made_outside_the_scope_train_under_their_models_strategy(mirrored):
+    # A Distiller (and its default optimizer, and distill()'s) is built in its student's strategy; a fisher
+    # Pruner's optimizer slots are made in its model's. Before, "located in device CPU:1 from device CPU:0"
+    # and "Need to be inside strategy.scope()".
+    for name in ("distiller_made_outside", "fisher_pruning_fitted_outside", "distill_recipe_outside"):
+        assert isinstance(mirrored[name], list) and np.isfinite(mirrored[name]).all(), (name, mirrored[name])

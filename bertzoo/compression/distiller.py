@@ -64,6 +64,7 @@ from bertzoo.models.task import loss_scaled
 from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
 from bertzoo.utils.checks import check_bool
+from bertzoo.utils.device import strategy_scope_of
 
 # `loss_terms` tokenizes raw inputs as one batch of at most this many examples.
 _ONE_BATCH = 1 << 30
@@ -381,113 +382,116 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         name="distiller",
         **kwargs,
     ):
-        _check_task("teacher", teacher)
-        _check_task("student", student)
-        if teacher is student:
-            raise ValueError("The teacher and the student are the same model: pass two models.")
-        if quantization_mode(student):
-            raise ValueError(
-                f"The student is quantized ({quantization_mode(student)}): its integer kernels cannot train. "
-                "Distill into a float student, then quantize it (bertzoo.quantize or "
-                "bertzoo.quantization_aware_training)."
+        # Built in the student's tf.distribute strategy (its variables mirrored like the student's) even
+        # when made outside that scope, as a Keras model records the strategy it was made under.
+        with strategy_scope_of(student):
+            _check_task("teacher", teacher)
+            _check_task("student", student)
+            if teacher is student:
+                raise ValueError("The teacher and the student are the same model: pass two models.")
+            if quantization_mode(student):
+                raise ValueError(
+                    f"The student is quantized ({quantization_mode(student)}): its integer kernels cannot train. "
+                    "Distill into a float student, then quantize it (bertzoo.quantize or "
+                    "bertzoo.quantization_aware_training)."
+                )
+            _check_same_head(teacher, student)
+            _check_same_tokens(teacher, student)
+            weights = check_loss_settings(
+                temperature=temperature,
+                alpha=alpha,
+                hidden_state_weight=hidden_state_weight,
+                attention_weight=attention_weight,
+                embedding_weight=embedding_weight,
+                value_relation_weight=value_relation_weight,
+                soft_target_weight=soft_target_weight,
             )
-        _check_same_head(teacher, student)
-        _check_same_tokens(teacher, student)
-        weights = check_loss_settings(
-            temperature=temperature,
-            alpha=alpha,
-            hidden_state_weight=hidden_state_weight,
-            attention_weight=attention_weight,
-            embedding_weight=embedding_weight,
-            value_relation_weight=value_relation_weight,
-            soft_target_weight=soft_target_weight,
-        )
-        soft_target_weight = weights.pop("soft_target")
-        if soft_target_weight:
-            _check_logits(teacher, student)
-        layer_pairs = layer_map_pairs(layer_map, student.backbone.num_layers, teacher.backbone.num_layers)
+            soft_target_weight = weights.pop("soft_target")
+            if soft_target_weight:
+                _check_logits(teacher, student)
+            layer_pairs = layer_map_pairs(layer_map, student.backbone.num_layers, teacher.backbone.num_layers)
 
-        # Keras freezes the teacher for good; here it is frozen while this
-        # distiller trains and left as it was otherwise (see `_training`).
-        teacher_trainable = teacher.trainable
-        s_width, t_width = student.backbone.hidden_dim, teacher.backbone.hidden_dim
+            # Keras freezes the teacher for good; here it is frozen while this
+            # distiller trains and left as it was otherwise (see `_training`).
+            teacher_trainable = teacher.trainable
+            s_width, t_width = student.backbone.hidden_dim, teacher.backbone.hidden_dim
 
-        def projection(name):
-            if s_width == t_width:
-                return None
-            layer = Dense(t_width, dtype=student.backbone.dtype_policy, name=name)
-            layer.build((None, None, s_width))
-            return layer
+            def projection(name):
+                if s_width == t_width:
+                    return None
+                layer = Dense(t_width, dtype=student.backbone.dtype_policy, name=name)
+                layer.build((None, None, s_width))
+                return layer
 
-        hidden_projection = projection("hidden_projection") if weights["hidden"] else None
-        embedding_projection = projection("embedding_projection") if weights["embedding"] else None
-        (student_layer, teacher_layer), *_ = layer_pairs[-1:] or [(0, 0)]
-        if relation_heads is None:  # The teacher's heads in the related layer (pruned models: per layer).
-            relation_heads = _heads_in(teacher.backbone, teacher_layer)
-        terms = {"soft": soft_target_loss(float(temperature))}
-        if weights["hidden"]:
-            terms["hidden"] = HiddenStateDistillation(layer_pairs, hidden_projection)
-        if weights["attention"]:
-            terms["attention"] = AttentionDistillation(layer_pairs)
-        if weights["embedding"]:
-            terms["embedding"] = HiddenStateDistillation([(0, 0)], embedding_projection)
-        if weights["value_relation"]:
-            terms["value_relation"] = ValueRelationDistillation(layer_pairs[-1:], relation_heads)
-            for role, model, layer in (("teacher", teacher, teacher_layer), ("student", student, student_layer)):
-                width = _heads_in(model.backbone, layer) * model.backbone.head_dim  # The values' width there.
-                if width % relation_heads:
-                    raise ValueError(
-                        f"relation_heads={relation_heads} does not divide the width {width} of the {role}'s values "
-                        f"in layer {layer}: pass relation_heads= a divisor of both models' value widths."
-                    )
-        super().__init__(
-            teacher=teacher,
-            student=student,
-            distillation_losses=list(terms.values()),
-            distillation_loss_weights=[soft_target_weight] + [weights[k] for k in terms if k != "soft"],
-            student_loss_weight=float(alpha),
-            name=name,
-            **kwargs,
-        )
-        self._terms = terms
-        teacher.trainable = teacher_trainable
-        self.hidden_projection = hidden_projection
-        self.embedding_projection = embedding_projection
-        self.temperature = float(temperature)
-        self.hidden_state_weight = weights["hidden"]
-        self.attention_weight = weights["attention"]
-        self.embedding_weight = weights["embedding"]
-        self.value_relation_weight = weights["value_relation"]
-        self.soft_target_weight = soft_target_weight
-        self.relation_heads = int(relation_heads)
-        self.normalize_losses = check_bool("normalize_losses", normalize_losses)
-        # Per intermediate term: its mean over the first training steps
-        # (`loss_means`), the prediction loss's (`prediction_mean`), and how
-        # many steps were averaged.
-        enabled = [k for k in _INTERMEDIATE if weights[k]]
-        self._normalized_terms = enabled if self.normalize_losses else []
-        self.loss_means = {
-            key: self.add_weight(shape=(), initializer="zeros", trainable=False, name=f"{key}_loss_mean")
-            for key in self._normalized_terms
-        }
-        if self._normalized_terms:
-            self.prediction_mean = self.add_weight(
-                shape=(), initializer="zeros", trainable=False, name="prediction_loss_mean"
+            hidden_projection = projection("hidden_projection") if weights["hidden"] else None
+            embedding_projection = projection("embedding_projection") if weights["embedding"] else None
+            (student_layer, teacher_layer), *_ = layer_pairs[-1:] or [(0, 0)]
+            if relation_heads is None:  # The teacher's heads in the related layer (pruned models: per layer).
+                relation_heads = _heads_in(teacher.backbone, teacher_layer)
+            terms = {"soft": soft_target_loss(float(temperature))}
+            if weights["hidden"]:
+                terms["hidden"] = HiddenStateDistillation(layer_pairs, hidden_projection)
+            if weights["attention"]:
+                terms["attention"] = AttentionDistillation(layer_pairs)
+            if weights["embedding"]:
+                terms["embedding"] = HiddenStateDistillation([(0, 0)], embedding_projection)
+            if weights["value_relation"]:
+                terms["value_relation"] = ValueRelationDistillation(layer_pairs[-1:], relation_heads)
+                for role, model, layer in (("teacher", teacher, teacher_layer), ("student", student, student_layer)):
+                    width = _heads_in(model.backbone, layer) * model.backbone.head_dim  # The values' width there.
+                    if width % relation_heads:
+                        raise ValueError(
+                            f"relation_heads={relation_heads} does not divide the width {width} of the {role}'s values "
+                            f"in layer {layer}: pass relation_heads= a divisor of both models' value widths."
+                        )
+            super().__init__(
+                teacher=teacher,
+                student=student,
+                distillation_losses=list(terms.values()),
+                distillation_loss_weights=[soft_target_weight] + [weights[k] for k in terms if k != "soft"],
+                student_loss_weight=float(alpha),
+                name=name,
+                **kwargs,
             )
-            self.normalization_steps = self.add_weight(
-                shape=(), initializer="zeros", trainable=False, name="normalization_steps"
-            )
-        self.layer_map = layer_map if isinstance(layer_map, str) else [list(p) for p in layer_pairs]
-        self.layer_pairs = layer_pairs
-        self._term_weights = weights
-        self._needs_attention = bool(weights["attention"])
-        self._needs_values = bool(weights["value_relation"])
-        self.agreement_tracker = keras.metrics.Mean(name="agreement")
-        # The hard-label loss until `compile()` sets the chosen one.
-        self._student_loss = student.default_loss()
-        # Features of the latest student forward pass, keyed by its logits;
-        # not tracked by Keras (they are tensors of one trace, not state).
-        object.__setattr__(self, "_student_pass", None)
+            self._terms = terms
+            teacher.trainable = teacher_trainable
+            self.hidden_projection = hidden_projection
+            self.embedding_projection = embedding_projection
+            self.temperature = float(temperature)
+            self.hidden_state_weight = weights["hidden"]
+            self.attention_weight = weights["attention"]
+            self.embedding_weight = weights["embedding"]
+            self.value_relation_weight = weights["value_relation"]
+            self.soft_target_weight = soft_target_weight
+            self.relation_heads = int(relation_heads)
+            self.normalize_losses = check_bool("normalize_losses", normalize_losses)
+            # Per intermediate term: its mean over the first training steps
+            # (`loss_means`), the prediction loss's (`prediction_mean`), and how
+            # many steps were averaged.
+            enabled = [k for k in _INTERMEDIATE if weights[k]]
+            self._normalized_terms = enabled if self.normalize_losses else []
+            self.loss_means = {
+                key: self.add_weight(shape=(), initializer="zeros", trainable=False, name=f"{key}_loss_mean")
+                for key in self._normalized_terms
+            }
+            if self._normalized_terms:
+                self.prediction_mean = self.add_weight(
+                    shape=(), initializer="zeros", trainable=False, name="prediction_loss_mean"
+                )
+                self.normalization_steps = self.add_weight(
+                    shape=(), initializer="zeros", trainable=False, name="normalization_steps"
+                )
+            self.layer_map = layer_map if isinstance(layer_map, str) else [list(p) for p in layer_pairs]
+            self.layer_pairs = layer_pairs
+            self._term_weights = weights
+            self._needs_attention = bool(weights["attention"])
+            self._needs_values = bool(weights["value_relation"])
+            self.agreement_tracker = keras.metrics.Mean(name="agreement")
+            # The hard-label loss until `compile()` sets the chosen one.
+            self._student_loss = student.default_loss()
+            # Features of the latest student forward pass, keyed by its logits;
+            # not tracked by Keras (they are tensors of one trace, not state).
+            object.__setattr__(self, "_student_pass", None)
 
     @property
     def alpha(self):
@@ -521,7 +525,8 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         where it is faster (`bertzoo.utils.device.default_jit_compile`).
         """
         if optimizer == "auto":
-            optimizer = bert_optimizer()
+            with strategy_scope_of(self):  # Its slots are made in the strategy this distiller was built under.
+                optimizer = bert_optimizer()
         optimizer = loss_scaled(optimizer, self.student)  # As the student's own compile() would.
         if loss == "auto":
             loss = self.student.default_loss()

@@ -58,6 +58,7 @@ from bertzoo.compression.model_copy import pruning_state
 from bertzoo.compression.schedules import check_schedule
 from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
+from bertzoo.utils.device import strategy_scope_of
 from bertzoo.utils.layers import PRUNING_STATE_ATTR
 from bertzoo.utils.layers import assign_copy
 
@@ -232,7 +233,8 @@ class _MaskConstraint(keras.constraints.Constraint):
         if self.pruner.scores == "fisher":
             outer = getattr(trainer, "optimizer", None)
             if outer is not None and not outer.built and trainer.built:
-                outer.build(trainer.trainable_variables)  # What Keras's fit does first; the moments exist then.
+                with strategy_scope_of(trainer):  # Slots mirrored like the variables, as Keras's fit makes them.
+                    outer.build(trainer.trainable_variables)  # What Keras's fit does first; the moments exist then.
             if outer is None or outer.built:  # Else the step itself raises the same error.
                 self.pruner._adam_second_moment(self.index, trainer)
 

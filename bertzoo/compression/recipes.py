@@ -31,6 +31,7 @@ from bertzoo.models.optimizers import bert_optimizer
 from bertzoo.utils.checks import check_non_negative_int
 from bertzoo.utils.checks import check_non_negative_number
 from bertzoo.utils.checks import check_positive_int
+from bertzoo.utils.device import strategy_scope_of
 
 _PREDICTIONS = ("predictions", {**PREDICTIONS_ONLY, "soft_target_weight": 1.0})
 
@@ -225,7 +226,8 @@ def distill(
         if name == "predictions" and labelled is not None:
             options["alpha"], data = 0.5, labelled
         distiller = Distiller(teacher, student, **options)
-        distiller.compile(optimizer=bert_optimizer(learning_rate))
+        with strategy_scope_of(distiller):  # The student's tf.distribute strategy, if any.
+            distiller.compile(optimizer=bert_optimizer(learning_rate))
         if pruner is not None:
             pruner.prepare_trainer(distiller)
         histories[name] = distiller.fit(

@@ -36,6 +36,7 @@ from bertzoo.text.normalization import non_text_message
 from bertzoo.utils.checks import check_config_keys
 from bertzoo.utils.checks import constructor_arguments
 from bertzoo.utils.checks import public_settings
+from bertzoo.utils.device import strategy_scope_of
 from bertzoo.utils.layers import assign_copy
 from bertzoo.utils.optional import is_tf_dataset
 from bertzoo.utils.optional import tf
@@ -613,7 +614,8 @@ class Task(
         `metrics=["categorical_accuracy"]`).
         """
         if optimizer == "auto":
-            optimizer = bert_optimizer()
+            with strategy_scope_of(self):  # Its slots are made in the strategy this model was built under.
+                optimizer = bert_optimizer()
         optimizer = loss_scaled(optimizer, self)
         if metrics == "auto":
             metrics = (

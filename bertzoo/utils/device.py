@@ -24,6 +24,7 @@ TPUStrategy compiles every step with XLA whatever `jit_compile` says, so
 compiles (its only fast path); the torch backend never (Keras's default).
 """
 
+import contextlib
 import functools
 import logging
 
@@ -54,6 +55,26 @@ def accelerator():
 
         return "gpu" if torch.cuda.is_available() else "cpu"
     return "cpu"
+
+
+def strategy_scope_of(model):
+    """The scope of the `tf.distribute` strategy `model` was built under,
+    when it is not the one in scope now (else a no-op context): what is
+    built for the model outside that scope (a trainer around it, an
+    optimizer's slots) must be made in it, as the model's variables were.
+
+    Example:
+    ```python
+    with strategy.scope():
+        student = bertzoo.BertClassifier.from_preset("tiny")
+    with strategy_scope_of(student):
+        distiller = bertzoo.Distiller(teacher, student)  # Mirrored like the student.
+    ```
+    """
+    strategy = getattr(model, "distribute_strategy", None)  # The TensorFlow backend's.
+    if strategy is None or strategy is tf.distribute.get_strategy():
+        return contextlib.nullcontext()
+    return strategy.scope()
 
 
 @functools.cache
