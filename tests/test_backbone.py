@@ -406,6 +406,15 @@ def test_dtype_argument_sets_the_model_policy():
     assert BertBackbone.from_config(model.get_config()).dtype_policy.name == "mixed_float16"
 
 
+@pytest.mark.parametrize("dtype", ["int32", "int8"])
+def test_integer_dtypes_are_refused_with_quantization_as_the_fix(dtype):
+    message = rf"`dtype` must be a float dtype or a mixed policy .* got '{dtype}'.*bertzoo.quantize\(model, 'int8'\)"
+    with pytest.raises(ValueError, match=message):
+        BertBackbone(**TINY, dtype=dtype)
+    with pytest.raises(ValueError, match=message):  # Before anything is built (was a Keras deserialization error).
+        bertzoo.BertClassifier.from_preset("tiny", load_weights=False, dtype=dtype)
+
+
 # --- Features: hidden states, attention probabilities, padding ---------------
 
 

@@ -93,6 +93,25 @@ def _check_size(
         )
 
 
+def check_float_policy(dtype):
+    """Raises a ValueError naming the fix unless `dtype` (None: Keras's
+    global policy) computes in a floating-point type: integer computation is
+    quantization's (`bertzoo.quantize`), not a dtype argument's."""
+    if dtype is None or isinstance(dtype, keras.dtype_policies.DTypePolicyMap):
+        return
+    fix = "; to run in int8 or int4, build the float model and quantize it: bertzoo.quantize(model, 'int8')"
+    if isinstance(dtype, str) and dtype in ("int8", "int4", "float8"):
+        raise ValueError(
+            f"`dtype` must be a float dtype or a mixed policy (e.g. 'float32', 'mixed_bfloat16'), got {dtype!r}{fix}."
+        )
+    compute_dtype = keras.dtype_policies.get(dtype).compute_dtype  # Keras names the valid policies.
+    if "float" not in compute_dtype:
+        raise ValueError(
+            f"`dtype` must be a float dtype or a mixed policy (e.g. 'float32', 'mixed_bfloat16'), got {dtype!r}, "
+            f"which computes in {compute_dtype}{fix}."
+        )
+
+
 def check_backbone_arguments(
     vocabulary_size,
     num_layers,
@@ -278,6 +297,7 @@ class BertBackbone(Backbone):
         **kwargs,
     ):
         # === Validate the configuration ===
+        check_float_policy(dtype)
         checked = check_backbone_arguments(
             vocabulary_size,
             num_layers,
@@ -413,6 +433,8 @@ class BertBackbone(Backbone):
         """The constructor's checks on a config (`check_backbone_arguments`,
         including the size estimate), without building anything."""
         check_config_keys(cls, config)
+        if not isinstance(config.get("dtype"), dict):  # Else a serialized policy, e.g. a quantized preset's map.
+            check_float_policy(config.get("dtype"))
         check_backbone_arguments(**{k: v for k, v in config.items() if k not in ("name", "trainable", "dtype")})
 
     def layer_blocks(self, index):
