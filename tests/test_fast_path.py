@@ -129,6 +129,16 @@ def test_one_mode_may_be_named_alone_and_bad_settings_are_refused_by_name(cache_
         fast_path.explain_fast_path(model, jit_compile=1)  # `compile()` refuses 1 too.
 
 
+def test_a_model_compiled_to_run_eagerly_is_not_measured(cache_dir):
+    eager = tiny_classifier()
+    eager.compile(run_eagerly=True)
+    timer = FakeTimer(XLA_FASTER_FOR_PREDICT)
+    report = choose(eager, timer)
+    assert timer.calls == [] and (report.source, report.predict, report.train) == ("rule", False, False)
+    assert "run_eagerly=True" in report.reason
+    assert not cache_dir.exists() or not any(cache_dir.iterdir())
+
+
 def test_a_clear_difference_is_decided_after_two_rounds(cache_dir, model):
     # predict: XLA 2.5x faster, decided after two timed runs each; train:
     # 15% apart, all rounds.

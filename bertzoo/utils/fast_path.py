@@ -1051,6 +1051,8 @@ def choose_jit_compile(
     if sequence_length is not None:
         sequence_length = check_positive_int("sequence_length", sequence_length)
     name = type(model).__name__
+    if getattr(model, "run_eagerly", False) is True:  # Keras ignores jit_compile then: nothing to measure.
+        return _rule_report(model, False, "compiled with run_eagerly=True: the steps run eagerly", keep=record)
     if jit_compile == "auto":
         pinned = pinned_jit_compile()
         if pinned in (True, False):
