@@ -559,12 +559,14 @@ class Preset:
         if dtype is None:
             self._warn_of_another_precision(saved_dtype)
         if isinstance(saved_dtype, dict) and saved_dtype.get("class_name") == "DTypePolicyMap":
-            if dtype is not None and keras.dtype_policies.get(dtype).compute_dtype == "float16":
-                raise ValueError(
-                    f"Preset {self.name!r} is quantized, and Keras's quantized layers do not compute in float16: "
+            saved_map = deserialize(saved_dtype, f"{self.name}'s config")
+            int8 = any(getattr(policy, "quantization_mode", None) == "int8" for policy in saved_map.values())
+            if int8 and dtype is not None and keras.dtype_policies.get(dtype).compute_dtype == "float16":
+                raise ValueError(  # As `bertzoo.quantize` refuses int8 for a float16 model (int4 computes there).
+                    f"Preset {self.name!r} is int8-quantized, and Keras's int8 layers do not compute in float16: "
                     "load it with dtype='bfloat16' (or 'float32', the default)."
                 )
-            policy_map = retarget_policy_map(deserialize(saved_dtype, f"{self.name}'s config"), dtype)
+            policy_map = retarget_policy_map(saved_map, dtype)
             config["dtype"] = keras.dtype_policies.serialize(policy_map)
         elif dtype is not None:
             config["dtype"] = dtype if isinstance(dtype, str) else keras.dtype_policies.serialize(dtype)
