@@ -121,6 +121,7 @@ def test_one_mode_may_be_named_alone_and_bad_settings_are_refused_by_name(cache_
         ({"batch_size": -3}, r"`batch_size` must be a positive integer, got -3"),
         ({"sequence_length": 2.5}, r"`sequence_length` must be a positive integer, got 2.5"),
         ({"runs": 0}, r"`runs` must be a positive integer, got 0"),
+        ({"sequence_length": 1000}, r"`sequence_length`=1000 is longer than the model's max_sequence_length=512"),
         ({"modes": "fit"}, r"modes must be among \('predict', 'train'\), got \['fit'\]"),
     ):
         with pytest.raises(ValueError, match=message):

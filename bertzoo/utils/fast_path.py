@@ -1050,6 +1050,14 @@ def choose_jit_compile(
     batch_size, runs = check_positive_int("batch_size", batch_size), check_positive_int("runs", runs)
     if sequence_length is not None:
         sequence_length = check_positive_int("sequence_length", sequence_length)
+        inputs_model = _inputs_model(model)
+        backbone = getattr(inputs_model, "backbone", inputs_model)
+        longest = getattr(backbone, "max_sequence_length", None)
+        if longest and sequence_length > longest:  # Else every candidate fails inside the measurement.
+            raise ValueError(
+                f"`sequence_length`={sequence_length} is longer than the model's max_sequence_length={longest}: "
+                f"measure at most {longest} tokens."
+            )
     name = type(model).__name__
     if getattr(model, "run_eagerly", False) is True:  # Keras ignores jit_compile then: nothing to measure.
         return _rule_report(model, False, "compiled with run_eagerly=True: the steps run eagerly", keep=record)
