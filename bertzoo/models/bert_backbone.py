@@ -100,7 +100,7 @@ def check_float_policy(dtype):
     if dtype is None or isinstance(dtype, keras.dtype_policies.DTypePolicyMap):
         return
     fix = "; to run in int8 or int4, build the float model and quantize it: bertzoo.quantize(model, 'int8')"
-    if isinstance(dtype, str) and dtype in ("int8", "int4", "float8"):
+    if isinstance(dtype, str) and dtype in ("int8", "int4"):  # Keras reads these as quantized policies.
         raise ValueError(
             f"`dtype` must be a float dtype or a mixed policy (e.g. 'float32', 'mixed_bfloat16'), got {dtype!r}{fix}."
         )
