@@ -439,6 +439,16 @@ def test_class_names_of_another_length_build_a_head_of_that_many_classes(tmp_pat
     assert "{'num_classes': 3} differ from the saved ones" in caplog.text
     renamed = bertzoo.BertClassifier.from_preset(tmp_path / "two", class_names=["bad", "good"])
     assert renamed.num_classes == 2 and renamed.class_names == ["bad", "good"]  # Names alone keep the head.
+    named = tiny_classifier()
+    named.class_names = ["neg", "pos"]
+    named.save_to_preset(tmp_path / "named")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="bertzoo"):
+        bertzoo.BertClassifier.from_preset(tmp_path / "named", class_names=["neg", "pos"])
+        assert caplog.text == ""
+        swapped = bertzoo.BertClassifier.from_preset(tmp_path / "named", class_names=["pos", "neg"])
+    assert swapped.class_names == ["pos", "neg"]  # As asked, but said: each output now has the other name.
+    assert "the saved head's classes are ['neg', 'pos'], in this order" in caplog.text
     tagger = bertzoo.BertTokenClassifier.from_preset("tiny", load_weights=False, num_classes=2, sequence_length=16)
     tagger.save_to_preset(tmp_path / "tagger")
     assert (

@@ -450,6 +450,20 @@ def test_a_preprocessor_longer_than_the_position_table_is_refused_up_front():
         bertzoo.BertClassifier(tiny.backbone, 2, preprocessor=longer)
 
 
+@pytest.mark.parametrize(
+    "task", [bertzoo.BertClassifier, bertzoo.BertTokenClassifier, bertzoo.BertMultipleChoice, bertzoo.BertPretrainer]
+)
+def test_a_tokenizer_with_more_tokens_than_the_embedding_table_is_refused_up_front(task):
+    # TensorFlow on a CPU only failed (a bare GatherV2 error) once a token past the table came up.
+    tokenizer = bertzoo.Preset.resolve("tiny").build_preprocessor().tokenizer  # 30522 tokens.
+    small = bertzoo.BertBackbone(
+        vocabulary_size=1000, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, max_sequence_length=16
+    )
+    arguments = {bertzoo.BertClassifier: (2,), bertzoo.BertTokenClassifier: (2,), bertzoo.BertMultipleChoice: (2,)}
+    with pytest.raises(ValueError, match=r"tokenizer has 30522 tokens but the embedding table only 1000 rows.*Use the"):
+        task(small, *arguments.get(task, ()), preprocessor=bertzoo.text.BertPreprocessor(tokenizer, sequence_length=16))
+
+
 def test_a_local_folder_named_like_a_built_in_preset(tmp_path, monkeypatch, caplog):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tiny").mkdir()  # Not a preset (say, data): the built-in is what was meant.

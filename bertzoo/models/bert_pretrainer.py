@@ -16,12 +16,12 @@ from bertzoo.models.head_utils import masked_loss
 from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.serving import TextServing
 from bertzoo.models.task import Task
+from bertzoo.models.task import check_preprocessor_fits
 from bertzoo.text.pretraining import SENTENCE_OBJECTIVES
 from bertzoo.text.pretraining import BertMaskGenerator
 from bertzoo.text.pretraining import check_masking
 from bertzoo.text.pretraining import default_max_selections
 from bertzoo.utils.checks import constructor_arguments
-from bertzoo.utils.checks import vocabulary_overflow
 from bertzoo.utils.optional import tf
 
 logger = logging.getLogger("bertzoo")
@@ -156,10 +156,8 @@ class BertPretrainer(Task):
             check_two_segments(backbone, f"The sentence pairs of sentence_objective={sentence_objective!r}")
         self.masker = None
         if preprocessor is not None:
+            check_preprocessor_fits(backbone, preprocessor)  # Before the masker draws ids from the tokenizer.
             tokenizer = preprocessor.tokenizer
-            problem = vocabulary_overflow(tokenizer.vocabulary_size(), backbone.vocabulary_size, "The tokenizer")
-            if problem:
-                raise ValueError(problem)
             self.masker = BertMaskGenerator(
                 # Random replacements are real tokens, not a padded table's spare rows.
                 vocabulary_size=tokenizer.vocabulary_size(),

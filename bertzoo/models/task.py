@@ -36,6 +36,7 @@ from bertzoo.text.normalization import non_text_message
 from bertzoo.utils.checks import check_config_keys
 from bertzoo.utils.checks import constructor_arguments
 from bertzoo.utils.checks import public_settings
+from bertzoo.utils.checks import vocabulary_overflow
 from bertzoo.utils.device import strategy_scope_of
 from bertzoo.utils.layers import assign_copy
 from bertzoo.utils.optional import is_tf_dataset
@@ -210,6 +211,30 @@ def _check_examples_pair_up(x, y, sample_weight):
             raise ValueError(f"`x` has {examples} examples but `{name}` has {shape[0]}: give one per example.")
 
 
+def check_preprocessor_fits(backbone, preprocessor):
+    """Raises a ValueError naming the fix when `preprocessor` makes inputs
+    `backbone` cannot read: sequences longer than its position embeddings,
+    or token ids past its embedding table (which TensorFlow on a CPU only
+    reports, as a bare gather error, once such a token appears)."""
+    if preprocessor is None:
+        return
+    length, longest = getattr(preprocessor, "sequence_length", None), getattr(backbone, "max_sequence_length", None)
+    if length is not None and longest is not None and length > longest:
+        raise ValueError(
+            f"The preprocessor packs sequences of {length} tokens but the backbone has position embeddings "
+            f"for {longest}: build the preprocessor with sequence_length={longest} or less (from a preset: "
+            f"from_preset(..., sequence_length={longest}))."
+        )
+    tokenizer, rows = getattr(preprocessor, "tokenizer", None), getattr(backbone, "vocabulary_size", None)
+    if tokenizer is not None and rows is not None and hasattr(tokenizer, "vocabulary_size"):
+        problem = vocabulary_overflow(tokenizer.vocabulary_size(), rows, "The preprocessor's tokenizer")
+        if problem:
+            raise ValueError(
+                f"{problem} Use the tokenizer the backbone was trained with (from a preset: both come from it), "
+                "or a backbone with a table as large as the vocabulary."
+            )
+
+
 class Task(
     DefaultCompileMixin,
     RawInputsMixin,
@@ -248,13 +273,7 @@ class Task(
     weightless_head_arguments = ("dropout",)
 
     def __init__(self, *args, backbone, preprocessor=None, **kwargs):
-        length, longest = getattr(preprocessor, "sequence_length", None), getattr(backbone, "max_sequence_length", None)
-        if length is not None and longest is not None and length > longest:
-            raise ValueError(
-                f"The preprocessor packs sequences of {length} tokens but the backbone has position embeddings "
-                f"for {longest}: build the preprocessor with sequence_length={longest} or less (from a preset: "
-                f"from_preset(..., sequence_length={longest}))."
-            )
+        check_preprocessor_fits(backbone, preprocessor)
         head_dtype = kwargs.get("dtype")
         if isinstance(head_dtype, dict) and head_dtype.get("class_name") == "DTypePolicyMap":
             head_dtype = kwargs["dtype"] = keras.dtype_policies.deserialize(head_dtype)
@@ -474,6 +493,19 @@ class Task(
                 f" and the head arguments {changed} differ from the saved ones" if changed else "",
                 cls.__name__,
             )
+        saved_names = task_config.get("class_names")
+        if keeps_head and isinstance(names, (list, tuple)) and saved_names and list(names) != list(saved_names):
+            if sorted(map(str, names)) == sorted(map(str, saved_names)):
+                # Names follow the saved head's outputs by position: a reorder relabels every prediction.
+                logger.warning(
+                    "%s.from_preset(%r, class_names=%s): the saved head's classes are %s, in this order; the "
+                    "head is kept, so each output now gets another name. Pass the saved order to keep what "
+                    "the model predicts, or leave class_names out.",
+                    cls.__name__,
+                    preset.name,
+                    list(names),
+                    list(saved_names),
+                )
         if not keeps_head:
             task_config.pop("dtype", None)  # The old head's quantization.
             if "class_names" not in kwargs:
