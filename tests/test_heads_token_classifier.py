@@ -5,6 +5,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import bertzoo
 from bertzoo.models.head_utils import MaskedAccuracy
@@ -227,6 +228,18 @@ def test_preset_round_trip(trained, tmp_path):
     np.testing.assert_array_equal(again(features, training=False), model(features, training=False))
 
 
+def test_words_split_by_tensorflow_into_a_ragged_tensor_are_read_as_lists():
+    model = tiny_model()
+    model.compile(jit_compile=False)
+    lists = [["anna", "visited", "oslo"], ["olaf", "met", "maria", "in", "lima"]]
+    ragged = tf.strings.split(tf.constant([" ".join(words) for words in lists]))
+    assert model.predict_words(ragged) == model.predict_words(lists)
+    labels = [[1, 0, 2], [1, 0, 1, 0, 2]]
+    expected = model.evaluate(lists, labels, verbose=0)
+    assert model.evaluate(ragged, labels, verbose=0) == expected
+    assert model.evaluate(ragged, tf.ragged.constant(labels), verbose=0) == expected
+
+
 def test_errors():
     tokenizer = BertTokenizer(VOCAB)
     with pytest.raises(ValueError, match="Sentence 0 has 2 words but 3 labels"):
@@ -238,6 +251,13 @@ def test_errors():
     with pytest.raises(ValueError, match=r"whole-number class ids, got \[1.0, 0.5\]"):
         bertzoo.align_word_labels(tokenizer, [["anna", "met"]], [[1, 0.5]])
     model = tiny_model(num_classes=3)
+    model.compile(jit_compile=False)
+    features, token_labels = bertzoo.align_word_labels(tokenizer, [["anna", "met"]], [[1, 0]], sequence_length=12)
+    for labels in ([[1, 0]], token_labels[:, :8]):  # Per-word labels; token labels of another length.
+        with pytest.raises(
+            ValueError, match=r"Token labels of shape \(1, [28]\) do not match .* \(1, 12\).*align_word"
+        ):
+            model.fit(features, np.asarray(labels), verbose=0)
     with pytest.raises(ValueError, match="does not take `class_weight`.*per word with `sample_weight`"):
         model.fit([["anna", "met"]], [[1, 0]], class_weight={0: 1.0, 1: 2.0, 2: 3.0}, verbose=0)
     with pytest.raises(ValueError, match="class_names"):

@@ -80,6 +80,9 @@ def test_the_tagger_takes_word_label_names_and_refuses_bad_ids():
     sentence = [["Anna", "visited", "Oslo"]]
     by_name = tagger._raw_to_tensors(sentence, [["PER", "O", "LOC"]])[1]
     by_id = tagger._raw_to_tensors(sentence, [[1, 0, 2]])[1]
+    # "" is no label, as -100 among ids (and as padding in a dataset's batches).
+    unnamed = tagger._raw_to_tensors(sentence, [["PER", "", "LOC"]])[1]
+    np.testing.assert_array_equal(unnamed, tagger._raw_to_tensors(sentence, [[1, -100, 2]])[1])
     np.testing.assert_array_equal(by_name, by_id)
     assert np.isfinite(tagger.fit(sentence, [["PER", "O", "LOC"]], verbose=0).history["loss"]).all()
     with pytest.raises(ValueError, match=r"Labels \[9\] are outside this model's 3 classes"):
@@ -136,6 +139,25 @@ def test_a_taggers_dataset_of_sentences_is_padded_named_and_checked():
     texts = tf.data.Dataset.from_tensor_slices((["Anna visited Oslo"], [[1, 0, 2]]))
     with pytest.raises(ValueError, match=r"A tagger's tf.data.Dataset gives words(.|\n)*tf.strings.split"):
         tagger.fit(texts, verbose=0)
+    # A sentence with a label too few or too many: refused as in memory, alone or padded next to a longer one
+    # (which silently dropped a label, or left a word without one).
+    for labels in ([[1, 0], [1, 0]], [[1, 0, 2], [1, 0, 0]]):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"needs one of the labels(.|\n)*\] \[(3 2|2 3)\]"):
+            tagger.evaluate(one_sentence_each(labels), verbose=0)
+    padded = tf.constant([["Anna", "visited", "Oslo"], ["Olaf", "left", ""]])
+    batched = tf.data.Dataset.from_tensor_slices((padded, tf.constant([[1, 0], [1, 0]]))).batch(2)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"needs one of the labels(.|\n)*\[2 3 2 2\]"):
+        tagger.evaluate(batched, verbose=0)
+    # Labels whose rank is not the words': refused before anything runs, with what to do.
+    sentences_batched = texts.batch(1)  # Whole sentences, one label list each.
+    with pytest.raises(ValueError, match=r"labels of the words' shape, got words of shape \(None,\)(.|\n)*split"):
+        tagger.evaluate(sentences_batched, verbose=0)
+    one_per_sentence = tf.data.Dataset.from_tensor_slices((padded, tf.constant([1, 0]))).batch(2)
+    with pytest.raises(ValueError, match=r"labels of shape \(None,\). A label per sentence is a classifier's"):
+        tagger.evaluate(one_per_sentence, verbose=0)
+    weights = tf.data.Dataset.from_tensor_slices((padded, tf.constant([[1, 0, 2], [1, 0, -100]]), tf.ones([2, 3, 1])))
+    with pytest.raises(ValueError, match=r"one per word \(the words' shape\) or one per sentence"):
+        tagger.evaluate(weights.batch(2), verbose=0)
 
 
 def test_tokenized_answer_labels_must_point_where_an_answer_can_be():

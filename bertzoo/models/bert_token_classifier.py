@@ -12,6 +12,7 @@ from bertzoo.models.head_utils import check_classes
 from bertzoo.models.head_utils import class_ids_checked_in_graph
 from bertzoo.models.head_utils import class_ids_of_names
 from bertzoo.models.head_utils import class_ids_of_names_in_graph
+from bertzoo.models.head_utils import guarded
 from bertzoo.models.head_utils import masked_loss
 from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.raw_inputs import eager_strings_as_arrays
@@ -163,6 +164,48 @@ def align_word_labels(tokenizer, words, labels=None, sequence_length=128):
     return features, (np.asarray(token_labels) if given else None)
 
 
+def _check_per_word_specs(words, labels, weights=None):
+    """Raises a ValueError when a tagger's dataset gives labels (or
+    weights) that cannot be one per word: their rank is not the words'."""
+    if not isinstance(labels, tf.TensorSpec) or labels.shape.rank is None:
+        return
+    if labels.shape.rank != words.shape.rank:
+        hint = (
+            "Split sentences into words first (e.g. dataset.map(lambda text, labels: (tf.strings.split(text), "
+            "labels)))."
+            if labels.shape.rank > words.shape.rank
+            else "A label per sentence is a classifier's (bertzoo.BertClassifier), not a tagger's."
+        )
+        raise ValueError(
+            "A tagger's tf.data.Dataset gives one label per word: labels of the words' shape, got words of shape "
+            f"{words.shape} and labels of shape {labels.shape}. {hint}"
+        )
+    rank = None if not isinstance(weights, tf.TensorSpec) else weights.shape.rank
+    if rank is not None and rank not in (words.shape.rank, words.shape.rank - 1):
+        raise ValueError(
+            "A tagger's sample weights are one per word (the words' shape) or one per sentence; got words of shape "
+            f"{words.shape} and weights of shape {weights.shape}."
+        )
+
+
+def _one_label_per_word(words, labels, *weights):
+    """A dataset element (a sentence, or a padded batch) behind an in-graph
+    check that its labels (and per-word weights) have the words' shape, as
+    `_pad_words` checks in-memory ones: otherwise padding would silently
+    drop labels or leave words without one."""
+    checks = [(labels, "labels")] + [(w, "weights") for w in weights if w.shape.rank == words.shape.rank]
+    for values, name in checks:
+        shapes = tf.stack([tf.shape(words, out_type=tf.int64), tf.shape(values, out_type=tf.int64)])
+        same = tf.fill(tf.shape(shapes), tf.reduce_all(tf.equal(shapes[0], shapes[1])))
+        message = (
+            f"Each word of a tagger's sentence needs one of the {name} (in memory: 'Sentence i has n words but m "
+            f"{name}'); an element of this tf.data.Dataset has words of one shape and {name} of another (words' "
+            "first):"
+        )
+        words = guarded(words, (same, message, shapes))
+    return (words, labels, *weights)
+
+
 def _word_index(words):
     """Each word's index in its sentence, IGNORE_LABEL for padding (`""`)."""
     words = tf.convert_to_tensor(words)
@@ -288,8 +331,16 @@ class BertTokenClassifier(Task):
         return padded
 
     def _checked_labels(self, y, features=None):
-        # Token labels of tokenized inputs, where the loss takes class ids
-        # (not soft targets under a loss of your own).
+        # Token labels of tokenized inputs: one per token, and class ids
+        # where the loss takes them (not soft targets under a loss of your own).
+        token_ids = features.get("token_ids") if isinstance(features, dict) else None
+        labels_shape, tokens_shape = np.shape(y)[:2], np.shape(token_ids)[:2]
+        if token_ids is not None and hasattr(y, "__len__") and labels_shape != tokens_shape:
+            raise ValueError(
+                f"Token labels of shape {labels_shape} do not match the tokenized inputs' {tokens_shape}: tokenized "
+                "inputs take one label per token (-100 where there is none). Per-word labels go with raw words "
+                "(fit(words, labels)), or through bertzoo.align_word_labels(tokenizer, words, labels, sequence_length)."
+            )
         if isinstance(getattr(self, "loss", None), keras.losses.SparseCategoricalCrossentropy):
             check_class_ids(y, self.num_classes, ignore=IGNORE_LABEL)
         return y
@@ -301,7 +352,10 @@ class BertTokenClassifier(Task):
         if not any(isinstance(v, str) for v in labels):
             check_class_ids(labels, self.num_classes, ignore=IGNORE_LABEL)  # Before int32 padding rounds 1.5.
             return labels
-        return class_ids_of_names([str(v) for v in labels], self.class_names, "tagger", kind="word labels")
+        # "" is no label (as padding in a dataset's batches), as -100 is among ids.
+        named = [str(v) for v in labels if v != ""]
+        ids = iter(class_ids_of_names(named, self.class_names, "tagger", kind="word labels") if named else [])
+        return [IGNORE_LABEL if v == "" else next(ids) for v in labels]
 
     def _batched(self, dataset, batch_size):
         # One example is a sentence: a vector of words (and of labels).
@@ -315,6 +369,10 @@ class BertTokenClassifier(Task):
                 f"got {words.dtype.name} elements of shape {words.shape}. Split sentences into words first "
                 "(e.g. dataset.map(lambda text, labels: (tf.strings.split(text), labels)))."
             )
+        spec = dataset.element_spec
+        if isinstance(spec, tuple) and len(spec) > 1:  # (words, labels[, weights])
+            _check_per_word_specs(*spec)
+            dataset = dataset.map(tf.autograph.experimental.do_not_convert(_one_label_per_word))
         if words.shape.rank == 2:
             return dataset
 

@@ -10,6 +10,7 @@ from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.utils import private_api
 from bertzoo.utils.checks import check_positive_int
 from bertzoo.utils.optional import is_tf_dataset
+from bertzoo.utils.optional import is_tf_ragged
 from bertzoo.utils.optional import is_tf_tensor
 
 DEFAULT_BATCH_SIZE = 32
@@ -84,7 +85,8 @@ def eager_strings_as_arrays(x):
     tuple: sentence pairs, questions and contexts, contexts and choices,
     sentences of words) as a NumPy array of Python `str` (an object
     array), a 0-d one as one `str`: the tasks read raw text as Python
-    sequences, as they read lists and arrays. Bytes that are not UTF-8 stay
+    sequences, as they read lists and arrays; a ragged one (words split
+    from sentences) as nested lists of `str`. Bytes that are not UTF-8 stay
     bytes. Anything else comes back unchanged.
 
     Example:
@@ -94,7 +96,17 @@ def eager_strings_as_arrays(x):
     ```
     """
 
+    def decoded(values):
+        if isinstance(values, list):
+            return [decoded(v) for v in values]
+        try:
+            return values.decode("utf-8")
+        except UnicodeDecodeError:
+            return values
+
     def convert(part):
+        if is_tf_ragged(part) and part.dtype.name == "string":
+            return decoded(part.to_list())  # As lists (a tagger's words).
         if not (is_tf_tensor(part) and part.dtype.name == "string" and hasattr(part, "numpy")):
             return part
         values = part.numpy()

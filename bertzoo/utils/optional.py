@@ -91,3 +91,9 @@ def is_tf_tensor(x):
     (as `is_tf_dataset`)."""
     tensor = getattr(sys.modules.get("tensorflow"), "Tensor", None)
     return tensor is not None and isinstance(x, tensor)
+
+
+def is_tf_ragged(x):
+    """True when `x` is a `tf.RaggedTensor`, without importing TensorFlow."""
+    ragged = getattr(sys.modules.get("tensorflow"), "RaggedTensor", None)
+    return ragged is not None and isinstance(x, ragged)
