@@ -117,3 +117,39 @@ def test_errors():
         model.predict(CONTEXTS, verbose=0)
     with pytest.raises(ValueError, match="num_choices"):
         tiny_model(num_choices=1)
+    # A missing context reads as what is missing, with the fix (TensorFlow said "mixed types").
+    for missing, shown in ((None, r"None \(NoneType\) \(missing text\? fill it"), (3, r"3 \(int\)\.")):
+        with pytest.raises(ValueError, match=rf"BertMultipleChoice's contexts expects strings, but entry 1 is {shown}"):
+            model.predict(([CONTEXTS[0], missing], CHOICES), verbose=0)
+
+
+def test_one_example_is_a_context_and_its_list_of_choices():
+    model = tiny_model()
+    expected = model.predict(([CONTEXTS[0]], [CHOICES[0]]), verbose=0)
+    np.testing.assert_array_equal(model.predict((CONTEXTS[0], CHOICES[0]), verbose=0), expected)
+    with pytest.raises(ValueError, match=r"1 contexts but 2 choice lists: give one list of 3 choices per context"):
+        model.predict((CONTEXTS[0], CHOICES), verbose=0)
+
+
+def test_one_hot_labels_and_datasets_of_another_choice_count_are_refused_with_the_fix():
+    model = tiny_model()
+    model.compile(jit_compile=False)
+    one_hot = np.eye(3, dtype="int32")[[0, 1]]
+    fix = r"Labels of shape \((2|None), 3\) look one-hot.*one choice index per example: pass `labels.argmax\(-1\)`"
+    with pytest.raises(ValueError, match=fix):  # 0/1 are valid indices: Keras failed on the rank.
+        model.fit((CONTEXTS, CHOICES), one_hot, verbose=0)
+    with pytest.raises(ValueError, match=fix):
+        model.fit(tf.data.Dataset.from_tensor_slices(((CONTEXTS, CHOICES), one_hot)).batch(2), verbose=0)
+    two = [choices[:2] for choices in CHOICES]
+    wrong = r"have 2 choices each, but this model takes exactly num_choices=3"
+    with pytest.raises(ValueError, match=wrong):  # Known from the dataset's shapes, before anything runs.
+        model.fit(tf.data.Dataset.from_tensor_slices(((CONTEXTS, two), [0, 1])).batch(2), verbose=0)
+
+    def examples():
+        yield (CONTEXTS[0], CHOICES[0]), 0
+        yield (CONTEXTS[1], two[1]), 1
+
+    spec = ((tf.TensorSpec([], tf.string), tf.TensorSpec([None], tf.string)), tf.TensorSpec([], tf.int32))
+    streamed = tf.data.Dataset.from_generator(examples, output_signature=spec).padded_batch(1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"batch have the number of choices below(.|\n)*\[2\]"):
+        model.fit(streamed, verbose=0)

@@ -13,6 +13,7 @@ from bertzoo.models.head_utils import check_classes
 from bertzoo.models.head_utils import class_ids_checked_in_graph
 from bertzoo.models.head_utils import class_ids_of_names
 from bertzoo.models.head_utils import class_ids_of_names_in_graph
+from bertzoo.models.head_utils import refuse_one_hot
 from bertzoo.models.serving import classification_outputs
 from bertzoo.models.task import Task
 from bertzoo.utils.checks import check_rate
@@ -142,7 +143,7 @@ class BertClassifier(Task):
         values = np.asarray(y)
         loss = getattr(self, "loss", None)
         if isinstance(loss, keras.losses.SparseCategoricalCrossentropy):
-            self._check_not_one_hot(values.shape)
+            refuse_one_hot(values.shape, self.num_classes)
         elif isinstance(loss, keras.losses.BinaryCrossentropy) and self.num_classes > 1 and values.ndim == 1:
             raise ValueError(
                 f"This sigmoid head scores {self.num_classes} classes independently: its labels are 0/1 rows of "
@@ -150,16 +151,6 @@ class BertClassifier(Task):
                 "example build the head with activation=None (or 'softmax')."
             )
         return self.label_ids(y)
-
-    def _check_not_one_hot(self, shape):
-        """Refuses labels of `shape` (n, num_classes) where the loss takes
-        one class id per example."""
-        if len(shape) == 2 and shape[1] == self.num_classes > 1:
-            raise ValueError(
-                f"Labels of shape {tuple(shape)} look one-hot, but this model's loss takes one class id per "
-                "example: pass `labels.argmax(-1)` (in a dataset: `.map(lambda x, y: (x, tf.argmax(y, -1)))`), "
-                "or compile with `loss=keras.losses.CategoricalCrossentropy(from_logits=True)`."
-            )
 
     def label_ids(self, labels):
         """`labels` as class ids: class names (strings, with `class_names`)
@@ -192,7 +183,7 @@ class BertClassifier(Task):
             return labels
         loss = getattr(self, "loss", None)
         if isinstance(loss, keras.losses.SparseCategoricalCrossentropy) and labels.shape.rank is not None:
-            self._check_not_one_hot(tuple(labels.shape))  # Keras: "Argument 'output' must have rank ..."
+            refuse_one_hot(tuple(labels.shape), self.num_classes)  # Keras: "Argument 'output' must have rank ..."
         if not self._takes_class_ids(labels):
             return labels
         if labels.dtype == tf.string:

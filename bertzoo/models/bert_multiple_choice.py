@@ -10,12 +10,15 @@ from bertzoo.models.head_utils import check_class_ids
 from bertzoo.models.head_utils import check_classes
 from bertzoo.models.head_utils import check_two_segments
 from bertzoo.models.head_utils import class_ids_checked_in_graph
+from bertzoo.models.head_utils import guarded
+from bertzoo.models.head_utils import refuse_one_hot
 from bertzoo.models.serving import TextServing
 from bertzoo.models.serving import classification_outputs
 from bertzoo.models.serving import same_size
 from bertzoo.models.serving import string_function
 from bertzoo.models.task import Task
 from bertzoo.models.task import deterministic_preprocess
+from bertzoo.text.normalization import non_text_message
 from bertzoo.utils.checks import check_rate
 from bertzoo.utils.optional import tf
 
@@ -130,10 +133,21 @@ class BertMultipleChoice(Task):
                 f"a list of lists of {self.num_choices} strings."
             )
         contexts, choices = x
-        contexts = [contexts] if isinstance(contexts, str) else list(contexts)
-        choices = [list(c) for c in (choices.tolist() if isinstance(choices, np.ndarray) else choices)]
+        choices = choices.tolist() if isinstance(choices, np.ndarray) else list(choices)
+        if isinstance(contexts, str):  # One example: its context and its list of choices.
+            contexts = [contexts]
+            if choices and all(isinstance(c, str) for c in choices):
+                choices = [choices]
+        contexts = list(contexts)
+        choices = [list(c) for c in choices]
         if len(contexts) != len(choices):
-            raise ValueError(f"Got {len(contexts)} contexts but {len(choices)} choice lists.")
+            raise ValueError(
+                f"Got {len(contexts)} contexts but {len(choices)} choice lists: give one list of "
+                f"{self.num_choices} choices per context, e.g. (['a context'], [['choice 1', 'choice 2', ...]])."
+            )
+        problem = non_text_message("BertMultipleChoice's contexts", contexts)
+        if problem:
+            raise ValueError(problem)
         for i, options in enumerate(choices):
             if len(options) != self.num_choices:
                 raise ValueError(
@@ -157,10 +171,38 @@ class BertMultipleChoice(Task):
                 f"Multiple-choice labels are the index of the right choice (0 to {self.num_choices - 1}), got "
                 f"{values.ravel()[:3].tolist()}: pass `choices[i].index(answer)`, not the answer's text."
             )
+        refuse_one_hot(values.shape, self.num_choices, what="choice index")
         check_class_ids(values, self.num_choices, what="choices")
         return y
 
+    def _choice_count_message(self, given=None):
+        have = (
+            "The examples of this tf.data batch have the number of choices below"
+            if given is None
+            else (f"These examples have {given} choices each")
+        )
+        return (
+            f"{have}, but this model takes exactly num_choices="
+            f"{self.num_choices} per example (a model of another number: BertMultipleChoice(backbone, "
+            "num_choices=...))."
+        )
+
+    def _check_choice_count(self, shape):
+        """Refuses choices of a known `shape` `(batch, n)` whose `n` is not `num_choices`."""
+        if shape.rank == 2 and shape[1] is not None and shape[1] != self.num_choices:
+            raise ValueError(self._choice_count_message(shape[1]))
+
+    def _batched(self, dataset, batch_size):
+        dataset = super()._batched(dataset, batch_size)
+        parts = tf.nest.flatten(dataset.element_spec)
+        if len(parts) > 1:  # (contexts, choices[, labels ...]): a wrong count said before anything runs.
+            self._check_choice_count(parts[1].shape)
+        return dataset
+
     def _labels_checked_in_graph(self, labels):
+        loss = getattr(self, "loss", None)
+        if isinstance(loss, keras.losses.SparseCategoricalCrossentropy) and labels.shape.rank is not None:
+            refuse_one_hot(tuple(labels.shape), self.num_choices, what="choice index")
         return class_ids_checked_in_graph(labels, self.num_choices, what="choices")
 
     @deterministic_preprocess
@@ -169,6 +211,10 @@ class BertMultipleChoice(Task):
         sequence_length)`: each context packed with each of its choices."""
         preprocessor = self.preprocessor if preprocessor is None else preprocessor
         contexts, choices = x
+        self._check_choice_count(choices.shape)
+        if choices.shape.rank == 2 and choices.shape[1] is None:  # A dataset's batches: checked as each one comes.
+            counts = tf.fill([1], tf.shape(choices)[1])
+            choices = guarded(choices, (counts == self.num_choices, self._choice_count_message(), counts))
         choices = tf.ensure_shape(choices, [None, self.num_choices])
         # Every context is paired with each of its choices, then regrouped.
         firsts = tf.repeat(contexts, self.num_choices)

@@ -143,6 +143,18 @@ def guarded(value, *checks):
         return tf.identity(value)
 
 
+def refuse_one_hot(shape, num_classes, what="class id"):
+    """Raises a ValueError for labels of `shape` `(n, num_classes)` where
+    the loss takes one `what` per example (Keras's own error, "Argument
+    `output` must have rank ...", does not say why)."""
+    if len(shape) == 2 and shape[1] == num_classes > 1:
+        raise ValueError(
+            f"Labels of shape {tuple(shape)} look one-hot, but this model's loss takes one {what} per "
+            "example: pass `labels.argmax(-1)` (in a dataset: `.map(lambda x, y: (x, tf.argmax(y, -1)))`), "
+            "or compile with `loss=keras.losses.CategoricalCrossentropy(from_logits=True)`."
+        )
+
+
 def _no_class_names_message(which, head, kind):
     return (
         f"The {kind} are strings {which} but this {head} has no `class_names`: build it with "
