@@ -180,6 +180,9 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
         else:
             words = pretokenize(strings, self.lowercase, self.strip_accents, self.split_on_cjk)
         too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > self.max_chars_per_word
+        if self.special_tokens_in_strings:  # A special token written in the text is itself, however short the limit.
+            special = tf.equal(words.flat_values[:, tf.newaxis], tf.constant(SPECIAL_TOKENS)[tf.newaxis, :])
+            too_long &= ~tf.reduce_any(special, axis=1)
         # The literal word "[UNK]" cannot come out of `pretokenize` (brackets are
         # punctuation), so replacing a word with it means exactly one [UNK] id.
         words = words.with_flat_values(tf.where(too_long, UNK_TOKEN, words.flat_values))

@@ -61,8 +61,15 @@ def load_vocabulary(path):
         candidates = [p.name for p in (path / "vocab.txt", path / "vocabulary.txt") if p.is_file()]
         hint = f" It contains {candidates[0]}: pass that file." if candidates else ""
         raise FileNotFoundError(f"Vocabulary path '{path}' is a directory, expected a text file.{hint}")
-    with open(path, encoding="utf-8-sig", newline="") as file:
-        text = file.read()
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as file:
+            text = file.read()
+    except UnicodeDecodeError as error:
+        line = path.read_bytes()[: error.start].count(b"\n") + 1
+        raise ValueError(
+            f"Vocabulary file '{path}' is not UTF-8 text (line {line}, byte {error.start}: {error.reason}). "
+            "Save it as UTF-8, one token per line (e.g. iconv -f latin1 -t utf-8)."
+        ) from None
     lines = text.split("\n")
     # One line break per token; tolerate Windows line endings.
     lines = [line[:-1] if line.endswith("\r") else line for line in lines]

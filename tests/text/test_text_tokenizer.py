@@ -136,6 +136,9 @@ def test_max_chars_per_word(real_tokenizer):
     assert unk not in real_tokenizer("ж" * 100).numpy().tolist()
     short = BertTokenizer(_real_vocab(), max_chars_per_word=5)
     assert short("hello worlds").numpy().tolist() == [7592, unk]
+    # A special token written in the text stays itself (as Hugging Face's), however short the limit.
+    special = BertTokenizer(_real_vocab(), max_chars_per_word=5, special_tokens_in_strings=True)
+    assert special("the [MASK] sat worlds").numpy().tolist() == [1996, special.mask_token_id, 2938, unk]
 
 
 @pytest.mark.parametrize("case", sorted(KERAS_HUB_DIFFERS))

@@ -50,6 +50,10 @@ def test_load_errors(tmp_path):
     gap.write_text("[PAD]\n\nfoo\n")
     with pytest.raises(ValueError, match="blank line at line 2"):
         load_vocabulary(gap)
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("[PAD]\nfoo\ncaf\u00e9\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin1.txt' is not UTF-8 text \(line 3, .*Save it as UTF-8"):
+        load_vocabulary(latin1)
 
 
 def test_save_rejects_tokens_that_cannot_round_trip(tmp_path):
