@@ -562,9 +562,13 @@ class BertQuestionAnswerer(Task):
         # `special_tokens_in_strings` or ALBERT's quote replacement).
         _, char_starts, char_ends = tokenizer.tokenize_with_offsets(contexts)
         same = tf.cast(char_starts.row_lengths(), tf.int32) == counts[1]
-        wide = tf.cast(spans, tf.int64)
-        before = tf.where(same, tf.reduce_sum(tf.cast(char_ends <= wide[:, :1], tf.int32), axis=1), before)
-        through = tf.where(same, tf.reduce_sum(tf.cast(char_starts < wide[:, 1:], tf.int32), axis=1), through)
+        wide, rows = tf.cast(spans, tf.int64), char_starts.value_rowids()
+
+        def per_context(hits):  # On the flat values: ragged broadcasting adds a validated branch per comparison.
+            return tf.math.unsorted_segment_sum(tf.cast(hits, tf.int32), rows, char_starts.nrows())
+
+        before = tf.where(same, per_context(char_ends.flat_values <= tf.gather(wide[:, 0], rows)), before)
+        through = tf.where(same, per_context(char_starts.flat_values < tf.gather(wide[:, 1], rows)), through)
         # Waterfall packing: the question takes what it needs, the context the rest.
         question_kept = tf.minimum(counts[0], budget)
         context_kept = tf.minimum(counts[1], budget - question_kept)

@@ -100,7 +100,7 @@ def align_word_tensors(tokenizer, words, labels, sequence_length, weights=None):
     first = tf.ragged.range(counts).flat_values == 0
     per_sentence = tf.reduce_sum(tf.reshape(counts, tf.shape(words, out_type=counts.dtype)), axis=1)
     budget = sequence_length - 2
-    ids = tf.RaggedTensor.from_row_lengths(pieces.flat_values, per_sentence)[:, :budget]
+    ids = tf.RaggedTensor.from_row_lengths(pieces.flat_values, per_sentence, validate=False)[:, :budget]
 
     def pack(values, start, end, pad):
         column = tf.RaggedTensor.from_tensor(tf.ones([batch, 1], values.dtype))
@@ -110,7 +110,8 @@ def align_word_tensors(tokenizer, words, labels, sequence_length, weights=None):
     def on_first_pieces(values, elsewhere):
         """Per-word `values` on each word's first sub-token, `elsewhere` on the others."""
         flat = tf.where(first, tf.repeat(tf.reshape(values, [-1]), counts), elsewhere)
-        return pack(tf.RaggedTensor.from_row_lengths(flat, per_sentence)[:, :budget], elsewhere, elsewhere, elsewhere)
+        sentences = tf.RaggedTensor.from_row_lengths(flat, per_sentence, validate=False)
+        return pack(sentences[:, :budget], elsewhere, elsewhere, elsewhere)
 
     token_ids = pack(ids, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id)
     token_labels = on_first_pieces(labels, IGNORE_LABEL)

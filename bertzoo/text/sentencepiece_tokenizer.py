@@ -505,7 +505,9 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
         # part of its row is empty (SentencePiece gives no ids for "").
         ordinary = self._live_sentencepiece().tokenize(self._preprocess(tf.where(special, "", flat)))
         special_ids = tf.gather(self._special_ids, tf.argmax(tf.cast(matches, tf.int32), axis=1))
-        kept = tf.RaggedTensor.from_row_lengths(tf.boolean_mask(special_ids, special), tf.cast(special, tf.int64))
+        kept = tf.RaggedTensor.from_row_lengths(
+            tf.boolean_mask(special_ids, special), tf.cast(special, tf.int64), validate=False
+        )
         ids = tf.concat([ordinary, kept], axis=1)
         return pieces.with_flat_values(ids).merge_dims(-2, -1)
 
