@@ -281,6 +281,33 @@ def test_holding_zeros_keeps_a_pruned_models_zeros_and_ignores_a_dense_one():
         assert np.all(after[name][value != 0] != value[value != 0]), name  # while the others train.
 
 
+def test_layers_a_user_froze_stay_frozen_in_every_copy_the_compression_tools_make():
+    # A config holds constructor arguments only: copies came back with the frozen embeddings trainable.
+    model = tiny_classifier(layers=2)
+    model.backbone.embeddings.trainable = False
+    model.backbone.attention_blocks[1].trainable = False
+    frozen = sorted(v.path for v in model.non_trainable_weights)
+    copies = {"copy_model": bertzoo.compression.model_copy.copy_model(model)}
+    copies["structured"] = bertzoo.prune_heads_and_neurons(
+        model, heads_to_keep=1, importance={"heads": [np.arange(2.0)] * 2, "neurons": [np.arange(32.0)] * 2}
+    )
+    seen = []
+    train_round = lambda copy: seen.append(len(copy.trainable_weights))  # noqa: E731
+    # (Its Pruner refuses a frozen kernel, as any Pruner does: the frozen block is left out.)
+    ticket = bertzoo.lottery_ticket(model, train_round, 0.5, rounds=1, layers=["attention_0/query"])
+    copies["lottery"] = ticket.model
+    model.compile(optimizer="sgd")
+    copies["strip"] = bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.5, 0), layers=["attention_0/query"]).strip()
+    assert set(seen) == {len(model.trainable_weights)}  # Each round trained what the user trains.
+    for name, copy in copies.items():
+        assert sorted(v.path for v in copy.non_trainable_weights) == frozen, name
+    # A pruned model's frozen kernels need no mask to keep their zeros (Pruner refuses them): left out.
+    pruned = copies["lottery"]
+    pruned.compile(optimizer="sgd")
+    held = [t.path for t in bertzoo.Pruner.holding_zeros(pruned).targets]
+    assert "attention_0/query" in held and not any(path.startswith("attention_1/") for path in held)
+
+
 def test_shared_albert_weights_are_pruned_once_per_step():
     model = tiny_classifier(layers=2, num_groups=1)  # Both layers use one set of weights.
     pruner = bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.5, begin_step=0))

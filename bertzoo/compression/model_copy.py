@@ -3,6 +3,7 @@
 import keras
 
 from bertzoo.utils.layers import PRUNING_STATE_ATTR
+from bertzoo.utils.layers import copy_trainable_flags
 from bertzoo.utils.private_api import deferred_initialization
 
 
@@ -23,7 +24,8 @@ def copy_model(model, transform=None):
     copy of its weights (optionally mapped by `transform(variable, value)`).
 
     The copy has none of the extras a `Pruner` attaches (masks, counters,
-    constraints): it is the model a user would build themselves.
+    constraints): it is the model a user would build themselves, with the
+    layers they froze frozen.
     """
     if not model.built:
         raise ValueError(f"{type(model).__name__} '{model.name}' is not built: call it on data first.")
@@ -57,6 +59,7 @@ def copy_model(model, transform=None):
             target.assign(transform(source, value) if transform else value)
 
     deferred.fill(copy_weights, clone)
+    copy_trainable_flags(model, clone)
     if hasattr(model, "source_preset"):
         clone.source_preset = model.source_preset
     return clone

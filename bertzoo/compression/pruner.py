@@ -447,8 +447,9 @@ class Pruner:
         The model counts as pruned when one of its encoder kernels (or
         embedding tables: then they are held too) is at least
         `min_sparsity` exact zeros (a trained float weight has almost none
-        otherwise). Train with the returned pruner attached (on JAX,
-        `prepare_trainer` on the trainer), then `strip()` it.
+        otherwise). Frozen kernels are left out (nothing changes them). Train
+        with the returned pruner attached (on JAX, `prepare_trainer` on the
+        trainer), then `strip()` it.
 
         Example:
         ```python
@@ -466,7 +467,17 @@ class Pruner:
         tables = pruned(_EMBEDDING_TABLES)
         if not (tables or pruned([n for n in named if _ENCODER_KERNELS.fullmatch(n)])):
             return None
-        pruner = cls(model, schedule=None, include_embeddings=tables)
+        # Frozen kernels (trainable=False, LoRA) keep their zeros untouched: only the others are held.
+        candidates = prunable_weights(model)
+        encoder, embeddings = cls._encoder_and_embedding_paths(model, candidates)
+        layers = [
+            path
+            for path in encoder + (embeddings if tables else [])
+            if candidates[path][1].trainable and not getattr(candidates[path][0], "lora_enabled", False)
+        ]
+        if not layers:
+            return None
+        pruner = cls(model, schedule=None, layers=layers)
         pruner.set_masks({t.path: ops.convert_to_numpy(t.variable) != 0 for t in pruner.targets})
         return pruner
 

@@ -24,6 +24,7 @@ from bertzoo.compression.calibration import calibration_batches
 from bertzoo.models.bert_backbone import BertBackbone
 from bertzoo.utils import quantization_mode
 from bertzoo.utils.checks import BackendError
+from bertzoo.utils.layers import copy_trainable_flags
 from bertzoo.utils.optional import tf
 from bertzoo.utils.private_api import deferred_initialization
 
@@ -312,9 +313,11 @@ def prune_heads_and_neurons(model, heads_to_keep=None, ffn_keep_ratio=None, data
     deferred.fill(lambda: [v.assign(values[name]) for name, v in small.named_weights().items()], small)
 
     if model is backbone:
+        copy_trainable_flags(backbone, small)
         small.source_preset = getattr(backbone, "source_preset", None)
         return small
     task = model.with_backbone(small)  # Same hidden size: the head weights are copied.
+    copy_trainable_flags(model, task)  # The same layers, narrower: the ones the user froze stay frozen.
     task.source_preset = getattr(model, "source_preset", None)
     return task
 

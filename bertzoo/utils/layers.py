@@ -22,6 +22,26 @@ def leaf_layers(model):
     return leaves
 
 
+def copy_trainable_flags(source, target):
+    """Freezes (or unfreezes) each layer of `target` as its counterpart in
+    `source` is, for `target` rebuilt from `source`'s config (the same
+    layers, in the same order): a config holds constructor arguments, not
+    which sub-layers a user froze. Layers are paired in order and only
+    where their names agree.
+
+    Example:
+    ```python
+    model.backbone.embeddings.trainable = False
+    copy = type(model).from_config(model.get_config())
+    copy_trainable_flags(model, copy)  # copy.backbone.embeddings.trainable is False
+    ```
+    """
+    # Depth first, each layer before its sub-layers: setting a layer's flag sets theirs, which come next.
+    for original, rebuilt in zip(private_api.flatten_layers(source), private_api.flatten_layers(target)):
+        if original.name == rebuilt.name and original.trainable != rebuilt.trainable:
+            rebuilt.trainable = original.trainable
+
+
 def own_dtype_policy(layer):
     """`layer`'s own dtype policy: its entry when it holds a
     `DTypePolicyMap` (layer path -> policy), else its policy.
