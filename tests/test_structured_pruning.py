@@ -164,6 +164,12 @@ def test_bad_structured_requests_are_refused():
         )
     with pytest.raises(ValueError, match=r"is quantized"):
         bertzoo.prune_heads_and_neurons(bertzoo.quantize(model), heads_to_keep=1, importance=importance)
+    diverged = {"heads": [np.array([1.0, np.nan, 2.0, 3.0])] * 2, "neurons": importance["neurons"]}
+    with pytest.raises(ValueError, match=r"importance\['heads'\]\[0\]` holds non-finite scores"):
+        bertzoo.prune_heads_and_neurons(model, heads_to_keep=1, importance=diverged)  # Was: "Layers 0 and 0 share".
+    for steps in (-1, 0, 1.5):  # -1 dropped the last in-memory batch and kept every batch of a dataset.
+        with pytest.raises(ValueError, match=r"`steps` must be a positive integer"):
+            head_and_neuron_importance(model, data(), steps=steps)
 
 
 def test_shared_layers_scored_differently_are_refused():
@@ -182,8 +188,27 @@ def test_numpy_numbers_are_accepted_as_ratios_and_layers():
         model, heads_to_keep=2, ffn_keep_ratio=np.float32(0.5), importance=importance
     )
     assert small.backbone.intermediate_dim == 16
+    uneven = bertzoo.prune_heads_and_neurons(model, heads_to_keep=np.array([2, 1]), importance=importance)
+    assert uneven.backbone.num_heads == [2, 1]
+    ticket = bertzoo.lottery_ticket(model, lambda copy: None, np.float32(0.5), rounds=np.int64(1))
+    assert ticket.sparsity == pytest.approx(0.5, abs=0.01)
     student = bertzoo.init_student_from_teacher(model, {"num_layers": 1}, layers=np.array([2]))
     assert student.backbone.num_layers == 1 and json.dumps(student.backbone.get_config())
+
+
+def test_scores_read_labels_and_sample_weights_as_fit_does():
+    model = classifier()
+    model.class_names = ["neg", "neutral", "pos"]
+    x, y = data(16)
+    by_id = head_and_neuron_importance(model, (x, y))
+    by_name = head_and_neuron_importance(model, (x, [model.class_names[i] for i in y]))  # Failed: an IndexError.
+    np.testing.assert_array_equal(by_name["heads"][0], by_id["heads"][0])
+    # Rows of weight 0 count for nothing: one batch of 16, the mean loss over all 16 rows.
+    weights = (np.arange(16) < 4).astype("float32")
+    weighted = head_and_neuron_importance(model, (x, y, weights))
+    first_rows = head_and_neuron_importance(model, ({k: v[:4] for k, v in x.items()}, y[:4]))
+    for key in ("heads", "neurons"):
+        np.testing.assert_allclose(weighted[key][1] * 16 / 4, first_rows[key][1], rtol=1e-4, atol=1e-7)
 
 
 def test_scoring_a_model_with_one_loss_per_output_names_the_way_out():

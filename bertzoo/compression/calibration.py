@@ -8,6 +8,7 @@ import keras
 import numpy as np
 
 from bertzoo.models.raw_inputs import DEFAULT_BATCH_SIZE
+from bertzoo.utils.checks import check_positive_int
 from bertzoo.utils.optional import is_tf_dataset
 
 # Texts int8's input smoothing calibrates on when `compress` (and the
@@ -45,6 +46,8 @@ def calibration_batches(model, data, steps=None, labelled=True, batch_size=DEFAU
     ```
     """
 
+    if steps is not None:
+        check_positive_int("steps", steps)
     if not labelled and isinstance(data, (str, bytes, os.PathLike)):
         raise ValueError(
             f"Calibration data must be the texts themselves, got {data!r}: for a file, pass "
@@ -66,6 +69,9 @@ def calibration_batches(model, data, steps=None, labelled=True, batch_size=DEFAU
             data = dataset
     if not is_tf_dataset(data):
         if (labelled and isinstance(data, tuple) and len(data) in (2, 3)) or (not labelled and isinstance(data, dict)):
+            if labelled and hasattr(model, "_checked_labels"):
+                # Labels as the model's fit takes them with tokenized inputs (class names -> ids, checked).
+                data = (data[0], model._checked_labels(data[1], data[0]), *data[2:])
             # In-memory arrays are sliced in NumPy: no TensorFlow needed (the
             # models run on JAX and torch without it).
             batches = _array_batches(data, batch_size)

@@ -22,6 +22,7 @@ Choices:
 """
 
 import collections
+import numbers
 
 import keras
 import numpy as np
@@ -164,14 +165,15 @@ def lottery_ticket(
         )
     if not callable(train_fn):
         raise ValueError(f"`train_fn` must be a function fn(model) that trains the model, got {train_fn!r}.")
-    if isinstance(final_sparsity, bool) or not isinstance(final_sparsity, (int, float)):
+    if isinstance(final_sparsity, bool) or not isinstance(final_sparsity, numbers.Real):
         raise ValueError(f"`final_sparsity` must be a number in [0, 1), got {final_sparsity!r}.")
     if not 0.0 <= final_sparsity < 1.0:
         raise ValueError(
             f"`final_sparsity` must be in [0, 1) (the fraction of weights set to zero), got {final_sparsity}."
         )
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+    if isinstance(rounds, bool) or not isinstance(rounds, numbers.Integral) or rounds < 1:
         raise ValueError(f"`rounds` must be an integer >= 1, got {rounds!r}.")
+    final_sparsity, rounds = float(final_sparsity), int(rounds)  # NumPy numbers too.
     if scope not in SCOPES:
         raise ValueError(f"Unknown `scope`={scope!r}. Expected 'layer' or 'global'.")
     rewind = _rewind_values(model, rewind_weights)

@@ -113,10 +113,10 @@ def head_and_neuron_importance(model, data, steps=None):
     kernels = attention_kernels + ffn_kernels
 
     @tf.function(reduce_retracing=True)
-    def gate_gradients(x, y):
+    def gate_gradients(x, y, sample_weight=None):
         with tf.GradientTape() as tape:
             outputs = model(x, training=False)
-            loss = loss_fn(y, outputs)
+            loss = loss_fn(y, outputs) if sample_weight is None else loss_fn(y, outputs, sample_weight=sample_weight)
         grads = tape.gradient(loss, kernels)
         return [tf.reduce_sum(tf.cast(k, "float32") * tf.cast(g, "float32"), axis=1) for k, g in zip(kernels, grads)]
 
@@ -126,7 +126,12 @@ def head_and_neuron_importance(model, data, steps=None):
     for batch in calibration_batches(model, data, steps):
         if not isinstance(batch, tuple) or len(batch) < 2:
             raise ValueError("Calibration data must yield (inputs, labels) batches: the scores are loss gradients.")
-        rows = [r.numpy() for r in gate_gradients(batch[0], batch[1])]
+        if len(batch) > 2 and not isinstance(loss_fn, keras.losses.Loss):
+            raise ValueError(
+                "Calibration data with sample weights needs a keras.losses.Loss to weigh them with (loss_fn=...); "
+                f"got {loss_fn!r}. Pass (inputs, labels) batches, or such a loss."
+            )
+        rows = [r.numpy() for r in gate_gradients(*batch[:3])]
         for k, block in enumerate(backbone.attention_blocks):
             head_scores[k] += np.abs(rows[k].reshape(block.num_heads, block.head_dim).sum(axis=1))
         for k in range(len(ffn_kernels)):
@@ -184,6 +189,8 @@ def heads_per_layer(heads_to_keep, heads):
     num_layers = len(heads)
     if heads_to_keep is None:
         return list(heads)
+    if isinstance(heads_to_keep, np.ndarray) and heads_to_keep.ndim == 1:
+        heads_to_keep = heads_to_keep.tolist()  # One count per layer, as NumPy holds them.
     values = heads_to_keep if isinstance(heads_to_keep, (list, tuple)) else [heads_to_keep] * num_layers
     if len(values) != num_layers:
         raise ValueError(
@@ -286,6 +293,13 @@ def prune_heads_and_neurons(model, heads_to_keep=None, ffn_keep_ratio=None, data
             if np.shape(s) != (n,):
                 raise ValueError(f"`importance[{key!r}][{i}]` has shape {np.shape(s)}, expected ({n},).")
 
+    for key in ("heads", "neurons"):
+        for i, scores in enumerate(importance[key]):
+            if not np.all(np.isfinite(np.asarray(scores, "float64"))):
+                raise ValueError(
+                    f"`importance[{key!r}][{i}]` holds non-finite scores (NaN or inf: a diverged model's "
+                    "gradients?): score a model whose loss is finite, or pass finite scores."
+                )
     # Per block: layers that share a block (ALBERT) must agree on its scores,
     # or the heads kept would depend on which layer came first.
     for key, index in (("heads", attention_index), ("neurons", ffn_index)):
