@@ -308,6 +308,33 @@ def test_layers_a_user_froze_stay_frozen_in_every_copy_the_compression_tools_mak
     assert "attention_0/query" in held and not any(path.startswith("attention_1/") for path in held)
 
 
+def test_copies_merge_a_lora_update_and_weight_names_refuse_an_unmerged_one(tmp_path):
+    model = tiny_classifier()
+    x, _ = tokenized()
+    head = model.output_dense
+    head.enable_lora(2)
+    head.lora_kernel_b.assign(np.random.default_rng(0).normal(0.0, 1.0, head.lora_kernel_b.shape).astype("float32"))
+    expected = model.predict(x, verbose=0)
+    # Failed: "Could not copy ... 41 weights, but it has 43".
+    copy = bertzoo.compression.model_copy.copy_model(model)
+    assert not copy.output_dense.lora_enabled
+    np.testing.assert_allclose(copy.predict(x, verbose=0), expected, atol=1e-6)
+    ticket = bertzoo.lottery_ticket(model, lambda round_model: None, 0.5, rounds=1, layers=["attention_0/query"])
+    assert not ticket.model.output_dense.lora_enabled
+    # On the backbone: the weight names (structured pruning, masks, converters) say to merge first, as a preset does.
+    block = model.backbone.feedforward_blocks[0].intermediate_dense
+    block.enable_lora(2)
+    block.lora_kernel_b.assign(np.ones(block.lora_kernel_b.shape, "float32"))
+    importance = {"heads": [np.arange(2.0)], "neurons": [np.arange(32.0)]}
+    with pytest.raises(ValueError, match=r"LoRA is enabled on .*intermediate.*save_to_preset and from_preset"):
+        bertzoo.prune_heads_and_neurons(model, heads_to_keep=1, importance=importance)
+    model.save_to_preset(tmp_path / "merged")
+    merged = bertzoo.BertClassifier.from_preset(tmp_path / "merged")
+    # (Called, not `predict`: Keras's traced predict function predates the LoRA just enabled.)
+    np.testing.assert_allclose(merged(x, training=False), model(x, training=False), atol=1e-6)
+    assert bertzoo.prune_heads_and_neurons(merged, heads_to_keep=1, importance=importance).backbone.num_heads == 1
+
+
 def test_shared_albert_weights_are_pruned_once_per_step():
     model = tiny_classifier(layers=2, num_groups=1)  # Both layers use one set of weights.
     pruner = bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.5, begin_step=0))

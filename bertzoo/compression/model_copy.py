@@ -2,8 +2,10 @@
 
 import keras
 
+from bertzoo.utils import private_api
 from bertzoo.utils.layers import PRUNING_STATE_ATTR
 from bertzoo.utils.layers import copy_trainable_flags
+from bertzoo.utils.layers import leaf_layers
 from bertzoo.utils.private_api import deferred_initialization
 
 
@@ -25,7 +27,8 @@ def copy_model(model, transform=None):
 
     The copy has none of the extras a `Pruner` attaches (masks, counters,
     constraints): it is the model a user would build themselves, with the
-    layers they froze frozen.
+    layers they froze frozen, and each LoRA layer's update merged into its
+    kernel (as `save_to_preset` saves it).
     """
     if not model.built:
         raise ValueError(f"{type(model).__name__} '{model.name}' is not built: call it on data first.")
@@ -40,7 +43,14 @@ def copy_model(model, transform=None):
             clone_backbone = type(backbone).from_config(backbone.get_config())
     if backbone is not None:
         clone = type(model).from_config({**config, "backbone": clone_backbone})
-    sources, targets = model_weights(model), clone.weights
+    # A LoRA layer's kernel is copied with its update merged in (as `save_to_preset` writes it); its two
+    # LoRA weights are not copied: the config rebuilds the layer without them.
+    merged, lora = {}, set()
+    for layer in leaf_layers(model):
+        if getattr(layer, "lora_enabled", False):
+            merged[id(private_api.dense_kernel_variable(layer))] = layer
+            lora.update(id(v) for v in (layer.lora_kernel_a, layer.lora_kernel_b))
+    sources, targets = [v for v in model_weights(model) if id(v) not in lora], clone.weights
     if len(sources) != len(targets):
         raise ValueError(
             f"Could not copy {type(model).__name__} '{model.name}': its config rebuilds a model "
@@ -55,7 +65,7 @@ def copy_model(model, transform=None):
 
     def copy_weights():
         for source, target in zip(sources, targets):
-            value = keras.ops.convert_to_numpy(source)
+            value = keras.ops.convert_to_numpy(merged[id(source)].kernel if id(source) in merged else source)
             target.assign(transform(source, value) if transform else value)
 
     deferred.fill(copy_weights, clone)

@@ -15,6 +15,7 @@ from bertzoo.utils.checks import check_positive_int
 from bertzoo.utils.checks import check_positive_number
 from bertzoo.utils.checks import check_rate
 from bertzoo.utils.checks import memory_limit_bytes
+from bertzoo.utils.layers import leaf_layers
 from bertzoo.utils.private_api import flatten_layers
 from bertzoo.utils.private_api import settle_dtype_policy
 
@@ -472,6 +473,16 @@ class BertBackbone(Backbone):
         def norm(prefix, layer):
             return {f"{prefix}/gamma": layer.gamma, f"{prefix}/beta": layer.beta}
 
+        lora = [
+            getattr(layer, "path", layer.name) for layer in leaf_layers(self) if getattr(layer, "lora_enabled", False)
+        ]
+        if lora:
+            raise ValueError(
+                f"LoRA is enabled on {', '.join(lora)} of {type(self).__name__} '{self.name}': its kernels are "
+                "two weights more, which bertzoo's weight names (converters, structured pruning, pruning masks) do "
+                "not cover. Merge them first: save_to_preset and from_preset write and load each kernel with its "
+                "LoRA update merged in."
+            )
         mode = quantization_mode(self)
         if mode:
             raise ValueError(
