@@ -51,6 +51,29 @@ def test_int8_copy_matches_keras_abs_max_scheme_and_float_outputs(model):
     assert plain.backbone.pooler.quantization_mode == "int8"
 
 
+def test_kerass_in_place_quantize_works_on_a_task_and_decides_its_fast_path_again(random_classifier, tmp_path):
+    from bertzoo.utils import fast_path
+
+    fresh = random_classifier()
+    fresh.quantize("int8")  # Keras refused the preprocessor's packer, never called yet: "isn't yet built".
+    model = random_classifier()
+    expected = bertzoo.quantize(model, "int8").predict(TEXTS, verbose=0)
+    np.testing.assert_array_equal(fresh.predict(TEXTS, verbose=0), expected)
+    model.predict(TEXTS, verbose=0)
+    assert fast_path._recorded.get(model) is not None  # The float model's choice.
+    model.quantize("int8")
+    assert fast_path._recorded.get(model) is None  # Decided again, for the int8 weights.
+    np.testing.assert_array_equal(model.predict(TEXTS, verbose=0), expected)
+    model.save_to_preset(tmp_path / "int8")
+    again = bertzoo.BertClassifier.from_preset(tmp_path / "int8")
+    np.testing.assert_array_equal(again.predict(TEXTS, verbose=0), expected)
+    pinned = random_classifier()
+    pinned.compile(jit_compile=False)
+    pinned.quantize("int8", filters="query")  # Keras's filters still apply; a pin stays.
+    assert fast_path._recorded[pinned].source == "pinned"
+    assert [layer.name for layer in quantized_dense_layers(pinned)] == ["query", "query"]
+
+
 def test_a_mixed_bfloat16_model_quantizes_with_its_embeddings(random_classifier):
     # Keras's int8 Embedding returns float32 under a bfloat16 compute dtype;
     # the embeddings layer must still add its tables in bfloat16.

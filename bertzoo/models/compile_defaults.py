@@ -21,6 +21,7 @@ import weakref
 import keras
 
 from bertzoo.utils import fast_path
+from bertzoo.utils import private_api
 from bertzoo.utils.device import resolve_jit_compile
 
 _constructing = threading.local()
@@ -77,6 +78,34 @@ class MeasuredJitCompileMixin:
             # pays for timing training steps.
             chosen = resolve_jit_compile("auto", model, getattr(self, "distribute_strategy", None), mode=mode)
             self.jit_compile = fast_path.jit_compile_for(model, mode, default=chosen)
+
+    def quantize(self, mode=None, config=None, filters=None, **kwargs):
+        """Keras's in-place `Model.quantize`, without the text layers of a
+        task's preprocessor (they hold no weights; Keras refused them as
+        never built), and deciding `jit_compile="auto"` again at the next
+        step, for the quantized weights. `bertzoo.quantize(model, mode)`
+        returns a quantized copy instead, with calibration (SmoothQuant,
+        static input ranges) and weight-only options.
+
+        Example:
+        ```python
+        model = bertzoo.BertClassifier.from_preset("tiny")
+        model.quantize("int8")
+        model.predict(["a fine film"])
+        ```
+        """
+        preprocessor = getattr(self, "preprocessor", None)
+        text_layers = set()
+        if preprocessor is not None:
+            text_layers = {id(layer) for layer in private_api.flatten_layers(preprocessor, include_self=True)}
+
+        def network_layers(layer):
+            return id(layer) not in text_layers and private_api.quantize_filter_matches(layer, filters)
+
+        # Keras collects garbage once per float kernel dropped: once in all (seconds for BERT-base).
+        with private_api.one_garbage_collection():
+            super().quantize(mode, config=config, filters=network_layers, **kwargs)
+        fast_path.forget_choice(self)
 
     def compile_from_config(self, config):
         # Keras skips (with a warning) restoring the compile state of models

@@ -764,6 +764,16 @@ def record_pinned(model, value, reason="jit_compile passed to compile()"):
     return value
 
 
+def forget_choice(model):
+    """Drops the choice recorded for `model` unless it is a pin, for a
+    model whose weights changed kind in place (Keras's `Model.quantize`):
+    the next step decides again, for what the model now holds."""
+    with _lock:
+        recorded = _recorded.get(model)
+        if recorded is not None and recorded.source != "pinned":
+            del _recorded[model]
+
+
 def forget_pin(model):
     """Drops a pinned choice recorded for `model`, for a
     `compile(jit_compile="auto")` after a pinned one: `explain_fast_path`

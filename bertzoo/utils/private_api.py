@@ -16,6 +16,7 @@ import collections
 import contextlib
 import gc
 import logging
+import re
 import threading
 import warnings
 
@@ -77,6 +78,28 @@ def accept_raw_inputs(layer):
     """
     layer._convert_input_args = False
     layer._allow_non_tensor_positional_args = True
+
+
+def quantize_filter_matches(layer, filters):
+    """Whether Keras's `Model.quantize(filters=...)` quantizes `layer`: a
+    regex (or list of them) searched in its name, or a callable.
+
+    Private: `keras.src.quantizers.utils.should_quantize_layer`. Fallback:
+    the same rules, as Keras 3.15 documents them.
+    """
+    try:
+        from keras.src.quantizers.utils import should_quantize_layer
+    except ImportError:
+        should_quantize_layer = None
+    if should_quantize_layer is not None:
+        return should_quantize_layer(layer, filters)
+    if filters is None:
+        return True
+    if isinstance(filters, str):
+        return bool(re.search(filters, layer.name))
+    if isinstance(filters, (list, tuple)):
+        return any(re.search(pattern, layer.name) for pattern in filters)
+    return bool(filters(layer)) if callable(filters) else True
 
 
 def dense_kernel_variable(layer):
