@@ -562,6 +562,7 @@ def test_a_mode_no_candidate_can_run_falls_back_to_the_rule(cache_dir, model, mo
     assert [c.mode for c in failed] == ["train", "train"]
     assert failed[0].error == "RuntimeError: no gradient here"
     assert "failed: RuntimeError: no gradient here" in str(report)
+    assert "train/xla failed (RuntimeError: no gradient here)" in report.summary()  # The logged line says why too.
 
 
 def test_the_rules_choice_for_a_mode_no_candidate_can_run_is_what_explain_reports(cache_dir, monkeypatch):

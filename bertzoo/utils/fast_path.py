@@ -678,7 +678,10 @@ class FastPathReport:
         chosen = f"predict jit_compile={self.predict}, train jit_compile={self.train}"
         if self.source == "measured":
             how = f"measured in {self.cost_s:.1f} s: " + ", ".join(
-                f"{c.name} {_ms(c.median_s)}" + (f" (compile {c.compile_s:.1f} s)" if c.compile_s is not None else "")
+                f"{c.name} failed ({c.error})"
+                if c.error
+                else f"{c.name} {_ms(c.median_s)}"
+                + (f" (compile {c.compile_s:.1f} s)" if c.compile_s is not None else "")
                 for c in self.candidates
             )
         elif self.source == "cache":
