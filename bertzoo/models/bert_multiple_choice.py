@@ -211,6 +211,7 @@ class BertMultipleChoice(Task):
         sequence_length)`: each context packed with each of its choices."""
         preprocessor = self.preprocessor if preprocessor is None else preprocessor
         contexts, choices = x
+        choices = tf.convert_to_tensor(choices)
         self._check_choice_count(choices.shape)
         if choices.shape.rank == 2 and choices.shape[1] is None:  # A dataset's batches: checked as each one comes.
             counts = tf.fill([1], tf.shape(choices)[1])
