@@ -32,6 +32,8 @@ from benchmarks.harness import token_batch
 from benchmarks.peers import backbone_config
 
 VARIANTS = ("bertzoo", "keras_gelu", "keras_adamw")
+DTYPES = ("float32", "bfloat16")  # bfloat16: the mixed_bfloat16 policy.
+ACTIVATIONS = ("gelu_tanh", "gelu_exact")  # The GELUs bertzoo fuses.
 
 
 def keras_adamw():
@@ -41,7 +43,9 @@ def keras_adamw():
     from bertzoo.models.optimizers import NO_WEIGHT_DECAY
     from bertzoo.models.optimizers import bert_optimizer
 
-    optimizer = keras.optimizers.AdamW.from_config(bert_optimizer().get_config())
+    config = bert_optimizer().get_config()
+    config.pop("exclude_from_weight_decay_names")  # bertzoo's own key, set below the Keras way.
+    optimizer = keras.optimizers.AdamW.from_config(config)
     optimizer.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY))
     return optimizer
 
@@ -100,6 +104,12 @@ def main(argv=None):
     parser.add_argument("--runs", type=int, default=9, help="timing rounds (medians)")
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args(argv)
+    if min(args.batch_size, args.sequence_length, args.runs) < 1:
+        parser.error("--batch-size, --sequence-length and --runs must be positive.")
+    for name, values, known in (("dtypes", args.dtypes, DTYPES), ("activations", args.activations, ACTIVATIONS)):
+        unknown = sorted(set(values.split(",")) - set(known))
+        if unknown:
+            parser.error(f"--{name}: unknown {unknown}; choose from {', '.join(known)}.")
 
     rows = []
     for dtype in args.dtypes.split(","):
