@@ -42,6 +42,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -409,7 +410,8 @@ def command_line(module, argv):
     not `/home/me/bertzoo/benchmarks/out/x.png`): the command runs from the
     repository root on any machine.
     """
-    return " ".join(["python -m " + module, *(_relative_to_root(a) for a in argv)]).strip()
+    # Shell-quoted: an empty value (`--chart ""`) or a path with spaces runs as recorded.
+    return " ".join(["python -m " + module, *(shlex.quote(_relative_to_root(str(a))) for a in argv)]).strip()
 
 
 def _relative_to_root(argument):

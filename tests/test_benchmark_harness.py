@@ -103,6 +103,9 @@ def test_recorded_commands_name_checkout_paths_relative_to_it(tmp_path):
         "python -m benchmarks.run --chart benchmarks/out/peers.png "
         f"--results=benchmarks/results.jsonl --cache {tmp_path}"
     )
+    # Quoted for the shell: an empty value and a path with a space run as recorded (a bare `--chart` did not).
+    quoted = harness.command_line("benchmarks.run", ["--chart", "", "--readme", "/tmp/my readme.md"])
+    assert quoted == "python -m benchmarks.run --chart '' --readme '/tmp/my readme.md'"
 
 
 def test_the_checked_in_results_stay_readable():
