@@ -102,6 +102,8 @@ import numpy as np
 from benchmarks.harness import OUT
 from benchmarks.harness import RESULTS_FILE
 from benchmarks.harness import append_results
+from benchmarks.harness import chart_or_none
+from benchmarks.harness import check_markers
 from benchmarks.harness import command_line
 from benchmarks.harness import machine
 from benchmarks.harness import machine_label
@@ -934,9 +936,14 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     args.files = _csv(args.files, FILES, "--files")
     args.methods = _csv(args.methods, METHODS, "--methods")
-    args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    try:
+        args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        raise SystemExit(f"--seeds takes integers separated by commas (e.g. 0,1,2), got {args.seeds!r}.") from None
     if not args.seeds or args.runs < 1:
         raise SystemExit("--seeds must name a seed and --runs be positive.")
+    if min(args.train_size, args.test_size) < 0 or args.sequence_length < 1:
+        raise SystemExit("--train-size and --test-size must be >= 0 (0: the whole split), --sequence-length positive.")
     if not 0.0 < args.student_ffn <= 1.0:
         raise SystemExit(f"--student-ffn must be in (0, 1] (the fraction of FFN neurons kept), got {args.student_ffn}.")
     if args.student_layers < 1 or (args.student_heads is not None and args.student_heads < 1):
@@ -1150,6 +1157,9 @@ def main(argv=None):
     args = parse_args(argv)
     command = command_line("benchmarks.compression", argv)
     started = time.time()
+    if args.readme:
+        check_markers(args.readme, README_START, README_END)
+    args.chart = chart_or_none(args.chart)
 
     import tensorflow as tf
 
@@ -1180,15 +1190,17 @@ def main(argv=None):
     load = os.getloadavg()
     print(f"\nload average {load[0]:.2f}, total {time.time() - started:.0f}s")
     date = time.strftime("%Y-%m-%d", time.gmtime())
-    if args.chart:
-        title = f"bertzoo compression of fine-tuned MiniLM-L6 ({', '.join(args.files)}; seeds {args.seeds}), {date}"
-        chart(summary, Path(args.chart), title)
     if record:
         recorded = record_new(rows)
         print(f"appended {recorded} lines to benchmarks/results.jsonl ({len(rows) - recorded} recorded before)")
     if args.readme:
         measured = f"Measured {date} on {machine()}"
         used = [r for method in args.methods for r in measured_runs(rows, method)]
+        if not used:
+            raise SystemExit(
+                f"No results of {', '.join(args.methods)} for these settings (files, seeds, sizes, sequence "
+                f"length): {args.readme}'s table is left as it is. Check the arguments against the recorded runs."
+            )
         if args.from_results and used:
             # The rows the table shows: a seed-independent method's later seeds are not among them.
             dates = sorted(r["date"][:10] for r in used)
@@ -1205,6 +1217,9 @@ def main(argv=None):
         )
         write_between_markers(args.readme, readme_section(summary, args.files, header), README_START, README_END)
         print(f"rewrote the compression table in {args.readme}")
+    if args.chart:  # Last: what was measured is recorded and tabled whatever drawing does.
+        title = f"bertzoo compression of fine-tuned MiniLM-L6 ({', '.join(args.files)}; seeds {args.seeds}), {date}"
+        chart(summary, Path(args.chart), title)
     return 0
 
 

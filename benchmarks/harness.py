@@ -39,6 +39,7 @@ import datetime
 import fcntl
 import functools
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -516,14 +517,37 @@ def print_table(rows, columns):
 # --- README sections ----------------------------------------------------------
 
 
+def check_markers(path, start, end):
+    """Raises `SystemExit` unless `path` is a file holding exactly one
+    `start` and one `end` marker line: checked before a benchmark measures,
+    not when it writes its table an hour later."""
+    path = Path(path)
+    if not path.is_file():
+        raise SystemExit(f"{path} does not exist: --readme takes the README whose table to rewrite.")
+    text = path.read_text()
+    if text.count(start) != 1 or text.count(end) != 1:
+        raise SystemExit(f"{path} needs exactly one {start} and one {end} line around the table.")
+
+
+def chart_or_none(path):
+    """`path` to draw a chart to, or None (said) where matplotlib is not
+    installed, so the benchmark still measures, records and rewrites its
+    table; None for an empty `path` too."""
+    if not path:
+        return None
+    if importlib.util.find_spec("matplotlib") is None:
+        print(f"matplotlib is not installed: no chart {path} (pip install matplotlib, or -e '.[bench]').", flush=True)
+        return None
+    return path
+
+
 def write_between_markers(path, section, start, end):
     """Replaces the text between the `start` and `end` marker lines of `path`
     with `section` (written to a temporary file, then renamed over `path`);
     a file without exactly one of each marker is a `SystemExit`, unchanged."""
+    check_markers(path, start, end)
     path = Path(path)
     text = path.read_text()
-    if text.count(start) != 1 or text.count(end) != 1:
-        raise SystemExit(f"{path} needs exactly one {start} and one {end} line around the table.")
     before, rest = text.split(start)
     _, after = rest.split(end)
     tmp = path.with_name(f".{path.name}.tmp")

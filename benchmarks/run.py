@@ -55,6 +55,8 @@ from pathlib import Path
 from benchmarks.harness import OUT
 from benchmarks.harness import RESULTS_FILE
 from benchmarks.harness import append_results
+from benchmarks.harness import chart_or_none
+from benchmarks.harness import check_markers
 from benchmarks.harness import command_line
 from benchmarks.harness import cpu_features
 from benchmarks.harness import fast_path_constant
@@ -475,6 +477,10 @@ def main(argv=None):
     modes = _csv(args.modes, list(MODES), "--modes")
     if args.runs < 1 or args.batch_size < 1 or args.sequence_length < 1:
         raise SystemExit("--runs, --batch-size and --sequence-length must be positive.")
+    if args.readme:  # Either table may be the one rewritten: both sets of markers, checked before measuring.
+        check_markers(args.readme, README_START, README_END)
+        check_markers(args.readme, GPU_README_START, GPU_README_END)
+    args.chart = chart_or_none(args.chart)
     config = backbone_config(args.preset)
     if args.sequence_length > config["max_sequence_length"]:
         raise SystemExit(

@@ -188,3 +188,13 @@ def test_machine_info_counts_the_usable_cores_and_records_the_thread_environment
     assert info["environment"]["OMP_NUM_THREADS"] == "3" and info["environment"]["TF_NUM_INTRAOP_THREADS"] == "2"
     assert "ONEDNN_MAX_CPU_ISA" not in info["environment"]  # Only the variables that are set.
     assert ", 1 cores (of 8)" in harness.machine()
+
+
+def test_without_matplotlib_a_benchmark_draws_no_chart_and_says_so(monkeypatch, capsys):
+    find_spec = harness.importlib.util.find_spec
+    monkeypatch.setattr(
+        harness.importlib.util, "find_spec", lambda name: None if name == "matplotlib" else find_spec(name)
+    )
+    assert harness.chart_or_none("benchmarks/out/peers.png") is None
+    assert "matplotlib is not installed: no chart benchmarks/out/peers.png" in capsys.readouterr().out
+    assert harness.chart_or_none("") is None

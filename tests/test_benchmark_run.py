@@ -122,6 +122,18 @@ def test_fewer_than_one_warmup_call_is_refused(monkeypatch, capsys):
     assert "at least 1" in " ".join(capsys.readouterr().out.split())
 
 
+def test_a_readme_without_its_tables_is_refused_before_anything_runs(monkeypatch, tmp_path):
+    # It was read after the measurements (an hour, at the defaults), then failed with a traceback.
+    monkeypatch.setattr(run, "run_worker", lambda args, **worker_args: pytest.fail("measured"))
+    monkeypatch.setattr(run, "missing", lambda name: None)
+    arguments = ["--models", "bertzoo", "--dtypes", "float32", "--chart", "", "--readme"]
+    with pytest.raises(SystemExit, match=r"READMEE.md does not exist"):
+        run.main(arguments + [str(tmp_path / "READMEE.md")])
+    (tmp_path / "README.md").write_text(f"{run.README_START}\n{run.README_END}\n")  # No GPU table.
+    with pytest.raises(SystemExit, match=r"exactly one <!-- benchmarks.run:gpu:start -->"):
+        run.main(arguments + [str(tmp_path / "README.md")])
+
+
 def test_the_libraries_take_turns_at_running_first(monkeypatch):
     asked = []
 
