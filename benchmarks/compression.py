@@ -101,6 +101,7 @@ import numpy as np
 
 from benchmarks.harness import OUT
 from benchmarks.harness import RESULTS_FILE
+from benchmarks.harness import SENTIMENT_FILES
 from benchmarks.harness import append_results
 from benchmarks.harness import chart_or_none
 from benchmarks.harness import check_markers
@@ -117,7 +118,7 @@ from benchmarks.harness import time_interleaved
 from benchmarks.harness import unrecorded
 from benchmarks.harness import write_between_markers
 
-FILES = ("amazon", "tweets", "nyt")
+FILES = SENTIMENT_FILES
 METHODS = ("distill", "hard", "prune90", "structured", "int8", "int8sq", "int8st", "int8w", "int8qat")
 # Seed-independent methods: measured once per file, recorded for every seed.
 UNSEEDED = ("int8", "int8sq", "int8st", "int8w")

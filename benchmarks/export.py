@@ -51,6 +51,7 @@ import tensorflow as tf
 
 import bertzoo
 from benchmarks.harness import RESULTS_FILE
+from benchmarks.harness import SENTIMENT_FILES
 from benchmarks.harness import append_results
 from benchmarks.harness import command_line
 from benchmarks.harness import minilm_path
@@ -134,11 +135,21 @@ def main(argv=None):
     parser.add_argument("--batches", default="1,32", help="batch sizes")
     parser.add_argument("--variants", default="float32", help="comma-separated: float32, int8, mixed_bfloat16")
     parser.add_argument("--output", type=Path, default=RESULTS_FILE, help="JSON lines file to append to")
-    parser.add_argument("--data", default="amazon", help="the ../shared sentiment file whose sentences are served")
+    parser.add_argument(
+        "--data",
+        default="amazon",
+        help=f"sentences served: a ../shared sentiment file ({', '.join(SENTIMENT_FILES)}; synthetic ones where "
+        "../shared is missing) or a TSV file's path",
+    )
     args = parser.parse_args(argv)
     batches = [int(b) for b in args.batches.split(",")]
 
-    sentiment = sentiment_path(args.data, required=False)
+    if args.data in SENTIMENT_FILES:
+        sentiment = sentiment_path(args.data, required=False)
+    elif Path(args.data).is_file():
+        sentiment = sentiment_path(data=args.data)
+    else:
+        parser.error(f"--data {args.data!r} is neither one of {', '.join(SENTIMENT_FILES)} nor a file.")
     texts = (
         load_rated_sentences(sentiment, max_rows=max(batches))[0] if sentiment else synthetic_sentiment(max(batches))[0]
     )

@@ -271,13 +271,16 @@ def minilm_path(required=True, purpose=None):
     return shared_path(MINILM, required, purpose)
 
 
+SENTIMENT_FILES = ("amazon", "tweets", "nyt")  # ../shared/data/sentiment/NAME.tsv
+
+
 def sentiment_path(name="amazon", data=None, required=True):
     """`data` when given (it must exist), else `../shared/data/sentiment/NAME.tsv`."""
     if data:
         if not Path(data).is_file():
             raise SystemExit(f"No data file at {data}.")
         return Path(data)
-    return shared_path(Path("data") / "sentiment" / f"{name}.tsv", required, "pass --data or provide the data")
+    return shared_path(Path("data") / "sentiment" / f"{name}.tsv", required, "the sentiment data")
 
 
 # --- Results ------------------------------------------------------------------

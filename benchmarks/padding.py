@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.harness import SENTIMENT_FILES
 from benchmarks.harness import append_results
 from benchmarks.harness import command_line
 from benchmarks.harness import minilm_path
@@ -30,7 +31,7 @@ from benchmarks.harness import print_table
 from benchmarks.harness import sentiment_path
 from benchmarks.harness import time_interleaved
 
-FILES = ("amazon", "tweets", "nyt")
+FILES = SENTIMENT_FILES
 
 
 def with_trim(model, flag, work):

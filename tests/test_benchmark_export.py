@@ -1,0 +1,12 @@
+"""benchmarks.export: `--data` names a shared sentiment file or a file's
+path; anything else is refused (it silently served synthetic sentences)."""
+
+import pytest
+
+from benchmarks import export
+
+
+def test_data_that_is_neither_a_shared_file_nor_a_path_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        export.main(["--data", "tweet"])  # A typo of "tweets".
+    assert "--data 'tweet' is neither one of amazon, tweets, nyt nor a file" in capsys.readouterr().err
