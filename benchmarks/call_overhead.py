@@ -163,6 +163,11 @@ def main(argv=None):
     unknown = sorted(set(libraries) - set(LIBRARIES))
     if unknown:
         raise SystemExit(f"Unknown libraries {unknown}: choose from {list(LIBRARIES)}.")
+    from benchmarks.harness import require  # (The harness imports no Keras.)
+
+    require(["jax"], "benchmarks.call_overhead (bertzoo and keras-hub on Keras's JAX backend)")
+    if "transformers" in libraries:
+        require(["torch", "transformers"], "--libraries transformers")
     if args.kernels and "transformers" in libraries and len(libraries) > 1:
         # Seen on an H100: after PyTorch's profiler has run, JAX's fails
         # ("CUPTI call error") for the rest of the process.

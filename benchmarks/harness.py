@@ -520,6 +520,16 @@ def print_table(rows, columns):
 # --- README sections ----------------------------------------------------------
 
 
+def require(packages, purpose):
+    """Raises `SystemExit` naming the `pip install` when one of `packages`
+    (import names) is not installed: before a benchmark builds anything."""
+    absent = [name for name in packages if importlib.util.find_spec(name) is None]
+    if absent:
+        pip_names = {"jax": "jax jaxlib"}
+        install = " ".join(pip_names.get(name, name) for name in absent)
+        raise SystemExit(f"{purpose} needs {', '.join(absent)}, which is not installed: pip install {install}.")
+
+
 def check_markers(path, start, end):
     """Raises `SystemExit` unless `path` is a file holding exactly one
     `start` and one `end` marker line: checked before a benchmark measures,

@@ -110,6 +110,9 @@ def main(argv=None):
         help="folder: after timing, a JAX profiler trace of 3 calls of each library's train_on_batch and gradients",
     )
     args = parser.parse_args(argv)
+    from benchmarks.harness import require  # (The harness imports no Keras.)
+
+    require(["jax"], "benchmarks.training_gap (Keras's JAX backend)")
     if "keras" in sys.modules and os.environ.get("KERAS_BACKEND") != "jax":
         raise SystemExit("Run this benchmark in its own process (python -m benchmarks.training_gap): it needs JAX.")
     if args.dtype not in ("float32", "bfloat16", "float16"):

@@ -198,3 +198,19 @@ def test_without_matplotlib_a_benchmark_draws_no_chart_and_says_so(monkeypatch, 
     assert harness.chart_or_none("benchmarks/out/peers.png") is None
     assert "matplotlib is not installed: no chart benchmarks/out/peers.png" in capsys.readouterr().out
     assert harness.chart_or_none("") is None
+
+
+def test_benchmarks_that_need_jax_or_torch_say_so_before_building_anything(monkeypatch):
+    from benchmarks import call_overhead
+    from benchmarks import training_gap
+
+    find_spec = harness.importlib.util.find_spec
+    hidden = {"jax", "torch"}
+    monkeypatch.setattr(harness.importlib.util, "find_spec", lambda name: None if name in hidden else find_spec(name))
+    with pytest.raises(SystemExit, match=r"training_gap .* needs jax, which is not installed: pip install jax jaxlib"):
+        training_gap.main(["--preset", "tiny"])
+    with pytest.raises(SystemExit, match=r"call_overhead .* needs jax"):
+        call_overhead.main(["--preset", "tiny"])
+    hidden = {"torch"}
+    with pytest.raises(SystemExit, match=r"--libraries transformers needs torch.*pip install torch"):
+        call_overhead.main(["--preset", "tiny", "--libraries", "transformers"])
