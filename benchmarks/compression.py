@@ -921,6 +921,9 @@ def parse_args(argv):
     parser.add_argument("--readme", type=Path, default=None, help="rewrite the compression table in this file")
     parser.add_argument("--no-record", action="store_true", help="do not append to results.jsonl")
     parser.add_argument(
+        "--results", type=Path, default=RESULTS_FILE, help="results file to append to and, with --from-results, read"
+    )
+    parser.add_argument(
         "--cached-only",
         action="store_true",
         help="train and time nothing: report the cached results made with these settings",
@@ -1170,14 +1173,14 @@ def main(argv=None):
     record = not (args.no_record or args.from_results)
 
     def record_new(found):
-        found = unrecorded("compression", found) if record else []
+        found = unrecorded("compression", found, path=args.results) if record else []
         if found:
-            append_results("compression", found, command)
+            append_results("compression", found, command, path=args.results)
         return len(found)
 
     for name in args.files:
         if args.from_results:
-            found, teachers[name] = recorded_rows(name, args)
+            found, teachers[name] = recorded_rows(name, args, path=args.results)
         else:
             found, teachers[name] = run_file(name, args, cache, on_trained=record_new)
         rows += found
@@ -1193,7 +1196,7 @@ def main(argv=None):
     date = time.strftime("%Y-%m-%d", time.gmtime())
     if record:
         recorded = record_new(rows)
-        print(f"appended {recorded} lines to benchmarks/results.jsonl ({len(rows) - recorded} recorded before)")
+        print(f"appended {recorded} lines to {args.results} ({len(rows) - recorded} recorded before)")
     if args.readme:
         measured = f"Measured {date} on {machine()}"
         used = [r for method in args.methods for r in measured_runs(rows, method)]

@@ -28,10 +28,9 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from benchmarks.harness import append_results
-from benchmarks.harness import command_line
 from benchmarks.harness import minilm_path
 from benchmarks.harness import print_table
+from benchmarks.harness import record
 from benchmarks.harness import sentiment_path
 from benchmarks.harness import time_interleaved
 from examples import distill_to_small as example
@@ -58,6 +57,7 @@ def main(argv=None):
     parser.add_argument("--sequence-length", type=int, default=64)
     parser.add_argument("--latency-runs", type=int, default=9)
     parser.add_argument("--output", default=None, help="default: a temporary directory")
+    parser.add_argument("--results", default=None, help="results file (default: benchmarks/results.jsonl)")
     args = parser.parse_args(argv)
 
     from bertzoo import Distiller
@@ -172,7 +172,7 @@ def main(argv=None):
     print(
         f"Total {time.perf_counter() - started:.0f} s, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
-    append_results("distillation", rows, command=command_line("benchmarks.distillation", argv))
+    record("distillation", rows, "benchmarks.distillation", argv, args.results)
     return rows
 
 

@@ -13,10 +13,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.harness import append_results
-from benchmarks.harness import command_line
 from benchmarks.harness import minilm_path
 from benchmarks.harness import print_table
+from benchmarks.harness import record
 from benchmarks.harness import sentiment_path
 from examples import finetune_classifier
 
@@ -27,6 +26,7 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--builtin", default="mini", help="built-in preset to fine-tune from scratch ('none' to skip)")
     argv = sys.argv[1:] if argv is None else argv
+    parser.add_argument("--results", default=None, help="results file (default: benchmarks/results.jsonl)")
     args = parser.parse_args(argv)
     data = sentiment_path("amazon", data=args.data)
     minilm = minilm_path(required=False)
@@ -55,7 +55,7 @@ def main(argv=None):
         "train_examples_per_second",
     ]
     print_table(rows, columns)
-    append_results("finetune", rows, command=command_line("benchmarks.finetune", argv))
+    record("finetune", rows, "benchmarks.finetune", argv, args.results)
 
 
 if __name__ == "__main__":

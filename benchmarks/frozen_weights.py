@@ -30,10 +30,9 @@ import os
 import statistics
 import sys
 
-from benchmarks.harness import append_results
-from benchmarks.harness import command_line
 from benchmarks.harness import machine
 from benchmarks.harness import print_table
+from benchmarks.harness import record
 from benchmarks.harness import time_interleaved
 from benchmarks.harness import token_batch
 from benchmarks.harness import worker_result
@@ -114,6 +113,7 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--sequence-length", dest="length", type=int, default=128)
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--results", default=None, help="results file (default: benchmarks/results.jsonl)")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     if args.worker:
@@ -149,8 +149,7 @@ def main(argv=None):
                 }
             )
     print_table(rows, ["dtype", "setting", "median_ms", "process_medians_ms", "speedup_vs_unset", "stale_outputs"])
-    append_results("frozen_weights", rows, command=command_line("benchmarks.frozen_weights", argv))
-    print("appended", len(rows), "lines to benchmarks/results.jsonl")
+    record("frozen_weights", rows, "benchmarks.frozen_weights", argv, args.results)
     return 0
 
 

@@ -604,7 +604,7 @@ def test_a_cached_teacher_of_other_training_settings_is_refused(tmp_path, monkey
 def test_a_readme_run_that_finds_no_results_leaves_the_table_and_a_bad_readme_stops_it_first(tmp_path, monkeypatch):
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{compression.README_START}\nthe published table\n{compression.README_END}\n")
-    monkeypatch.setattr(compression, "recorded_rows", lambda name, args: ([], {"accuracy": 0.9, "ms_b32": 100.0}))
+    monkeypatch.setattr(compression, "recorded_rows", lambda name, args, path: ([], {"accuracy": 0.9, "ms_b32": 100.0}))
     arguments = ["--from-results", "--files", "amazon", "--seeds", "7", "--chart", ""]
     with pytest.raises(SystemExit, match=r"No results of .* table is left as it is"):
         compression.main(arguments + ["--readme", str(readme)])  # It wrote an empty table and exited 0.

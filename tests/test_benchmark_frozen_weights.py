@@ -1,6 +1,7 @@
 """benchmarks.frozen_weights: TensorFlow's frozen-weights switch, timed and checked for stale outputs."""
 
 import argparse
+import json
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,12 @@ def test_an_unknown_dtype_policy_is_refused_before_any_worker_starts(monkeypatch
     with pytest.raises(SystemExit, match=r"--dtypes: no dtype policy in ' , '"):
         frozen_weights.main(["--dtypes", " , "])
     assert frozen_weights.dtype_policies("float32, mixed_bfloat16") == ["float32", "mixed_bfloat16"]
+
+
+def test_results_go_to_the_file_named(monkeypatch, tmp_path):
+    # It appended to the repository's benchmarks/results.jsonl whatever was asked (no --results).
+    monkeypatch.setattr(frozen_weights, "run_worker", lambda *args: {"median_ms": 10.0, "stale": False})
+    results = tmp_path / "mine.jsonl"
+    frozen_weights.main(["--dtypes", "float32", "--repeats", "1", "--runs", "1", "--results", str(results)])
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [row["setting"] for row in rows] == [f"{frozen_weights.SWITCH}={s}" for s in frozen_weights.SETTINGS]
