@@ -404,15 +404,11 @@ def _check_quantizable(model, mode, modes):
 
 def _weight_layers(model, include_embeddings):
     """A `Model.quantize` filter: the network's built Dense and (with
-    `include_embeddings`) Embedding layers. A task's preprocessor holds
-    (unbuilt) text layers that `Model.quantize` would otherwise visit."""
-    preprocessor = getattr(model, "preprocessor", None)
-    preprocessor_paths = set()
-    if preprocessor is not None:
-        preprocessor_paths = {layer.path for layer in private_api.flatten_layers(preprocessor, include_self=True)}
+    `include_embeddings`) Embedding layers. (A task's `quantize` leaves its
+    preprocessor's text layers out itself.)"""
 
     def select(layer):
-        if not layer.built or layer.path in preprocessor_paths:
+        if not layer.built:
             return False
         if isinstance(layer, keras.layers.Embedding):
             return include_embeddings
