@@ -17,8 +17,8 @@ the results log and the printed table.
 - `append_results(benchmark, rows, command)`: one JSON line per row in
   `benchmarks/results.jsonl` (append-only), stamped with the date, the
   machine (CPU model and flags, usable cores, the thread and kernel
-  environment variables that are set, GPUs), library versions, load
-  average and the command; `unrecorded(benchmark, rows)`: the rows not
+  environment variables that are set, GPUs), library versions, the
+  checkout's commit, load average, the command and a run id; `unrecorded(benchmark, rows)`: the rows not
   recorded there yet with the same figures.
 - `run_module(module, arguments)` / `worker_result(...)`: a benchmark's
   worker in a fresh process, and the JSON line it printed.
@@ -390,11 +390,44 @@ def library_versions(names=VERSIONED):
     return found
 
 
+# Which code produced the checkout's figures: the tracked paths whose changes can move them.
+CODE_PATHS = ("bertzoo", "benchmarks", "examples", "presets", "pyproject.toml")
+
+
+@functools.cache
+def code_version():
+    """The checkout's commit (`{"commit": 40 hex digits, "modified": bool}`,
+    `modified` when the tracked files under `CODE_PATHS` differ from it), or
+    None outside a git checkout: a row then says which code made it, which
+    the version number (the same for every commit) does not."""
+    git = shutil.which("git")
+    if git is None:
+        return None
+
+    def output(*arguments):
+        done = subprocess.run([git, "-C", str(ROOT), *arguments], capture_output=True, text=True, timeout=60)
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = output("rev-parse", "--verify", "HEAD")
+    if not commit:
+        return None
+    changes = output("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
+    return {"commit": commit, "modified": bool(changes)}
+
+
+@functools.cache
+def run_id():
+    """One id per benchmark process (UTC start time and process id): the rows
+    a run appends, over one or several calls of `append_results`, share it."""
+    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{started}-{os.getpid()}"
+
+
 def machine_info():
     """The machine and software a result was measured with: `cores` is what
     this process may use (`usable_cores`), `cpu_count` what the machine has,
     `environment` the kernel-choosing variables that are set
-    (`kernel_environment`)."""
+    (`kernel_environment`), `code` the checkout's commit (`code_version`)."""
     return {
         "cpu": cpu_model(),
         "cpu_flags": cpu_features(),
@@ -404,6 +437,7 @@ def machine_info():
         "gpus": nvidia_gpus(),
         "python": platform.python_version(),
         "versions": library_versions(),
+        "code": code_version(),
     }
 
 
@@ -430,16 +464,17 @@ def _relative_to_root(argument):
 
 
 # What `append_results` stamps on every line: not part of a result.
-STAMP_KEYS = ("date", "benchmark", "machine", "machine_info", "load_average_1m", "command")
+STAMP_KEYS = ("date", "benchmark", "machine", "machine_info", "load_average_1m", "command", "run_id")
 
 
 def append_results(benchmark, rows, command, path=RESULTS_FILE):
     """Appends one JSON line per row to `path`, each stamped with the date,
     benchmark, machine (a string, as in older rows), machine details
-    (`machine_info`), load average and command. The file is append-only:
+    (`machine_info`, the commit among them), load average, command and the
+    process's `run_id`. The file is append-only:
     older rows keep their own shape."""
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    values = (date, benchmark, machine(), machine_info(), round(os.getloadavg()[0], 2), command)
+    values = (date, benchmark, machine(), machine_info(), round(os.getloadavg()[0], 2), command, run_id())
     stamp = dict(zip(STAMP_KEYS, values))
     payload = "".join(json.dumps({**stamp, **row}) + "\n" for row in rows).encode()
     if not payload:

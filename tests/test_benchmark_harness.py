@@ -2,6 +2,7 @@
 
 import json
 import os
+import subprocess
 
 import pytest
 
@@ -92,6 +93,24 @@ def test_results_writer_appends_rows_with_machine_info(tmp_path):
     info = new["machine_info"]
     assert info["cpu"] and info["cores"] >= 1 and isinstance(info["cpu_flags"], list)
     assert {"bertzoo", "keras"} <= set(info["versions"])
+    # Which run and which code: the rows of one process share a run id, and the commit is the checkout's.
+    harness.append_results("demo", [{"x": 3}], "python -m benchmarks.demo --runs 1", path=path)
+    ids = {r["run_id"] for r in harness.read_results(path, benchmark="demo")}
+    assert len(ids) == 1 and str(os.getpid()) in ids.pop()
+    head = subprocess.run(["git", "-C", str(harness.ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:  # A git checkout (not an unpacked archive).
+        assert info["code"]["commit"] == head.stdout.strip() and isinstance(info["code"]["modified"], bool)
+    # The stamp is not a figure: the same result under another run id is recorded already.
+    assert harness.unrecorded("demo", [{"x": 3}, {"x": 4}], path=path) == [{"x": 4}]
+
+
+def test_the_code_version_is_none_outside_a_git_checkout(tmp_path, monkeypatch):
+    monkeypatch.setattr(harness, "ROOT", tmp_path)
+    harness.code_version.cache_clear()
+    try:
+        assert harness.code_version() is None
+    finally:
+        harness.code_version.cache_clear()
 
 
 def test_recorded_commands_name_checkout_paths_relative_to_it(tmp_path):
