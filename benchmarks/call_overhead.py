@@ -163,11 +163,6 @@ def main(argv=None):
     unknown = sorted(set(libraries) - set(LIBRARIES))
     if unknown:
         raise SystemExit(f"Unknown libraries {unknown}: choose from {list(LIBRARIES)}.")
-    from benchmarks.harness import require  # (The harness imports no Keras.)
-
-    require(["jax"], "benchmarks.call_overhead (bertzoo and keras-hub on Keras's JAX backend)")
-    if "transformers" in libraries:
-        require(["torch", "transformers"], "--libraries transformers")
     if args.kernels and "transformers" in libraries and len(libraries) > 1:
         # Seen on an H100: after PyTorch's profiler has run, JAX's fails
         # ("CUPTI call error") for the rest of the process.
@@ -175,6 +170,12 @@ def main(argv=None):
             "--kernels profiles PyTorch and JAX in separate runs (PyTorch's profiler keeps the GPU's "
             "tracing library from JAX's): run `--libraries transformers` and `--libraries bertzoo,keras_hub` apart."
         )
+    # After the argument checks, so a bad command is told so on any machine.
+    from benchmarks.harness import require  # (The harness imports no Keras.)
+
+    require(["jax"], "benchmarks.call_overhead (bertzoo and keras-hub on Keras's JAX backend)")
+    if "transformers" in libraries:
+        require(["torch", "transformers"], "--libraries transformers")
     if "keras" in sys.modules and os.environ.get("KERAS_BACKEND") != "jax":
         raise SystemExit(
             "Run this benchmark in its own process (python -m benchmarks.call_overhead): it needs Keras on JAX."
