@@ -251,7 +251,7 @@ def test_export_metadata_describes_signatures_and_needed_ops(exported, trained):
     assert metadata["max_sequence_length"] == MAX_SEQUENCE_LENGTH
     assert metadata["custom_ops"] == TF_TEXT_OPS == custom_ops(exported)
     assert metadata["signatures"]["serving_default"] == {
-        "inputs": {"text": {"dtype": "string", "shape": [-1]}},
+        "inputs": {"text": {"dtype": "string", "shape": None}},  # Any shape: flattened by the signature.
         "outputs": {
             "label_ids": {"dtype": "int32", "shape": [-1]},
             "label_names": {"dtype": "string", "shape": [-1]},
@@ -261,7 +261,7 @@ def test_export_metadata_describes_signatures_and_needed_ops(exported, trained):
     }
     assert metadata["signatures"]["serving_tokenized"]["inputs"]["token_ids"] == {"dtype": "int32", "shape": [-1, -1]}
     summary = describe_export(exported)
-    assert "serving_pairs(text: string[-1], text_pair: string[-1])" in summary
+    assert "serving_pairs(text: string[any shape], text_pair: string[any shape])" in summary
     assert "import tensorflow_text" in summary
     # The variables hold the Keras weights exactly.
     served = tf.saved_model.load(str(exported))
@@ -548,6 +548,14 @@ def test_built_in_tasks_serve_their_own_raw_inputs_and_outputs(kind, tmp_path):
         assert outputs["end"].numpy().tolist() == [e["end"] for e in expected]
         np.testing.assert_allclose(outputs["score"].numpy(), [e["score"] for e in expected], rtol=1e-5)
         assert "TFText>FastWordpieceDetokenize" in read_export_metadata(path)["custom_ops"]
+        # Other ranks are flattened: a column of contexts (what df[["context"]] gives) answers the same,
+        # and a scalar pair is a batch of one (a [n, 1] column once reached the body unflattened).
+        column = served["serving_default"](
+            question=tf.constant(questions), context=tf.constant([[c] for c in contexts])
+        )
+        assert column["answer"].numpy().tolist() == outputs["answer"].numpy().tolist()
+        one = served["serving_default"](question=tf.constant(questions[0]), context=tf.constant(contexts[0]))
+        assert one["answer"].numpy().tolist() == outputs["answer"].numpy()[:1].tolist()
     elif kind == "token_classifier":  # One label per word, as predict_words gives.
         # Unicode spaces (no-break, ideographic) separate words in both, as in str.split().
         sentences = ["Anna visits Oslo today", "Olaf\u00a0left\u3000", ""]
@@ -561,6 +569,11 @@ def test_built_in_tasks_serve_their_own_raw_inputs_and_outputs(kind, tmp_path):
             assert [row[: len(e)] for row, e in zip(names, expected)] == expected
             assert [row[len(e) :] for row, e in zip(names, expected)] == [[None] * (4 - len(e)) for e in expected]
             assert outputs["words"].numpy()[0].tolist() == [b"Anna", b"visits", b"Oslo", b"today"]
+        # One sentence's words, not a batch of them: refused with the shape expected.
+        with pytest.raises(
+            tf.errors.InvalidArgumentError, match=r"`words` must be a string tensor of shape \[batch, n\]"
+        ):
+            served["serving_words"](words=tf.constant(["Anna", "visits"]))
     else:
         contexts = ["He was hungry,", "She opened the umbrella"]
         choices = [["so he ate.", "so he slept."], ["because it rained.", "because it was dry."]]
@@ -569,6 +582,16 @@ def test_built_in_tasks_serve_their_own_raw_inputs_and_outputs(kind, tmp_path):
         np.testing.assert_allclose(outputs["logits"].numpy(), reference, atol=1e-5)
         np.testing.assert_array_equal(outputs["label_ids"].numpy(), reference.argmax(-1))
         assert served["serving_tokenized"].structured_input_signature[1]["token_ids"].shape.as_list() == [None, 2, None]
+        column = served["serving_default"](context=tf.constant([[c] for c in contexts]), choices=tf.constant(choices))
+        np.testing.assert_allclose(column["logits"].numpy(), reference, atol=1e-5)
+        one = served["serving_default"](context=tf.constant(contexts[0]), choices=tf.constant(choices[:1]))
+        np.testing.assert_allclose(one["logits"].numpy(), reference[:1], atol=1e-5)
+        with pytest.raises(
+            tf.errors.InvalidArgumentError, match=r"`choices` must be a string tensor of shape \[batch, 2\]"
+        ):
+            served["serving_default"](
+                context=tf.constant(contexts[:1]), choices=tf.constant([[c[0] for c in choices]]).numpy()[0]
+            )
 
 
 class TokenTagger(bertzoo.Task):
@@ -640,7 +663,7 @@ def test_backbone_export_is_bertzoos_export_not_keras(tmp_path):
 def test_cli_export_prints_the_signatures_and_reports_errors(cli_export, tmp_path, capsys, monkeypatch):
     preset, out, printed = cli_export  # Served by the fresh process in the first test.
     assert f"SavedModel at {out}" in printed
-    assert "serving_default(text: string[-1])" in printed and "label_names: string[-1]" in printed
+    assert "serving_default(text: string[any shape])" in printed and "label_names: string[-1]" in printed
     assert cli.main(["export", str(preset), str(out)]) == 1
     assert "already exists. Pass overwrite=True (CLI: --overwrite)" in capsys.readouterr().err
     (tmp_path / "ready").mkdir()  # An empty directory made for the export is no reason to refuse.

@@ -23,9 +23,13 @@ Texts are tokenized and truncated to the preprocessor's `sequence_length`
 exactly as in `Task.predict` (empty strings give `[CLS] [SEP]`; invalid UTF-8
 bytes are replaced and dropped; an empty batch gives empty outputs); then the
 batch is cut to its longest row: trailing padding columns are dropped, which
-changes no prediction but saves compute. A scalar string is served as a
-batch of one (TensorFlow does not enforce a loaded signature's ranks, so
-other ranks are flattened). Tokenized inputs may have any length from 1 to
+changes no prediction but saves compute. Text inputs are declared of any
+shape (the export's metadata says `"shape": null`) and shaped by the
+signature itself: a text input (`text`, `question`, `context`) is
+flattened (a scalar string is a batch of one, a `[n, 1]` column `n`
+texts); a matrix input (multiple choice's `choices`, `[batch,
+num_choices]`; the tagger's `words`, `[batch, words]`) of another shape
+fails with an `InvalidArgumentError` naming the shape expected. Tokenized inputs may have any length from 1 to
 the backbone's `max_sequence_length`; longer rows, ids outside the
 vocabulary, segment ids outside `[0, num_segments)` or mismatched shapes fail
 with an `InvalidArgumentError` naming the problem, and the server stays up.
@@ -280,9 +284,13 @@ def describe_export(path):
     """A few lines listing an export's signatures, inputs and outputs."""
     metadata = read_export_metadata(path)
     lines = [f"SavedModel at {path}"]
+
+    def described(v):
+        return f"{v['dtype']}{'[any shape]' if v['shape'] is None else v['shape']}"
+
     for name, signature in metadata["signatures"].items():
-        inputs = ", ".join(f"{k}: {v['dtype']}{v['shape']}" for k, v in signature["inputs"].items())
-        outputs = ", ".join(f"{k}: {v['dtype']}{v['shape']}" for k, v in signature["outputs"].items())
+        inputs = ", ".join(f"{k}: {described(v)}" for k, v in signature["inputs"].items())
+        outputs = ", ".join(f"{k}: {described(v)}" for k, v in signature["outputs"].items())
         lines.append(f"  {name}({inputs})\n      -> {outputs}")
     text_ops = [op for op in metadata["custom_ops"] if not _is_onednn_op(op)]
     onednn_ops = [op for op in metadata["custom_ops"] if _is_onednn_op(op)]
@@ -404,7 +412,12 @@ def _signature_specs(path):
     saved_model = private_api.read_saved_model_proto(path)
 
     def spec(info):
-        shape = [-1 if d.size < 0 else int(d.size) for d in info.tensor_shape.dim]
+        # None: declared of any shape (text inputs, whose body flattens or checks them; see `string_function`).
+        shape = (
+            None
+            if info.tensor_shape.unknown_rank
+            else [-1 if d.size < 0 else int(d.size) for d in info.tensor_shape.dim]
+        )
         return {"dtype": tf.dtypes.as_dtype(info.dtype).name, "shape": shape}
 
     signatures = {}

@@ -235,7 +235,7 @@ class BertMultipleChoice(Task):
             return functions
 
         def choose(context, choices):
-            context, choices = same_size(tf.reshape(context, [-1]), choices, "context", "choices", rows=True)
+            context, choices = same_size(context, choices, "context", "choices", rows=True)
             return serving.run(self.preprocess((context, choices), preprocessor=preprocessor))
 
         functions["serving_default"] = string_function(choose, context=[None], choices=[None, self.num_choices])

@@ -732,7 +732,7 @@ class BertQuestionAnswerer(Task):
             return functions
 
         def answer(question, context):
-            question, context = same_size(tf.reshape(question, [-1]), tf.reshape(context, [-1]), "question", "context")
+            question, context = same_size(question, context, "question", "context")
             features, windows = question_windows(tokenizer, question, context, preprocessor.sequence_length, stride)
             features = trim_padding(as_int32(features))
             logits = serving_call(self, features)

@@ -487,7 +487,7 @@ class BertTokenClassifier(Task):
             return serving.finish(result)
 
         def sentences(text):
-            return words(tf_text.regex_split(tf.reshape(text, [-1]), _WHITESPACE).to_tensor(""))
+            return words(tf_text.regex_split(text, _WHITESPACE).to_tensor(""))
 
         functions["serving_default"] = string_function(sentences, text=[None])
         functions["serving_words"] = string_function(words, words=[None, None])

@@ -306,14 +306,12 @@ class TextServing:
         return {"serving_default": self.tokenized_function(), "serving_tokenized": self.tokenized_function()}
 
     # --- Bodies -----------------------------------------------------------
-    # The signatures declare 1-D string inputs, but a loaded signature does
-    # not check ranks at run time, so the rank is made explicit: a scalar
-    # string is a batch of one, higher ranks are flattened (row-major).
+    # `string_function` hands them 1-D string inputs (other ranks flattened).
     def text(self, text):
-        return self.run(self.preprocess(tf.reshape(text, [-1])))
+        return self.run(self.preprocess(text))
 
     def pairs(self, text, text_pair):
-        text, text_pair = same_size(tf.reshape(text, [-1]), tf.reshape(text_pair, [-1]), "text", "text_pair")
+        text, text_pair = same_size(text, text_pair, "text", "text_pair")
         return self.run(self.preprocess((text, text_pair)))
 
     def run(self, features):
@@ -422,9 +420,42 @@ def trim_padding(features, *others, multiple=None):
 
 def string_function(body, **inputs):
     """`tf.function(body)` over string inputs of the given names and shapes,
-    e.g. `string_function(answer, question=[None], context=[None])`."""
-    specs = [tf.TensorSpec(shape, tf.string, name=name) for name, shape in inputs.items()]
-    return named_function(body.__name__, body, specs)
+    e.g. `string_function(answer, question=[None], context=[None])`.
+
+    The signature declares the inputs of any rank and `body` gets them in the
+    shapes given: a 1-D input flattened (a scalar is a batch of one), a
+    higher-rank one checked, with an error naming the shape expected. (A
+    loaded signature does not check the declared shapes, and with a declared
+    `[None]` TensorFlow's graph optimizer drops a `reshape(x, [-1])` as a
+    no-op, so a `[n, 1]` input reached the body unflattened.)"""
+    names = list(inputs)
+    specs = [tf.TensorSpec(None, tf.string, name=name) for name in names]
+
+    def shaped(*values):
+        return body(*(_as_shape(value, inputs[name], name) for name, value in zip(names, values)))
+
+    shaped.__name__ = body.__name__
+    return named_function(body.__name__, shaped, specs)
+
+
+def _as_shape(value, shape, name):
+    if len(shape) == 1:
+        return tf.reshape(value, [-1])
+    expected = "[" + ", ".join("batch" if i == 0 else "n" if d is None else str(d) for i, d in enumerate(shape)) + "]"
+    message = f"`{name}` must be a string tensor of shape {expected}"
+    if len(shape) == 2:
+        message += f" (one row per example: a single example is [[...]], shape {expected.replace('batch', '1')})"
+    # The sizes are compared only where the rank is right (`tf.shape(value)[i]` would fail first otherwise).
+    actual = tf.shape(value)
+    fits = tf.equal(tf.size(actual), len(shape))
+    for i, d in enumerate(shape):
+        if d is not None:
+            fits = tf.logical_and(
+                fits, tf.equal(tf.gather(tf.concat([actual, tf.zeros([len(shape)], actual.dtype)], 0), i), d)
+            )
+    check = tf.debugging.Assert(fits, [message, "got shape", actual])
+    with tf.control_dependencies([check]):
+        return tf.ensure_shape(tf.identity(value), shape)
 
 
 def named_function(name, body, specs):
