@@ -657,6 +657,25 @@ def test_impossible_configurations_raise_value_errors(overrides, message):
         BertBackbone(**{**BASE, **overrides})
 
 
+def test_misspelled_keyword_arguments_are_refused_not_dropped():
+    # Keras's functional constructor drops unknown keywords: `num_layer=2` built the default depth silently.
+    with pytest.raises(
+        TypeError, match=r"BertBackbone got unexpected keyword arguments: `num_layer` \(did you mean `num_layers`\?\)"
+    ):
+        BertBackbone(**BASE, num_layer=2)
+    backbone = BertBackbone(**BASE, name="encoder", trainable=False)  # Keras's own keywords still pass.
+    assert backbone.name == "encoder" and not backbone.trainable
+    with pytest.raises(
+        TypeError,
+        match=r"BertClassifier got unexpected keyword arguments: `num_class` \(did you mean `num_classes`\?\)",
+    ):
+        bertzoo.BertClassifier(backbone, num_classes=2, num_class=3)
+    # A student config with a typo is the same mistake (it was a full-depth copy of the teacher).
+    teacher = bertzoo.BertClassifier(BertBackbone(**BASE), num_classes=2)
+    with pytest.raises(TypeError, match="did you mean `num_layers`"):
+        bertzoo.init_student_from_teacher(teacher, {"num_layer": 2})
+
+
 def test_head_dim_lifts_the_divisibility_rule():
     model = BertBackbone(**{**BASE, "hidden_dim": 18, "num_heads": 4, "head_dim": 4})
     assert tuple(model.attention_blocks[0].query_dense.kernel.shape) == (18, 16)

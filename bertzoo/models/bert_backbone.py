@@ -11,6 +11,7 @@ from bertzoo.models.backbone import Backbone
 from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
 from bertzoo.utils.checks import check_config_keys
+from bertzoo.utils.checks import check_keyword_arguments
 from bertzoo.utils.checks import check_positive_int
 from bertzoo.utils.checks import check_positive_number
 from bertzoo.utils.checks import check_rate
@@ -298,6 +299,7 @@ class BertBackbone(Backbone):
         **kwargs,
     ):
         # === Validate the configuration ===
+        check_keyword_arguments(type(self), kwargs)
         check_float_policy(dtype)
         checked = check_backbone_arguments(
             vocabulary_size,

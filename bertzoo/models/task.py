@@ -34,6 +34,7 @@ from bertzoo.saving.serialization import quantize_layers
 from bertzoo.saving.serialization import quantized_policy_map
 from bertzoo.text.normalization import non_text_message
 from bertzoo.utils.checks import check_config_keys
+from bertzoo.utils.checks import check_keyword_arguments
 from bertzoo.utils.checks import constructor_arguments
 from bertzoo.utils.checks import public_settings
 from bertzoo.utils.checks import vocabulary_overflow
@@ -273,6 +274,7 @@ class Task(
     weightless_head_arguments = ("dropout",)
 
     def __init__(self, *args, backbone, preprocessor=None, **kwargs):
+        check_keyword_arguments(type(self), kwargs, also=("inputs", "outputs"))
         check_preprocessor_fits(backbone, preprocessor)
         head_dtype = kwargs.get("dtype")
         if isinstance(head_dtype, dict) and head_dtype.get("class_name") == "DTypePolicyMap":

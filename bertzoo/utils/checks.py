@@ -1,5 +1,6 @@
 """Small helpers for argument and input validation."""
 
+import difflib
 import inspect
 import math
 import os
@@ -126,6 +127,24 @@ def constructor_arguments(cls):
         for name, p in inspect.signature(cls.__init__).parameters.items()
         if name != "self" and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     }
+
+
+def check_keyword_arguments(cls, kwargs, also=()):
+    """Raises TypeError for a keyword argument neither `cls.__init__` nor the
+    Keras model base takes (`name`, `trainable`, `dtype`, and `also`): Keras's
+    functional constructor drops unknown ones silently, so a misspelled
+    `num_layer=2` would build the default model without a word."""
+    taken = set(constructor_arguments(cls)) | {"name", "trainable", "dtype", *also}
+    unknown = [key for key in kwargs if key not in taken]
+    if unknown:
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, sorted(taken), n=1)
+            hints.append(f"`{key}`" + (f" (did you mean `{close[0]}`?)" if close else ""))
+        raise TypeError(
+            f"{cls.__name__} got unexpected keyword arguments: {', '.join(hints)}. "
+            f"It takes {', '.join(sorted(set(constructor_arguments(cls)) | {'name', 'trainable', 'dtype'}))}."
+        )
 
 
 def check_config_keys(cls, config, provided=(), common=("name", "trainable", "dtype")):
