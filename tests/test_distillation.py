@@ -773,6 +773,13 @@ def test_minilm_recipe_distills_relations_across_widths(distilled):
         ({"epochs": 1.5}, "`epochs` must be an int >= 0 or one per stage"),
         ({"seed": "a"}, "`seed` must be an integer >= 0, got 'a'"),
         ({"pruner": "x"}, "`pruner` must be a bertzoo.Pruner of the student"),
+        # Multiple choice's (contexts, choices): the recipes read single texts; the message names the way.
+        (
+            {"x": (["a context"], [["one", "two"]])},
+            r"For text pairs, multiple choice .*Distiller\(teacher, student\)\.fit",
+        ),
+        # A Distiller setting goes through (and a misspelled one is refused before anything trains).
+        ({"relation_head": 2}, r"intermediate stage cannot run, so nothing was trained: Unrecognized keyword"),
     ],
 )
 def test_recipe_argument_errors(pair, kwargs, match):
@@ -834,6 +841,26 @@ def test_heads_that_give_no_logits_are_refused(head):
     ):
         Distiller(teacher, student)
     Distiller(teacher, student, soft_target_weight=0.0, alpha=1.0)  # Hard labels and layers only: nothing to refuse.
+
+
+def test_a_recipe_checks_every_stage_before_training_and_passes_distiller_settings_through():
+    keras.utils.set_random_seed(2)
+    teacher = bertzoo.BertClassifier(classifier().backbone, 1, preprocessor=preprocessor())  # Regression: 1 value.
+    student = bertzoo.BertClassifier(classifier(num_layers=1).backbone, 1, preprocessor=preprocessor())
+    before = weights_of(student)
+    texts, labels = ["good film", "bad film", "great cast", "dull plot"], np.asarray([1.0, 0.0, 1.0, 0.0], "float32")
+    # The predictions stage refuses a regression head's soft targets: before the intermediate stage trained
+    # (it trained first, then failed, and the error's fix was no argument of distill()).
+    with pytest.raises(ValueError, match=r"'tinybert' recipe's predictions stage cannot run, so nothing was trained"):
+        bertzoo.distill(teacher, student, texts, labels, epochs=1, batch_size=2, verbose=0)
+    for a, b in zip(before, weights_of(student)):
+        np.testing.assert_array_equal(a, b)
+    # The fix it names, through distill(): the intermediate layers, then the labels (no soft targets).
+    histories = bertzoo.distill(
+        teacher, student, texts, labels, epochs=1, batch_size=2, verbose=0, soft_target_weight=0.0
+    )
+    assert list(histories) == ["intermediate", "predictions"]
+    assert any(not np.array_equal(a, b) for a, b in zip(before, weights_of(student)))
 
 
 def test_log_probabilities_distill_like_logits():

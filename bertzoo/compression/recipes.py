@@ -103,7 +103,11 @@ def as_texts(x, what):
         )
     texts = list(x)
     if not all(isinstance(t, str) for t in texts):
-        raise ValueError(f"`{what}` must hold strings only: the recipes read raw text.")
+        raise ValueError(
+            f"`{what}` must hold strings only: the recipes read single raw texts (a classifier's, a tagger's "
+            "sentences). For text pairs, multiple choice or question answering, fit a bertzoo.Distiller on the "
+            "task's own inputs, e.g. Distiller(teacher, student).fit((contexts, choices), labels)."
+        )
     return texts
 
 
@@ -159,6 +163,7 @@ def distill(
     seed=0,
     verbose="auto",
     pruner=None,
+    **distiller_options,
 ):
     """Distills `teacher` into `student` with a named recipe; returns the histories.
 
@@ -187,6 +192,14 @@ def distill(
         pruner: a `bertzoo.Pruner` attached to `student` (e.g.
             `Pruner.holding_zeros(student)`, to keep a pruned student's
             zeros): every stage's trainer carries it (`prepare_trainer`).
+        **distiller_options: `Distiller` settings for every stage, over the
+            recipe's own (e.g. `relation_heads=2` for `"minilm"`, or
+            `soft_target_weight=0` for a regression head, whose outputs
+            have no soft targets).
+
+    Every stage's `Distiller` is built, and so checked, before the first
+    stage trains: a setting a later stage refuses fails before the student
+    changes.
 
     Example:
     ```python
@@ -217,7 +230,7 @@ def distill(
     # Soft targets everywhere when there are unlabelled texts (or no labels).
     labelled = (texts, np.asarray(y)) if y is not None and len(unlabelled) == len(texts) else None
 
-    histories = {}
+    runs = []
     for (name, options), stage_epochs in zip(stages, epochs):
         if not stage_epochs:
             continue
@@ -225,7 +238,17 @@ def distill(
         data = (unlabelled,)
         if name == "predictions" and labelled is not None:
             options["alpha"], data = 0.5, labelled
-        distiller = Distiller(teacher, student, **options)
+        options.update(distiller_options)
+        try:
+            runs.append((name, Distiller(teacher, student, **options), data, stage_epochs))
+        except ValueError as e:
+            raise ValueError(
+                f"The {recipe!r} recipe's {name} stage cannot run, so nothing was trained: {e} (Through "
+                "distill(), pass Distiller settings as its keyword arguments, applied to every stage, or skip "
+                "this stage with one epoch count per stage, 0 for it.)"
+            ) from e
+    histories = {}
+    for name, distiller, data, stage_epochs in runs:
         with strategy_scope_of(distiller):  # The student's tf.distribute strategy, if any.
             distiller.compile(optimizer=bert_optimizer(learning_rate))
         if pruner is not None:
