@@ -142,9 +142,9 @@ def test_numeric_labels_are_numbers_and_whole_ones_are_ints(tmp_path):
 def test_a_numeric_label_that_is_nan_or_infinite_is_an_error(tmp_path):
     for name, value in [("nan.csv", "nan"), ("inf.csv", "-inf"), ("big.csv", "1e999")]:
         path = write(tmp_path / name, f"text,label\na,1\nb,{value}\n")
-        with pytest.raises(ValueError, match=rf"{name}: label '{value}' is not a finite number"):
+        with pytest.raises(ValueError, match=rf"{name}:3: label '{value}' is not a finite number"):
             load_labelled_texts(path)
-    with pytest.raises(ValueError, match=r"j\.jsonl: label nan is not a finite number"):
+    with pytest.raises(ValueError, match=r"j\.jsonl:1: label nan is not a finite number"):
         load_labelled_texts(write(tmp_path / "j.jsonl", '{"text": "a", "label": NaN}\n{"text": "b", "label": 1}\n'))
     with pytest.raises(ValueError, match=r"r\.tsv: label 'nan' is not a finite number: a label threshold needs"):
         threshold_labels(["a", "b"], ["1.5", "nan"], 0.0, source="r.tsv")
@@ -232,6 +232,19 @@ def test_a_home_relative_path_is_expanded_and_a_directory_is_named_as_one(tmp_pa
     assert load_texts("~/texts.tsv") == ["good"]
     with pytest.raises(IsADirectoryError, match="is a directory; expected a .tsv, .csv or .jsonl file"):
         load_texts(tmp_path)
+
+
+def test_a_repeated_jsonl_key_a_list_label_and_one_column_for_both_roles_are_refused(tmp_path):
+    twice = write(
+        tmp_path / "twice.jsonl", '{"text": "a", "label": 1}\n{"text": "first", "text": "second", "label": 0}\n'
+    )
+    with pytest.raises(ValueError, match=r"twice\.jsonl:2: the key 'text' appears more than once on this line"):
+        load_labelled_texts(twice)  # Read as "second" before, where a CSV's repeated header is refused.
+    listed = write(tmp_path / "listed.jsonl", '{"text": "a", "label": 1}\n\n{"text": "b", "label": [1]}\n')
+    with pytest.raises(ValueError, match=r"listed\.jsonl:3: labels must be numbers or strings, got \[1\]"):
+        load_labelled_texts(listed)
+    with pytest.raises(ValueError, match=r"The text and the label column are both 'label'.*--text-column"):
+        load_labelled_texts(twice, text_column="label")
 
 
 def test_a_repeated_header_name_is_an_error_and_mixed_labels_keep_one_spelling_per_number(tmp_path):

@@ -73,6 +73,22 @@ def _rows(path, kind):
             raise not_utf8_error(path) from None
 
 
+class _RepeatedKey(Exception):
+    def __init__(self, key):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs):
+    """A JSON object as a dict, refusing a key given twice (as a TSV/CSV header's repeated name is)."""
+    row = {}
+    for key, value in pairs:
+        if key in row:
+            raise _RepeatedKey(key)
+        row[key] = value
+    return row
+
+
 def _json_rows(f, path):
     """JSON Lines: one object per line, blank lines skipped."""
     for line_number, line in enumerate(f, start=1):
@@ -84,7 +100,12 @@ def _json_rows(f, path):
             "Write one object per line (with Python: json.dumps(row) per line)."
         )
         try:
-            row = json.loads(line)
+            row = json.loads(line, object_pairs_hook=_unique_keys)
+        except _RepeatedKey as e:
+            raise ValueError(
+                f"{path}:{line_number}: the key {e.key!r} appears more than once on this line (JSON keeps the last "
+                "silently); keep one."
+            ) from None
         except json.JSONDecodeError as e:
             shown = hint if line.lstrip().startswith(("[", "{")) and line_number == 1 else ""
             raise ValueError(f"{path}:{line_number}: not valid JSON ({e.msg}).{shown}") from None
@@ -212,8 +233,13 @@ def load_labelled_texts(path, text_column="text", label_column="label"):
     texts, labels = load_labelled_texts("train.tsv", text_column="sentence", label_column="label")
     ```
     """
-    path, texts, labels = _read_columns(path, text_column, label_column)
-    return texts, _as_numbers_if_possible(labels, path)
+    if text_column == label_column:
+        raise ValueError(
+            f"The text and the label column are both {text_column!r}: the model would read its labels as text. "
+            "Name two columns (--text-column and --label-column; Python: text_column=, label_column=)."
+        )
+    path, texts, labels, lines = _read_columns(path, text_column, label_column)
+    return texts, _as_numbers_if_possible(labels, path, lines)
 
 
 def load_texts(path, text_column="text", option="text"):
@@ -231,14 +257,14 @@ def load_texts(path, text_column="text", option="text"):
 
 
 def _read_columns(path, text_column, label_column, text_option="text"):
-    """`(path, texts, labels)`; no labels (an empty list) when `label_column` is None."""
+    """`(path, texts, labels, line numbers)`; no labels (an empty list) when `label_column` is None."""
     path = Path(path).expanduser()
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a directory; expected a .tsv, .csv or .jsonl file.")
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist (expected a .tsv, .csv or .jsonl file).")
     kind = _format_of(path)
-    texts, labels = [], []
+    texts, labels, lines = [], [], []
     columns = None
     wanted = (("text", text_column, text_option),) + (
         (("label", label_column, "label"),) if label_column is not None else ()
@@ -255,6 +281,7 @@ def _read_columns(path, text_column, label_column, text_option="text"):
             if label is None or (isinstance(label, str) and not label.strip()):
                 raise ValueError(f"{path}:{line_number}: no value in the label column {label_column!r}.")
             labels.append(label.strip() if isinstance(label, str) else label)
+            lines.append(line_number)
         if text is None:
             raise ValueError(f"{path}:{line_number}: no value in the text column {text_column!r}.")
         if not isinstance(text, str):
@@ -267,7 +294,7 @@ def _read_columns(path, text_column, label_column, text_option="text"):
         texts.append(text)
     if not texts:
         raise ValueError(f"{path} is empty: " + ("a header but no rows." if columns else "no header and no rows."))
-    return path, texts, labels
+    return path, texts, labels, lines
 
 
 def _missing_column(path, kind, line_number, role, name, columns, option):
@@ -293,12 +320,13 @@ def _missing_column(path, kind, line_number, role, name, columns, option):
     return ValueError(f"{path}: no {role} column {name!r}; columns found: {columns}. {fix}")
 
 
-def _as_numbers_if_possible(labels, path):
+def _as_numbers_if_possible(labels, path, lines):
     """The labels as numbers (whole ones as ints) when they all are or spell
-    numbers, as ints when they are all bools, otherwise as strings."""
-    for label in labels:
+    numbers, as ints when they are all bools, otherwise as strings; `lines`
+    are their line numbers, for the errors."""
+    for label, line in zip(labels, lines):
         if isinstance(label, (dict, list)) or label is None:
-            raise ValueError(f"{path}: labels must be numbers or strings, got {label!r}.")
+            raise ValueError(f"{path}:{line}: labels must be numbers or strings, got {label!r}.")
     if all(isinstance(label, bool) for label in labels):
         return [int(label) for label in labels]
     if any(isinstance(label, bool) for label in labels) and any(
@@ -314,10 +342,11 @@ def _as_numbers_if_possible(labels, path):
             str(label) if n is None else str(int(n) if float(n).is_integer() else n)
             for label, n in zip(labels, numbers)
         ]
-    for label, number in zip(labels, numbers):
+    for label, number, line in zip(labels, numbers, lines):
         if not math.isfinite(number):
             raise ValueError(
-                f"{path}: label {label!r} is not a finite number; give every row a numeric label (or a class name)."
+                f"{path}:{line}: label {label!r} is not a finite number; give every row a numeric label (or a class "
+                "name)."
             )
     return [int(n) if isinstance(n, float) and n.is_integer() else n for n in numbers]
 
