@@ -798,10 +798,15 @@ def test_augmented_copies_are_seeded_perturbations_from_the_texts_words():
     assert all(c and set(c.split()) <= vocabulary for c in copies)
     assert sum(c not in texts for c in copies) >= 4  # Most copies differ from every original.
     assert bertzoo.compression.augment_texts(texts, copies=2, rate=0.0) == texts * 2
-    with pytest.raises(ValueError, match="`copies` must be an int >= 0"):
+    with pytest.raises(ValueError, match="`copies` must be an integer >= 0"):
         bertzoo.compression.augment_texts(texts, copies=-1)
-    with pytest.raises(ValueError, match="`rate` must be in \\[0, 1\\)"):
+    with pytest.raises(ValueError, match="`rate` must be a float in \\[0, 1\\)"):
         bertzoo.compression.augment_texts(texts, rate=1.0)
+    # NumPy integers are integers; a rate or seed of the wrong type is named (raw TypeErrors and NumPy errors before).
+    assert bertzoo.compression.augment_texts(texts, copies=np.int64(2), seed=np.int64(7)) == copies[:4]
+    for bad in ({"rate": "0.1"}, {"rate": None}, {"seed": -1}, {"seed": "a"}):
+        with pytest.raises(ValueError, match=f"`{next(iter(bad))}` must be"):
+            bertzoo.compression.augment_texts(texts, **bad)
 
 
 def test_the_transfer_pool_is_every_text_once_in_a_seeded_order():
@@ -861,6 +866,10 @@ def test_a_recipe_checks_every_stage_before_training_and_passes_distiller_settin
     )
     assert list(histories) == ["intermediate", "predictions"]
     assert any(not np.array_equal(a, b) for a, b in zip(before, weights_of(student)))
+    # One output has no class to agree on: no `agreement` (it read 1.0 whatever the outputs).
+    assert "agreement" not in histories["predictions"]
+    terms = Distiller(teacher, student, soft_target_weight=0.0).loss_terms(texts, labels)
+    assert "agreement" not in terms and terms["hard"] > 0
 
 
 def test_log_probabilities_distill_like_logits():

@@ -326,7 +326,8 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
 
     Metrics: `accuracy` is the student's (on labelled data), `agreement` is
     the fraction of predictions (examples; real tokens for a tagger; start
-    and end for spans) where student and teacher pick the same class,
+    and end for spans) where student and teacher pick the same class (none
+    for a head of one output, e.g. a regression: there is no class to pick),
     `student_loss` the hard-label loss and `distillation_loss` the weighted
     sum of the other terms. After `fit`, `distiller.student` is an ordinary
     task model (save it with `save_to_preset`).
@@ -487,6 +488,8 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
             self._needs_attention = bool(weights["attention"])
             self._needs_values = bool(weights["value_relation"])
             self.agreement_tracker = keras.metrics.Mean(name="agreement")
+            # One output (a regression or one sigmoid): its argmax is always 0, so agreement would read 1.0.
+            self._has_agreement = getattr(student, "num_classes", None) != 1
             # The hard-label loss until `compile()` sets the chosen one.
             self._student_loss = student.default_loss()
             # Features of the latest student forward pass, keyed by its logits;
@@ -511,7 +514,13 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         # Keras's `total_loss` tracker would repeat `loss`; the compiled
         # metrics stay unbuilt while only unlabelled data has been seen.
         compiled = private_api.compiled_metrics_container(self)
-        return [m for m in super().metrics if m is not self.total_loss_tracker and not (m is compiled and not m.built)]
+        return [
+            m
+            for m in super().metrics
+            if m is not self.total_loss_tracker
+            and not (m is compiled and not m.built)
+            and not (m is self.agreement_tracker and not self._has_agreement)
+        ]
 
     # --- Training defaults ------------------------------------------------
     def compile(self, optimizer="auto", loss="auto", metrics="auto", jit_compile="auto", **kwargs):
@@ -667,7 +676,8 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
             total = total + self.student_loss_weight * terms["hard"]
         self.distillation_loss_tracker.update_state(distillation, sample_weight=examples)
         self.total_loss_tracker.update_state(total, sample_weight=examples)
-        self.agreement_tracker.update_state(agreement, sample_weight=examples)
+        if self._has_agreement:
+            self.agreement_tracker.update_state(agreement, sample_weight=examples)
         return total
 
     def _term_scales(self, terms, prediction, training):
@@ -715,7 +725,7 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
 
         Returns a dict of floats: `soft` (T^2-scaled KL), `hidden`,
         `attention`, `embedding`, `value_relation` (the enabled ones), `hard`
-        when `y` is given, and `agreement`.
+        when `y` is given, and `agreement` (not for a head of one output).
 
         Example:
         ```python
@@ -733,7 +743,8 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         teacher = self._teacher_features(x)
         y = None if y is None else ops.convert_to_tensor(np.asarray(y))
         terms, agreement = self._loss_terms(x, y, student, teacher)
-        terms["agreement"] = agreement
+        if self._has_agreement:
+            terms["agreement"] = agreement
         return {k: float(ops.convert_to_numpy(v)) for k, v in terms.items()}
 
     # --- Raw inputs (the task models' preprocessing) ------------------------

@@ -31,6 +31,7 @@ from bertzoo.models.optimizers import bert_optimizer
 from bertzoo.utils.checks import check_non_negative_int
 from bertzoo.utils.checks import check_non_negative_number
 from bertzoo.utils.checks import check_positive_int
+from bertzoo.utils.checks import check_rate
 from bertzoo.utils.device import strategy_scope_of
 
 _PREDICTIONS = ("predictions", {**PREDICTIONS_ONLY, "soft_target_weight": 1.0})
@@ -74,10 +75,9 @@ def augment_texts(texts, copies=1, seed=0, rate=0.1):
     # e.g. ['a fine moving film', 'a fine and moving and']
     ```
     """
-    if isinstance(copies, bool) or not isinstance(copies, int) or copies < 0:
-        raise ValueError(f"`copies` must be an int >= 0, got {copies!r}.")
-    if not 0.0 <= rate < 1.0:
-        raise ValueError(f"`rate` must be in [0, 1), got {rate!r}.")
+    copies = check_non_negative_int("copies", copies)
+    rate = check_rate("rate", rate)
+    seed = check_non_negative_int("seed", seed)
     texts = as_texts(texts, "texts")
     split = [t.split() for t in texts]
     pool = [w for words in split for w in words]
@@ -112,13 +112,16 @@ def as_texts(x, what):
 
 
 def _stage_epochs(epochs, stages):
-    if isinstance(epochs, int) and not isinstance(epochs, bool):
+    def whole(e):
+        return isinstance(e, (int, np.integer)) and not isinstance(e, bool) and e >= 0
+
+    if whole(epochs):
         epochs = (epochs,) * len(stages)
-    epochs = tuple(epochs) if isinstance(epochs, (list, tuple)) else (epochs,)
-    if len(epochs) != len(stages) or not all(isinstance(e, int) and not isinstance(e, bool) and e >= 0 for e in epochs):
+    epochs = tuple(epochs) if isinstance(epochs, (list, tuple, np.ndarray)) else (epochs,)
+    if len(epochs) != len(stages) or not all(whole(e) for e in epochs):
         names = ", ".join(name for name, _ in stages)
         raise ValueError(f"`epochs` must be an int >= 0 or one per stage ({names}), got {epochs!r}.")
-    return epochs
+    return tuple(int(e) for e in epochs)
 
 
 def transfer_pool(texts, transfer=None, augment=0, seed=0):
@@ -138,8 +141,7 @@ def transfer_pool(texts, transfer=None, augment=0, seed=0):
     distiller.fit(pool, epochs=2)  # no labels: soft targets only
     ```
     """
-    if isinstance(augment, bool) or not isinstance(augment, int) or augment < 0:
-        raise ValueError(f"`augment` must be an int >= 0 (copies of each text), got {augment!r}.")
+    augment = check_non_negative_int("augment", augment)
     texts = as_texts(texts, "texts")
     extra = [] if transfer is None else as_texts(transfer, "transfer")
     extra += augment_texts(texts, augment, seed=seed) if texts else []
