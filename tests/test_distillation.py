@@ -586,7 +586,17 @@ def test_init_student_with_all_layers_reproduces_the_teacher(pair):
     "student, layers, match",
     [
         ({"num_layers": 3}, "every_k", "multiple of the student's \\(3\\)"),
-        ({"num_layers": 2, "hidden_dim": 16, "num_heads": 2}, "every_k", "student's `hidden_dim` is 16"),
+        (
+            {"num_layers": 2, "hidden_dim": 16, "num_heads": 2},
+            "every_k",
+            "student's `hidden_dim` is 16.*For a narrower",
+        ),
+        # Not a width: the fix is the preprocessor's sequence_length (the message said "distill a narrower one").
+        (
+            {"num_layers": 2, "max_sequence_length": 8},
+            "every_k",
+            "`max_sequence_length` is 8.*preprocessor's `sequence_length`",
+        ),
         ({"num_layers": 2, "intermediate_dim": 48}, "every_k", "`intermediate_dim` is 48 for the student"),
         ({"num_layers": 2, "num_groups": 1}, "every_k", "shares its weights"),
         ({"num_layers": 2}, [1], "lists 1 teacher layers but the student has 2"),

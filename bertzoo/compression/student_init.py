@@ -11,6 +11,18 @@ from bertzoo.utils.layers import assign_copy
 from bertzoo.utils.private_api import deferred_initialization
 
 _SHAPE_KEYS = ("vocabulary_size", "hidden_dim", "embedding_dim", "head_dim", "max_sequence_length", "num_segments")
+_WIDTH_FIX = (
+    "For a narrower student, distill a freshly initialized one (the Distiller learns a projection for hidden "
+    "states of another width), or prune the teacher's heads and neurons (prune_heads_and_neurons)."
+)
+_SHAPE_FIXES = {
+    "max_sequence_length": "Leave it out: the texts' length is the preprocessor's `sequence_length` (e.g. "
+    "student.preprocessor = BertPreprocessor(tokenizer, sequence_length=64)), which may be shorter than the "
+    "position table.",
+    "num_segments": "Leave it out: a student of fewer segment types could not read the teacher's inputs.",
+    "vocabulary_size": "Leave it out: the student shares the teacher's vocabulary (the Distiller needs one "
+    "tokenization for both).",
+}
 
 
 def _per_layer(value, num_layers):
@@ -150,9 +162,8 @@ def init_student_from_teacher(teacher, student, layers="every_k"):
         if config.get(key) != t_config.get(key):
             raise ValueError(
                 f"Cannot copy teacher weights: the student's `{key}` is {config.get(key)!r} but the "
-                f"teacher's is {t_config.get(key)!r}. Student initialisation from the teacher needs "
-                "equal widths; for a narrower student, distill a freshly initialized one (the "
-                "Distiller learns a projection for hidden states of another width)."
+                f"teacher's is {t_config.get(key)!r}, and the copied tables must have the teacher's shapes. "
+                + _SHAPE_FIXES.get(key, _WIDTH_FIX)
             )
     with deferred_initialization() as deferred:  # Its weights are copied: none is drawn at random first.
         student_backbone = BertBackbone(**config)
