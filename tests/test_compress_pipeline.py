@@ -22,6 +22,7 @@ from bertzoo.datasets.files import label_ids
 from bertzoo.datasets.files import load_labelled_texts
 from bertzoo.datasets.files import threshold_labels
 from bertzoo.export import export_model
+from bertzoo.export import read_export_metadata
 from bertzoo.models import serving
 from bertzoo.text import BertPreprocessor
 from bertzoo.text import BertTokenizer
@@ -202,6 +203,8 @@ def test_cli_with_csv_and_string_labels(workspace, capsys, monkeypatch, quick_re
     assert report["classes"] == ["neg", "pos"]
     assert [row["stage"] for row in report["rows"]] == ["teacher", "int8"]
     assert (out / "1_int8" / "saved_model").is_dir()  # The exporter was handed the stage's path.
+    # The teacher has no names: the students take the file's, so they serve label_names (ids before).
+    assert bertzoo.BertClassifier.from_preset(out / "1_int8" / "preset").class_names == ["neg", "pos"]
     # An existing DIR is refused (a message, exit status 1), replaced with --overwrite.
     assert cli.main(argv) == 1
     assert "--overwrite" in capsys.readouterr().err
@@ -218,6 +221,7 @@ def test_cli_with_csv_and_string_labels(workspace, capsys, monkeypatch, quick_re
     monkeypatch.setattr(serving, "_exporter", export_model)
     assert cli.main(argv + ["--overwrite", "--qat-epochs", "1"]) == 0
     assert (out / "1_int8" / "saved_model" / "saved_model.pb").stat().st_size > 0  # Not quick_reports' stand-in.
+    assert read_export_metadata(out / "1_int8" / "saved_model")["class_names"] == ["neg", "pos"]
     report = json.loads((out / "report.json").read_text())
     assert report["qat_epochs"] == 1 and [row["stage"] for row in report["rows"]] == ["teacher", "int8"]
     assert report["smoothing"] is None  # Quantization-aware training, not post-training smoothing.

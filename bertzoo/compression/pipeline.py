@@ -595,6 +595,11 @@ def compress(
         classes, of = list(model.class_names), "the teacher's class_names"
         train_labels, _ = label_ids(train_raw, classes, source=train, of=of)
     eval_labels, _ = label_ids(eval_raw, classes, source=eval, of=of)
+    # A classifier teacher without names, trained on the file's named labels (ids in their sorted order):
+    # the students take the names, so their presets and SavedModels serve them (`label_names`).
+    student_names = None
+    if model.class_names is None and any(isinstance(label, str) for label in train_raw):
+        student_names = [str(c) for c in classes]
     train_data = (train_texts, np.asarray(train_labels, dtype="int32"))
     eval_data = (eval_texts, np.asarray(eval_labels, dtype="int32"))
     inputs = [p for p in (teacher, train, eval, transfer_file) if isinstance(p, (str, os.PathLike))]
@@ -701,6 +706,8 @@ def compress(
                 calibration_steps=None,
                 input_ranges=input_ranges,
             )
+        if student_names is not None and model.class_names is None:
+            model.class_names = student_names
         stage_dir = out / f"{index}_{stage}"
         with atomic_directory(stage_dir) as tmp:
             model.save_to_preset(tmp / "preset")
