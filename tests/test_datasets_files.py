@@ -234,6 +234,14 @@ def test_a_home_relative_path_is_expanded_and_a_directory_is_named_as_one(tmp_pa
         load_texts(tmp_path)
 
 
+def test_a_line_break_inside_a_quoted_tsv_text_is_named(tmp_path):
+    path = write(tmp_path / "nl.tsv", 'text\tlabel\n"first line\nsecond line"\t1\nbad\t0\n')
+    with pytest.raises(ValueError, match=r"nl\.tsv:2: 1 fields, the header has 2.*a line break inside a quoted text"):
+        load_labelled_texts(path)  # It said "no value in the label column".
+    # A quote that is just a text's first character, on a whole row, is read as it is.
+    assert load_labelled_texts(write(tmp_path / "q.tsv", 'text\tlabel\n"quoted" words\t1\n'))[0] == ['"quoted" words']
+
+
 def test_a_repeated_jsonl_key_a_list_label_and_one_column_for_both_roles_are_refused(tmp_path):
     twice = write(
         tmp_path / "twice.jsonl", '{"text": "a", "label": 1}\n{"text": "first", "text": "second", "label": 0}\n'

@@ -157,6 +157,14 @@ def _delimited_rows(f, path, kind):
                 raise ValueError(
                     f"{path}:{reader.line_num}: {len(row)} fields, the header has {len(columns)} ({hint})."
                 )
+            if kind == "tsv" and len(row) < len(columns) and any(cell.lstrip().startswith('"') for cell in row):
+                # A quoted text with a line break (CSV-style) splits into short rows here.
+                raise ValueError(
+                    f"{path}:{reader.line_num}: {len(row)} fields, the header has {len(columns)}, and a field starts "
+                    "with a quote: a line break inside a quoted text? TSV fields cannot be quoted, so a line break "
+                    "ends the row: remove it from the text (e.g. replace it with a space), or save as CSV and quote "
+                    "that field."
+                )
             if len(row) < len(columns) and seen_newline:
                 # A bare carriage return ends a line for the reader: inside a text, it cuts the row in two.
                 cut_at = reader.line_num if _ends_with_bare_cr(lines) else None
