@@ -275,6 +275,12 @@ def test_labels_read_as_strings_in_one_file_map_onto_numbers_in_another(tmp_path
     # Only the labels that really are not classes are named.
     with pytest.raises(ValueError, match=r"eval\.tsv: labels \['3', 'other'\] are not among the training classes"):
         label_ids([1, 3, "other", "2"], classes=classes, source="eval.tsv")
+    # Another kind of label than the classes (names against numbers, e.g. True/False as CSV text against
+    # JSON's true/false read as 0/1): the message says so.
+    with pytest.raises(ValueError, match=r"\['False', 'True'\] are not among .* \[0, 1\]\. These labels are names and"):
+        label_ids(["True", "False"], classes=[0, 1], source="eval.csv")
+    with pytest.raises(ValueError, match=r"These labels are numbers and those classes names"):
+        label_ids([0, 1], classes=["neg", "pos"], source="eval.csv")
 
 
 def test_lines_of_only_whitespace_are_skipped_and_trailing_empty_fields_dropped(tmp_path):

@@ -411,7 +411,14 @@ def label_ids(labels, classes=None, source=None, of="the training classes"):
     unknown = sorted({str(label) for label, key in zip(labels, keys) if key not in index})
     if unknown:
         where = f"{source}: " if source else ""
-        raise ValueError(f"{where}labels {unknown[:10]} are not among {of} {list(classes)}.")
+        named = [_number(label) is None for label, key in zip(labels, keys) if key not in index]
+        numeric_classes = [_number(c) is not None for c in classes]
+        hint = ""
+        if all(named) and all(numeric_classes):
+            hint = " These labels are names and those classes numbers: use the same kind of labels in every file."
+        elif not any(named) and not any(numeric_classes):
+            hint = " These labels are numbers and those classes names: use the same kind of labels in every file."
+        raise ValueError(f"{where}labels {unknown[:10]} are not among {of} {list(classes)}.{hint}")
     return [index[key] for key in keys], list(classes)
 
 
