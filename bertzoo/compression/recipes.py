@@ -179,7 +179,10 @@ def distill(
         teacher: a fine-tuned task model (e.g. a `BertClassifier`).
         student: a task model of the same class and head.
         x: the training texts (raw strings).
-        y: their labels, or None (the teacher labels everything).
+        y: their labels, or None (the teacher labels everything). Used only
+            without `transfer` and `augment` (then the predictions stage
+            mixes them in, `alpha=0.5`); with either, every stage trains on
+            the teacher's soft targets over the whole transfer set.
         recipe: `"tinybert"`, `"minilm"` or `"hinton"` (see the module).
         transfer: extra unlabelled texts for the transfer set, or None.
         augment: perturbed copies of each training text added to the
