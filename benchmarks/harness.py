@@ -390,8 +390,18 @@ def library_versions(names=VERSIONED):
     return found
 
 
-# Which code produced the checkout's figures: the tracked paths whose changes can move them.
-CODE_PATHS = ("bertzoo", "benchmarks", "examples", "presets", "pyproject.toml")
+# Which code produced the checkout's figures: the tracked paths whose changes can move them (git
+# pathspecs; the results log and the logs are what runs write, not code).
+CODE_PATHS = (
+    "bertzoo",
+    "benchmarks",
+    "examples",
+    "presets",
+    "pyproject.toml",
+    ":(exclude)benchmarks/results.jsonl",
+    ":(exclude)benchmarks/logs",
+    ":(exclude)benchmarks/out",
+)
 
 
 @functools.cache

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -102,6 +103,35 @@ def test_results_writer_appends_rows_with_machine_info(tmp_path):
         assert info["code"]["commit"] == head.stdout.strip() and isinstance(info["code"]["modified"], bool)
     # The stamp is not a figure: the same result under another run id is recorded already.
     assert harness.unrecorded("demo", [{"x": 3}, {"x": 4}], path=path) == [{"x": 4}]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_code_version_says_modified_for_code_not_for_recorded_results(tmp_path, monkeypatch):
+    def git(*arguments):
+        subprocess.run(["git", "-C", str(tmp_path), *arguments], check=True, capture_output=True)
+
+    for name in ("bertzoo/model.py", "benchmarks/results.jsonl", "tests/test_model.py"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first")
+    monkeypatch.setattr(harness, "ROOT", tmp_path)
+
+    def version():
+        harness.code_version.cache_clear()
+        return harness.code_version()
+
+    try:
+        assert version()["modified"] is False
+        # A benchmark appending its rows (or a test edited) leaves the code as committed.
+        (tmp_path / "benchmarks/results.jsonl").write_text("1\n2\n")
+        (tmp_path / "tests/test_model.py").write_text("2\n")
+        assert version()["modified"] is False
+        (tmp_path / "bertzoo/model.py").write_text("2\n")
+        assert version()["modified"] is True
+    finally:
+        harness.code_version.cache_clear()
 
 
 def test_the_code_version_is_none_outside_a_git_checkout(tmp_path, monkeypatch):
