@@ -510,6 +510,22 @@ def test_bad_models(pair):
         bertzoo.init_student_from_teacher(quantized_teacher, {"num_layers": 1})
 
 
+def test_the_trainer_names_raw_batches_missing_features_and_text_without_a_preprocessor(pair):
+    # As the task models do (these were Keras's positional-argument error, a bare KeyError and
+    # "Unrecognized data type").
+    teacher, student = pair
+    distiller = Distiller(teacher, student)
+    texts, labels = ["good film", "bad film"], np.asarray([1, 0])
+    for method in ("train_on_batch", "test_on_batch"):
+        with pytest.raises(ValueError, match=rf"{method} takes the model's features .* not raw text"):
+            getattr(distiller, method)(texts, labels)
+    with pytest.raises(ValueError, match=r"Distiller.fit got features without \['padding_mask', 'segment_ids'\]"):
+        distiller.fit({"token_ids": np.ones((2, 8), "int32")}, labels, verbose=0)
+    bare = Distiller(bertzoo.BertClassifier(teacher.backbone, 2), bertzoo.BertClassifier(student.backbone, 2))
+    with pytest.raises(ValueError, match=r"Distiller.fit got raw text, but this model has no preprocessor"):
+        bare.fit(texts, labels, verbose=0)
+
+
 def test_vocabulary_mismatch_is_a_clear_error(pair):
     teacher, _ = pair
     shuffled = VOCAB[:5] + VOCAB[5:][::-1]

@@ -775,6 +775,9 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         with self._training():
             return super().fit(*args, **kwargs)
 
+    def _feature_names(self):
+        return sorted(self.student.input)
+
     def train_on_batch(self, *args, **kwargs):
         """Keras's `train_on_batch`, with the teacher frozen meanwhile."""
         with self._training():

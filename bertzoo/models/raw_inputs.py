@@ -7,6 +7,7 @@ import keras
 import numpy as np
 
 from bertzoo.models.schedules import WarmupLinearDecay
+from bertzoo.models.serving import TOKENIZED_KEYS
 from bertzoo.utils import private_api
 from bertzoo.utils.checks import check_positive_int
 from bertzoo.utils.optional import is_tf_dataset
@@ -204,6 +205,15 @@ def split_for_validation(x, y, sample_weight, validation_split):
     return split_inputs(head), head(y), head(sample_weight), validation
 
 
+def is_tokenized(x):
+    """True for feature dicts, and for datasets whose elements are (or start with) one."""
+
+    if is_tf_dataset(x):
+        spec = x.element_spec
+        x = spec[0] if isinstance(spec, tuple) else spec
+    return isinstance(x, dict) and "token_ids" in x
+
+
 def validation_parts(validation_data):
     """`fit`'s `validation_data` as a tuple `(x[, y[, sample_weight]])`:
     a tuple of those, a list of two or three (Keras reads it as that
@@ -320,11 +330,60 @@ class RawInputsMixin:
 
     def _check_fit_inputs(self, x, y, method="fit", validation_data=None, batch_size=None):
         """Hook: raises a clear error for `fit` (or `evaluate`) inputs it
-        cannot train on (no examples; tasks: no labels where they need them)."""
+        cannot train on (no examples; raw text without a preprocessor; tasks:
+        no labels where they need them)."""
         if method in ("fit", "evaluate") and holds_no_examples(x):  # Keras: an empty result, or an odd error.
             raise ValueError(f"`x` holds no examples: `{method}` needs at least one.")
         if batch_size is not None:  # Raw text batched with 0 got the default size.
             check_positive_int("batch_size", batch_size)
+        self._check_text_has_a_preprocessor(method, x)
+        if isinstance(x, dict) and not holds_text(x):
+            missing = [name for name in self._feature_names() if name not in x]
+            if missing:  # A trainer (a subclassed model) read them as a bare KeyError.
+                raise ValueError(
+                    f"{type(self).__name__}.{method} got features without {missing}: pass a dict of "
+                    f"{', '.join(self._feature_names())} (what the preprocessor returns), or the raw texts."
+                )
+        if validation_data is not None:
+            self._check_text_has_a_preprocessor(f"{method} (validation_data)", validation_parts(validation_data)[0])
+
+    def _feature_names(self):
+        """The names of the tokenized inputs (the model's own, where it declares them)."""
+        try:
+            declared = self.input
+        except (AttributeError, ValueError):  # A subclassed model (a trainer) declares none.
+            declared = None
+        return sorted(declared) if isinstance(declared, dict) else list(TOKENIZED_KEYS)
+
+    def _check_text_has_a_preprocessor(self, method, x):
+        if self.preprocessor is None and holds_text(x, datasets=True):  # Keras: "Unrecognized data type".
+            raise ValueError(
+                f"{type(self).__name__}.{method} got raw text, but this model has no preprocessor (built with "
+                "preprocessor=None, or from a preset saved without a vocabulary): pass the model's inputs, a "
+                f"dict of {', '.join(self._feature_names())}, or build the model with a preprocessor."
+            )
+
+    def _refuse_raw_batch(self, method, x):
+        # Keras's batch methods take the model's features; raw text reached
+        # Keras's input check as "received N input tensors".
+        if self.preprocessor is not None and not is_tokenized(x) and holds_text(x):
+            raise ValueError(
+                f"{method} takes the model's features (a dict like model.preprocessor(texts) returns), not raw "
+                f"text: call {'predict' if method == 'predict_on_batch' else 'fit or evaluate'} with the texts, "
+                f"or pass {method} model.preprocessor(texts)."
+            )
+
+    def predict_on_batch(self, x):
+        self._refuse_raw_batch("predict_on_batch", x)
+        return super().predict_on_batch(x)
+
+    def train_on_batch(self, x, y=None, *args, **kwargs):
+        self._refuse_raw_batch("train_on_batch", x)
+        return super().train_on_batch(x, y, *args, **kwargs)
+
+    def test_on_batch(self, x, y=None, *args, **kwargs):
+        self._refuse_raw_batch("test_on_batch", x)
+        return super().test_on_batch(x, y, *args, **kwargs)
 
     def _checked_labels(self, y, features=None):
         """Hook: in-memory labels as the model's loss takes them (one per

@@ -19,10 +19,8 @@ from bertzoo.models.raw_inputs import RawInputsMixin
 from bertzoo.models.raw_inputs import check_dataset_carries_targets
 from bertzoo.models.raw_inputs import eager_strings_as_arrays
 from bertzoo.models.raw_inputs import holds_no_examples
-from bertzoo.models.raw_inputs import holds_text
-from bertzoo.models.raw_inputs import validation_parts
+from bertzoo.models.raw_inputs import is_tokenized
 from bertzoo.models.resumable import EpochOrder
-from bertzoo.models.serving import TOKENIZED_KEYS
 from bertzoo.models.serving import XLA_LENGTH_MULTIPLE
 from bertzoo.models.serving import ExportMixin
 from bertzoo.models.serving import TextServing
@@ -137,15 +135,6 @@ def loss_scaled(optimizer, task):
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         return optimizer
     return keras.optimizers.LossScaleOptimizer(optimizer)
-
-
-def _is_tokenized(x):
-    """True for feature dicts, and for datasets whose elements are (or start with) one."""
-
-    if is_tf_dataset(x):
-        spec = x.element_spec
-        x = spec[0] if isinstance(spec, tuple) else spec
-    return isinstance(x, dict) and "token_ids" in x
 
 
 def _without_labels(dataset):
@@ -684,11 +673,7 @@ class Task(
     fit_needs_labels = True  # A task whose `fit` makes its own labels says False.
 
     def _check_fit_inputs(self, x, y, method="fit", validation_data=None, batch_size=None):
-        super()._check_fit_inputs(x, y, method, batch_size=batch_size)
-        self._check_text_has_a_preprocessor(method, x)
-        if validation_data is not None:
-            parts = validation_parts(validation_data)
-            self._check_text_has_a_preprocessor(f"{method} (validation_data)", parts[0])
+        super()._check_fit_inputs(x, y, method, validation_data=validation_data, batch_size=batch_size)
         # Texts, pairs or feature dicts carry no labels: without `y`, Keras
         # would fail deep in the loss ("None values not supported"). So do
         # datasets of inputs alone (or of 1-tuples).
@@ -703,37 +688,6 @@ class Task(
                 "`bertzoo.distill`, or `Pruner.fit(texts, teacher=...)` while pruning."
             )
 
-    def _check_text_has_a_preprocessor(self, method, x):
-        if self.preprocessor is None and holds_text(x, datasets=True):  # Keras: "Unrecognized data type".
-            inputs = sorted(self.input) if isinstance(self.input, dict) else TOKENIZED_KEYS
-            raise ValueError(
-                f"{type(self).__name__}.{method} got raw text, but this model has no preprocessor (built with "
-                "preprocessor=None, or from a preset saved without a vocabulary): pass the model's inputs, a "
-                f"dict of {', '.join(inputs)}, or build the model with a preprocessor."
-            )
-
-    def _refuse_raw_batch(self, method, x):
-        # Keras's batch methods take the model's features; raw text reached
-        # Keras's input check as "received N input tensors".
-        if self.preprocessor is not None and not _is_tokenized(x) and holds_text(x):
-            raise ValueError(
-                f"{method} takes the model's features (a dict like model.preprocessor(texts) returns), not raw "
-                f"text: call {'predict' if method == 'predict_on_batch' else 'fit or evaluate'} with the texts, "
-                f"or pass {method} model.preprocessor(texts)."
-            )
-
-    def predict_on_batch(self, x):
-        self._refuse_raw_batch("predict_on_batch", x)
-        return super().predict_on_batch(x)
-
-    def train_on_batch(self, x, y=None, *args, **kwargs):
-        self._refuse_raw_batch("train_on_batch", x)
-        return super().train_on_batch(x, y, *args, **kwargs)
-
-    def test_on_batch(self, x, y=None, *args, **kwargs):
-        self._refuse_raw_batch("test_on_batch", x)
-        return super().test_on_batch(x, y, *args, **kwargs)
-
     def _as_dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
         """Returns a batched, preprocessed `tf.data.Dataset`, or None when `x`
         needs no preprocessing (no preprocessor, or already tokenized).
@@ -742,7 +696,7 @@ class Task(
         `ResumableTraining`): then the dataset holds the batches of all the
         epochs still to run, each epoch in its seeded order."""
 
-        if self.preprocessor is None or _is_tokenized(x):
+        if self.preprocessor is None or is_tokenized(x):
             return None
         batch_size = batch_size or DEFAULT_BATCH_SIZE
         trim = self.trims_padding
@@ -929,7 +883,7 @@ class Task(
         features = self._preprocess_in_memory(x)
         if features is not None:
             return super().predict(features, batch_size=batch_size or DEFAULT_BATCH_SIZE, **kwargs)
-        if is_tf_dataset(x) and self.preprocessor is not None and not _is_tokenized(x):
+        if is_tf_dataset(x) and self.preprocessor is not None and not is_tokenized(x):
             x = _without_labels(x)
         dataset = self._as_dataset(x, batch_size=batch_size)
         if dataset is not None:
@@ -942,7 +896,7 @@ class Task(
         inputs): building a `tf.data` map traces the whole preprocessor, about
         0.5 s per `predict` call, where a short list tokenizes in milliseconds."""
 
-        if self.preprocessor is None or _is_tokenized(x) or is_tf_dataset(x):
+        if self.preprocessor is None or is_tokenized(x) or is_tf_dataset(x):
             return None
         x = eager_strings_as_arrays(x)
         # Counted on the raw input (a list, or a tuple of lists for pairs and
