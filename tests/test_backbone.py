@@ -670,6 +670,15 @@ def test_misspelled_keyword_arguments_are_refused_not_dropped():
         match=r"BertClassifier got unexpected keyword arguments: `num_class` \(did you mean `num_classes`\?\)",
     ):
         bertzoo.BertClassifier(backbone, num_classes=2, num_class=3)
+
+    # A user's subclass: its own arguments and those its **kwargs hand on are named, with the hint.
+    class TaggedBackbone(BertBackbone):
+        def __init__(self, *args, tag="x", **kwargs):
+            super().__init__(*args, **kwargs)
+            self.tag = tag
+
+    with pytest.raises(TypeError, match=r"`dropuot` \(did you mean `dropout`\?\)\. It takes .*dropout.*tag"):
+        TaggedBackbone(**BASE, dropuot=0.2)
     # A student config with a typo is the same mistake (it was a full-depth copy of the teacher).
     teacher = bertzoo.BertClassifier(BertBackbone(**BASE), num_classes=2)
     with pytest.raises(TypeError, match="did you mean `num_layers`"):

@@ -40,7 +40,7 @@ def check_positive_int(name, value):
 
 
 def check_rate(name, value):
-    if not isinstance(value, (int, float)) or not 0.0 <= float(value) < 1.0:
+    if not isinstance(value, (int, float, np.integer, np.floating)) or not 0.0 <= float(value) < 1.0:
         raise ValueError(f"`{name}` must be a float in [0, 1), got {value!r}.")
     return float(value)
 
@@ -129,12 +129,19 @@ def constructor_arguments(cls):
     }
 
 
-def check_keyword_arguments(cls, kwargs, also=()):
-    """Raises TypeError for a keyword argument neither `cls.__init__` nor the
-    Keras model base takes (`name`, `trainable`, `dtype`, and `also`): Keras's
-    functional constructor drops unknown ones silently, so a misspelled
-    `num_layer=2` would build the default model without a word."""
-    taken = set(constructor_arguments(cls)) | {"name", "trainable", "dtype", *also}
+def check_keyword_arguments(cls, kwargs, also=(), base=("name", "trainable", "dtype"), skip=(), caller=None):
+    """Raises TypeError for a keyword argument that neither `cls.__init__`
+    (nor an `__init__` it extends through `**kwargs`) names, nor `base`
+    (Keras's model arguments) or `also` takes: Keras's functional
+    constructor drops unknown ones silently, so a misspelled `num_layer=2`
+    would build the default model without a word. `skip`: named arguments
+    the caller sets itself; `caller`: the name the error gives."""
+    named = set()
+    for klass in cls.__mro__:  # A subclass's own arguments, and those its **kwargs hand on.
+        if "__init__" in vars(klass) and not klass.__module__.startswith(("keras", "builtins", "torch")):
+            named |= set(constructor_arguments(klass))
+    named = (named | set(base)) - set(skip)
+    taken = named | set(also)
     unknown = [key for key in kwargs if key not in taken]
     if unknown:
         hints = []
@@ -142,8 +149,8 @@ def check_keyword_arguments(cls, kwargs, also=()):
             close = difflib.get_close_matches(key, sorted(taken), n=1)
             hints.append(f"`{key}`" + (f" (did you mean `{close[0]}`?)" if close else ""))
         raise TypeError(
-            f"{cls.__name__} got unexpected keyword arguments: {', '.join(hints)}. "
-            f"It takes {', '.join(sorted(set(constructor_arguments(cls)) | {'name', 'trainable', 'dtype'}))}."
+            f"{caller or cls.__name__} got unexpected keyword arguments: {', '.join(hints)}. "
+            f"It takes {', '.join(sorted(named))}."
         )
 
 
