@@ -797,6 +797,7 @@ def test_minilm_recipe_distills_relations_across_widths(distilled):
         ({"batch_size": 0}, "`batch_size` must be a positive integer, got 0"),
         ({"batch_size": 1.5}, "`batch_size` must be a positive integer, got 1.5"),
         ({"epochs": 1.5}, "`epochs` must be an int >= 0 or one per stage"),
+        ({"epochs": np.array(-1)}, "`epochs` must be an int >= 0 or one per stage"),
         ({"seed": "a"}, "`seed` must be an integer >= 0, got 'a'"),
         ({"pruner": "x"}, "`pruner` must be a bertzoo.Pruner of the student"),
         # Multiple choice's (contexts, choices): the recipes read single texts; the message names the way.
@@ -804,8 +805,6 @@ def test_minilm_recipe_distills_relations_across_widths(distilled):
             {"x": (["a context"], [["one", "two"]])},
             r"For text pairs, multiple choice .*Distiller\(teacher, student\)\.fit",
         ),
-        # A Distiller setting goes through (and a misspelled one is refused before anything trains).
-        ({"relation_head": 2}, r"intermediate stage cannot run, so nothing was trained: Unrecognized keyword"),
     ],
 )
 def test_recipe_argument_errors(pair, kwargs, match):
@@ -830,6 +829,8 @@ def test_augmented_copies_are_seeded_perturbations_from_the_texts_words():
         bertzoo.compression.augment_texts(texts, rate=1.0)
     # NumPy integers are integers; a rate or seed of the wrong type is named (raw TypeErrors and NumPy errors before).
     assert bertzoo.compression.augment_texts(texts, copies=np.int64(2), seed=np.int64(7)) == copies[:4]
+    assert len(bertzoo.compression.augment_texts(texts, copies=1, rate=np.float32(0.1), seed=None)) == 2
+    assert sorted(bertzoo.compression.transfer_pool(texts, seed=None)) == sorted(texts)  # A fresh order.
     for bad in ({"rate": "0.1"}, {"rate": None}, {"seed": -1}, {"seed": "a"}):
         with pytest.raises(ValueError, match=f"`{next(iter(bad))}` must be"):
             bertzoo.compression.augment_texts(texts, **bad)
@@ -892,6 +893,18 @@ def test_a_recipe_checks_every_stage_before_training_and_passes_distiller_settin
     )
     assert list(histories) == ["intermediate", "predictions"]
     assert any(not np.array_equal(a, b) for a, b in zip(before, weights_of(student)))
+    # A misspelled setting, a misspelled distill() argument, or Keras's layer arguments (trainable=False
+    # trained nothing, silently): refused by name before anything runs.
+    for bad, match in [
+        (
+            {"relation_head": 2},
+            r"distill\(\) got unexpected keyword arguments: `relation_head` \(did you mean `relation_heads`\?\)",
+        ),
+        ({"epoch": 1}, r"distill\(\) got unexpected keyword arguments: `epoch`"),
+        ({"trainable": False}, r"distill\(\) got unexpected keyword arguments: `trainable`"),
+    ]:
+        with pytest.raises(TypeError, match=match):
+            bertzoo.distill(teacher, student, texts, labels, verbose=0, soft_target_weight=0.0, **bad)
     # One output has no class to agree on: no `agreement` (it read 1.0 whatever the outputs).
     assert "agreement" not in histories["predictions"]
     terms = Distiller(teacher, student, soft_target_weight=0.0).loss_terms(texts, labels)

@@ -28,6 +28,7 @@ import numpy as np
 from bertzoo.compression.distiller import PREDICTIONS_ONLY
 from bertzoo.compression.distiller import Distiller
 from bertzoo.models.optimizers import bert_optimizer
+from bertzoo.utils.checks import check_keyword_arguments
 from bertzoo.utils.checks import check_non_negative_int
 from bertzoo.utils.checks import check_non_negative_number
 from bertzoo.utils.checks import check_positive_int
@@ -77,7 +78,8 @@ def augment_texts(texts, copies=1, seed=0, rate=0.1):
     """
     copies = check_non_negative_int("copies", copies)
     rate = check_rate("rate", rate)
-    seed = check_non_negative_int("seed", seed)
+    if seed is not None:  # None: a fresh random order and copies.
+        seed = check_non_negative_int("seed", seed)
     texts = as_texts(texts, "texts")
     split = [t.split() for t in texts]
     pool = [w for words in split for w in words]
@@ -115,6 +117,8 @@ def _stage_epochs(epochs, stages):
     def whole(e):
         return isinstance(e, (int, np.integer)) and not isinstance(e, bool) and e >= 0
 
+    if isinstance(epochs, np.ndarray) and epochs.ndim == 0:
+        epochs = epochs.item()
     if whole(epochs):
         epochs = (epochs,) * len(stages)
     epochs = tuple(epochs) if isinstance(epochs, (list, tuple, np.ndarray)) else (epochs,)
@@ -235,6 +239,11 @@ def distill(
     # Soft targets everywhere when there are unlabelled texts (or no labels).
     labelled = (texts, np.asarray(y)) if y is not None and len(unlabelled) == len(texts) else None
 
+    # A misspelled distill() argument would reach Distiller as a setting, and Keras's layer arguments
+    # (trainable=False) would be taken silently.
+    check_keyword_arguments(
+        Distiller, distiller_options, base=(), skip=("teacher", "student", "name"), caller="distill()"
+    )
     runs = []
     for (name, options), stage_epochs in zip(stages, epochs):
         if not stage_epochs:
