@@ -238,8 +238,10 @@ def test_a_line_break_inside_a_quoted_tsv_text_is_named(tmp_path):
     path = write(tmp_path / "nl.tsv", 'text\tlabel\n"first line\nsecond line"\t1\nbad\t0\n')
     with pytest.raises(ValueError, match=r"nl\.tsv:2: 1 fields, the header has 2.*a line break inside a quoted text"):
         load_labelled_texts(path)  # It said "no value in the label column".
-    # A quote that is just a text's first character, on a whole row, is read as it is.
+    # A quote that is just a text's first character is read as it is, also on a row without its optional last field.
     assert load_labelled_texts(write(tmp_path / "q.tsv", 'text\tlabel\n"quoted" words\t1\n'))[0] == ['"quoted" words']
+    optional = write(tmp_path / "o.tsv", 'text\tlabel\tnote\n"Great," she said\t1\nfine\t0\tok\n')
+    assert load_labelled_texts(optional) == (['"Great," she said', "fine"], [1, 0])
 
 
 def test_a_repeated_jsonl_key_a_list_label_and_one_column_for_both_roles_are_refused(tmp_path):
@@ -251,6 +253,9 @@ def test_a_repeated_jsonl_key_a_list_label_and_one_column_for_both_roles_are_ref
     listed = write(tmp_path / "listed.jsonl", '{"text": "a", "label": 1}\n\n{"text": "b", "label": [1]}\n')
     with pytest.raises(ValueError, match=r"listed\.jsonl:3: labels must be numbers or strings, got \[1\]"):
         load_labelled_texts(listed)
+    # Only a line's own object: a repeated key inside a nested one (not read) is no reason to refuse the file.
+    nested = write(tmp_path / "nested.jsonl", '{"text": "a", "label": 1, "meta": {"k": 1, "k": 2}}\n')
+    assert load_labelled_texts(nested) == (["a"], [1])
     with pytest.raises(ValueError, match=r"The text and the label column are both 'label'.*--text-column"):
         load_labelled_texts(twice, text_column="label")
 

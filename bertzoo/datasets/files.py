@@ -73,19 +73,21 @@ def _rows(path, kind):
             raise not_utf8_error(path) from None
 
 
-class _RepeatedKey(Exception):
-    def __init__(self, key):
-        super().__init__(key)
-        self.key = key
+class _RepeatedKeys(dict):
+    """A JSON object that gave `key` twice (JSON keeps the last)."""
+
+    repeated = None
 
 
 def _unique_keys(pairs):
-    """A JSON object as a dict, refusing a key given twice (as a TSV/CSV header's repeated name is)."""
-    row = {}
-    for key, value in pairs:
-        if key in row:
-            raise _RepeatedKey(key)
-        row[key] = value
+    """A JSON object as a dict, marked when it gives a key twice: only a line's
+    own object is refused for that (as a TSV/CSV header's repeated name is),
+    not an object nested in it."""
+    row = dict(pairs)
+    if len(row) < len(pairs):
+        seen = set()
+        row = _RepeatedKeys(pairs)
+        row.repeated = next(key for key, _ in pairs if key in seen or seen.add(key))
     return row
 
 
@@ -101,17 +103,17 @@ def _json_rows(f, path):
         )
         try:
             row = json.loads(line, object_pairs_hook=_unique_keys)
-        except _RepeatedKey as e:
-            raise ValueError(
-                f"{path}:{line_number}: the key {e.key!r} appears more than once on this line (JSON keeps the last "
-                "silently); keep one."
-            ) from None
         except json.JSONDecodeError as e:
             shown = hint if line.lstrip().startswith(("[", "{")) and line_number == 1 else ""
             raise ValueError(f"{path}:{line_number}: not valid JSON ({e.msg}).{shown}") from None
         if not isinstance(row, dict):
             shown = hint if isinstance(row, list) and line_number == 1 else ""
             raise ValueError(f"{path}:{line_number}: expected a JSON object per line, got {type(row).__name__}.{shown}")
+        if isinstance(row, _RepeatedKeys):
+            raise ValueError(
+                f"{path}:{line_number}: the key {row.repeated!r} appears more than once on this line (JSON keeps the "
+                "last silently); keep one."
+            )
         yield line_number, list(row), row
 
 
@@ -157,14 +159,6 @@ def _delimited_rows(f, path, kind):
                 raise ValueError(
                     f"{path}:{reader.line_num}: {len(row)} fields, the header has {len(columns)} ({hint})."
                 )
-            if kind == "tsv" and len(row) < len(columns) and any(cell.lstrip().startswith('"') for cell in row):
-                # A quoted text with a line break (CSV-style) splits into short rows here.
-                raise ValueError(
-                    f"{path}:{reader.line_num}: {len(row)} fields, the header has {len(columns)}, and a field starts "
-                    "with a quote: a line break inside a quoted text? TSV fields cannot be quoted, so a line break "
-                    "ends the row: remove it from the text (e.g. replace it with a space), or save as CSV and quote "
-                    "that field."
-                )
             if len(row) < len(columns) and seen_newline:
                 # A bare carriage return ends a line for the reader: inside a text, it cuts the row in two.
                 cut_at = reader.line_num if _ends_with_bare_cr(lines) else None
@@ -175,6 +169,14 @@ def _delimited_rows(f, path, kind):
                         f"{path}:{cut_at}: the line ends with a bare carriage return (\\r), which cuts the row "
                         f"(a carriage return inside a text? {cr_fix})."
                     )
+            if kind == "tsv" and len(row) < len(columns) and any(_opens_a_quote(cell) for cell in row):
+                # A quoted text with a line break (CSV-style) splits into short rows here.
+                raise ValueError(
+                    f"{path}:{reader.line_num}: {len(row)} fields, the header has {len(columns)}, and a field opens a "
+                    "quote it never closes: a line break inside a quoted text? TSV fields cannot be quoted, so a line break "
+                    "ends the row: remove it from the text (e.g. replace it with a space), or save as CSV and quote "
+                    "that field."
+                )
             if held is not None:
                 yield held[:3]
             held = (reader.line_num, columns, dict(zip(columns, row)), lines)
@@ -208,6 +210,13 @@ class LineTap:
         line = next(self.f)
         self.lines.append(line)
         return line
+
+
+def _opens_a_quote(cell):
+    """A field that opens a double quote and never closes it (`"first line`), as
+    a CSV-style quoted text cut by its line break leaves in a TSV row."""
+    cell = cell.lstrip()
+    return cell.startswith('"') and cell[1:].count('"') % 2 == 0 and not cell.rstrip().endswith('"')
 
 
 def _ends_with_bare_cr(lines):
