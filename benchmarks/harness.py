@@ -415,7 +415,10 @@ def code_version():
         return None
 
     def output(*arguments):
-        done = subprocess.run([git, "-C", str(ROOT), *arguments], capture_output=True, text=True, timeout=60)
+        try:
+            done = subprocess.run([git, "-C", str(ROOT), *arguments], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):  # A bookkeeping field: never worth a run's results.
+            return None
         return done.stdout.strip() if done.returncode == 0 else None
 
     commit = output("rev-parse", "--verify", "HEAD")
@@ -428,9 +431,16 @@ def code_version():
 @functools.cache
 def run_id():
     """One id per benchmark process (UTC start time and process id): the rows
-    a run appends, over one or several calls of `append_results`, share it."""
+    a run appends, over one or several calls of `append_results`, share it.
+    First called when this module is imported, as the benchmark starts."""
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return f"{started}-{os.getpid()}"
+
+
+# Read when a benchmark starts (it imports this module), not when it writes its rows an hour later: a
+# commit made or a file edited meanwhile is not the code that ran.
+run_id()
+code_version()
 
 
 def machine_info():

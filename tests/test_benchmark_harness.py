@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -134,11 +135,23 @@ def test_the_code_version_says_modified_for_code_not_for_recorded_results(tmp_pa
         harness.code_version.cache_clear()
 
 
-def test_the_code_version_is_none_outside_a_git_checkout(tmp_path, monkeypatch):
+def test_the_code_version_is_none_outside_a_git_checkout_or_when_git_fails(tmp_path, monkeypatch):
+    # Read as the benchmark starts (importing the harness), not when its rows are written.
+    read = "from benchmarks import harness as h; print(h.code_version.cache_info().currsize, h.run_id.cache_info().currsize)"
+    done = subprocess.run([sys.executable, "-c", read], capture_output=True, text=True, cwd=harness.ROOT, check=True)
+    assert done.stdout.split() == ["1", "1"]
     monkeypatch.setattr(harness, "ROOT", tmp_path)
     harness.code_version.cache_clear()
     try:
         assert harness.code_version() is None
+        monkeypatch.setattr(harness, "ROOT", harness.Path(__file__).resolve().parents[1])
+        harness.code_version.cache_clear()
+
+        def hung(*args, **kwargs):
+            raise subprocess.TimeoutExpired("git", 60)
+
+        monkeypatch.setattr(subprocess, "run", hung)
+        assert harness.code_version() is None  # A finished run's rows are still written.
     finally:
         harness.code_version.cache_clear()
 
