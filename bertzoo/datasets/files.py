@@ -11,6 +11,7 @@ Files are read as UTF-8, with or without a byte-order mark (Excel's "CSV
 UTF-8", Notepad); any other encoding is a `ValueError` naming the line.
 """
 
+import collections
 import csv
 import functools
 import json
@@ -74,7 +75,7 @@ def _rows(path, kind):
 
 
 class _RepeatedKeys(dict):
-    """A JSON object that gave `key` twice (JSON keeps the last)."""
+    """A JSON object that gives the key `repeated` more than once (JSON keeps the last)."""
 
     repeated = None
 
@@ -85,9 +86,9 @@ def _unique_keys(pairs):
     not an object nested in it."""
     row = dict(pairs)
     if len(row) < len(pairs):
-        seen = set()
-        row = _RepeatedKeys(pairs)
-        row.repeated = next(key for key, _ in pairs if key in seen or seen.add(key))
+        counts = collections.Counter(key for key, _ in pairs)
+        row = _RepeatedKeys(row)
+        row.repeated = next(key for key, count in counts.items() if count > 1)
     return row
 
 

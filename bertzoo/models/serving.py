@@ -434,7 +434,6 @@ def string_function(body, **inputs):
     def shaped(*values):
         return body(*(_as_shape(value, inputs[name], name) for name, value in zip(names, values)))
 
-    shaped.__name__ = body.__name__
     return named_function(body.__name__, shaped, specs)
 
 
