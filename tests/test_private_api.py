@@ -7,6 +7,7 @@ and where a wrapper has a public fallback the fallback is checked too.
 
 import contextlib
 import gc
+import importlib
 import sys
 
 import keras
@@ -457,6 +458,7 @@ def hide_module(monkeypatch, name):
     """Makes `from package import module` of `name` raise ImportError, as
     after a release that moved it (Keras/TF modules that already imported it
     keep their reference, so the public API still works)."""
+    importlib.import_module(name)  # Imported whole first: a package first imported while hidden stays half-made.
     package, _, leaf = name.rpartition(".")
     parent = sys.modules.get(package)
     if parent is not None and hasattr(parent, leaf):
@@ -607,11 +609,23 @@ def test_optimizer_routes_leave_the_class_alone_without_the_hook(monkeypatch, ca
         ("tensorflow.python.eager.record", "gradient_tape_active", True),
         ("tensorflow.python.ops.control_flow_util", "in_xla_context", True),
         ("tensorflow.python.eager.execute", "unexposed_op_runner_available", False),
+        ("tensorflow_text.python.ops.regex_split_ops", "tf_text_regex_split_op", None),
     ],
 )
 def test_tensorflow_fallbacks_when_a_module_moves(monkeypatch, module, function, fallback):
     hide_module(monkeypatch, module)
     assert getattr(private_api, function)() is fallback
+
+
+def test_regex_split_falls_back_to_tf_texts_public_function(monkeypatch):
+    from bertzoo.text.normalization import regex_split
+
+    strings = tf.constant(["a, b", "", "c"])
+    fast = [t.to_list() for t in regex_split(strings, " |,", ",", with_offsets=True)]
+    # (Hiding tf-text's module, as the test above does, would hide the public function too.)
+    monkeypatch.setattr(private_api, "tf_text_regex_split_op", lambda: None)
+    assert [t.to_list() for t in regex_split(strings, " |,", ",", with_offsets=True)] == fast
+    assert fast[0] == [[b"a", b",", b"b"], [], [b"c"]]
 
 
 def test_tensorflow_op_def_fallback_and_gradient_recording_paused_without_record(monkeypatch):

@@ -24,9 +24,9 @@ from bertzoo.models.serving import string_function
 from bertzoo.models.serving import trim_padding
 from bertzoo.models.task import Task
 from bertzoo.models.task import deterministic_preprocess
+from bertzoo.text.normalization import regex_split
 from bertzoo.utils.checks import check_rate
 from bertzoo.utils.optional import tf
-from bertzoo.utils.optional import tf_text
 
 # RE2: exactly the characters Python's `str.split()` splits on (`predict_words`),
 # so an exported model splits raw text into the same words (`\p{Z}` covers
@@ -487,7 +487,7 @@ class BertTokenClassifier(Task):
             return serving.finish(result)
 
         def sentences(text):
-            return words(tf_text.regex_split(text, _WHITESPACE).to_tensor(""))
+            return words(regex_split(text, _WHITESPACE).to_tensor(""))
 
         functions["serving_default"] = string_function(sentences, text=[None])
         functions["serving_words"] = string_function(words, words=[None, None])

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from bertzoo.utils import private_api
 from bertzoo.utils.optional import tf
 from bertzoo.utils.optional import tf_text
 
@@ -93,8 +94,38 @@ def split_words(text, split_on_cjk=True, with_offsets=False):
     which are words of their own. `with_offsets`: also the words' byte
     offsets `(starts, ends)` in `text`."""
     keep = f"{_PUNCTUATION}|{_CJK}" if split_on_cjk else _PUNCTUATION
-    split = tf_text.regex_split_with_offsets if with_offsets else tf_text.regex_split
-    return split(text, delim_regex_pattern=f" |{keep}", keep_delim_regex_pattern=keep)
+    return regex_split(text, f" |{keep}", keep, with_offsets)
+
+
+def regex_split(text, delim_regex_pattern, keep_delim_regex_pattern="", with_offsets=False):
+    """tf-text's `regex_split` (`with_offsets`: `regex_split_with_offsets`)
+    without its ragged-tensor validation: the op's row splits are valid by
+    construction, and each check is a graph branch that every `tf.data`
+    iterator instantiates again (most of a new raw-text pipeline's start-up).
+
+    Example:
+    ```python
+    regex_split(tf.constant(["a b", ""]), " ")  # <tf.RaggedTensor [[b"a", b"b"], []]>
+    ```
+    """
+    text = tf.convert_to_tensor(text)
+    op = private_api.tf_text_regex_split_op()
+    if op is None or text.shape.rank != 1:
+        pieces = tf_text.regex_split_with_offsets(text, delim_regex_pattern, keep_delim_regex_pattern)
+    else:
+        # tf-text's wrapper groups each pattern the same way.
+        outputs = op(text, f"({delim_regex_pattern})".encode(), f"({keep_delim_regex_pattern})".encode())
+        pieces = tuple(tf.RaggedTensor.from_row_splits(v, outputs[3], validate=False) for v in outputs[:3])
+    return pieces if with_offsets else pieces[0]
+
+
+def merge_inner_dims(pieces):
+    """`pieces.merge_dims(-2, -1)` without the ragged-tensor validation
+    (see `regex_split`): `[batch, words, (pieces)]` -> `[batch, (pieces)]`."""
+    if pieces.ragged_rank > 2:
+        return pieces.with_values(merge_inner_dims(pieces.values))
+    splits = tf.gather(pieces.values.row_splits, tf.cast(pieces.row_splits, pieces.values.row_splits.dtype))
+    return tf.RaggedTensor.from_row_splits(pieces.flat_values, splits, validate=False)
 
 
 def first_non_text(values):

@@ -46,7 +46,9 @@ from pathlib import Path
 
 import keras
 
+from bertzoo.text.normalization import merge_inner_dims
 from bertzoo.text.normalization import normalize_characters
+from bertzoo.text.normalization import regex_split
 from bertzoo.text.normalization import to_string_tensor
 from bertzoo.text.normalization import valid_utf8
 from bertzoo.text.normalization import without_nul
@@ -495,7 +497,7 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
         pattern = "|".join(re.escape(token) for token in SPECIAL_TOKENS)
 
         def split(text):
-            return tf_text.regex_split(text, delim_regex_pattern=pattern, keep_delim_regex_pattern=pattern)
+            return regex_split(text, pattern, pattern)
 
         pieces = without_nul(split, strings)
         flat = pieces.flat_values
@@ -509,7 +511,7 @@ class SentencePieceTokenizer(TokenLookupMixin, keras.layers.Layer):
             tf.boolean_mask(special_ids, special), tf.cast(special, tf.int64), validate=False
         )
         ids = tf.concat([ordinary, kept], axis=1)
-        return pieces.with_flat_values(ids).merge_dims(-2, -1)
+        return merge_inner_dims(pieces.with_flat_values(ids))
 
     def detokenize(self, ids):
         """Joins token ids back into strings with SentencePiece's decoder.

@@ -24,9 +24,11 @@ import re
 
 import keras
 
+from bertzoo.text.normalization import merge_inner_dims
 from bertzoo.text.normalization import normalize
 from bertzoo.text.normalization import normalize_characters
 from bertzoo.text.normalization import pretokenize
+from bertzoo.text.normalization import regex_split
 from bertzoo.text.normalization import split_words
 from bertzoo.text.normalization import to_string_tensor
 from bertzoo.text.normalization import without_nul
@@ -186,7 +188,7 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
         # The literal word "[UNK]" cannot come out of `pretokenize` (brackets are
         # punctuation), so replacing a word with it means exactly one [UNK] id.
         words = words.with_flat_values(tf.where(too_long, UNK_TOKEN, words.flat_values))
-        ids = self._wordpiece.tokenize(words).merge_dims(-2, -1)
+        ids = merge_inner_dims(self._wordpiece.tokenize(words))
         if scalar:
             return ids[0]
         return ids
@@ -258,7 +260,7 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
         pattern = "|".join(re.escape(token) for token in SPECIAL_TOKENS)
 
         def split(text):
-            return tf_text.regex_split(text, delim_regex_pattern=pattern, keep_delim_regex_pattern=pattern)
+            return regex_split(text, pattern, pattern)
 
         pieces = without_nul(split, strings)
         flat = pieces.flat_values
@@ -270,7 +272,7 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
             tf.boolean_mask(flat, special), tf.cast(special, tf.int64), validate=False
         )
         words = tf.concat([ordinary, kept], axis=1)
-        return pieces.with_flat_values(words).merge_dims(-2, -1)
+        return merge_inner_dims(pieces.with_flat_values(words))
 
     def detokenize(self, ids):
         """Joins token ids back into strings.

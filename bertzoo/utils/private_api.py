@@ -742,6 +742,24 @@ def tensorflow_op_def(op_type):
         return None
 
 
+def tf_text_regex_split_op():
+    """tf-text's raw `RegexSplitWithOffsets` op: `(strings, delim_pattern,
+    keep_pattern) -> (pieces, starts, ends, row_splits)` over a flat string
+    tensor, or None.
+
+    Private: `tensorflow_text.python.ops.regex_split_ops.gen_regex_split_ops`.
+    Fallback: None (callers use the public `tf_text.regex_split_with_offsets`,
+    whose ragged-tensor validation adds graph branches that every tf.data
+    iterator instantiates again).
+    """
+    try:
+        from tensorflow_text.python.ops import regex_split_ops
+
+        return regex_split_ops.gen_regex_split_ops.regex_split_with_offsets
+    except (ImportError, AttributeError):
+        return None
+
+
 def gradient_tape_active():
     """Whether a `tf.GradientTape` may be recording right now.
 

@@ -364,3 +364,32 @@ def test_a_changed_max_chars_per_word_applies_as_a_rebuilt_tokenizer_would():
     assert tokenizer.tokenize(word).numpy().tolist() == rebuilt.tokenize(word).numpy().tolist() == expected
     ids, starts, ends = tokenizer.tokenize_with_offsets([word])
     assert ids.to_list() == [expected] and ends.to_list()[0][-1] == 450
+
+
+def test_regex_split_and_merge_give_tf_text_and_tensorflow_results_without_graph_checks():
+    import tensorflow_text as tf_text
+
+    from bertzoo.text.normalization import merge_inner_dims
+    from bertzoo.text.normalization import regex_split
+
+    strings = tf.constant(HARD_STRINGS + list(KERAS_HUB_DIFFERS.values()))
+    for delim, keep in ((r"\s", ""), (r" |[,.!?]", r"[,.!?]"), (r"\[SEP\]", r"\[SEP\]")):
+        ours = regex_split(strings, delim, keep, with_offsets=True)
+        reference = tf_text.regex_split_with_offsets(strings, delim, keep)
+        for a, b in zip(ours, reference):
+            assert a.to_list() == b.to_list()
+        assert regex_split(strings, delim, keep).to_list() == reference[0].to_list()
+    words = regex_split(strings, r"\s")
+    pieces = tf.RaggedTensor.from_row_lengths(words.flat_values, tf.ones_like(words.flat_values, tf.int64))
+    nested = words.with_flat_values(pieces)  # [texts, words, (pieces)]
+    assert merge_inner_dims(nested).to_list() == nested.merge_dims(-2, -1).to_list()
+    deeper = tf.RaggedTensor.from_row_lengths(nested, [2, len(HARD_STRINGS) + len(KERAS_HUB_DIFFERS) - 2])
+    assert merge_inner_dims(deeper).to_list() == deeper.merge_dims(-2, -1).to_list()
+
+    # Tokenization traced (a tf.data map, a SavedModel): no validation branches, which every new tf.data
+    # iterator instantiated again (tf-text's regex_split and RaggedTensor.merge_dims add three each).
+    tokenizer = BertTokenizer(TINY_VOCAB)
+    for tokenize in (tokenizer.tokenize, lambda s: tokenizer.tokenize_with_offsets(s)[0]):
+        graph = tf.function(tokenize).get_concrete_function(tf.TensorSpec([None], tf.string)).graph.as_graph_def()
+        ops = [n.op for n in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
+        assert "Assert" not in ops
