@@ -224,7 +224,7 @@ def test_a_seeded_run_masks_each_batch_the_same_however_the_map_is_scheduled(pre
     def masks():
         keras.utils.set_random_seed(0)
         model = bertzoo.BertPretrainer(tiny_backbone(), preprocessor, sentence_objective=None)
-        return [x["token_ids"].numpy() for x, _ in model._as_dataset(texts, batch_size=2)]
+        return [x["token_ids"].numpy() for x, _ in model._as_dataset(texts, batch_size=2, training=True)]
 
     first, second = masks(), masks()
     assert len(first) == 48 and all(np.array_equal(a, b) for a, b in zip(first, second))
@@ -234,7 +234,7 @@ def test_a_seeded_run_masks_each_batch_the_same_however_the_map_is_scheduled(pre
     # batches leaves a training dataset's masks as they were.
     keras.utils.set_random_seed(0)
     model = bertzoo.BertPretrainer(tiny_backbone(), preprocessor, sentence_objective=None)
-    train = iter(model._as_dataset(texts, batch_size=2))
+    train = iter(model._as_dataset(texts, batch_size=2, training=True))
     validation = model._as_dataset(texts[:8], batch_size=2)
     interleaved = [next(train)[0]["token_ids"].numpy() for _ in range(3)]
     list(validation)
@@ -246,9 +246,9 @@ def test_a_seeded_run_masks_each_batch_the_same_however_the_map_is_scheduled(pre
             return super().preprocess(x, y, sample_weight, preprocessor)
 
     model = OwnPreprocess(tiny_backbone(), preprocessor, sentence_objective=None)
-    assert len(list(model._as_dataset(texts[:4], batch_size=2))) == 2
+    assert len(list(model._as_dataset(texts[:4], batch_size=2, training=True))) == 2
     # Masked afresh every epoch (in tf.data), not once for all of them.
-    dataset = model._as_dataset(texts, batch_size=2)
+    dataset = model._as_dataset(texts, batch_size=2, training=True)
     epoch_1, epoch_2 = ([x["token_ids"].numpy() for x, _ in dataset] for _ in range(2))
     assert not all(np.array_equal(a, b) for a, b in zip(epoch_1, epoch_2))
 
@@ -259,7 +259,7 @@ def test_a_seeded_run_masks_each_batch_the_same_however_the_map_is_scheduled(pre
     def passed_on():
         keras.utils.set_random_seed(0)
         model = PassesEverything(tiny_backbone(), preprocessor, sentence_objective=None)
-        return [x["token_ids"].numpy() for x, _ in model._as_dataset(texts, batch_size=2)]
+        return [x["token_ids"].numpy() for x, _ in model._as_dataset(texts, batch_size=2, training=True)]
 
     assert all(np.array_equal(a, b) for a, b in zip(passed_on(), first))
 
@@ -347,7 +347,106 @@ def test_a_preset_without_pretraining_heads_says_they_start_random(preprocessor,
     with caplog.at_level(logging.WARNING, logger="bertzoo"):
         bertzoo.BertPretrainer.from_preset(tmp_path / "pretrainer")
     assert "pre-training heads" not in caplog.text
-    # Saved heads of another objective: one warning, that the new heads start random (the preset has heads).
+    # Saved heads of another objective: one warning, that the new sentence head starts random (the preset has heads).
     with caplog.at_level(logging.WARNING, logger="bertzoo"):
         bertzoo.BertPretrainer.from_preset(tmp_path / "pretrainer", sentence_objective="sop")
-    assert "randomly initialized BertPretrainer head" in caplog.text and "no pre-training heads" not in caplog.text
+    assert "the saved masked-LM head is kept, the rest of the BertPretrainer head is new" in caplog.text
+    assert "no pre-training heads" not in caplog.text
+
+
+def test_sample_weight_is_one_weight_per_example_on_every_slot_and_the_sentence_loss(preprocessor, rng):
+    model = bertzoo.BertPretrainer(tiny_backbone(), sentence_objective="nsp")
+    randomize_heads(model)
+    model.compile(jit_compile=False)
+    x = features(rng)
+    labels = rng.integers(0, len(VOCAB), (3, 4)).astype("int32")
+    labels[0, 2:] = -100
+    nsp = np.array([0, 1, 1], "int32")
+    weights = np.array([1.0, 2.5, 0.0], "float32")
+    y = {"mlm": labels, "sentence": nsp}
+    mlm, sentence = numpy_heads(model, x)
+    valid = labels != -100
+    slot_losses = -np.take_along_axis(log_softmax(mlm), np.where(valid, labels, 0)[..., None], -1)[..., 0]
+    # Keras's weighted mean: the weighted sum over the real slots (examples), divided by their number.
+    expected = (slot_losses * weights[:, None])[valid].sum() / valid.sum()
+    expected += (-log_softmax(sentence)[np.arange(3), nsp] * weights).sum() / 3
+    loss = model.compute_loss(x=x, y=y, y_pred=model(x), sample_weight=weights)
+    assert float(loss) == pytest.approx(expected, rel=1e-4)
+    # Through evaluate (the metrics weigh the same way), and with as many slots as examples, where
+    # the weights once went on the slot columns without an error.
+    assert model.evaluate(x, y, sample_weight=weights, batch_size=3, verbose=0)[0] == pytest.approx(expected, rel=1e-4)
+    square = dict(x, mask_positions=x["mask_positions"][:, :3])
+    y_square = {"mlm": labels[:, :3], "sentence": nsp}
+    mlm_square, _ = numpy_heads(model, square)
+    losses = -np.take_along_axis(log_softmax(mlm_square), np.where(valid[:, :3], labels[:, :3], 0)[..., None], -1)
+    expected_square = (losses[..., 0] * weights[:, None])[valid[:, :3]].sum() / valid[:, :3].sum()
+    results = model.evaluate(square, y_square, sample_weight=weights, batch_size=3, verbose=0, return_dict=True)
+    assert results["mlm_loss"] == pytest.approx(expected_square, rel=1e-4)
+
+    # Raw sentence pairs, in memory and in a dataset: weights of zero leave nothing to learn from.
+    trained = bertzoo.BertPretrainer(tiny_backbone(), preprocessor, sentence_objective="nsp")
+    trained.compile(optimizer=keras.optimizers.SGD(0.1), jit_compile=False)  # No weight decay.
+    first, second, pair_labels = bertzoo.sentence_pairs(DOCUMENTS[:8], "nsp", seed=0)
+    zeros = np.zeros(len(pair_labels), "float32")
+    before = [w.copy() for w in trained.get_weights()]
+    history = trained.fit((first, second), pair_labels, sample_weight=zeros, batch_size=8, verbose=0).history
+    assert history["loss"] == [0.0]
+    assert all(np.array_equal(a, b) for a, b in zip(before, trained.get_weights()))
+    dataset = tf.data.Dataset.from_tensor_slices(((first, second), pair_labels, zeros + 1)).batch(8)
+    assert np.isfinite(trained.evaluate(dataset, verbose=0)[0])
+    mlm_only = bertzoo.BertPretrainer(tiny_backbone(), preprocessor, sentence_objective=None)
+    with pytest.raises(ValueError, match="masked-LM-only BertPretrainer .* takes no `sample_weight` with raw text"):
+        mlm_only.fit(first, sample_weight=zeros, verbose=0)
+
+
+def test_evaluation_masks_the_same_way_on_every_pass(preprocessor):
+    texts = [" ".join(WORDS[i % 7 : i % 7 + 6]) for i in range(12)]
+    model = bertzoo.BertPretrainer(tiny_backbone(), preprocessor, sentence_objective=None)
+    model.compile(optimizer=keras.optimizers.SGD(0.0), jit_compile=False)
+    first = model.evaluate(texts, batch_size=4, verbose=0)
+    keras.utils.set_random_seed(7)  # Whatever the global seed.
+    assert model.evaluate(texts, batch_size=4, verbose=0) == first
+    # With frozen weights, the validation loss is the same every epoch (it moved from epoch to epoch).
+    history = model.fit(texts, validation_data=(texts,), batch_size=4, epochs=2, verbose=0).history
+    assert history["val_loss"][0] == history["val_loss"][1] == pytest.approx(first[0], rel=1e-6)
+    assert history["loss"][0] != history["loss"][1]  # Training still masks afresh every epoch.
+    pairs = bertzoo.BertPretrainer(tiny_backbone(), preprocessor, sentence_objective="nsp")
+    a = pairs.predict((texts[:4], texts[4:8]), verbose=0)
+    b = pairs.predict((texts[:4], texts[4:8]), verbose=0)
+    np.testing.assert_array_equal(a["mlm"], b["mlm"])
+    np.testing.assert_array_equal(a["sentence"], b["sentence"])
+
+
+def test_a_changed_sentence_objective_keeps_the_saved_masked_lm_head(preprocessor, tmp_path, rng, caplog):
+    model = bertzoo.BertPretrainer(tiny_backbone(), preprocessor, sentence_objective="nsp")
+    randomize_heads(model, seed=5)
+    model.save_to_preset(tmp_path / "pre")
+    x = features(rng)
+    saved = model(x)
+    with caplog.at_level(logging.WARNING, logger="bertzoo"):
+        mlm_only = bertzoo.BertPretrainer.from_preset(tmp_path / "pre", sentence_objective=None)
+    assert "the saved masked-LM head is kept" in caplog.text
+    np.testing.assert_allclose(mlm_only(x)["mlm"], saved["mlm"], atol=1e-6)
+    sop = bertzoo.BertPretrainer.from_preset(tmp_path / "pre", sentence_objective="sop")
+    np.testing.assert_allclose(sop(x)["mlm"], saved["mlm"], atol=1e-6)
+    assert not np.allclose(sop(x)["sentence"], saved["sentence"])  # Another objective: a new sentence head.
+    # An untied decoder starts as the tied one was (the token embedding), and back again.
+    untied = bertzoo.BertPretrainer.from_preset(tmp_path / "pre", sentence_objective=None, tie_weights=False)
+    np.testing.assert_allclose(untied(x)["mlm"], saved["mlm"], atol=1e-5)
+    untied.mlm_head.decoder_kernel.assign(untied.mlm_head.decoder_kernel * 2.0)
+    untied.save_to_preset(tmp_path / "untied")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="bertzoo"):
+        tied = bertzoo.BertPretrainer.from_preset(tmp_path / "untied", tie_weights=True)
+    assert "that kernel is not used" in caplog.text
+    np.testing.assert_allclose(tied(x)["mlm"], saved["mlm"], atol=1e-5)
+
+
+def test_label_seed_and_rate_errors(preprocessor):
+    model = bertzoo.BertPretrainer(tiny_backbone(), preprocessor, sentence_objective="nsp")
+    with pytest.raises(ValueError, match="Sentence-pair labels must be integer ids .* got <U1 values"):
+        model.fit((["a", "b"], ["c", "d"]), ["0", "1"], verbose=0)
+    with pytest.raises(ValueError, match=r"`seed` must be a stateless seed of shape \(2,\).*got shape \[\]"):
+        model.masker(np.array([[2, 7, 8, 3]], "int32"), seed=3)
+    with pytest.raises(ValueError, match="`masking_rate` must be above 0"):
+        bertzoo.BertPretrainer(tiny_backbone(), preprocessor, masking_rate=0.0)

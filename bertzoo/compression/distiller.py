@@ -748,8 +748,8 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
         return {k: float(ops.convert_to_numpy(v)) for k, v in terms.items()}
 
     # --- Raw inputs (the task models' preprocessing) ------------------------
-    def _as_dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
-        return self._text_model()._as_dataset(x, y, sample_weight, batch_size, shuffle=shuffle)
+    def _as_dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False, training=False):
+        return self._text_model()._as_dataset(x, y, sample_weight, batch_size, shuffle=shuffle, training=training)
 
     def _variables_complete(self):
         # Keras calls a distiller built once it has run, but every variable

@@ -72,6 +72,13 @@ def pretraining_head_shapes(config):
     }
 
 
+def _per_slot(weights):
+    """One weight per example as `(batch, 1)`, for the `(batch, slots)` masked-LM loss."""
+    shape = weights.shape
+    rank = shape.rank if hasattr(shape, "rank") else len(shape)  # TensorFlow's may be unknown (None).
+    return keras.ops.reshape(weights, (-1, 1)) if rank is None or rank <= 1 else weights
+
+
 @keras.saving.register_keras_serializable(package="bertzoo")
 class BertPretrainer(Task):
     """Pre-trains a backbone with BERT's objectives (BERT paper, section 3.1).
@@ -94,7 +101,12 @@ class BertPretrainer(Task):
     as in BERT.
 
     Raw text: `fit(texts)` (masked LM only) or `fit((first, second), labels)`
-    (with a sentence objective); masks are drawn afresh for every batch.
+    (with a sentence objective). `fit` draws fresh masks for every batch of
+    every epoch (dynamic masking); `evaluate`, `predict` and `fit`'s
+    validation data mask the same way on every pass (from the masker's
+    `seed`, else 0), so their losses compare across epochs and checkpoints.
+    `sample_weight` is one weight per example (per sentence pair), on every
+    prediction slot of its sequence and on its sentence loss.
 
     `from_preset` on a converted checkpoint (one with
     `pretraining_heads.safetensors`) loads its masked-LM and sentence heads.
@@ -283,8 +295,44 @@ class BertPretrainer(Task):
 
     def _checked_labels(self, y, features=None):
         if self.sentence_objective is not None and not isinstance(y, dict):
+            values = np.asarray(y)
+            if values.dtype.kind not in "iufb":
+                raise ValueError(
+                    f"Sentence-pair labels must be integer ids ({SENTENCE_CLASSES}), got {values.dtype} values "
+                    f"such as {values.ravel()[:3].tolist()}: convert them, e.g. np.asarray(labels, 'int32')."
+                )
             check_class_ids(y, 2, what=SENTENCE_CLASSES)
         return y
+
+    def _raw_sample_weight(self, sample_weight, x):
+        if sample_weight is not None and self.sentence_objective is None:
+            raise ValueError(
+                "A masked-LM-only BertPretrainer (sentence_objective=None) takes no `sample_weight` with raw "
+                "text: its labels come from the masking, and Keras pairs weights with labels. Repeat the texts "
+                "to weigh them, or pass tokenized, masked inputs with labels {'mlm': ...} and weights."
+            )
+        return sample_weight
+
+    def loss_sample_weight(self, sample_weight):
+        """One weight per example, shaped for each output's loss: `(batch, 1)`
+        on the masked-LM slots (each slot of a sequence weighs as the
+        sequence), `(batch,)` on the sentence loss. Weights per output (a
+        dict, as Keras passes them for dict labels) are shaped the same way;
+        masked-LM weights per slot, `(batch, slots)`, are used as given."""
+        if sample_weight is None:
+            return None
+        if isinstance(sample_weight, dict):
+            return {name: _per_slot(w) if name == "mlm" else w for name, w in sample_weight.items()}
+        weights = {"mlm": _per_slot(sample_weight)}
+        if self.sentence_objective is not None:
+            weights["sentence"] = sample_weight
+        return weights
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        return super().compute_loss(x, y, y_pred, self.loss_sample_weight(sample_weight), training=training)
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        return super().compute_metrics(x, y, y_pred, self.loss_sample_weight(sample_weight))
 
     def _labels_checked_in_graph(self, labels):
         if self.sentence_objective is None or isinstance(labels, dict):
@@ -318,12 +366,16 @@ class BertPretrainer(Task):
             labels["sentence"] = y
         return keras.utils.pack_x_y_sample_weight(features, labels, sample_weight)
 
-    def _batch_seed_drawer(self):
+    def _batch_seed_drawer(self, training):
+        if not training:
+            # The same masks on every pass: the batch's index in the pass, under a fixed seed.
+            fixed = tf.constant(0 if self.masker.seed is None else self.masker.seed, tf.int64)
+            return lambda index: tf.stack([fixed, tf.cast(index, tf.int64)])
         # A stream per dataset, seeded from the masker's here, in the calling
         # thread: datasets iterated at once (training and validation) then
         # never take each other's seeds.
         generator = tf.random.Generator.from_seed(int(self.masker.draw_seed()[0]))
-        return lambda: generator.make_seeds(1)[:, 0]
+        return lambda index: generator.make_seeds(1)[:, 0]
 
     def serving_signatures(self, preprocessor=None, pairs="auto"):
         """Tokenized (already masked) inputs only, `serving_default` and
@@ -332,8 +384,16 @@ class BertPretrainer(Task):
         return TextServing(self).tokenized_signatures()
 
     # --- Converted heads --------------------------------------------------
+    @classmethod
+    def _kept_head_part(cls, changed):
+        # Another sentence objective (or decoder tying) leaves the masked-LM head's weights meaningful:
+        # the README's fill-mask recipe drops the sentence head of a pre-trained model.
+        return "masked-LM head" if set(changed) <= {"sentence_objective", "tie_weights"} else None
+
     def _load_preset_extras(self, preset):
-        if preset.has_arrays():
+        if preset.class_name == type(self).__name__ and preset.directory is not None:
+            self._load_saved_mlm_head(preset)
+        elif preset.has_arrays():
             self.load_pretraining_heads(preset.load_arrays())
         elif preset.directory is not None and preset.config.get("task") is None:  # A backbone preset.
             heads = "masked-LM head starts" if self.sentence_head is None else "masked-LM and sentence heads start"
@@ -344,6 +404,30 @@ class BertPretrainer(Task):
                 preset.name,
                 heads,
             )
+
+    def _load_saved_mlm_head(self, preset):
+        """The masked-LM head of a saved pretrainer whose sentence objective
+        or decoder tying differ from this one's (`_kept_head_part`)."""
+        saved = type(self).from_preset(preset.directory, preprocessor=None, verify_checksums=False)
+        head = saved.mlm_head
+        arrays = {
+            "mlm/transform/kernel": head.transform.kernel,
+            "mlm/transform/bias": head.transform.bias,
+            "mlm/layer_norm/gamma": head.layer_norm.gamma,
+            "mlm/layer_norm/beta": head.layer_norm.beta,
+            "mlm/output_bias": head.output_bias,
+        }
+        if not saved.tie_weights:
+            if self.tie_weights:
+                logger.warning(
+                    "%s.from_preset(%r, tie_weights=True): the saved masked-LM decoder has a kernel of its own; "
+                    "the tied decoder reads the token embedding instead, and that kernel is not used.",
+                    type(self).__name__,
+                    preset.name,
+                )
+            else:
+                arrays["mlm/decoder/kernel"] = head.decoder_kernel
+        self.load_pretraining_heads({name: keras.ops.convert_to_numpy(v) for name, v in arrays.items()})
 
     def load_pretraining_heads(self, arrays):
         """Sets the heads from canonical arrays (see `bertzoo.convert.common`):

@@ -255,7 +255,7 @@ class RawInputsMixin:
     """Runs `fit` and `evaluate` inputs through `self._as_dataset` first,
     and builds the optimizer before the first training step is traced.
 
-    `_as_dataset(x, y, sample_weight, batch_size, shuffle)` returns a batched,
+    `_as_dataset(x, y, sample_weight, batch_size, shuffle, training)` returns a batched,
     tokenized `tf.data.Dataset`, or None when `x` needs no preprocessing. The
     default learning-rate schedule's length is filled in from the data.
     Mix it in before the Keras model class.
@@ -309,7 +309,7 @@ class RawInputsMixin:
                 **kwargs,
             )
         validation_data = self._as_validation_data(validation_data, batch_size, kwargs)
-        dataset = self._as_dataset(x, y, sample_weight, batch_size, shuffle=shuffle)
+        dataset = self._as_dataset(x, y, sample_weight, batch_size, shuffle=shuffle, training=True)
         if dataset is not None:  # Already shuffled, batched and tokenized.
             x, y, sample_weight, batch_size, shuffle = dataset, None, None, None, False
         elif y is not None:

@@ -66,6 +66,12 @@ def _as_saved(value):
     return value
 
 
+def _takes_seed(preprocess):
+    """Whether a task's `preprocess` takes `seed=` (by name, or through `**kwargs`)."""
+    parameters = inspect.signature(preprocess).parameters
+    return "seed" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+
 def _int_features(data, trim=False):
     """Casts bool features (the preprocessor's `padding_mask`) to int32, the
     dtype the models' inputs declare. Under a multi-replica `tf.distribute`
@@ -471,18 +477,21 @@ class Task(
             if k not in cls.weightless_head_arguments and _as_saved(task_config.get(k)) != _as_saved(v)
         }
         keeps_head = same_task and not changed
+        kept_part = cls._kept_head_part(changed) if same_task and changed else None
         if load_weights:
-            preset.check_weights(task=keeps_head)  # Before building anything.
+            preset.check_weights(task=keeps_head or kept_part is not None)  # Before building anything.
         if preset.config.get("task") is not None and not keeps_head:
             changed = changed if same_task else {}
             logger.warning(
-                "%s.from_preset(%r): the preset holds a %s%s; building a new, randomly initialized %s head on "
-                "its backbone (the saved head's weights are not used).",
+                "%s.from_preset(%r): the preset holds a %s%s; %s.",
                 cls.__name__,
                 preset.name,
                 preset.class_name,
                 f" and the head arguments {changed} differ from the saved ones" if changed else "",
-                cls.__name__,
+                f"building a new, randomly initialized {cls.__name__} head on its backbone (the saved head's "
+                "weights are not used)"
+                if kept_part is None
+                else f"the saved {kept_part} is kept, the rest of the {cls.__name__} head is new, randomly initialized",
             )
         saved_names = task_config.get("class_names")
         if keeps_head and isinstance(names, (list, tuple)) and saved_names and list(names) != list(saved_names):
@@ -566,10 +575,18 @@ class Task(
                 "the preprocessor: pass `preprocessor=` a BertPreprocessor built with them."
             )
 
+    @classmethod
+    def _kept_head_part(cls, changed):
+        """Hook: the name of the part of a saved head of this class that
+        `_load_preset_extras` still loads when the head arguments `changed`
+        (a dict) differ from the saved ones, or None: a new head (the
+        default)."""
+        return None
+
     def _load_preset_extras(self, preset):
         """Hook: loads head weights a preset keeps beside the backbone (e.g.
-        converted pre-training heads) when the task weights are not restored.
-        Does nothing by default."""
+        converted pre-training heads, or the part `_kept_head_part` names)
+        when the task weights are not restored. Does nothing by default."""
 
     def save_to_preset(self, directory, metadata=None):
         """Writes the task, its backbone and its vocabulary as a preset directory.
@@ -688,9 +705,13 @@ class Task(
                 "`bertzoo.distill`, or `Pruner.fit(texts, teacher=...)` while pruning."
             )
 
-    def _as_dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
+    def _as_dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False, training=False):
         """Returns a batched, preprocessed `tf.data.Dataset`, or None when `x`
         needs no preprocessing (no preprocessor, or already tokenized).
+
+        `training`: `fit`'s data, for a `preprocess` that draws random numbers
+        (`_batch_seed_drawer`): fresh draws on every batch of every epoch;
+        otherwise the same draws on every pass.
 
         `shuffle`: a bool, or a `bertzoo.models.resumable.EpochOrder` (from
         `ResumableTraining`): then the dataset holds the batches of all the
@@ -746,10 +767,8 @@ class Task(
             if trim:
                 dataset = dataset.map(lambda *d: _int_features(d if len(d) > 1 else d[0], trim))
             return dataset.prefetch(tf.data.AUTOTUNE)
-        parameters = inspect.signature(self.preprocess).parameters
-        takes_seed = "seed" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
         # (Not for a subclass's own `preprocess` that takes no seed.)
-        draw_seed = self._batch_seed_drawer() if takes_seed else None
+        draw_seed = self._batch_seed_drawer(training) if _takes_seed(self.preprocess) else None
         if draw_seed is None:
             preprocess = self._graph_preprocess(trim)
             if preprocess is None:  # Traced in each pipeline.
@@ -757,10 +776,10 @@ class Task(
             # `*d` keeps pairs whole: element ((a, b), y) -> preprocess((a, b), y).
             dataset = dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
         else:
-            # Seeds drawn in batch order (a sequential map), used by the parallel
-            # one: a seeded run treats each batch the same however tf.data
-            # schedules the parallel calls.
-            dataset = dataset.map(lambda *d: (d, draw_seed()))
+            # Seeds drawn in batch order (a sequential map, counting this pass's
+            # batches), used by the parallel one: a seeded run treats each batch
+            # the same however tf.data schedules the parallel calls.
+            dataset = dataset.enumerate().map(lambda index, d: (d, draw_seed(index)))
             dataset = dataset.map(
                 lambda d, seed: _int_features(self.preprocess(*d, seed=seed), trim),
                 num_parallel_calls=tf.data.AUTOTUNE,
@@ -796,11 +815,13 @@ class Task(
             cached = functions[trim] = (settings, function)
         return cached[1]
 
-    def _batch_seed_drawer(self):
-        """Hook: None, or a function drawing one stateless seed (a shape-(2,)
-        tensor) per batch, for a `preprocess` that draws random numbers and
-        takes `seed=`; called once per dataset, so that each dataset can have
-        a stream of its own. None by default."""
+    def _batch_seed_drawer(self, training):
+        """Hook: None, or a function of a batch's index in the current pass
+        (an int64 scalar tensor) giving its stateless seed (a shape-(2,)
+        tensor), for a `preprocess` that draws random numbers and takes
+        `seed=`; called once per dataset, so that each dataset can have a
+        stream of its own. `training`: `fit`'s data, else evaluation's (see
+        `_as_dataset`). None by default."""
         return None
 
     def _batched(self, dataset, batch_size):
@@ -907,5 +928,7 @@ class Task(
             if not hasattr(first, "__len__") or len(first) > EAGER_PREPROCESS_LIMIT:
                 return None
         x, _ = self._raw_to_tensors(x, None)
-        features, _, _ = keras.utils.unpack_x_y_sample_weight(self.preprocess(x))
+        draw_seed = self._batch_seed_drawer(False) if _takes_seed(self.preprocess) else None
+        features = self.preprocess(x) if draw_seed is None else self.preprocess(x, seed=draw_seed(0))
+        features, _, _ = keras.utils.unpack_x_y_sample_weight(features)
         return _int_features(features, self.trims_padding)
