@@ -800,6 +800,8 @@ def test_minilm_recipe_distills_relations_across_widths(distilled):
         ({"epochs": np.array(-1)}, "`epochs` must be an int >= 0 or one per stage"),
         ({"seed": "a"}, "`seed` must be an integer >= 0, got 'a'"),
         ({"pruner": "x"}, "`pruner` must be a bertzoo.Pruner of the student"),
+        ({"callbacks": ["stop"]}, "`callbacks` must be a list of keras.callbacks.Callback, got 'stop'"),
+        ({"callbacks": bertzoo.ResumableTraining("never_written")}, r"distill\(\) runs one fit per stage"),
         # Multiple choice's (contexts, choices): the recipes read single texts; the message names the way.
         (
             {"x": (["a context"], [["one", "two"]])},
@@ -887,11 +889,18 @@ def test_a_recipe_checks_every_stage_before_training_and_passes_distiller_settin
         bertzoo.distill(teacher, student, texts, labels, epochs=1, batch_size=2, verbose=0)
     for a, b in zip(before, weights_of(student)):
         np.testing.assert_array_equal(a, b)
+
     # The fix it names, through distill(): the intermediate layers, then the labels (no soft targets).
+    class Stages(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            seen.append(type(self.model).__name__)
+
+    seen = []
     histories = bertzoo.distill(
-        teacher, student, texts, labels, epochs=1, batch_size=2, verbose=0, soft_target_weight=0.0
+        teacher, student, texts, labels, epochs=1, batch_size=2, verbose=0, soft_target_weight=0.0, callbacks=[Stages()]
     )
     assert list(histories) == ["intermediate", "predictions"]
+    assert seen == ["Distiller", "Distiller"]  # The callbacks reach every stage's fit.
     assert any(not np.array_equal(a, b) for a, b in zip(before, weights_of(student)))
     # A misspelled setting, a misspelled distill() argument, or Keras's layer arguments (trainable=False
     # trained nothing, silently): refused by name before anything runs.

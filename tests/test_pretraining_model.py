@@ -235,7 +235,7 @@ def test_a_seeded_run_masks_each_batch_the_same_however_the_map_is_scheduled(pre
     keras.utils.set_random_seed(0)
     model = bertzoo.BertPretrainer(tiny_backbone(), preprocessor, sentence_objective=None)
     train = iter(model._as_dataset(texts, batch_size=2, training=True))
-    validation = model._as_dataset(texts[:8], batch_size=2)
+    validation = model._as_dataset(texts[:8], batch_size=2, training=True)
     interleaved = [next(train)[0]["token_ids"].numpy() for _ in range(3)]
     list(validation)
     interleaved += [x["token_ids"].numpy() for x, _ in train]
@@ -350,7 +350,7 @@ def test_a_preset_without_pretraining_heads_says_they_start_random(preprocessor,
     # Saved heads of another objective: one warning, that the new sentence head starts random (the preset has heads).
     with caplog.at_level(logging.WARNING, logger="bertzoo"):
         bertzoo.BertPretrainer.from_preset(tmp_path / "pretrainer", sentence_objective="sop")
-    assert "the saved masked-LM head is kept, the rest of the BertPretrainer head is new" in caplog.text
+    assert "the saved masked-LM head is kept; the 'sop' sentence head is new, randomly initialized" in caplog.text
     assert "no pre-training heads" not in caplog.text
 
 
@@ -425,7 +425,7 @@ def test_a_changed_sentence_objective_keeps_the_saved_masked_lm_head(preprocesso
     saved = model(x)
     with caplog.at_level(logging.WARNING, logger="bertzoo"):
         mlm_only = bertzoo.BertPretrainer.from_preset(tmp_path / "pre", sentence_objective=None)
-    assert "the saved masked-LM head is kept" in caplog.text
+    assert "the saved masked-LM head is kept (this model has no sentence head)" in caplog.text
     np.testing.assert_allclose(mlm_only(x)["mlm"], saved["mlm"], atol=1e-6)
     sop = bertzoo.BertPretrainer.from_preset(tmp_path / "pre", sentence_objective="sop")
     np.testing.assert_allclose(sop(x)["mlm"], saved["mlm"], atol=1e-6)
@@ -433,6 +433,12 @@ def test_a_changed_sentence_objective_keeps_the_saved_masked_lm_head(preprocesso
     # An untied decoder starts as the tied one was (the token embedding), and back again.
     untied = bertzoo.BertPretrainer.from_preset(tmp_path / "pre", sentence_objective=None, tie_weights=False)
     np.testing.assert_allclose(untied(x)["mlm"], saved["mlm"], atol=1e-5)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="bertzoo"):  # The same objective: its sentence head stays too.
+        untied_nsp = bertzoo.BertPretrainer.from_preset(tmp_path / "pre", tie_weights=False)
+    assert "masked-LM and sentence heads are kept; the untied decoder starts as a copy" in caplog.text
+    np.testing.assert_allclose(untied_nsp(x)["mlm"], saved["mlm"], atol=1e-5)
+    np.testing.assert_allclose(untied_nsp(x)["sentence"], saved["sentence"], atol=1e-6)
     untied.mlm_head.decoder_kernel.assign(untied.mlm_head.decoder_kernel * 2.0)
     untied.save_to_preset(tmp_path / "untied")
     caplog.clear()
@@ -440,6 +446,32 @@ def test_a_changed_sentence_objective_keeps_the_saved_masked_lm_head(preprocesso
         tied = bertzoo.BertPretrainer.from_preset(tmp_path / "untied", tie_weights=True)
     assert "that kernel is not used" in caplog.text
     np.testing.assert_allclose(tied(x)["mlm"], saved["mlm"], atol=1e-5)
+    # A quantized head holds integer kernels, no float weights to copy: a new head, said so.
+    quantized = bertzoo.BertPretrainer.from_preset(tmp_path / "pre")
+    quantized.quantize("int8")
+    quantized.save_to_preset(tmp_path / "int8")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="bertzoo"):
+        fresh = bertzoo.BertPretrainer.from_preset(tmp_path / "int8", sentence_objective=None)
+    assert "the saved head's weights are not used" in caplog.text
+    assert not np.allclose(fresh.mlm_head.transform.kernel.numpy(), model.mlm_head.transform.kernel.numpy(), atol=0.05)
+
+
+def test_a_masked_lm_only_model_trains_on_a_dataset_of_plain_strings_and_resumes_with_fresh_masks(
+    preprocessor, tmp_path, monkeypatch
+):
+    texts = [" ".join(WORDS[i % 7 : i % 7 + 6]) for i in range(8)]
+    model = bertzoo.BertPretrainer(tiny_backbone(), preprocessor, sentence_objective=None)
+    model.compile(jit_compile=False)
+    history = model.fit(tf.data.Dataset.from_tensor_slices(texts).batch(4), epochs=1, verbose=0).history
+    assert np.isfinite(history["loss"][0])
+    assert np.isfinite(model.evaluate(tf.data.Dataset.from_tensor_slices(texts).batch(4), verbose=0)[0])
+    # ResumableTraining's data is training data: masks drawn afresh, not evaluation's fixed ones.
+    made = []
+    as_dataset = model._as_dataset
+    monkeypatch.setattr(model, "_as_dataset", lambda *a, **k: made.append(k.get("training")) or as_dataset(*a, **k))
+    model.fit(texts, batch_size=4, epochs=1, verbose=0, callbacks=[bertzoo.ResumableTraining(tmp_path / "backup")])
+    assert made == [True]
 
 
 def test_label_seed_and_rate_errors(preprocessor):
@@ -448,5 +480,3 @@ def test_label_seed_and_rate_errors(preprocessor):
         model.fit((["a", "b"], ["c", "d"]), ["0", "1"], verbose=0)
     with pytest.raises(ValueError, match=r"`seed` must be a stateless seed of shape \(2,\).*got shape \[\]"):
         model.masker(np.array([[2, 7, 8, 3]], "int32"), seed=3)
-    with pytest.raises(ValueError, match="`masking_rate` must be above 0"):
-        bertzoo.BertPretrainer(tiny_backbone(), preprocessor, masking_rate=0.0)

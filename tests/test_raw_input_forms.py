@@ -10,6 +10,7 @@ import tensorflow as tf
 
 import bertzoo
 from bertzoo.models.raw_inputs import split_for_validation
+from bertzoo.models.raw_inputs import validation_parts
 
 
 @pytest.fixture(scope="module")
@@ -314,3 +315,12 @@ def test_string_tensors_read_as_the_lists_they_hold(task_name):
         assert model.predict_words(tensors) == model.predict_words(x)
     if task_name == "question_answerer":
         assert model.predict_spans(*tensors) == model.predict_spans(*x)
+
+
+def test_validation_data_as_a_list_is_x_and_labels_unless_it_is_a_list_of_texts():
+    texts, labels = ["good film", "bad film"], [1, 0]
+    assert validation_parts([texts, labels]) == (texts, labels)  # As Keras reads a list.
+    assert validation_parts((texts, labels, [1.0, 2.0])) == (texts, labels, [1.0, 2.0])
+    # Two (or three) texts are texts: they were read as x="good film", y="bad film".
+    assert validation_parts(texts) == (texts,)
+    assert validation_parts(["a", "b", "c"]) == (["a", "b", "c"],)

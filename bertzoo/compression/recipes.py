@@ -23,11 +23,13 @@ MiniLM's and DistilBERT's unlabelled corpora). With no transfer texts the
 prediction stage also uses the labels (`alpha=0.5`).
 """
 
+import keras
 import numpy as np
 
 from bertzoo.compression.distiller import PREDICTIONS_ONLY
 from bertzoo.compression.distiller import Distiller
 from bertzoo.models.optimizers import bert_optimizer
+from bertzoo.models.resumable import ResumableTraining
 from bertzoo.utils.checks import check_keyword_arguments
 from bertzoo.utils.checks import check_non_negative_int
 from bertzoo.utils.checks import check_non_negative_number
@@ -169,6 +171,7 @@ def distill(
     seed=0,
     verbose="auto",
     pruner=None,
+    callbacks=None,
     **distiller_options,
 ):
     """Distills `teacher` into `student` with a named recipe; returns the histories.
@@ -201,6 +204,13 @@ def distill(
         pruner: a `bertzoo.Pruner` attached to `student` (e.g.
             `Pruner.holding_zeros(student)`, to keep a pruned student's
             zeros): every stage's trainer carries it (`prepare_trainer`).
+        callbacks: Keras callbacks for every stage's `fit` (e.g.
+            `keras.callbacks.EarlyStopping(monitor="val_loss")` with
+            `validation_data`): each stage is a `fit` of its own `Distiller`,
+            so a callback starts afresh with each stage and sees that stage's
+            `Distiller` as its model. Not `ResumableTraining`, which
+            checkpoints one `fit`: resume a long distillation stage by stage,
+            with `Distiller(teacher, student, ...).fit(...)`.
         **distiller_options: `Distiller` settings for every stage, over the
             recipe's own (e.g. `relation_heads=2` for `"minilm"`, or
             `soft_target_weight=0` for a regression head, whose outputs
@@ -230,6 +240,7 @@ def distill(
             f"`pruner` must be a bertzoo.Pruner of the student (e.g. Pruner.holding_zeros(student)) or None, got "
             f"{pruner!r}."
         )
+    callbacks = _checked_callbacks(callbacks)
     texts = as_texts(x, "x")
     if y is not None and len(y) != len(texts):
         raise ValueError(f"`x` has {len(texts)} texts but `y` {len(y)} labels.")
@@ -268,6 +279,31 @@ def distill(
         if pruner is not None:
             pruner.prepare_trainer(distiller)
         histories[name] = distiller.fit(
-            *data, epochs=stage_epochs, batch_size=batch_size, validation_data=validation_data, verbose=verbose
+            *data,
+            epochs=stage_epochs,
+            batch_size=batch_size,
+            validation_data=validation_data,
+            verbose=verbose,
+            callbacks=callbacks,
         ).history
     return histories
+
+
+def _checked_callbacks(callbacks):
+    """`distill`'s `callbacks` as a list, refusing what cannot span its stages."""
+    if callbacks is None:
+        return []
+    if isinstance(callbacks, keras.callbacks.Callback):
+        callbacks = [callbacks]
+    callbacks = list(callbacks)
+    for callback in callbacks:
+        if not isinstance(callback, keras.callbacks.Callback):
+            raise ValueError(f"`callbacks` must be a list of keras.callbacks.Callback, got {callback!r}.")
+        if isinstance(callback, ResumableTraining):
+            raise ValueError(
+                "distill() runs one fit per stage, and ResumableTraining checkpoints one fit (a rerun would "
+                "find a later stage's checkpoint in an earlier stage). Resume stage by stage instead: "
+                "Distiller(teacher, student, **stage_settings).fit(texts, epochs=..., "
+                "callbacks=[bertzoo.ResumableTraining(directory)]), one directory per stage."
+            )
+    return callbacks

@@ -1,5 +1,6 @@
 """BERT / ALBERT pre-training: masked LM plus next-sentence or sentence-order prediction."""
 
+import collections.abc
 import logging
 import weakref
 
@@ -72,6 +73,15 @@ def pretraining_head_shapes(config):
     }
 
 
+def _quantized(dtype):
+    """Whether a saved dtype policy (a name, or a policy or policy map's config) quantizes any layer."""
+    if dtype is None:
+        return False
+    policy = keras.dtype_policies.get(dtype)
+    policies = [policy] + ([policy[name] for name in policy] if isinstance(policy, collections.abc.Mapping) else [])
+    return any(p.quantization_mode is not None for p in policies)
+
+
 def _per_slot(weights):
     """One weight per example as `(batch, 1)`, for the `(batch, slots)` masked-LM loss."""
     shape = weights.shape
@@ -103,8 +113,9 @@ class BertPretrainer(Task):
     Raw text: `fit(texts)` (masked LM only) or `fit((first, second), labels)`
     (with a sentence objective). `fit` draws fresh masks for every batch of
     every epoch (dynamic masking); `evaluate`, `predict` and `fit`'s
-    validation data mask the same way on every pass (from the masker's
-    `seed`, else 0), so their losses compare across epochs and checkpoints.
+    validation data mask the same way on every pass (fixed seeds, one per
+    batch; `predict` on a short list masks it in one call), so their
+    losses compare across epochs and checkpoints.
     `sample_weight` is one weight per example (per sentence pair), on every
     prediction slot of its sequence and on its sentence loss.
 
@@ -385,14 +396,27 @@ class BertPretrainer(Task):
 
     # --- Converted heads --------------------------------------------------
     @classmethod
-    def _kept_head_part(cls, changed):
+    def _kept_head_part(cls, changed, saved_head_config):
         # Another sentence objective (or decoder tying) leaves the masked-LM head's weights meaningful:
-        # the README's fill-mask recipe drops the sentence head of a pre-trained model.
-        return "masked-LM head" if set(changed) <= {"sentence_objective", "tie_weights"} else None
+        # the README's fill-mask recipe drops the sentence head of a pre-trained model. Not a quantized
+        # head: its integer kernels are no float weights to copy.
+        if not set(changed) <= {"sentence_objective", "tie_weights"} or _quantized(saved_head_config.get("dtype")):
+            return None
+        saved_objective = saved_head_config.get("sentence_objective")
+        objective = changed.get("sentence_objective", saved_objective)
+        if objective is None:
+            kept = "the saved masked-LM head is kept (this model has no sentence head)"
+        elif objective == saved_objective:
+            kept = "the saved masked-LM and sentence heads are kept"
+        else:
+            kept = f"the saved masked-LM head is kept; the {objective!r} sentence head is new, randomly initialized"
+        if changed.get("tie_weights") is False:
+            kept += "; the untied decoder starts as a copy of the token embedding"
+        return kept
 
-    def _load_preset_extras(self, preset):
-        if preset.class_name == type(self).__name__ and preset.directory is not None:
-            self._load_saved_mlm_head(preset)
+    def _load_preset_extras(self, preset, kept_part=None):
+        if kept_part is not None:
+            self._load_saved_heads(preset)
         elif preset.has_arrays():
             self.load_pretraining_heads(preset.load_arrays())
         elif preset.directory is not None and preset.config.get("task") is None:  # A backbone preset.
@@ -405,10 +429,12 @@ class BertPretrainer(Task):
                 heads,
             )
 
-    def _load_saved_mlm_head(self, preset):
-        """The masked-LM head of a saved pretrainer whose sentence objective
-        or decoder tying differ from this one's (`_kept_head_part`)."""
-        saved = type(self).from_preset(preset.directory, preprocessor=None, verify_checksums=False)
+    def _load_saved_heads(self, preset):
+        """The masked-LM head (and the sentence head of the same objective)
+        of a saved pretrainer whose sentence objective or decoder tying differ
+        from this one's (`_kept_head_part`). Loads the saved model whole
+        first, so for a moment it holds two backbones."""
+        saved = type(self).from_preset(preset.directory, preprocessor=None, verify_checksums=preset.verify_checksums)
         head = saved.mlm_head
         arrays = {
             "mlm/transform/kernel": head.transform.kernel,
@@ -427,6 +453,8 @@ class BertPretrainer(Task):
                 )
             else:
                 arrays["mlm/decoder/kernel"] = head.decoder_kernel
+        if saved.sentence_objective is not None and saved.sentence_objective == self.sentence_objective:
+            arrays.update({"nsp/kernel": saved.sentence_head.kernel, "nsp/bias": saved.sentence_head.bias})
         self.load_pretraining_heads({name: keras.ops.convert_to_numpy(v) for name, v in arrays.items()})
 
     def load_pretraining_heads(self, arrays):

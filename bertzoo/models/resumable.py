@@ -613,7 +613,7 @@ class ResumableTraining(keras.callbacks.Callback):
             self._check_same_run(meta, run, ("batch_size", "epochs", "seed", "shuffle"))
 
         def dataset(order):
-            data = model._as_dataset(x, y, sample_weight, batch_size, shuffle=order)
+            data = model._as_dataset(x, y, sample_weight, batch_size, shuffle=order, training=True)
             if data is not None:
                 return data
 

@@ -477,7 +477,7 @@ class Task(
             if k not in cls.weightless_head_arguments and _as_saved(task_config.get(k)) != _as_saved(v)
         }
         keeps_head = same_task and not changed
-        kept_part = cls._kept_head_part(changed) if same_task and changed else None
+        kept_part = cls._kept_head_part(changed, task_config) if same_task and changed else None
         if load_weights:
             preset.check_weights(task=keeps_head or kept_part is not None)  # Before building anything.
         if preset.config.get("task") is not None and not keeps_head:
@@ -491,7 +491,7 @@ class Task(
                 f"building a new, randomly initialized {cls.__name__} head on its backbone (the saved head's "
                 "weights are not used)"
                 if kept_part is None
-                else f"the saved {kept_part} is kept, the rest of the {cls.__name__} head is new, randomly initialized",
+                else kept_part,
             )
         saved_names = task_config.get("class_names")
         if keeps_head and isinstance(names, (list, tuple)) and saved_names and list(names) != list(saved_names):
@@ -556,7 +556,7 @@ class Task(
                 deferred.fill(lambda: preset.load_task_weights(model), model)
             else:
                 deferred.fill(lambda: preset.load_backbone_weights(backbone), model)
-                model._load_preset_extras(preset)
+                model._load_preset_extras(preset, kept_part)
         model.source_preset = preset.name
         return model
 
@@ -576,17 +576,18 @@ class Task(
             )
 
     @classmethod
-    def _kept_head_part(cls, changed):
-        """Hook: the name of the part of a saved head of this class that
-        `_load_preset_extras` still loads when the head arguments `changed`
-        (a dict) differ from the saved ones, or None: a new head (the
-        default)."""
+    def _kept_head_part(cls, changed, saved_head_config):
+        """Hook: when the head arguments `changed` (a dict) differ from those
+        of a saved head of this class (`saved_head_config`), None for a new
+        head (the default), or a sentence for the warning saying which part
+        of the saved head `_load_preset_extras` still loads."""
         return None
 
-    def _load_preset_extras(self, preset):
+    def _load_preset_extras(self, preset, kept_part=None):
         """Hook: loads head weights a preset keeps beside the backbone (e.g.
-        converted pre-training heads, or the part `_kept_head_part` names)
-        when the task weights are not restored. Does nothing by default."""
+        converted pre-training heads, or the part of a saved head that
+        `_kept_head_part` described as `kept_part`) when the task weights are
+        not restored. Does nothing by default."""
 
     def save_to_preset(self, directory, metadata=None):
         """Writes the task, its backbone and its vocabulary as a preset directory.
@@ -779,7 +780,7 @@ class Task(
             # Seeds drawn in batch order (a sequential map, counting this pass's
             # batches), used by the parallel one: a seeded run treats each batch
             # the same however tf.data schedules the parallel calls.
-            dataset = dataset.enumerate().map(lambda index, d: (d, draw_seed(index)))
+            dataset = dataset.enumerate().map(lambda index, d: (d if isinstance(d, tuple) else (d,), draw_seed(index)))
             dataset = dataset.map(
                 lambda d, seed: _int_features(self.preprocess(*d, seed=seed), trim),
                 num_parallel_calls=tf.data.AUTOTUNE,

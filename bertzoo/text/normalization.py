@@ -108,9 +108,10 @@ def regex_split(text, delim_regex_pattern, keep_delim_regex_pattern="", with_off
     regex_split(tf.constant(["a b", ""]), " ")  # <tf.RaggedTensor [[b"a", b"b"], []]>
     ```
     """
-    text = tf.convert_to_tensor(text)
     op = private_api.tf_text_regex_split_op()
-    if op is None or text.shape.rank != 1:
+    if not isinstance(text, tf.RaggedTensor):
+        text = tf.convert_to_tensor(text, tf.string)
+    if op is None or isinstance(text, tf.RaggedTensor) or text.shape.rank != 1:
         pieces = tf_text.regex_split_with_offsets(text, delim_regex_pattern, keep_delim_regex_pattern)
     else:
         # tf-text's wrapper groups each pattern the same way.
@@ -122,6 +123,8 @@ def regex_split(text, delim_regex_pattern, keep_delim_regex_pattern="", with_off
 def merge_inner_dims(pieces):
     """`pieces.merge_dims(-2, -1)` without the ragged-tensor validation
     (see `regex_split`): `[batch, words, (pieces)]` -> `[batch, (pieces)]`."""
+    if pieces.ragged_rank < 2:  # A dense inner dimension: no row splits to gather.
+        return pieces.merge_dims(-2, -1)
     if pieces.ragged_rank > 2:
         return pieces.with_values(merge_inner_dims(pieces.values))
     splits = tf.gather(pieces.values.row_splits, tf.cast(pieces.row_splits, pieces.values.row_splits.dtype))

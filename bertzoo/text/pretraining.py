@@ -36,11 +36,6 @@ def check_masking(selection_rate, mask_token_rate, random_token_rate, max_select
     maps the argument names to the caller's (e.g. `masking_rate`)."""
     names = {"selection_rate": "selection_rate", "max_selections": "max_selections", **(names or {})}
     _check_rate(names["selection_rate"], selection_rate)
-    if selection_rate == 0:  # At least one token of each sequence is chosen whatever the rate.
-        raise ValueError(
-            f"`{names['selection_rate']}` must be above 0: every sequence has at least one token to predict. "
-            "For a model without masked-LM training, fine-tune a task model (e.g. BertClassifier) instead."
-        )
     _check_rate("mask_token_rate", mask_token_rate)
     _check_rate("random_token_rate", random_token_rate)
     if mask_token_rate + random_token_rate > 1 + 1e-9:
@@ -168,7 +163,7 @@ class BertMaskGenerator(keras.layers.Layer):
             seed = self.draw_seed()
         else:
             seed = tf.cast(seed, tf.int64)
-            if seed.shape.rank is not None and seed.shape.as_list() != [2]:
+            if not seed.shape.is_compatible_with([2]):
                 raise ValueError(
                     f"`seed` must be a stateless seed of shape (2,), e.g. [7, 0], got shape {seed.shape.as_list()}. "
                     "(An integer seed of the layer's own stream goes to the constructor: seed=7.)"
