@@ -324,3 +324,31 @@ def test_validation_data_as_a_list_is_x_and_labels_unless_it_is_a_list_of_texts(
     # Two (or three) texts are texts: they were read as x="good film", y="bad film".
     assert validation_parts(texts) == (texts,)
     assert validation_parts(["a", "b", "c"]) == (["a", "b", "c"],)
+
+
+def test_python_generators_and_py_datasets_of_features_train_and_of_raw_text_are_refused(word_classifier):
+    # Both read `x.shape` of the generator ("'generator' object has no attribute 'shape'").
+    model = word_classifier(["good", "bad", "film"], sequence_length=8)
+    model.compile(optimizer="sgd", jit_compile=False)
+    texts, labels = ["good film", "bad film"], np.array([1, 0])
+    features = {k: np.asarray(v) for k, v in model.preprocessor(texts).items()}
+    batches = []
+
+    def tokenized():
+        for _ in range(3):
+            batches.append(1)
+            yield features, labels
+
+    class Raw(keras.utils.PyDataset):
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, index):
+            return texts, labels
+
+    history = model.fit(tokenized(), epochs=1, verbose=0).history
+    assert len(batches) == 3 and np.isfinite(history["loss"][0])  # The batch read to tell is trained on too.
+    for method in ("fit", "evaluate", "predict"):
+        for stream, kind in (((b for b in [(texts, labels)]), "generator"), (Raw(), "Raw")):
+            with pytest.raises(ValueError, match=rf"\.{method} got a {kind} of raw text(.|\n)*from_generator"):
+                getattr(model, method)(stream, verbose=0)

@@ -1,5 +1,6 @@
 """`fit` / `evaluate` on raw text, shared by task models and trainers."""
 
+import collections.abc
 import contextlib
 import math
 
@@ -31,7 +32,9 @@ def set_schedule_length(optimizer, x, batch_size, epochs, steps_per_epoch):
     if steps is None and is_tf_dataset(x):
         cardinality = int(x.cardinality())
         steps = cardinality if cardinality > 0 else None
-    elif steps is None and x is not None:
+    elif steps is None and isinstance(x, keras.utils.PyDataset):
+        steps = x.num_batches  # None for an endless one: the schedule stays at its peak, as for such a dataset.
+    elif steps is None and x is not None and not is_stream(x):
         first = x[next(iter(x))] if isinstance(x, dict) else x
         steps = -(-len(first) // (batch_size or DEFAULT_BATCH_SIZE))
     if steps:
@@ -205,6 +208,19 @@ def split_for_validation(x, y, sample_weight, validation_split):
     return split_inputs(head), head(y), head(sample_weight), validation
 
 
+def _put_back(first, rest):
+    """A generator of `first`, then the rest of the iterator `rest` (what
+    Keras takes as a stream of batches: a generator, not any iterator)."""
+    yield first
+    yield from rest
+
+
+def is_stream(x):
+    """True for batches Keras reads one at a time: a Python iterator or
+    generator, or a `keras.utils.PyDataset`."""
+    return isinstance(x, (collections.abc.Iterator, keras.utils.PyDataset))
+
+
 def is_tokenized(x):
     """True for feature dicts, and for datasets whose elements are (or start with) one."""
 
@@ -274,6 +290,7 @@ class RawInputsMixin:
         steps_per_epoch=None,
         **kwargs,
     ):
+        x = self._checked_stream("fit", x)
         self._check_fit_inputs(x, y, validation_data=validation_data, batch_size=batch_size)
         _check_gradients_can_be_summed_over_replicas(self)
         for variable in self.trainable_variables:  # Before Keras's step: an error inside it loses state on JAX.
@@ -356,6 +373,29 @@ class RawInputsMixin:
             declared = None
         return sorted(declared) if isinstance(declared, dict) else list(TOKENIZED_KEYS)
 
+    def _checked_stream(self, method, x):
+        """`x`, and for a stream (`is_stream`) of raw text a clear error:
+        bertzoo tokenizes in-memory text and `tf.data` pipelines, not Python
+        generators. A stream's first batch is read to tell (a generator's is
+        put back in front of the rest); tokenized streams go to Keras."""
+        if not is_stream(x) or self.preprocessor is None:
+            return x
+        kind = type(x).__name__
+        if isinstance(x, keras.utils.PyDataset):
+            first = x[0] if x.num_batches != 0 else None
+        else:
+            first = next(x, None)
+            x = x if first is None else _put_back(first, x)
+        inputs = first[0] if isinstance(first, tuple) else first
+        if holds_text(inputs):
+            raise ValueError(
+                f"{type(self).__name__}.{method} got a {kind} of raw text, which it cannot tokenize "
+                "batch by batch: wrap the generator in a tf.data.Dataset, which bertzoo tokenizes in its pipeline, "
+                "e.g. tf.data.Dataset.from_generator(make_batches, output_signature=(tf.TensorSpec([None], "
+                "tf.string), tf.TensorSpec([None], tf.int32))), or yield model.preprocessor(texts) features."
+            )
+        return x
+
     def _check_text_has_a_preprocessor(self, method, x):
         if self.preprocessor is None and holds_text(x, datasets=True):  # Keras: "Unrecognized data type".
             raise ValueError(
@@ -421,6 +461,7 @@ class RawInputsMixin:
         return super().make_train_function(force)
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
+        x = self._checked_stream("evaluate", x)
         self._check_fit_inputs(x, y, method="evaluate", batch_size=batch_size)
         dataset = self._as_dataset(x, y, sample_weight, batch_size)
         if dataset is not None:

@@ -19,6 +19,7 @@ from bertzoo.models.raw_inputs import RawInputsMixin
 from bertzoo.models.raw_inputs import check_dataset_carries_targets
 from bertzoo.models.raw_inputs import eager_strings_as_arrays
 from bertzoo.models.raw_inputs import holds_no_examples
+from bertzoo.models.raw_inputs import is_stream
 from bertzoo.models.raw_inputs import is_tokenized
 from bertzoo.models.resumable import EpochOrder
 from bertzoo.models.serving import XLA_LENGTH_MULTIPLE
@@ -718,7 +719,7 @@ class Task(
         `ResumableTraining`): then the dataset holds the batches of all the
         epochs still to run, each epoch in its seeded order."""
 
-        if self.preprocessor is None or is_tokenized(x):
+        if self.preprocessor is None or is_tokenized(x) or is_stream(x):
             return None
         batch_size = batch_size or DEFAULT_BATCH_SIZE
         trim = self.trims_padding
@@ -901,6 +902,7 @@ class Task(
             )
         if x is None:
             raise ValueError(f"{type(self).__name__}.predict got no inputs (x=None): pass the texts to predict on.")
+        x = self._checked_stream("predict", x)
         self._check_text_has_a_preprocessor("predict", x)
         features = self._preprocess_in_memory(x)
         if features is not None:
@@ -918,7 +920,7 @@ class Task(
         inputs): building a `tf.data` map traces the whole preprocessor, about
         0.5 s per `predict` call, where a short list tokenizes in milliseconds."""
 
-        if self.preprocessor is None or is_tokenized(x) or is_tf_dataset(x):
+        if self.preprocessor is None or is_tokenized(x) or is_tf_dataset(x) or is_stream(x):
             return None
         x = eager_strings_as_arrays(x)
         # Counted on the raw input (a list, or a tuple of lists for pairs and
