@@ -801,6 +801,8 @@ def test_minilm_recipe_distills_relations_across_widths(distilled):
         ({"seed": "a"}, "`seed` must be an integer >= 0, got 'a'"),
         ({"pruner": "x"}, "`pruner` must be a bertzoo.Pruner of the student"),
         ({"callbacks": ["stop"]}, "`callbacks` must be a list of keras.callbacks.Callback, got 'stop'"),
+        ({"callbacks": 5}, "`callbacks` must be a list of keras.callbacks.Callback, got 5"),
+        ({"callbacks": [keras.callbacks.BackupAndRestore("never_written")]}, "BackupAndRestore checkpoints one fit"),
         ({"callbacks": bertzoo.ResumableTraining("never_written")}, r"distill\(\) runs one fit per stage"),
         # Multiple choice's (contexts, choices): the recipes read single texts; the message names the way.
         (

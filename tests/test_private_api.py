@@ -458,9 +458,8 @@ def hide_module(monkeypatch, name):
     """Makes `from package import module` of `name` raise ImportError, as
     after a release that moved it (Keras/TF modules that already imported it
     keep their reference, so the public API still works)."""
-    with contextlib.suppress(
-        ImportError
-    ):  # Imported whole first: a package first imported while hidden stays half-made.
+    # Imported whole first: a package first imported while hidden stays half-made.
+    with contextlib.suppress(ImportError):
         importlib.import_module(name)
     package, _, leaf = name.rpartition(".")
     parent = sys.modules.get(package)

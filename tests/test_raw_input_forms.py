@@ -346,8 +346,17 @@ def test_python_generators_and_py_datasets_of_features_train_and_of_raw_text_are
         def __getitem__(self, index):
             return texts, labels
 
-    history = model.fit(tokenized(), epochs=1, verbose=0).history
-    assert len(batches) == 3 and np.isfinite(history["loss"][0])  # The batch read to tell is trained on too.
+    class Steps(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            steps.append(batch)
+
+    steps = []
+    history = model.fit(tokenized(), epochs=1, verbose=0, callbacks=[Steps()]).history
+    assert steps == [0, 1, 2] and np.isfinite(history["loss"][0])  # The batch read to tell is trained on too.
+    with pytest.raises(ValueError, match=r"fit \(validation_data\) got a generator of raw text"):
+        model.fit(tokenized(), validation_data=(b for b in [(texts, labels)]), verbose=0)
+    with pytest.raises(ValueError, match="ResumableTraining counts, orders and skips batches"):
+        model.fit(tokenized(), verbose=0, callbacks=[bertzoo.ResumableTraining("never_written")])
     for method in ("fit", "evaluate", "predict"):
         for stream, kind in (((b for b in [(texts, labels)]), "generator"), (Raw(), "Raw")):
             with pytest.raises(ValueError, match=rf"\.{method} got a {kind} of raw text(.|\n)*from_generator"):

@@ -207,10 +207,13 @@ def distill(
         callbacks: Keras callbacks for every stage's `fit` (e.g.
             `keras.callbacks.EarlyStopping(monitor="val_loss")` with
             `validation_data`): each stage is a `fit` of its own `Distiller`,
-            so a callback starts afresh with each stage and sees that stage's
-            `Distiller` as its model. Not `ResumableTraining`, which
-            checkpoints one `fit`: resume a long distillation stage by stage,
-            with `Distiller(teacher, student, ...).fit(...)`.
+            which a callback sees as its model. Those that reset when a
+            `fit` begins (`EarlyStopping`, `ReduceLROnPlateau`) start afresh
+            with each stage; `ModelCheckpoint(save_best_only=True)` keeps
+            its best across stages, whose losses differ. Not
+            `ResumableTraining` or `BackupAndRestore`, which checkpoint one
+            `fit`: resume a long distillation stage by stage, with
+            `Distiller(teacher, student, ...).fit(...)`.
         **distiller_options: `Distiller` settings for every stage, over the
             recipe's own (e.g. `relation_heads=2` for `"minilm"`, or
             `soft_target_weight=0` for a regression head, whose outputs
@@ -295,13 +298,15 @@ def _checked_callbacks(callbacks):
         return []
     if isinstance(callbacks, keras.callbacks.Callback):
         callbacks = [callbacks]
+    if not isinstance(callbacks, (list, tuple)):
+        raise ValueError(f"`callbacks` must be a list of keras.callbacks.Callback, got {callbacks!r}.")
     callbacks = list(callbacks)
     for callback in callbacks:
         if not isinstance(callback, keras.callbacks.Callback):
             raise ValueError(f"`callbacks` must be a list of keras.callbacks.Callback, got {callback!r}.")
-        if isinstance(callback, ResumableTraining):
+        if isinstance(callback, (ResumableTraining, keras.callbacks.BackupAndRestore)):
             raise ValueError(
-                "distill() runs one fit per stage, and ResumableTraining checkpoints one fit (a rerun would "
+                f"distill() runs one fit per stage, and {type(callback).__name__} checkpoints one fit (a rerun would "
                 "find a later stage's checkpoint in an earlier stage). Resume stage by stage instead: "
                 "Distiller(teacher, student, **stage_settings).fit(texts, epochs=..., "
                 "callbacks=[bertzoo.ResumableTraining(directory)]), one directory per stage."

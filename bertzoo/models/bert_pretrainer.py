@@ -127,7 +127,8 @@ class BertPretrainer(Task):
         preprocessor: a `bertzoo.text.BertPreprocessor`, or None for tokenized
             (already masked) inputs.
         sentence_objective: `"nsp"`, `"sop"` or None.
-        masking_rate: fraction of the tokens to predict.
+        masking_rate: fraction of the tokens to predict (at least one per
+            sequence, also at 0).
         mask_token_rate: fraction of those replaced by `[MASK]`.
         random_token_rate: fraction of those replaced by a random token.
         max_predictions: prediction slots per sequence; None means

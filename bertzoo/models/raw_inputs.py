@@ -291,6 +291,8 @@ class RawInputsMixin:
         **kwargs,
     ):
         x = self._checked_stream("fit", x)
+        if is_stream(validation_data):
+            validation_data = self._checked_stream("fit (validation_data)", validation_data)
         self._check_fit_inputs(x, y, validation_data=validation_data, batch_size=batch_size)
         _check_gradients_can_be_summed_over_replicas(self)
         for variable in self.trainable_variables:  # Before Keras's step: an error inside it loses state on JAX.
@@ -390,7 +392,7 @@ class RawInputsMixin:
         if holds_text(inputs):
             raise ValueError(
                 f"{type(self).__name__}.{method} got a {kind} of raw text, which it cannot tokenize "
-                "batch by batch: wrap the generator in a tf.data.Dataset, which bertzoo tokenizes in its pipeline, "
+                "batch by batch: wrap its batches in a tf.data.Dataset, which bertzoo tokenizes in its pipeline, "
                 "e.g. tf.data.Dataset.from_generator(make_batches, output_signature=(tf.TensorSpec([None], "
                 "tf.string), tf.TensorSpec([None], tf.int32))), or yield model.preprocessor(texts) features."
             )

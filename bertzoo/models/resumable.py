@@ -62,6 +62,7 @@ import numpy as np
 
 from bertzoo.models.raw_inputs import DEFAULT_BATCH_SIZE
 from bertzoo.models.raw_inputs import check_dataset_carries_targets
+from bertzoo.models.raw_inputs import is_stream
 from bertzoo.models.raw_inputs import set_schedule_length
 from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.saving.atomic import current_umask
@@ -567,6 +568,12 @@ class ResumableTraining(keras.callbacks.Callback):
         """Runs `keras_fit` (Keras's `fit` of a bertzoo model) resumably:
         called by `fit` of bertzoo tasks, `Distiller` and `Pruner` when this
         callback is among its `callbacks`."""
+        if is_stream(x):
+            raise ValueError(
+                "ResumableTraining counts, orders and skips batches, which a Python generator or PyDataset "
+                "cannot replay: pass the data in memory or as a tf.data.Dataset (e.g. "
+                "tf.data.Dataset.from_generator(make_batches, output_signature=...))."
+            )
         if steps_per_epoch is not None:
             raise ValueError(
                 "ResumableTraining runs whole passes over the data: leave `steps_per_epoch` unset (it "
