@@ -445,7 +445,8 @@ class Task(
         (e.g. `num_classes=5`, or `class_names` of another length, which
         set `num_classes` as in the constructor; not `weightless_head_arguments` such as
         `dropout`, which keep the saved head); then only the backbone weights load, the head
-        is freshly initialized, and a warning on the "bertzoo" logger says so
+        is freshly initialized (a `BertPretrainer` whose `sentence_objective` or `tie_weights`
+        changed keeps its masked-LM head), and a warning on the "bertzoo" logger says so
         (a backbone preset, the usual start of fine-tuning, loads silently).
         Precision is not restored: without `dtype` the model computes in
         Keras's global policy, whatever it was saved in.
