@@ -361,3 +361,14 @@ def test_python_generators_and_py_datasets_of_features_train_and_of_raw_text_are
         for stream, kind in (((b for b in [(texts, labels)]), "generator"), (Raw(), "Raw")):
             with pytest.raises(ValueError, match=rf"\.{method} got a {kind} of raw text(.|\n)*from_generator"):
                 getattr(model, method)(stream, verbose=0)
+
+
+def test_validation_texts_without_labels_are_refused_before_training(word_classifier):
+    # A list of texts is texts (above): a labelled task refuses it before its first epoch, not after.
+    model = word_classifier(["good", "bad", "film"], sequence_length=8)
+    model.compile(optimizer="sgd", jit_compile=False)
+    before = [w.copy() for w in model.get_weights()]
+    for validation in (["good film", "bad film"], (["good film", "bad film"],)):
+        with pytest.raises(ValueError, match=r"fit got `validation_data` without labels: pass validation_data=\(texts"):
+            model.fit(["good film", "bad film"], [1, 0], validation_data=validation, verbose=0)
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))

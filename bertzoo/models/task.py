@@ -21,6 +21,7 @@ from bertzoo.models.raw_inputs import eager_strings_as_arrays
 from bertzoo.models.raw_inputs import holds_no_examples
 from bertzoo.models.raw_inputs import is_stream
 from bertzoo.models.raw_inputs import is_tokenized
+from bertzoo.models.raw_inputs import validation_parts
 from bertzoo.models.resumable import EpochOrder
 from bertzoo.models.serving import XLA_LENGTH_MULTIPLE
 from bertzoo.models.serving import ExportMixin
@@ -706,6 +707,13 @@ class Task(
                 f"{type(self).__name__}.{method} got no labels: pass `y` (or a tf.data.Dataset of (inputs, "
                 "labels)). To learn from unlabelled texts, distill a teacher's predictions instead: "
                 "`bertzoo.distill`, or `Pruner.fit(texts, teacher=...)` while pruning."
+            )
+        parts = validation_parts(validation_data) if validation_data is not None else ()
+        if self.fit_needs_labels and len(parts) == 1 and isinstance(parts[0], (list, tuple, np.ndarray, dict)):
+            # Refused before training, not by the evaluation after the first epoch.
+            raise ValueError(
+                f"{type(self).__name__}.{method} got `validation_data` without labels: pass "
+                "validation_data=(texts, labels)."
             )
 
     def _as_dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False, training=False):
