@@ -14,6 +14,7 @@ from bertzoo.models.head_utils import check_class_ids
 from bertzoo.models.head_utils import check_two_segments
 from bertzoo.models.head_utils import class_ids_checked_in_graph
 from bertzoo.models.head_utils import masked_loss
+from bertzoo.models.head_utils import one_weight_per_row
 from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.serving import TextServing
 from bertzoo.models.task import Task
@@ -80,13 +81,6 @@ def _quantized(dtype):
     policy = keras.dtype_policies.get(dtype)
     policies = [policy] + ([policy[name] for name in policy] if isinstance(policy, collections.abc.Mapping) else [])
     return any(p.quantization_mode is not None for p in policies)
-
-
-def _per_slot(weights):
-    """One weight per example as `(batch, 1)`, for the `(batch, slots)` masked-LM loss."""
-    shape = weights.shape
-    rank = shape.rank if hasattr(shape, "rank") else len(shape)  # TensorFlow's may be unknown (None).
-    return keras.ops.reshape(weights, (-1, 1)) if rank is None or rank <= 1 else weights
 
 
 @keras.saving.register_keras_serializable(package="bertzoo")
@@ -334,8 +328,8 @@ class BertPretrainer(Task):
         if sample_weight is None:
             return None
         if isinstance(sample_weight, dict):
-            return {name: _per_slot(w) if name == "mlm" else w for name, w in sample_weight.items()}
-        weights = {"mlm": _per_slot(sample_weight)}
+            return {name: one_weight_per_row(w) if name == "mlm" else w for name, w in sample_weight.items()}
+        weights = {"mlm": one_weight_per_row(sample_weight)}
         if self.sentence_objective is not None:
             weights["sentence"] = sample_weight
         return weights

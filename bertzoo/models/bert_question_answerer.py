@@ -7,6 +7,7 @@ from keras import ops
 from bertzoo.layers.dense import Dense
 from bertzoo.models.head_utils import check_two_segments
 from bertzoo.models.head_utils import guarded
+from bertzoo.models.head_utils import one_weight_per_row
 from bertzoo.models.head_utils import unused_pooler_ok
 from bertzoo.models.raw_inputs import eager_strings_as_arrays
 from bertzoo.models.serving import TextServing
@@ -444,11 +445,7 @@ class BertQuestionAnswerer(Task):
     def loss_sample_weight(self, sample_weight):
         """The labels are (start, end) pairs, so Keras weighs a `(batch, 2)`
         loss: one weight per example, `(batch, 1)`, goes on both ends."""
-        if sample_weight is None:
-            return None
-        shape = sample_weight.shape
-        rank = shape.rank if hasattr(shape, "rank") else len(shape)  # TensorFlow's may be unknown (None).
-        return ops.reshape(sample_weight, (-1, 1)) if rank is None or rank <= 1 else sample_weight
+        return None if sample_weight is None else one_weight_per_row(sample_weight)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         return super().compute_loss(x, y, y_pred, self.loss_sample_weight(sample_weight), training=training)

@@ -266,6 +266,21 @@ def activation_name(activation):
     return activation
 
 
+def one_weight_per_row(sample_weight):
+    """One weight per example as `(batch, 1)`, for a loss of several values
+    per example (a span's two ends, masked-LM slots); weights of rank 2 are
+    used as given.
+
+    Example:
+    ```python
+    one_weight_per_row(np.array([1.0, 0.5]))  # shape (2, 1)
+    ```
+    """
+    shape = sample_weight.shape
+    rank = shape.rank if hasattr(shape, "rank") else len(shape)  # TensorFlow's may be unknown (None).
+    return keras.ops.reshape(sample_weight, (-1, 1)) if rank is None or rank <= 1 else sample_weight
+
+
 def masked_loss():
     """Sparse cross-entropy on logits, averaged over labelled positions only.
 

@@ -234,9 +234,9 @@ def validation_parts(validation_data):
     """`fit`'s `validation_data` as a tuple `(x[, y[, sample_weight]])`:
     a tuple of those, a list of two or three (Keras reads it as that
     tuple) unless it is a list of texts, or `x` alone."""
-    texts = all(isinstance(v, (str, bytes)) for v in validation_data) if isinstance(validation_data, list) else False
-    if isinstance(validation_data, list) and len(validation_data) in (2, 3) and not texts:
-        validation_data = tuple(validation_data)
+    if isinstance(validation_data, list) and len(validation_data) in (2, 3):
+        texts = all(isinstance(v, (str, bytes)) for v in validation_data)
+        validation_data = validation_data if texts else tuple(validation_data)
     if not isinstance(validation_data, tuple):
         return (validation_data,)
     if len(validation_data) > 3:

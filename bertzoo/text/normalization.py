@@ -127,7 +127,7 @@ def merge_inner_dims(pieces):
         return pieces.merge_dims(-2, -1)
     if pieces.ragged_rank > 2:
         return pieces.with_values(merge_inner_dims(pieces.values))
-    splits = tf.gather(pieces.values.row_splits, tf.cast(pieces.row_splits, pieces.values.row_splits.dtype))
+    splits = tf.gather(pieces.values.row_splits, pieces.row_splits)  # One splits dtype throughout.
     return tf.RaggedTensor.from_row_splits(pieces.flat_values, splits, validate=False)
 
 
