@@ -32,7 +32,9 @@ def detect_format(path):
     """
     path = Path(path).expanduser()
     if not path.exists():
-        raise FileNotFoundError(f"Checkpoint directory {path} does not exist.")
+        prefix = path.with_name(path.name + ".index").is_file()
+        hint = f" It is a TF checkpoint prefix: pass its directory, {path.parent}." if prefix else ""
+        raise FileNotFoundError(f"Checkpoint directory {path} does not exist.{hint}")
     if not path.is_dir():
         raise ConversionError(
             f"{path} is a file; conversion expects the checkpoint's directory. "
@@ -43,6 +45,8 @@ def detect_format(path):
         if keras_hub.is_keras_hub_config(config):
             return "keras_hub"
         if huggingface.is_huggingface_config(config):
+            if not huggingface.has_weights(path) and tf1.find_config(path) and tf1.find_checkpoint(path):
+                return "tf1"  # Hugging Face's config beside the original checkpoint (and a pytorch_model.bin).
             return "huggingface"
         if "format_version" in config and "backbone" in config:
             raise ConversionError(

@@ -221,7 +221,8 @@ def build_backbone(model):
     try:
         # Its weights come from the checkpoint: they are not drawn at random first (seconds for BERT-base).
         with private_api.fresh_layer_names(), private_api.deferred_initialization() as deferred:
-            backbone = BertBackbone(**model.config)
+            # float32 whatever the session's dtype policy: a checkpoint's values are stored as they are.
+            backbone = BertBackbone(**{"dtype": "float32", **model.config})
     except ValueError as e:
         raise ConversionError(f"The config of {origin} is not a valid BertBackbone config: {e}") from e
     variables = backbone.named_weights()
@@ -488,28 +489,33 @@ def read_config(raw, kinds, defaults, origin):
     return values
 
 
-def albert_layout(num_layers, num_groups, inner_group_num, origin):
+def albert_layout(num_layers, num_groups, inner_group_num, origin, float_group_index=False):
     """`(num_layers, num_groups, index_fields)` of an ALBERT encoder in bertzoo terms.
 
-    ALBERT runs layer `i` through group `int(i / L * G)` (a float product),
-    and each group applies its `inner_group_num` (R) sub-layers in turn.
+    Each group applies its `inner_group_num` (R) sub-layers in turn.
     BertBackbone shares consecutive layers, layer `i` running group
-    `i // (L // G)`; the two agree for the published configs, but rounding
-    makes them differ for some others (e.g. L = G = 22, where ALBERT runs
-    layer 15 through group 14), which are refused. With R = 1 that is
-    BertBackbone's sharing of consecutive layers. With R > 1 it is only
-    expressible when every group runs once (L == G): then the L * R
-    sub-layers are ordinary unshared layers.
+    `i // (L // G)`, as Hugging Face's and keras-hub's ALBERT do. Google's
+    original code (`float_group_index=True`, the TF1 reader) runs layer `i`
+    through group `int(i / L * G)`, a float product: the two agree for the
+    published configs, but rounding makes them differ for some others (e.g.
+    L = G = 22, where it runs layer 15 through group 14), which are refused.
+    With R = 1 that is BertBackbone's sharing of consecutive layers. With
+    R > 1 it is only expressible when every group runs once (L == G): then
+    the L * R sub-layers are ordinary unshared layers.
     """
     if num_layers % num_groups:
         raise ConversionError(
             f"{origin}: num_hidden_layers={num_layers} is not divisible by num_hidden_groups={num_groups}."
         )
-    differing = [i for i in range(num_layers) if int(i / num_layers * num_groups) != i // (num_layers // num_groups)]
+    differing = [
+        i
+        for i in range(num_layers)
+        if float_group_index and int(i / num_layers * num_groups) != i // (num_layers // num_groups)
+    ]
     if differing:
         i = differing[0]
         raise ConversionError(
-            f"{origin}: with num_hidden_layers={num_layers} and num_hidden_groups={num_groups}, ALBERT's code "
+            f"{origin}: with num_hidden_layers={num_layers} and num_hidden_groups={num_groups}, Google's ALBERT code "
             f"assigns layer {i} to group int({i} / {num_layers} * {num_groups}) = "
             f"{int(i / num_layers * num_groups)} (float rounding), not to group {i // (num_layers // num_groups)} "
             f"as the even split does ({len(differing)} layer(s) differ). bertzoo shares consecutive, equal runs "

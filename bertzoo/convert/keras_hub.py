@@ -91,6 +91,20 @@ def _json_field(path, *keys):
     return value
 
 
+def _load_preset_part(cls, path, *files):
+    """`cls.from_preset(path)`; keras-hub's own errors about a damaged preset
+    (a KeyError, an h5py or JSON error that names no file) become a
+    `ConversionError` naming the preset and the files it was reading."""
+    try:
+        return cls.from_preset(str(path))
+    except (KeyError, AttributeError, TypeError, ValueError, OSError) as e:
+        raise ConversionError(
+            f"{path} is not a loadable keras-hub preset: reading {' and '.join(files)} with "
+            f"keras_hub.{cls.__name__}.from_preset failed ({type(e).__name__}: {e}). Check those files (a "
+            "hand edit, an interrupted copy?) or save the preset again with keras-hub's save_to_preset."
+        ) from e
+
+
 def read(source):
     """Reads a keras-hub BERT/ALBERT backbone (object, task, or preset directory)."""
     import keras_hub
@@ -99,9 +113,9 @@ def read(source):
     path, tokenizer, head, sequence_length = None, None, None, None
     if isinstance(source, (str, Path)):
         path = Path(source)
-        backbone = keras_hub.models.Backbone.from_preset(str(path))
+        backbone = _load_preset_part(keras_hub.models.Backbone, path, "config.json", "model.weights.h5")
         if (path / "tokenizer.json").is_file():
-            tokenizer = keras_hub.tokenizers.Tokenizer.from_preset(str(path))
+            tokenizer = _load_preset_part(keras_hub.tokenizers.Tokenizer, path, "tokenizer.json", "assets/")
         if (path / "task.json").is_file():
             head = _json_field(path / "task.json", "class_name") or "task"
         sequence_length = _json_field(path / "preprocessor.json", "config", "sequence_length")

@@ -285,7 +285,11 @@ def read(path):
     if albert:
         embedding_dim = values["hidden_size"] if values["embedding_size"] is None else values["embedding_size"]
         layers, groups, index_fields = albert_layout(
-            values["num_hidden_layers"], values["num_hidden_groups"], values["inner_group_num"], origin
+            values["num_hidden_layers"],
+            values["num_hidden_groups"],
+            values["inner_group_num"],
+            origin,
+            float_group_index=True,
         )
         config.update(
             num_layers=layers,

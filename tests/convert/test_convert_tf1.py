@@ -188,7 +188,7 @@ def test_tf1_type_vocab_size_defaults_to_each_code_base(ref, rng, tmp_path, albe
 
 
 def test_tf1_albert_grouping_that_float_rounding_moves_is_refused(ref, rng, tmp_path):
-    # ALBERT runs layer i through group int(i / L * G): with L = G = 22, layer 15 through group 14, not 15.
+    # Google's ALBERT runs layer i through group int(i / L * G): with L = G = 22, layer 15 through group 14, not 15.
     model = ref.random_model(rng, num_layers=1, num_sets=1, embedding=8)
     source = ref.write_tf1(
         tmp_path / "albert",
@@ -198,7 +198,7 @@ def test_tf1_albert_grouping_that_float_rounding_moves_is_refused(ref, rng, tmp_
     )
     with pytest.raises(
         ConversionError,
-        match=r"num_hidden_layers=22 and num_hidden_groups=22, ALBERT's code assigns layer 15 to group "
+        match=r"num_hidden_layers=22 and num_hidden_groups=22, Google's ALBERT code assigns layer 15 to group "
         r"int\(15 / 22 \* 22\) = 14(.|\n)*grouping is not supported",
     ):
         read_checkpoint(source)
