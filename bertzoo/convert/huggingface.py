@@ -243,6 +243,8 @@ _TOKENIZER_CLASSES = {
     "bert": ("BertTokenizer", "BertTokenizerFast", "DistilBertTokenizer", "DistilBertTokenizerFast"),
     "albert": ("AlbertTokenizer", "AlbertTokenizerFast"),
 }
+# transformers' classes that run whatever `tokenizer.json` describes.
+_GENERIC_TOKENIZER_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
 _NO_VOCABULARY = "the weights are converted without it (pass tokenized inputs, preprocessor=None)"
 
 
@@ -284,6 +286,8 @@ def _read_tokenizer(path, model_type, config, origin):
         tokenizer.settings["strip_accents"] = bool(setting("strip_accents", "strip_accents", None))
 
     tokenizer_class = tokenizer_config.get("tokenizer_class")
+    if tokenizer_class in _GENERIC_TOKENIZER_CLASSES and _is_bert_tokenizer_json(fast):
+        tokenizer_class = None  # A generic class running BERT's tokenizer.json.
     if tokenizer_class is not None and tokenizer_class not in _TOKENIZER_CLASSES[model_type]:
         tokenizer.notes.append(
             f"{path / 'tokenizer_config.json'} names tokenizer_class {tokenizer_class!r}, which splits text unlike "
@@ -328,6 +332,15 @@ def _read_tokenizer(path, model_type, config, origin):
     check_vocabulary_size(vocabulary, config, origin)
     tokenizer.vocabulary = vocabulary
     return tokenizer
+
+
+def _is_bert_tokenizer_json(fast):
+    """Whether `tokenizer.json` describes BERT's tokenizer: its normalizer,
+    pre-tokenizer and WordPiece model."""
+    parts = [
+        fast.get(key) if isinstance(fast.get(key), dict) else {} for key in ("normalizer", "pre_tokenizer", "model")
+    ]
+    return [part.get("type") for part in parts] == ["BertNormalizer", "BertPreTokenizer", "WordPiece"]
 
 
 def _wordpiece_vocabulary(fast, source, notes):

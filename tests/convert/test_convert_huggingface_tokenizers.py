@@ -127,6 +127,12 @@ def test_a_tokenizer_bertzoo_would_not_reproduce_leaves_the_vocabulary_out(
         tokenizer_config={"tokenizer_class": "BertTokenizerFast"},
     )
     assert plain.has_vocabulary and not plain.notes
+    # A generic class converts when its tokenizer.json is BERT's.
+    generic = {"tokenizer_class": "PreTrainedTokenizerFast"}
+    fast = {"tokenizer.json": wordpiece_json(vocabulary())}
+    assert convert(ref, tiny, tmp_path / "generic", tmp_path, tokenizer_config=generic, files=fast).has_vocabulary
+    fast["tokenizer.json"]["pre_tokenizer"] = {"type": "Whitespace"}
+    assert not convert(ref, tiny, tmp_path / "split", tmp_path, tokenizer_config=generic, files=fast).has_vocabulary
 
 
 @pytest.mark.parametrize("layout", ["added_tokens.json", "tokenizer.json"])
