@@ -4,7 +4,6 @@ Weights are read with the safetensors NumPy API, so no PyTorch is needed.
 PyTorch `nn.Linear` weights are stored `[out, in]` and are transposed.
 """
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,6 @@ from bertzoo.convert.common import HF_ACTIVATIONS
 from bertzoo.convert.common import ConversionError
 from bertzoo.convert.common import SourceModel
 from bertzoo.convert.common import albert_layout
-from bertzoo.convert.common import check_vocabulary_size
 from bertzoo.convert.common import default_sequence_length
 from bertzoo.convert.common import dense_rules
 from bertzoo.convert.common import describe_json
@@ -22,9 +20,7 @@ from bertzoo.convert.common import map_activation
 from bertzoo.convert.common import norm_rules
 from bertzoo.convert.common import read_config
 from bertzoo.convert.common import read_json_object
-from bertzoo.text import albert_tokenizer_options
-from bertzoo.text import load_vocabulary
-from bertzoo.text.tokenizer import SPECIAL_TOKENS
+from bertzoo.convert.huggingface_tokenizer import read_tokenizer
 
 SUPPORTED_MODEL_TYPES = ("bert", "albert")
 _BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
@@ -236,171 +232,6 @@ def _check_encoder(hf, albert, origin):
             )
 
 
-# The tokenizer classes whose splitting bertzoo's tokenizers reproduce, per
-# model type. Another class over the same vocabulary (e.g. BertJapaneseTokenizer,
-# which splits words with MeCab or into single characters) gives other ids.
-_TOKENIZER_CLASSES = {
-    "bert": ("BertTokenizer", "BertTokenizerFast", "DistilBertTokenizer", "DistilBertTokenizerFast"),
-    "albert": ("AlbertTokenizer", "AlbertTokenizerFast"),
-}
-# transformers' classes that run whatever `tokenizer.json` describes.
-_GENERIC_TOKENIZER_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
-_NO_VOCABULARY = "the weights are converted without it (pass tokenized inputs, preprocessor=None)"
-
-
-@dataclasses.dataclass
-class _Tokenizer:
-    """What `_read_tokenizer` found: a WordPiece vocabulary or a SentencePiece
-    model (or neither), preprocessor settings and notes for the user."""
-
-    vocabulary: list = None
-    sentencepiece: Path = None
-    sentencepiece_options: dict = dataclasses.field(default_factory=dict)
-    settings: dict = dataclasses.field(default_factory=dict)
-    notes: list = dataclasses.field(default_factory=list)
-
-
-def _read_tokenizer(path, model_type, config, origin):
-    """The checkpoint's tokenizer: `vocab.txt` or `spiece.model`, else the
-    WordPiece model of `tokenizer.json` (transformers 5 saves only that), with
-    `tokenizer_config.json`'s settings and the added tokens that continue the
-    vocabulary. A tokenizer bertzoo would not reproduce (another class, other
-    special-token names, no basic tokenization) leaves the vocabulary out,
-    with a note: its ids would differ without an error."""
-    tokenizer = _Tokenizer()
-    tokenizer_config = {}
-    if (path / "tokenizer_config.json").is_file():
-        tokenizer_config = read_json_object(path / "tokenizer_config.json")
-    fast = read_json_object(path / "tokenizer.json") if (path / "tokenizer.json").is_file() else {}
-    normalizer = fast.get("normalizer") if isinstance(fast.get("normalizer"), dict) else {}
-    if normalizer.get("type") != "BertNormalizer":
-        normalizer = {}
-
-    def setting(name, fast_name, default):
-        value = tokenizer_config.get(name)
-        return normalizer.get(fast_name, default) if value is None else value
-
-    lowercase = bool(setting("do_lower_case", "lowercase", True))
-    tokenizer.settings["lowercase"] = lowercase
-    if setting("strip_accents", "strip_accents", None) is not None:
-        tokenizer.settings["strip_accents"] = bool(setting("strip_accents", "strip_accents", None))
-
-    tokenizer_class = tokenizer_config.get("tokenizer_class")
-    if tokenizer_class in _GENERIC_TOKENIZER_CLASSES and _is_bert_tokenizer_json(fast):
-        tokenizer_class = None  # A generic class running BERT's tokenizer.json.
-    if tokenizer_class is not None and tokenizer_class not in _TOKENIZER_CLASSES[model_type]:
-        tokenizer.notes.append(
-            f"{path / 'tokenizer_config.json'} names tokenizer_class {tokenizer_class!r}, which splits text unlike "
-            f"{_TOKENIZER_CLASSES[model_type][0]} (the tokenizer bertzoo reproduces), so its vocabulary would give "
-            f"other ids: {_NO_VOCABULARY}"
-        )
-        return tokenizer
-    if tokenizer_config.get("do_basic_tokenize") is False:
-        tokenizer.notes.append(
-            f"{path / 'tokenizer_config.json'} sets do_basic_tokenize false (no splitting at punctuation, "
-            f"no lowercasing), which bertzoo's WordPiece tokenizer does not reproduce: {_NO_VOCABULARY}"
-        )
-        return tokenizer
-
-    if (path / "spiece.model").is_file() and not (path / "vocab.txt").is_file():
-        tokenizer.sentencepiece = path / "spiece.model"
-        tokenizer.sentencepiece_options = albert_tokenizer_options(
-            lowercase, bool(tokenizer_config.get("keep_accents", False))
-        )
-        return tokenizer
-    if (path / "vocab.txt").is_file():
-        source = path / "vocab.txt"
-        vocabulary = load_vocabulary(source)
-    elif fast:
-        source = path / "tokenizer.json"
-        vocabulary = _wordpiece_vocabulary(fast, source, tokenizer.notes)
-        if vocabulary is None:
-            return tokenizer
-    else:
-        return tokenizer
-    if setting("tokenize_chinese_chars", "handle_chinese_chars", None) is not None:
-        tokenizer.settings["split_on_cjk"] = bool(setting("tokenize_chinese_chars", "handle_chinese_chars", None))
-    vocabulary = _with_added_tokens(vocabulary, source, _added_tokens(path, fast, vocabulary), tokenizer.notes)
-    missing = [token for token in SPECIAL_TOKENS if token not in set(vocabulary)]
-    if missing:
-        tokenizer.notes.append(
-            f"{source} lacks {', '.join(missing)}, which bertzoo's WordPiece tokenizer needs: {_NO_VOCABULARY}. "
-            "To convert the vocabulary too, rename the checkpoint's own special tokens to "
-            f"{', '.join(SPECIAL_TOKENS)} in place (same lines, so every id stays)."
-        )
-        return tokenizer
-    check_vocabulary_size(vocabulary, config, origin)
-    tokenizer.vocabulary = vocabulary
-    return tokenizer
-
-
-def _is_bert_tokenizer_json(fast):
-    """Whether `tokenizer.json` describes BERT's tokenizer: its normalizer,
-    pre-tokenizer and WordPiece model."""
-    parts = [
-        fast.get(key) if isinstance(fast.get(key), dict) else {} for key in ("normalizer", "pre_tokenizer", "model")
-    ]
-    return [part.get("type") for part in parts] == ["BertNormalizer", "BertPreTokenizer", "WordPiece"]
-
-
-def _wordpiece_vocabulary(fast, source, notes):
-    """The vocabulary of `tokenizer.json`'s WordPiece model, in id order, or
-    None (with a note) for another model or a vocabulary with gaps."""
-    model = fast.get("model") if isinstance(fast.get("model"), dict) else {}
-    vocab = model.get("vocab")
-    if model.get("type") != "WordPiece" or model.get("continuing_subword_prefix", "##") != "##":
-        kind = model.get("type") if isinstance(model.get("type"), str) else None
-        hint = " (ALBERT's SentencePiece model is read from spiece.model: copy it beside config.json)"
-        notes.append(
-            f"{source} holds {f'a {kind}' if kind else 'no known'} tokenizer model, not BERT's WordPiece with "
-            "'##' continuations"
-            f"{hint if kind == 'Unigram' else ''}: {_NO_VOCABULARY}"
-        )
-        return None
-    if not isinstance(vocab, dict) or sorted(vocab.values()) != list(range(len(vocab))):
-        notes.append(f"{source}: the WordPiece vocabulary's ids are not 0, 1, ..., n-1 without gaps: {_NO_VOCABULARY}")
-        return None
-    return sorted(vocab, key=vocab.get)
-
-
-def _added_tokens(path, fast, vocabulary):
-    """`{token: id}` of the tokens Hugging Face added beyond the vocabulary
-    (`added_tokens.json`, or `tokenizer.json`'s added_tokens)."""
-    added = {}
-    if (path / "added_tokens.json").is_file():
-        added = read_json_object(path / "added_tokens.json")
-    elif isinstance(fast.get("added_tokens"), list):
-        added = {t.get("content"): t.get("id") for t in fast["added_tokens"] if isinstance(t, dict)}
-    size = len(vocabulary)
-    return {
-        token: i
-        for token, i in added.items()
-        if isinstance(token, str) and not (isinstance(i, int) and i < size and vocabulary[i] == token)
-    }
-
-
-def _with_added_tokens(vocabulary, source, added, notes):
-    """`vocabulary` with the `added` tokens appended when their ids continue it."""
-    if not added:
-        return vocabulary
-    size = len(vocabulary)
-    ids = sorted(i for i in added.values() if isinstance(i, int) and not isinstance(i, bool))
-    shown = ", ".join(repr(t) for t in list(added)[:5]) + (", ..." if len(added) > 5 else "")
-    if ids != list(range(size, size + len(added))) or set(added) & set(vocabulary):
-        notes.append(
-            f"the added tokens ({shown}) do not take the ids after {source}'s last one ({size - 1}), so they "
-            "are not converted: bertzoo tokenizes them as ordinary text"
-        )
-        return vocabulary
-    span = f"id {size}" if len(added) == 1 else f"ids {size}-{size + len(added) - 1}"
-    notes.append(
-        f"the added tokens ({shown}) take {span} after {source}'s: "
-        "bertzoo matches them as whole words of the normalised text (lowercased when the vocabulary is, split "
-        "at spaces and punctuation), where Hugging Face matches them anywhere in the raw text"
-    )
-    return vocabulary + sorted(added, key=added.get)
-
-
 def read(path):
     """Reads a Hugging Face BERT or ALBERT directory into a `SourceModel`."""
     path = Path(path)
@@ -467,7 +298,7 @@ def read(path):
             del tensors[decoder_bias]
             skipped[names[decoder_bias]] = f"a copy of {names[bias]} (kept as mlm/output_bias)"
 
-    tokenizer = _read_tokenizer(path, model_type, config, origin)
+    tokenizer = read_tokenizer(path, raw, config, origin)
     preprocessor = {"sequence_length": default_sequence_length(config["max_sequence_length"]), **tokenizer.settings}
 
     return SourceModel(

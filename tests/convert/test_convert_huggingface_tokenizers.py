@@ -67,27 +67,26 @@ def token_ids(result, text):
     return ids[np.asarray(features["padding_mask"])[0].astype(bool)].tolist()
 
 
-def test_tokenizer_json_alone_gives_the_vocabulary_and_its_normalizer_settings(ref, tiny, tmp_path):
+def test_tokenizer_json_alone_gives_the_vocabulary_with_the_settings_transformers_uses(ref, tiny, tmp_path):
     tokens = vocabulary()
-    fast = wordpiece_json(tokens, lowercase=False, chinese=False)
-    result = convert(ref, tiny, tmp_path / "v5", tmp_path, files={"tokenizer.json": fast})
+    ids = {t: i for i, t in enumerate(tokens)}
+    cased = {"tokenizer.json": wordpiece_json(tokens, lowercase=False, chinese=False)}
+    result = convert(ref, tiny, tmp_path / "v5", tmp_path, files=cased)
     assert result.has_vocabulary and not result.notes
     assert (result.path / "vocabulary.txt").read_text().splitlines() == tokens
-    # Cased (lowercase false), and CJK characters not split off: "東京" is one word, not in the vocabulary.
-    ids = {t: i for i, t in enumerate(tokens)}
-    assert token_ids(result, "Cat cats 東京") == [2, ids["Cat"], ids["cat"], ids["##s"], 1, 3]
-    # tokenizer_config.json wins over the normalizer, as in transformers.
-    lowered = convert(
-        ref,
-        tiny,
-        tmp_path / "lowered",
-        tmp_path,
-        tokenizer_config={"do_lower_case": True},
-        files={"tokenizer.json": fast},
-    )
-    assert token_ids(lowered, "Cat") == [2, ids["cat"], 3]
-    default = convert(ref, tiny, tmp_path / "default", tmp_path, files={"tokenizer.json": wordpiece_json(tokens)})
-    assert token_ids(default, "Cat 東京") == [2, ids["cat"], ids["東"], 1, 3]
+    # BERT's tokenizer class rebuilds its normalizer from tokenizer_config.json (lowercase and CJK split by
+    # default), whatever tokenizer.json's says: "Cat" is lowercased, "東京" split into "東" and an unknown "京".
+    assert token_ids(result, "Cat cats 東京") == [2, ids["cat"], ids["cat"], ids["##s"], ids["東"], 1, 3]
+    settings = {"tokenizer_class": "BertTokenizer", "do_lower_case": False, "tokenize_chinese_chars": False}
+    configured = convert(ref, tiny, tmp_path / "configured", tmp_path, tokenizer_config=settings, files=cased)
+    # Cased, and "東京" one word, not in the vocabulary.
+    assert token_ids(configured, "Cat 東京") == [2, ids["Cat"], 1, 3]
+    # A generic class runs tokenizer.json as written, tokenizer_config.json's settings aside.
+    generic = {"tokenizer_class": "PreTrainedTokenizerFast", "do_lower_case": True}
+    as_written = convert(ref, tiny, tmp_path / "generic", tmp_path, tokenizer_config=generic, files=cased)
+    assert as_written.has_vocabulary and token_ids(as_written, "Cat 東京") == [2, ids["Cat"], 1, 3]
+    cased["tokenizer.json"]["pre_tokenizer"] = {"type": "Whitespace"}  # No longer BERT's tokenizer.
+    assert not convert(ref, tiny, tmp_path / "other", tmp_path, tokenizer_config=generic, files=cased).has_vocabulary
 
 
 def test_tokenizer_json_of_another_model_converts_the_weights_with_a_note(ref, tiny, tmp_path):
@@ -96,75 +95,91 @@ def test_tokenizer_json_of_another_model_converts_the_weights_with_a_note(ref, t
     assert not result.has_vocabulary
     assert "tokenizer.json holds a Unigram tokenizer model" in result.notes[0]
     assert "spiece.model" in result.notes[0] and "no vocabulary" in str(result)
-    gaps = wordpiece_json(vocabulary())
-    gaps["model"]["vocab"]["cat"] = 40
-    assert (
-        "not 0, 1, ..., n-1" in convert(ref, tiny, tmp_path / "gaps", tmp_path, files={"tokenizer.json": gaps}).notes[0]
+    for broken in ("gap", None):
+        odd = wordpiece_json(vocabulary())
+        odd["model"]["vocab"]["cat"] = 40 if broken else None
+        notes = convert(ref, tiny, tmp_path / f"ids_{broken}", tmp_path, files={"tokenizer.json": odd}).notes
+        assert "not 0, 1, ..., n-1" in notes[0]
+
+
+def test_an_unreadable_tokenizer_json_beside_vocab_txt_is_passed_over(ref, tiny, tmp_path):
+    source = tmp_path / "lfs"
+    ref.write_hf(source, ref.hf_config(tiny), ref.hf_bert_arrays(tiny), vocabulary=vocabulary())
+    (source / "tokenizer.json").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:0\n")
+    result = bertzoo.convert_checkpoint(source, tmp_path / "preset")
+    assert result.has_vocabulary and "tokenizer.json is not valid JSON" in result.notes[0]
+
+
+@pytest.mark.parametrize("where", ["tokenizer_config.json", "config.json"])
+def test_a_tokenizer_class_bertzoo_would_not_reproduce_leaves_the_vocabulary_out(ref, tiny, tmp_path, where):
+    japanese = {"tokenizer_class": "BertJapaneseTokenizer"}
+    tokenizer_config = japanese if where == "tokenizer_config.json" else {"word_tokenizer_type": "mecab"}
+    source = ref.write_hf(
+        tmp_path / "ja",
+        {**ref.hf_config(tiny), **(japanese if where == "config.json" else {})},
+        ref.hf_bert_arrays(tiny),
+        vocabulary=vocabulary(),
+        tokenizer_config=tokenizer_config,
     )
-
-
-@pytest.mark.parametrize(
-    "tokenizer_config, match",
-    [
-        ({"tokenizer_class": "BertJapaneseTokenizer"}, r"tokenizer_class 'BertJapaneseTokenizer', which splits"),
-        ({"do_basic_tokenize": False}, r"do_basic_tokenize false"),
-    ],
-)
-def test_a_tokenizer_bertzoo_would_not_reproduce_leaves_the_vocabulary_out(
-    ref, tiny, tmp_path, tokenizer_config, match
-):
-    result = convert(ref, tiny, tmp_path / "other", tmp_path, vocab=vocabulary(), tokenizer_config=tokenizer_config)
+    result = bertzoo.convert_checkpoint(source, tmp_path / "preset")
     assert not result.has_vocabulary and not (result.path / "vocabulary.txt").exists()
     assert len(result.notes) == 1
-    assert re.search(match, result.notes[0]) and "weights are converted" in result.notes[0]
-    # The same checkpoint with BERT's own tokenizer class converts its vocabulary.
-    plain = convert(
-        ref,
-        tiny,
-        tmp_path / "plain",
-        tmp_path,
-        vocab=vocabulary(),
-        tokenizer_config={"tokenizer_class": "BertTokenizerFast"},
-    )
-    assert plain.has_vocabulary and not plain.notes
-    # A generic class converts when its tokenizer.json is BERT's.
-    generic = {"tokenizer_class": "PreTrainedTokenizerFast"}
-    fast = {"tokenizer.json": wordpiece_json(vocabulary())}
-    assert convert(ref, tiny, tmp_path / "generic", tmp_path, tokenizer_config=generic, files=fast).has_vocabulary
-    fast["tokenizer.json"]["pre_tokenizer"] = {"type": "Whitespace"}
-    assert not convert(ref, tiny, tmp_path / "split", tmp_path, tokenizer_config=generic, files=fast).has_vocabulary
+    assert f"ja/{where} names tokenizer_class 'BertJapaneseTokenizer', which splits" in result.notes[0]
+    # BERT's own classes (ALBERT checkpoints with a WordPiece vocabulary use them too) keep it.
+    for name in ("BertTokenizerFast", "DistilBertTokenizer"):
+        kept = convert(
+            ref, tiny, tmp_path / name, tmp_path, vocab=vocabulary(), tokenizer_config={"tokenizer_class": name}
+        )
+        assert kept.has_vocabulary and not kept.notes
+    # transformers ignores do_basic_tokenize in its fast (and v5) tokenizers: nothing changes.
+    basic = {"do_basic_tokenize": False}
+    assert convert(ref, tiny, tmp_path / "basic", tmp_path, vocab=vocabulary(), tokenizer_config=basic).has_vocabulary
 
 
 @pytest.mark.parametrize("layout", ["added_tokens.json", "tokenizer.json"])
 def test_added_tokens_that_continue_the_vocabulary_are_appended(ref, tiny, tmp_path, layout):
-    tokens = vocabulary()  # 14 tokens; the table has 16 rows.
-    added = [("covid19", 14), ("mrna", 15)]
+    tokens = vocabulary()[:-1]  # 13 tokens ("Cat" left out); the table has 16 rows.
+    added = [("covid19", 13), ("Mixed", 14), ("[E1]", 15)]
     if layout == "added_tokens.json":
         files = {"added_tokens.json": dict(added)}
     else:
         files = {"tokenizer.json": wordpiece_json(tokens, added=added)}
     result = convert(ref, tiny, tmp_path / "added", tmp_path, vocab=tokens, files=files)
-    assert (result.path / "vocabulary.txt").read_text().splitlines() == tokens + ["covid19", "mrna"]
-    assert token_ids(result, "the Covid19 cat mrna") == [2, 5, 14, 6, 15, 3]
-    assert "take ids 14-15" in result.notes[0]
+    # Stored as the uncased tokenizer normalises text, so that "Mixed" can match.
+    assert (result.path / "vocabulary.txt").read_text().splitlines() == tokens + ["covid19", "mixed", "[e1]"]
+    assert token_ids(result, "the Covid19 cat mixed MIXED") == [2, 5, 13, 6, 14, 14, 3]
+    assert "take ids 13-15" in result.notes[0]
+    assert "bertzoo never produces '[E1]' (it splits text at punctuation" in result.notes[0]
 
 
-def test_added_tokens_with_other_ids_are_not_converted(ref, tiny, tmp_path):
+def test_added_tokens_with_other_ids_or_outside_the_table_are_not_converted(ref, tiny, tmp_path):
     tokens = vocabulary()
-    result = convert(ref, tiny, tmp_path / "gap", tmp_path, vocab=tokens, files={"added_tokens.json": {"covid19": 15}})
-    assert (result.path / "vocabulary.txt").read_text().splitlines() == tokens
-    assert "do not take the ids after" in result.notes[0] and "(13)" in result.notes[0]
+    for name, added, reason in (
+        ("gap", {"covid19": 15}, r"their ids are not the ones after vocab\.txt's last \(13\)"),
+        ("text_id", {"covid19": "14"}, r"their ids are not the ones after"),
+        ("outside", {"a": 14, "b": 15, "c": 16}, r"ids 14-16 lie outside the embedding table's 16 rows"),
+        ("again", {"cat": 14}, r"'cat' is in vocab\.txt already \(id 6\) but added as id 14"),
+    ):
+        result = convert(ref, tiny, tmp_path / name, tmp_path, vocab=tokens, files={"added_tokens.json": added})
+        assert (result.path / "vocabulary.txt").read_text().splitlines() == tokens
+        assert re.search(reason, result.notes[0]), result.notes
     assert token_ids(result, "covid19") == [2, 1, 3]
 
 
 def test_other_special_token_names_convert_the_weights_and_say_how_to_keep_the_vocabulary(ref, tiny, tmp_path):
     tokens = ["<pad>", "<unk>", "<s>", "</s>", "<mask>"] + WORDS
-    specials = {"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "<s>", "sep_token": "</s>"}
-    result = convert(ref, tiny, tmp_path / "specials", tmp_path, vocab=tokens, tokenizer_config=specials)
+    result = convert(ref, tiny, tmp_path / "specials", tmp_path, vocab=tokens)
     assert not result.has_vocabulary
-    assert "specials/vocab.txt lacks [PAD], [UNK], [CLS], [SEP], [MASK]" in result.notes[0]
-    assert "rename" in result.notes[0] and "in place" in result.notes[0]
+    assert "specials/vocab.txt: it lacks [PAD], [UNK], [CLS], [SEP], [MASK]" in result.notes[0]
+    assert "without changing their ids" in result.notes[0]
     assert bertzoo.BertBackbone.from_preset(result.path).count_params() > 0
+    # A vocabulary holding bertzoo's names, whose tokenizer_config.json uses others for the same roles.
+    renamed = {"cls_token": "<s>", "sep_token": {"content": "</s>", "special": True}}
+    other = convert(
+        ref, tiny, tmp_path / "roles", tmp_path, vocab=vocabulary()[:-2] + ["<s>", "</s>"], tokenizer_config=renamed
+    )
+    assert not other.has_vocabulary
+    assert "cls_token '<s>' (bertzoo uses [CLS]), sep_token '</s>' (bertzoo uses [SEP])" in other.notes[0]
 
 
 def test_hugging_face_albert_groups_follow_its_even_split(ref, rng, make_bert_inputs, tmp_path):
