@@ -52,6 +52,11 @@ def detect_format(path):
             raise ConversionError(
                 f"{path} is already a bertzoo preset: load it with from_preset(), no conversion needed."
             )
+        if {"hidden_size", "num_hidden_layers", "vocab_size"} <= set(config) and tf1.find_config(path) is None:
+            raise ConversionError(
+                f"{path / 'config.json'} looks like a Hugging Face config but has no model_type. Add "
+                '"model_type": "bert" (or "albert" for an ALBERT checkpoint) to it and convert again.'
+            )
     if tf1.find_config(path) is not None:
         return "tf1"
     entries = sorted(p.name for p in path.iterdir())

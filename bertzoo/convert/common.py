@@ -50,6 +50,7 @@ _LIST_LIMIT = 20
 # configs say "gelu_new").
 HF_ACTIVATIONS = {
     "gelu": "gelu_exact",
+    "gelu_python": "gelu_exact",  # The same erf form, written in Python.
     "gelu_new": "gelu_tanh",
     "gelu_pytorch_tanh": "gelu_tanh",
     "gelu_fast": "gelu_tanh",

@@ -248,3 +248,20 @@ def test_conversion_keeps_float32_under_a_bfloat16_session_policy(ref, tiny, tmp
     backbone = bertzoo.BertBackbone.from_preset(result.path)
     assert backbone.dtype_policy.name == "float32"
     np.testing.assert_array_equal(backbone.named_weights()["embeddings/token"].numpy(), tiny["word"])
+
+
+def test_a_config_without_model_type_says_what_to_add(ref, tiny, tmp_path):
+    config = ref.hf_config(tiny)
+    del config["model_type"]
+    source = ref.write_hf(tmp_path / "hf", config, ref.hf_bert_arrays(tiny))
+    with pytest.raises(
+        ConversionError, match=r"hf/config\.json looks like a Hugging Face config but has no model_type"
+    ):
+        bertzoo.convert_checkpoint(source, tmp_path / "out")
+
+
+def test_gelu_python_is_the_exact_gelu(ref, tiny, make_bert_inputs, tmp_path):
+    source = ref.write_hf(tmp_path / "hf", ref.hf_config(tiny, hidden_act="gelu_python"), ref.hf_bert_arrays(tiny))
+    backbone = bertzoo.BertBackbone.from_preset(bertzoo.convert_checkpoint(source, tmp_path / "preset").path)
+    inputs = make_bert_inputs(batch=2, length=8, vocabulary_size=16)
+    assert backbone.activation == "gelu_exact" and ref.max_difference(backbone, tiny, inputs, "gelu_exact") < 1e-4
