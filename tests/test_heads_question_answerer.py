@@ -322,6 +322,32 @@ def test_errors():
         model.fit(([QUESTION], [CONTEXT]), [(0, 3)], class_weight={0: 1.0}, verbose=0)
 
 
+def test_answer_positions_need_waterfall_packing_and_integer_spans():
+    model = tiny_model()
+    model.compile(jit_compile=False)
+    # Swapped in after construction: round-robin packing would cut the question and shift every position.
+    model.preprocessor = BertPreprocessor(model.preprocessor.tokenizer, sequence_length=16)
+    with pytest.raises(ValueError, match=r"truncate='waterfall'.*packs with truncate='round_robin'.*waterfall"):
+        model.fit(([QUESTION], [CONTEXT]), [(4, 9)], verbose=0)
+    model.preprocessor.truncate = "waterfall"
+    model.fit(([QUESTION], [CONTEXT]), [(4, 9)], verbose=0)
+    spans = tf.data.Dataset.from_tensors(((tf.constant([QUESTION]), tf.constant([CONTEXT])), tf.constant([[4.5, 9.0]])))
+    with pytest.raises(ValueError, match=r"integer character offsets.*gives float32 spans.*tf\.cast"):
+        model.fit(spans, verbose=0)
+
+
+def test_an_answer_starting_inside_a_word_has_no_wordpiece_markup():
+    model = tiny_model()
+    # [CLS] when [SEP] gold ##en [SEP]: the best span is the continuation piece alone.
+    features = {k: np.asarray(v) for k, v in model.preprocessor((["when"], ["golden"])).items()}
+    assert features["token_ids"][0, :6].tolist() == [2, 5, 3, 11, 12, 3]
+    logits = np.full((1, 2, 16), -10.0, "float32")
+    logits[0, :, 4] = 5.0
+    decoded = model.decode_answers(logits, features)
+    assert (int(decoded["start"][0]), int(decoded["end"][0])) == (4, 4)
+    assert decoded["answer"].numpy().tolist() == [b"en"]
+
+
 # --- Long contexts, character offsets, null answers (doc-stride windows) ---
 
 HADAMARD = np.array([[1, 1], [1, -1]])

@@ -240,6 +240,47 @@ def test_words_split_by_tensorflow_into_a_ragged_tensor_are_read_as_lists():
     assert model.evaluate(ragged, tf.ragged.constant(labels), verbose=0) == expected
 
 
+def test_a_dataset_of_ragged_word_batches_reads_as_padded_batches():
+    model = tiny_model()
+    model.compile(jit_compile=False)
+    lists = [["anna", "visited", "oslo"], ["olaf", "met", "maria", "in", "lima"], [], ["paris"]]
+    labels = [[1, 0, 2], [1, 0, 1, 0, 2], [], [2]]
+    padded = tf.data.Dataset.from_generator(
+        lambda: iter(zip(lists, labels)),
+        output_signature=(tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32)),
+    ).padded_batch(2, padding_values=("", -100))
+    texts = tf.data.Dataset.from_tensor_slices(([" ".join(w) for w in lists], tf.ragged.constant(labels)))
+    split = texts.batch(2).map(lambda text, tags: (tf.strings.split(text), tags))  # The error messages' hint, batched.
+    ragged = tf.data.Dataset.from_tensor_slices((tf.ragged.constant(lists), tf.ragged.constant(labels))).ragged_batch(2)
+    expected = model.evaluate(padded, verbose=0)
+    assert model.evaluate(split, verbose=0) == expected
+    assert model.evaluate(ragged, verbose=0) == expected
+    np.testing.assert_array_equal(
+        model.predict(ragged.map(lambda w, _: w), verbose=0), model.predict(padded.map(lambda w, _: w), verbose=0)
+    )
+
+
+def test_a_sparse_cross_entropy_that_reads_minus_100_as_a_class_is_refused():
+    model = tiny_model()
+    for loss in (
+        "sparse_categorical_crossentropy",
+        keras.losses.sparse_categorical_crossentropy,
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    ):
+        with pytest.raises(ValueError, match=r"labels hold -100.*ignore_class=-100"):
+            model.compile(loss=loss)
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=-100))
+
+
+def test_empty_first_sentences_and_bytes_of_another_encoding():
+    model = tiny_model()
+    model.compile(jit_compile=False)
+    history = model.fit([[], [], ["anna", "met"], ["olaf"]], [[], [], [1, 0], [1]], validation_split=0.5, verbose=0)
+    assert "val_loss" in history.history  # Held out by bertzoo, not refused by Keras as a dataset.
+    with pytest.raises(ValueError, match=r"Sentence 1 holds bytes that are not UTF-8.*decode\('latin-1'\)"):
+        model.predict_words([b"anna met", "caf\xe9".encode("latin-1")])
+
+
 def test_errors():
     tokenizer = BertTokenizer(VOCAB)
     with pytest.raises(ValueError, match="Sentence 0 has 2 words but 3 labels"):

@@ -21,6 +21,8 @@ from bertzoo.models.task import deterministic_preprocess
 from bertzoo.text.normalization import to_string_tensor
 from bertzoo.text.normalization import valid_utf8
 from bertzoo.text.preprocessor import BertPreprocessor
+from bertzoo.text.tokenizer import SUFFIX_INDICATOR
+from bertzoo.text.tokenizer import BertTokenizer
 from bertzoo.utils.checks import check_positive_int
 from bertzoo.utils.optional import tf
 
@@ -524,6 +526,19 @@ class BertQuestionAnswerer(Task):
         if y is None:
             return features
         questions, contexts = x
+        if preprocessor.truncate != "waterfall":  # A preprocessor swapped or changed after construction.
+            raise ValueError(
+                f"BertQuestionAnswerer trains with truncate='waterfall' packing (the question whole, the context "
+                f"cut), which its answer positions assume; this preprocessor packs with "
+                f"truncate={preprocessor.truncate!r}. Set model.preprocessor.truncate = 'waterfall' (or build it "
+                "with BertPreprocessor(..., truncate='waterfall'))."
+            )
+        span_dtype = tf.as_dtype(y.dtype if hasattr(y, "dtype") else np.asarray(y).dtype)
+        if not span_dtype.is_integer:
+            raise ValueError(
+                f"Answer spans are integer character offsets (start, end); this tf.data dataset gives {span_dtype.name} "
+                "spans. Cast them with dataset.map(lambda x, y: (x, tf.cast(y, tf.int32))) if they are whole numbers."
+            )
         tokenizer = preprocessor.tokenizer
         budget = preprocessor.sequence_length - 3
 
@@ -684,6 +699,8 @@ class BertQuestionAnswerer(Task):
             found = tf.math.is_finite(score)
             positions = tf.ragged.range(start, tf.where(found, end + 1, 0))
             answer = tokenizer.detokenize(tf.gather(features["token_ids"], positions, batch_dims=1))
+            if isinstance(tokenizer, BertTokenizer):  # A span from inside a word: its first piece's "##" is markup.
+                answer = tf.strings.regex_replace(answer, "^" + SUFFIX_INDICATOR, "")
             result["answer"] = tf.where(found, answer, "")
         return result
 

@@ -43,11 +43,17 @@ def _split_sentences(words):
         words = words.tolist()
     rows = []
     for i, sentence in enumerate(words):
-        if isinstance(sentence, bytes):
-            sentence = sentence.decode("utf-8")
-        if isinstance(sentence, str):
-            sentence = sentence.split()
-        sentence = [w.decode("utf-8") if isinstance(w, bytes) else w for w in sentence]
+        try:
+            if isinstance(sentence, bytes):
+                sentence = sentence.decode("utf-8")
+            if isinstance(sentence, str):
+                sentence = sentence.split()
+            sentence = [w.decode("utf-8") if isinstance(w, bytes) else w for w in sentence]
+        except UnicodeDecodeError as error:
+            raise ValueError(
+                f"Sentence {i} holds bytes that are not UTF-8 ({error}). Decode the text with its own encoding "
+                "first (e.g. raw.decode('latin-1')), then pass strings."
+            ) from error
         if not all(isinstance(w, str) for w in sentence):
             raise ValueError(
                 f"Sentence {i} holds a non-string word; pass each sentence as a list of word strings "
@@ -207,6 +213,41 @@ def _one_label_per_word(words, labels, *weights):
     return (words, labels, *weights)
 
 
+def _check_tagger_loss(loss):
+    """Refuses a sparse cross-entropy that would read the -100 of unlabelled
+    positions as a class id: an opaque error without XLA, NaN losses with it."""
+    names = ("sparse_categorical_crossentropy", "SparseCategoricalCrossentropy")
+    plain = (isinstance(loss, str) and loss in names) or getattr(loss, "__name__", None) in names
+    if isinstance(loss, keras.losses.SparseCategoricalCrossentropy):
+        plain = getattr(loss, "ignore_class", None) != IGNORE_LABEL
+    if plain:
+        raise ValueError(
+            f"A tagger's labels hold {IGNORE_LABEL} where a position has no label ([CLS], [SEP], padding, a word's "
+            "later pieces), which this sparse cross-entropy would read as a class id. Pass "
+            f"keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class={IGNORE_LABEL}), or leave "
+            "loss='auto' (that loss, averaged over labelled positions)."
+        )
+
+
+def _dense_batches(dataset):
+    """A dataset of ragged batches (`ragged_batch`, or `tf.strings.split` of
+    batched texts) padded as `padded_batch` pads: words with "", labels with
+    -100 ("" for names), weights with 0."""
+    if not any(isinstance(s, tf.RaggedTensorSpec) for s in tf.nest.flatten(dataset.element_spec)):
+        return dataset
+
+    def dense(value):
+        return value.to_tensor(_padding_value(value.dtype)) if isinstance(value, tf.RaggedTensor) else value
+
+    return dataset.map(lambda *element: tf.nest.map_structure(dense, element if len(element) > 1 else element[0]))
+
+
+def _padding_value(dtype):
+    if dtype == tf.string:
+        return tf.constant("", tf.string)
+    return tf.constant(IGNORE_LABEL if dtype.is_integer else 0, dtype)
+
+
 def _word_index(words):
     """Each word's index in its sentence, IGNORE_LABEL for padding (`""`)."""
     words = tf.convert_to_tensor(words)
@@ -287,6 +328,10 @@ class BertTokenClassifier(Task):
 
     def default_loss(self):
         return masked_loss()
+
+    def compile(self, optimizer="auto", loss="auto", *args, **kwargs):
+        _check_tagger_loss(loss)
+        super().compile(optimizer, loss, *args, **kwargs)
 
     def default_metrics(self):
         return [MaskedAccuracy(name="accuracy")]
@@ -370,6 +415,7 @@ class BertTokenClassifier(Task):
                 f"got {words.dtype.name} elements of shape {words.shape}. Split sentences into words first "
                 "(e.g. dataset.map(lambda text, labels: (tf.strings.split(text), labels)))."
             )
+        dataset = _dense_batches(dataset)
         spec = dataset.element_spec
         if isinstance(spec, tuple) and len(spec) > 1:  # (words, labels[, weights])
             _check_per_word_specs(*spec)
@@ -377,12 +423,7 @@ class BertTokenClassifier(Task):
         if words.shape.rank == 2:
             return dataset
 
-        def padding(spec):
-            if spec.dtype == tf.string:
-                return tf.constant("", tf.string)
-            return tf.constant(IGNORE_LABEL if spec.dtype.is_integer else 0, spec.dtype)
-
-        padded = tf.nest.map_structure(padding, dataset.element_spec)
+        padded = tf.nest.map_structure(lambda spec: _padding_value(spec.dtype), dataset.element_spec)
         return dataset.padded_batch(batch_size, padding_values=padded)
 
     def _labels_checked_in_graph(self, labels):

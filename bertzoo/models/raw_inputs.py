@@ -2,6 +2,7 @@
 
 import collections.abc
 import contextlib
+import itertools
 import math
 
 import keras
@@ -80,7 +81,9 @@ def holds_text(x, datasets=False):
     if isinstance(x, np.ndarray):
         return x.dtype.kind in "USO" and x.size > 0 and holds_text(x.ravel()[0])
     if isinstance(x, (list, tuple)):
-        return any(holds_text(v) for v in x[:2])  # A pair's or a choice list's first parts suffice.
+        # A pair's or a choice list's first parts suffice; empty ones (a tagger's empty sentences) say nothing.
+        filled = (v for v in x if not (isinstance(v, (list, tuple, np.ndarray)) and len(v) == 0))
+        return any(holds_text(v) for v in itertools.islice(filled, 2))
     return False
 
 
