@@ -9,6 +9,7 @@ import tensorflow as tf
 
 import bertzoo
 from bertzoo.models.head_utils import MaskedAccuracy
+from bertzoo.models.raw_inputs import holds_text
 from bertzoo.text import BertPreprocessor
 from bertzoo.text import BertTokenizer
 
@@ -258,6 +259,11 @@ def test_a_dataset_of_ragged_word_batches_reads_as_padded_batches():
     np.testing.assert_array_equal(
         model.predict(ragged.map(lambda w, _: w), verbose=0), model.predict(padded.map(lambda w, _: w), verbose=0)
     )
+    # A sentence with fewer labels than words is refused, as in memory, not hidden by the batch's padding.
+    short = tf.ragged.constant([[1], [1, 0]])
+    mismatched = tf.data.Dataset.from_tensor_slices((tf.ragged.constant([["anna", "met"], ["olaf"]]), short))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"these \(words, labels\) counts differ"):
+        model.fit(mismatched.ragged_batch(2), verbose=0)
 
 
 def test_a_sparse_cross_entropy_that_reads_minus_100_as_a_class_is_refused():
@@ -277,6 +283,11 @@ def test_empty_first_sentences_and_bytes_of_another_encoding():
     model.compile(jit_compile=False)
     history = model.fit([[], [], ["anna", "met"], ["olaf"]], [[], [], [1, 0], [1]], validation_split=0.5, verbose=0)
     assert "val_loss" in history.history  # Held out by bertzoo, not refused by Keras as a dataset.
+    # Sentences as an object array, and a list of 0-d string arrays (texts), are read as raw text too.
+    sentences = np.empty(4, dtype=object)
+    sentences[:] = [[], [], ["anna", "met"], ["olaf"]]
+    assert "val_loss" in model.fit(sentences, [[], [], [1, 0], [1]], validation_split=0.5, verbose=0).history
+    assert holds_text([np.array("anna met")])
     with pytest.raises(ValueError, match=r"Sentence 1 holds bytes that are not UTF-8.*decode\('latin-1'\)"):
         model.predict_words([b"anna met", "caf\xe9".encode("latin-1")])
 

@@ -536,8 +536,8 @@ class BertQuestionAnswerer(Task):
         span_dtype = tf.as_dtype(y.dtype if hasattr(y, "dtype") else np.asarray(y).dtype)
         if not span_dtype.is_integer:
             raise ValueError(
-                f"Answer spans are integer character offsets (start, end); this tf.data dataset gives {span_dtype.name} "
-                "spans. Cast them with dataset.map(lambda x, y: (x, tf.cast(y, tf.int32))) if they are whole numbers."
+                f"Answer spans are integer character offsets (start, end); these are {span_dtype.name}. Cast a "
+                "dataset's with dataset.map(lambda x, y: (x, tf.cast(y, tf.int32))) if they are whole numbers."
             )
         tokenizer = preprocessor.tokenizer
         budget = preprocessor.sequence_length - 3

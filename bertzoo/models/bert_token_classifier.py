@@ -239,7 +239,25 @@ def _dense_batches(dataset):
     def dense(value):
         return value.to_tensor(_padding_value(value.dtype)) if isinstance(value, tf.RaggedTensor) else value
 
-    return dataset.map(lambda *element: tf.nest.map_structure(dense, element if len(element) > 1 else element[0]))
+    def padded(*element):
+        if len(element) == 1:
+            return dense(element[0])
+        words, *per_word = element
+        if isinstance(
+            words, tf.RaggedTensor
+        ):  # Each sentence's labels (and weights) as many as its words, before padding hides it.
+            lengths = words.row_lengths()
+            for values, name in zip(per_word, ("labels", "weights")):
+                if isinstance(values, tf.RaggedTensor) and values.ragged_rank == 1:
+                    same = tf.equal(values.row_lengths(), lengths)
+                    message = (
+                        f"Each word of a tagger's sentence needs one of the {name} (in memory: 'Sentence i has n words "
+                        f"but m {name}'); in this ragged tf.data batch, these (words, {name}) counts differ:"
+                    )
+                    words = guarded(words, (same, message, tf.stack([lengths, values.row_lengths()], axis=1)))
+        return tuple(dense(part) for part in (words, *per_word))
+
+    return dataset.map(padded)
 
 
 def _padding_value(dtype):

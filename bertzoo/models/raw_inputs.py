@@ -79,10 +79,12 @@ def holds_text(x, datasets=False):
     if is_tf_tensor(x):
         return x.dtype.name == "string"
     if isinstance(x, np.ndarray):
-        return x.dtype.kind in "USO" and x.size > 0 and holds_text(x.ravel()[0])
+        if x.dtype.kind == "O":  # Sentences of words, maybe empty ones first: as a list.
+            return x.size > 0 and holds_text(list(x.ravel()))
+        return x.dtype.kind in "US" and x.size > 0
     if isinstance(x, (list, tuple)):
         # A pair's or a choice list's first parts suffice; empty ones (a tagger's empty sentences) say nothing.
-        filled = (v for v in x if not (isinstance(v, (list, tuple, np.ndarray)) and len(v) == 0))
+        filled = (v for v in x if not (isinstance(v, (list, tuple, np.ndarray)) and np.ndim(v) > 0 and len(v) == 0))
         return any(holds_text(v) for v in itertools.islice(filled, 2))
     return False
 
