@@ -243,9 +243,8 @@ def _dense_batches(dataset):
         if len(element) == 1:
             return dense(element[0])
         words, *per_word = element
-        if isinstance(
-            words, tf.RaggedTensor
-        ):  # Each sentence's labels (and weights) as many as its words, before padding hides it.
+        # Each sentence's labels (and weights) as many as its words, checked before padding hides it.
+        if isinstance(words, tf.RaggedTensor):
             lengths = words.row_lengths()
             for values, name in zip(per_word, ("labels", "weights")):
                 if isinstance(values, tf.RaggedTensor) and values.ragged_rank == 1:
