@@ -332,7 +332,7 @@ def test_answer_positions_need_waterfall_packing_and_integer_spans():
     model.preprocessor.truncate = "waterfall"
     model.fit(([QUESTION], [CONTEXT]), [(4, 9)], verbose=0)
     spans = tf.data.Dataset.from_tensors(((tf.constant([QUESTION]), tf.constant([CONTEXT])), tf.constant([[4.5, 9.0]])))
-    with pytest.raises(ValueError, match=r"integer character offsets.*gives float32 spans.*tf\.cast"):
+    with pytest.raises(ValueError, match=r"integer character offsets.*these are float32.*tf\.cast"):
         model.fit(spans, verbose=0)
 
 
