@@ -508,12 +508,9 @@ def albert_layout(num_layers, num_groups, inner_group_num, origin, float_group_i
         raise ConversionError(
             f"{origin}: num_hidden_layers={num_layers} is not divisible by num_hidden_groups={num_groups}."
         )
-    differing = [
-        i
-        for i in range(num_layers)
-        if float_group_index and int(i / num_layers * num_groups) != i // (num_layers // num_groups)
-    ]
-    if differing:
+    per_group = num_layers // num_groups
+    differing = [i for i in range(num_layers) if int(i / num_layers * num_groups) != i // per_group]
+    if float_group_index and differing:
         i = differing[0]
         raise ConversionError(
             f"{origin}: with num_hidden_layers={num_layers} and num_hidden_groups={num_groups}, Google's ALBERT code "

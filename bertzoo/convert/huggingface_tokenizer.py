@@ -12,7 +12,6 @@ that differ without an error are worse than none.
 """
 
 import dataclasses
-import unicodedata
 from pathlib import Path
 
 from bertzoo.convert.common import ConversionError
@@ -21,6 +20,7 @@ from bertzoo.convert.common import read_json_object
 from bertzoo.text import BertTokenizer
 from bertzoo.text import albert_tokenizer_options
 from bertzoo.text import load_vocabulary
+from bertzoo.text.normalization import normalize
 from bertzoo.text.tokenizer import SPECIAL_TOKENS
 
 # Tokenizer classes whose splitting bertzoo's WordPiece tokenizer reproduces:
@@ -208,16 +208,6 @@ def _added_tokens(path, fast, vocabulary, notes):
     }
 
 
-def _normalised(token, settings):
-    """`token` as bertzoo's tokenizer normalises text under `settings`."""
-    lowercase = settings["lowercase"]
-    if lowercase:
-        token = token.lower()
-    if settings.get("strip_accents", lowercase):
-        token = "".join(c for c in unicodedata.normalize("NFD", token) if unicodedata.category(c) != "Mn")
-    return token
-
-
 def _with_added_tokens(vocabulary, added, source, settings, config, notes):
     """`vocabulary` with the `added` tokens appended when their ids continue
     it inside the embedding table. Each is stored as the tokenizer normalises
@@ -245,8 +235,11 @@ def _with_added_tokens(vocabulary, added, source, settings, config, notes):
     index = {token: i for i, token in enumerate(vocabulary)}
     taken = set(index)
     appended = []
-    for token in sorted(added, key=added.get):
-        normalised = _normalised(token, settings)
+    ordered = sorted(added, key=added.get)
+    # As the tokenizer normalises text (the tokenizer's own function).
+    lowercase, strip_accents = settings["lowercase"], settings.get("strip_accents")
+    normalised_tokens = [t.decode("utf-8") for t in normalize(ordered, lowercase, strip_accents).numpy()]
+    for token, normalised in zip(ordered, normalised_tokens):
         if token in taken and normalised in taken:
             at = index.get(token, index.get(normalised))
             notes.append(
@@ -265,9 +258,7 @@ def _with_added_tokens(vocabulary, added, source, settings, config, notes):
         split_on_cjk=settings.get("split_on_cjk", True),
     )
     pieces = tokenizer.tokenize(appended).to_list()
-    unreachable = [
-        token for token, i, ids in zip(sorted(added, key=added.get), range(size, size + count), pieces) if ids != [i]
-    ]
+    unreachable = [token for token, i, ids in zip(ordered, range(size, size + count), pieces) if ids != [i]]
     note = (
         f"the added tokens ({shown}) take {span} after {source.name}'s: bertzoo matches them as whole words of "
         "the normalised text, where Hugging Face matches them anywhere in the raw text"
