@@ -107,6 +107,22 @@ def test_fused_kernel_computes_the_int8_arithmetic(activation, asymmetric, monke
 
 
 @needs_onednn
+@pytest.mark.parametrize("asymmetric", [False, True], ids=["symmetric", "asymmetric"])
+def test_fused_kernel_gives_empty_outputs_for_an_empty_batch(asymmetric, monkeypatch):
+    # An empty batch's max|x| is -inf, which QuantizeV2 refuses.
+    calls = count_fused_calls(monkeypatch)
+    layer = quantized_dense("gelu_tanh", asymmetric=asymmetric)
+    traced = tf.function(lambda t: layer(t, training=False))
+    for out in (layer(np.zeros((0, 5, 40), "float32")), traced(tf.zeros((0, 7, 40)))):
+        assert out.shape[0] == 0 and out.shape[-1] == 24
+    # All-zero inputs have a zero range (QuantizeV2 widens it): activation(bias).
+    zeros = layer(np.zeros((2, 3, 40), "float32")).numpy()
+    bias = keras.ops.convert_to_numpy(layer.bias).astype("float64")
+    np.testing.assert_allclose(zeros, np.broadcast_to(NUMPY_ACTIVATIONS["gelu_tanh"](bias), (2, 3, 24)), atol=1e-6)
+    assert len(calls) == 3
+
+
+@needs_onednn
 def test_fused_kernel_is_close_to_the_float_layer_and_keras_int8():
     layer = quantized_dense("gelu_tanh")
     keras.utils.set_random_seed(0)

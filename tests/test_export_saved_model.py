@@ -399,6 +399,12 @@ def test_int8_exports_run_the_fused_kernel_where_predict_does(trained, tmp_path)
     served = tf.saved_model.load(str(path))
     outputs = {k: v.numpy() for k, v in served.signatures["serving_default"](text=tf.constant(sentences)).items()}
     assert_serves_like(outputs, reference, atol=1e-5)
+    # Short texts (fewer tokens than 16): one input range per batch covers
+    # the padding positions too, so the export must cut as `predict` does.
+    short = ["good", "a dull film", "great fun"]
+    pinned = bertzoo.export_saved_model(model, tmp_path / "pinned", int8_kernels="onednn", jit_compile=False)
+    served = tf.saved_model.load(str(pinned)).signatures["serving_default"](text=tf.constant(short))
+    np.testing.assert_allclose(served["logits"].numpy(), model.predict(short, verbose=0), rtol=1e-6, atol=1e-7)
     with pytest.raises(ValueError, match="`int8_kernels` must be"):
         bertzoo.export_saved_model(model, tmp_path / "x", int8_kernels="fast")
 

@@ -44,7 +44,7 @@ import keras
 import numpy as np
 
 from bertzoo.layers.dense import portable_kernels
-from bertzoo.models.serving import XLA_LENGTH_MULTIPLE
+from bertzoo.models.serving import LENGTH_MULTIPLE
 from bertzoo.models.serving import serving_functions
 from bertzoo.models.serving import xla_serving
 from bertzoo.saving.atomic import atomic_directory
@@ -108,7 +108,9 @@ def export_saved_model(
             it was quantized with static input ranges), standard TensorFlow
             ops that serve anywhere (slow on CPU without XLA). `"onednn"`: TensorFlow's fused
             oneDNN int8 matmul, what `predict` runs on x86 CPUs (same outputs
-            as `predict`, several times faster), served by x86 TensorFlow
+            as `predict` for the same batch: one input range per batch,
+            so a text's outputs move a little with its batch-mates;
+            several times faster), served by x86 TensorFlow
             builds with oneDNN (the default Linux and Windows builds).
             `"auto"`: `"onednn"` when this machine can run it, else
             `"portable"`. Recorded in the metadata; float models ignore it.
@@ -119,9 +121,10 @@ def export_saved_model(
             SavedModel). The serving process compiles it once per input
             shape it meets, so shapes are bucketed: batches are padded to
             1, 2, 4, ..., 32 rows, then multiples of 32
-            (`bertzoo.models.serving.batch_bucket`), and text batches cut to
-            multiples of 16 tokens (at most 8 lengths for 128-token inputs;
-            `serving_tokenized` keeps the length it is sent). `"auto"`: XLA
+            (`bertzoo.models.serving.batch_bucket`); text batches are cut
+            to multiples of 16 tokens with or without XLA, as in `predict`
+            (at most 8 lengths for 128-token inputs; `serving_tokenized`
+            keeps the length it is sent). `"auto"`: XLA
             when the model's `compile()` pinned it, else when bertzoo's
             fast-path measurement on this machine picks it for the model's
             `predict` (`bertzoo.explain_fast_path(model)`; measured here
@@ -231,7 +234,7 @@ def export_saved_model(
             "quantization": quantized.split("+") if quantized else None,
             "int8_kernels": int8_kernels if quantized else None,
             "jit_compile": jit_compile,
-            "xla_length_multiple": XLA_LENGTH_MULTIPLE if jit_compile else None,
+            "xla_length_multiple": LENGTH_MULTIPLE if jit_compile else None,
             "class_names": getattr(model, "class_names", None),
             "sequence_length": preprocessor.sequence_length if preprocessor is not None else None,
             "truncate": preprocessor.truncate if preprocessor is not None else None,

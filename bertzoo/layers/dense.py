@@ -273,6 +273,8 @@ def _fused_int8_dense(layer, inputs):
     kernel = tf.convert_to_tensor(private_api.dense_kernel_variable(layer))
     scale = tf.cast(layer.kernel_scale, tf.float32)
     bias = tf.zeros([units], tf.float32) if layer.bias is None else tf.cast(layer.bias, tf.float32)
+    # The ranges are floored at 0: an empty batch's max is -inf, which
+    # QuantizeV2 refuses (a zero range it widens itself).
     if layer.asymmetric_int8_inputs and layer.input_range is None:
         # uint8 over [min(x, 0), max(x)]: x - low is quantized, and
         # low * (column sums of the kernel) goes into the bias.
@@ -281,7 +283,7 @@ def _fused_int8_dense(layer, inputs):
         quantized = tf.raw_ops.QuantizeV2(
             input=shifted,
             min_range=0.0,
-            max_range=tf.reduce_max(shifted),
+            max_range=tf.maximum(tf.reduce_max(shifted), 0.0),
             T=tf.quint8,
             mode="SCALED",
             round_mode="HALF_TO_EVEN",
@@ -294,7 +296,7 @@ def _fused_int8_dense(layer, inputs):
         if layer.input_range is not None:
             largest = tf.cast(tf.reshape(layer.input_range, []), tf.float32)
         else:
-            largest = tf.reduce_max(tf.abs(x))
+            largest = tf.maximum(tf.reduce_max(tf.abs(x)), 0.0)
         quantized = tf.raw_ops.QuantizeV2(
             input=x,
             min_range=-largest,

@@ -16,8 +16,9 @@ are float32.
 
 Signatures call the model through `serving_call`; inside `xla_serving()` that
 call is one XLA-compiled function (compiled per input shape by the serving
-process): batches are padded to `batch_bucket` rows and text batches cut to
-a multiple of `XLA_LENGTH_MULTIPLE` tokens, so that few shapes arise.
+process): batches are padded to `batch_bucket` rows, so that few shapes
+arise. Text batches are cut to a multiple of `LENGTH_MULTIPLE` tokens, with
+or without XLA, as `Task.predict` cuts them.
 
 Writing the files (SavedModel, ONNX, LiteRT) is `bertzoo.export`'s job, which
 sits above the models in the package order; it registers its writer here with
@@ -32,10 +33,12 @@ import threading
 from bertzoo.utils.optional import tf
 
 TOKENIZED_KEYS = ("token_ids", "segment_ids", "padding_mask")
-# Text batches that XLA compiles keep a multiple of this many tokens (few
-# shapes to compile: at most 8 lengths per batch size for 128-token inputs),
-# in XLA serving graphs and in `Task.predict`'s trimmed batches alike.
-XLA_LENGTH_MULTIPLE = 16
+# Trimmed text batches keep a multiple of this many tokens, in serving graphs
+# and in `Task.predict` alike: few shapes for XLA to compile (at most 8
+# lengths per batch size for 128-token inputs), and the same inputs in both,
+# which dynamic int8 needs for the same outputs (its per-tensor input range
+# covers the padding positions).
+LENGTH_MULTIPLE = 16
 
 _tracing = threading.local()
 _exporter = None
@@ -107,7 +110,7 @@ class ExportMixin:
 
 
 @contextlib.contextmanager
-def xla_serving(length_multiple=XLA_LENGTH_MULTIPLE):
+def xla_serving(length_multiple=LENGTH_MULTIPLE):
     """Serving graphs traced inside run each model call as one XLA-compiled
     function (`tf.function(jit_compile=True)`, kept as such in a SavedModel)
     and trim text batches to a multiple of `length_multiple` tokens.
@@ -404,11 +407,11 @@ def trim_padding(features, *others, multiple=None):
     keeps `[CLS]` when the batch is empty. `others` (e.g. per-token labels)
     are cut the same way. `multiple`: keep a multiple of this many columns
     (at most all of them), so a compiler (XLA) sees few distinct lengths;
-    default 1, or `xla_serving`'s `length_multiple` inside it.
+    default `LENGTH_MULTIPLE`, or `xla_serving`'s `length_multiple` inside it.
     """
     if multiple is None:
         state = getattr(_tracing, "xla", None)
-        multiple = state["length_multiple"] if state is not None else 1
+        multiple = state["length_multiple"] if state is not None else LENGTH_MULTIPLE
     lengths = tf.reshape(tf.reduce_sum(tf.cast(features["padding_mask"], tf.int32), axis=-1), [-1])
     longest = tf.reduce_max(tf.concat([lengths, [1]], axis=0))
     if multiple > 1:

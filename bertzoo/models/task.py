@@ -23,7 +23,7 @@ from bertzoo.models.raw_inputs import is_stream
 from bertzoo.models.raw_inputs import is_tokenized
 from bertzoo.models.raw_inputs import validation_parts
 from bertzoo.models.resumable import EpochOrder
-from bertzoo.models.serving import XLA_LENGTH_MULTIPLE
+from bertzoo.models.serving import LENGTH_MULTIPLE
 from bertzoo.models.serving import ExportMixin
 from bertzoo.models.serving import TextServing
 from bertzoo.models.serving import named_outputs
@@ -80,11 +80,11 @@ def _int_features(data, trim=False):
     strategy Keras builds the model from the first batch averaged across
     replicas, which TensorFlow cannot do for bool tensors. With `trim`, the
     padding columns no row of the batch uses are dropped (`trim_padding`,
-    in steps of `XLA_LENGTH_MULTIPLE`)."""
+    in steps of `LENGTH_MULTIPLE`, as serving graphs cut them)."""
 
     def cast(features):
         features = tf.nest.map_structure(lambda t: tf.cast(t, tf.int32) if t.dtype == tf.bool else t, features)
-        return trim_padding(features, multiple=XLA_LENGTH_MULTIPLE) if trim else features
+        return trim_padding(features, multiple=LENGTH_MULTIPLE) if trim else features
 
     if isinstance(data, tuple):
         return (cast(data[0]),) + data[1:]
