@@ -99,6 +99,26 @@ def test_a_symbolic_link_or_a_file_is_refused_with_the_way_out(tmp_path):
     assert check_complete(real) == 3 and (tmp_path / "file").read_text() == "x"
 
 
+def test_a_place_nothing_can_be_written_is_named_with_the_target(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("x")
+    # mkdir said "[Errno 17] File exists: '.../file'".
+    with pytest.raises(NotADirectoryError, match=r"Cannot write .*file/sub/1: .*file is a file, not a directory"):
+        with atomic_directory(tmp_path / "file" / "sub" / "1"):
+            raise AssertionError("the body ran")
+
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(tmp_path / "new" / ".1.tmp-1-x"))
+
+    monkeypatch.setattr(atomic.tempfile, "mkdtemp", refused)  # As in a read-only directory (root may write anywhere).
+    # The error named the temporary directory; the parents this save created are removed.
+    with pytest.raises(
+        PermissionError, match=r"Cannot write .*new/1: nothing can be created in .*new \(Permission denied\)"
+    ):
+        with atomic_directory(tmp_path / "new" / "1"):
+            raise AssertionError("the body ran")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
 def test_the_directory_gets_the_mode_mkdir_would_give(tmp_path):
     # Not mkdtemp's 0700: a serving process running as another user reads it.
     previous = os.umask(0o022)

@@ -380,6 +380,22 @@ def test_compressed_and_mixed_precision_models_export(kind, trained, tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore:Layer .* does not have a `quantize` method")
+@pytest.mark.parametrize("mode", ["weight_only", "int4"])
+def test_exports_without_int8_inputs_record_the_kernels_that_run(mode, trained, tmp_path):
+    model = _variant("float32", trained)
+    quantized = (
+        bertzoo.quantize(model, "int8", weight_only=True) if mode == "weight_only" else bertzoo.quantize(model, "int4")
+    )
+    # No int8 inputs to multiply, so no fused kernel: "onednn" is ignored, as for float models.
+    path = bertzoo.export_saved_model(
+        quantized, tmp_path / mode, preprocessor=None, int8_kernels="onednn", jit_compile=False
+    )
+    metadata = read_export_metadata(path)
+    assert metadata["int8_kernels"] == "portable" and "_QuantizedMatMul" not in (metadata["custom_ops"] or [])
+    assert metadata["quantization"] == ["int8" if mode == "weight_only" else "int4"]
+
+
+@pytest.mark.filterwarnings("ignore:Layer .* does not have a `quantize` method")
 def test_int8_exports_run_the_fused_kernel_where_predict_does(trained, tmp_path):
     model = _variant("int8", trained)
     sentences = serving_batch()

@@ -153,3 +153,56 @@ def test_one_hot_labels_and_datasets_of_another_choice_count_are_refused_with_th
     streamed = tf.data.Dataset.from_generator(examples, output_signature=spec).padded_batch(1)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"batch have the number of choices below(.|\n)*\[2\]"):
         model.fit(streamed, verbose=0)
+
+
+def test_labels_are_checked_whatever_the_loss_and_a_column_of_labels_is_one_per_example():
+    model = tiny_model()
+
+    def own_loss(y, logits):  # The sparse cross-entropy, as a function: labels are still choice indices.
+        return keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=own_loss, jit_compile=False)
+    with pytest.raises(ValueError, match=r"Labels \[3\] are outside"):  # Under XLA: NaN weights, no error.
+        model.fit((CONTEXTS, CHOICES), [0, 3], verbose=0)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), jit_compile=False)
+    # (n, 1) labels come back as (n,): a later fit with (n,) labels failed ("unknown rank") in Keras's retrace.
+    model.fit((CONTEXTS, CHOICES), np.array([[0], [1]]), verbose=0)
+    model.fit((CONTEXTS, CHOICES), np.array([0, 1]), verbose=0)
+    assert np.isfinite(model.evaluate((CONTEXTS, CHOICES), np.array([[0], [1]]), verbose=0)).all()
+
+
+def test_a_string_where_a_list_of_choices_belongs_is_refused_not_split_into_letters():
+    model = tiny_model(num_choices=2)
+    with pytest.raises(ValueError, match=r"Example 1's choices are one string, 'ok': give each example a list of 2"):
+        model.predict((CONTEXTS, [["red", "blue"], "ok"]), verbose=0)
+    with pytest.raises(ValueError, match=r"The choices are one string, 'no': give a list of 2 strings"):
+        model.predict((CONTEXTS[0], "no"), verbose=0)
+
+
+def test_one_context_as_a_scalar_tensor_array_or_bytes():
+    model = tiny_model()
+    expected = model.predict(([CONTEXTS[0]], [CHOICES[0]]), verbose=0)
+    for context in (tf.constant(CONTEXTS[0]), np.array(CONTEXTS[0]), CONTEXTS[0].encode()):
+        np.testing.assert_array_equal(model.predict((context, CHOICES[0]), verbose=0), expected)
+
+
+def test_a_choice_that_is_not_utf8_is_the_one_named():
+    model = tiny_model()
+    choices = tf.constant([[b"red", b"\xff\xfe bad", b"blue"], [c.encode() for c in CHOICES[1]]])
+    with pytest.raises(ValueError, match=r"Example 0 has a choice that is not UTF-8 text: b'\\xff\\xfe bad'"):
+        model.predict((tf.constant(CONTEXTS), choices), verbose=0)
+    utf8 = tf.constant([[c.encode() for c in row] for row in CHOICES])  # Decoded, as text.
+    np.testing.assert_array_equal(
+        model.predict((CONTEXTS, utf8), verbose=0), model.predict((CONTEXTS, CHOICES), verbose=0)
+    )
+
+
+def test_raw_text_in_a_batch_method_names_the_call_that_tokenizes_it():
+    model = tiny_model()
+    with pytest.raises(ValueError, match=r"pass predict_on_batch model\.preprocess\(inputs\)"):
+        model.predict_on_batch((CONTEXTS, CHOICES))
+    np.testing.assert_allclose(  # The way it names.
+        model.predict_on_batch(model.preprocess((CONTEXTS, CHOICES))),
+        model.predict((CONTEXTS, CHOICES), verbose=0),
+        atol=1e-6,
+    )

@@ -216,15 +216,31 @@ def test_bad_smoothing_requests(model):
         bertzoo.quantize(model, "int8", calibration=TEXTS, calibration_steps=0)
     with pytest.raises(ValueError, match=r"`smoothing` must be a number in \[0, 1\]"):
         bertzoo.quantize(model, "int8", smoothing=-1)  # Checked with or without calibration.
+    # Arguments that would be ignored are refused, as the command line refuses them.
+    with pytest.raises(ValueError, match=r"smoothing=0.3 scales .* no `calibration` was given: pass calibration="):
+        bertzoo.quantize(model, "int8", smoothing=0.3)
+    with pytest.raises(ValueError, match=r"smoothing=0.5 scales .* no `calibration`"):
+        bertzoo.quantize(model, "int8", weight_only=True, smoothing=0.5)
+    with pytest.raises(ValueError, match="`calibration_steps` must be an int >= 1"):
+        bertzoo.quantize(model, "int8", calibration_steps=-5)
+    # NumPy numbers are numbers (the float is what calibration reads).
+    numpy_args = bertzoo.quantize(
+        model, "int8", calibration=TEXTS, smoothing=np.float32(0.5), calibration_steps=np.int64(1)
+    )
+    plain_args = bertzoo.quantize(model, "int8", calibration=TEXTS, smoothing=0.5, calibration_steps=1)
+    for a, b in zip(numpy_args.weights, plain_args.weights):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
     with pytest.raises(ValueError, match="yielded no batches"):
         bertzoo.quantize(model, "int8", calibration=[])
     with pytest.raises(ValueError, match=r"the texts themselves, got 'train.tsv'.*load_texts"):
         bertzoo.quantize(model, "int8", calibration="train.tsv")
     with pytest.raises(ValueError, match=r"inputs alone .* not an \(inputs, labels\) tuple"):
         bertzoo.quantize(model, "int8", calibration=(TEXTS, [0] * len(TEXTS)))
-    with pytest.raises(ValueError, match=r"For sentence pairs, pass them tokenized: calibration=model.preprocessor"):
+    with pytest.raises(
+        ValueError, match=r"sentence pairs, a multiple-choice .* tokenized: calibration=model\.preprocess\(\("
+    ):
         bertzoo.quantize(model, "int8", calibration=(TEXTS, TEXTS))
-    pairs = bertzoo.quantize(model, "int8", calibration=model.preprocessor((TEXTS, TEXTS)))  # The way it names.
+    pairs = bertzoo.quantize(model, "int8", calibration=model.preprocess((TEXTS, TEXTS)))  # The way it names.
     assert np.isfinite(np.asarray(pairs.predict((TEXTS, TEXTS), verbose=0))).all()
     with pytest.raises(ValueError, match="Calibration data must be raw strings"):
         bertzoo.quantize(model.backbone, "int8", calibration=42)

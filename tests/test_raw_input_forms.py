@@ -128,9 +128,10 @@ def test_validation_data_may_be_a_list_as_in_keras(classifier):
 
 
 def test_bytes_are_one_text_like_str(classifier):
-    np.testing.assert_allclose(
-        classifier.predict(b"good", verbose=0), classifier.predict(["good"], verbose=0), atol=1e-6
-    )
+    one = classifier.predict(["good"], verbose=0)
+    # A scalar string tensor's `numpy()` is bytes, a 0-d array has no length: both crashed.
+    for text in (b"good", tf.constant("good"), np.array("good"), np.array(b"good")):
+        np.testing.assert_allclose(classifier.predict(text, verbose=0), one, atol=1e-6)
     np.testing.assert_allclose(
         classifier.predict((b"good", b"fine"), verbose=0), classifier.predict(("good", "fine"), verbose=0), atol=1e-6
     )

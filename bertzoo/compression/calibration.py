@@ -56,8 +56,9 @@ def calibration_batches(model, data, steps=None, labelled=True, batch_size=DEFAU
     if not labelled and isinstance(data, tuple) and not all(isinstance(x, str) for x in data):
         raise ValueError(
             "Calibration data must be the inputs alone (raw strings, a tokenized dict or a dataset of input "
-            "batches), not an (inputs, labels) tuple: the labels are not used. For sentence pairs, pass them "
-            "tokenized: calibration=model.preprocessor((firsts, seconds))."
+            "batches), not an (inputs, labels) tuple: the labels are not used. For inputs that are a tuple "
+            "(sentence pairs, a multiple-choice model's contexts and choices), pass them tokenized: "
+            "calibration=model.preprocess((firsts, seconds))."
         )
     if is_tf_dataset(data) or labelled:
         parts = data if isinstance(data, tuple) else (data,)

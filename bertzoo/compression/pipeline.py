@@ -479,7 +479,7 @@ def compress(
     if isinstance(qat_epochs, bool) or not isinstance(qat_epochs, int) or qat_epochs < 0:
         raise ValueError(f"`qat_epochs` must be an integer >= 0 (0: post-training int8), got {qat_epochs!r}.")
     if smoothing != "auto":
-        check_smoothing(smoothing, allow_none=True)
+        smoothing = check_smoothing(smoothing, allow_none=True)
     check_input_ranges(input_ranges)
     weight_only = check_weight_only(weight_only)
     if weight_only and ("int8" not in stages or qat_epochs or input_ranges == "static"):

@@ -133,9 +133,15 @@ def quantize(
     ```
     """
     _check_quantizable(model, mode, MODES)
-    check_smoothing(smoothing)
+    smoothing = check_smoothing(smoothing)
     check_input_ranges(input_ranges)
     weight_only = check_weight_only(weight_only)
+    calibration_steps = _check_calibration_steps(calibration_steps)
+    if calibration is None and smoothing != DEFAULT_SMOOTHING:
+        raise ValueError(
+            f"smoothing={smoothing} scales each layer's inputs by what the calibration texts show, and no "
+            "`calibration` was given: pass calibration=texts the model will see, or drop `smoothing`."
+        )
     if weight_only and (calibration is not None or input_ranges != "dynamic"):
         raise ValueError(
             "weight_only=True quantizes no inputs, so input calibration and ranges do not apply: drop `calibration` "
@@ -199,19 +205,22 @@ def _quantize_weights_only(model, select):
 
 
 def check_smoothing(smoothing, allow_none=False):
-    """Raises ValueError unless `smoothing` is a migration strength in
-    [0, 1] (or, with `allow_none`, None).
+    """`smoothing` as a float; raises ValueError unless it is a migration
+    strength in [0, 1] (NumPy numbers included; with `allow_none`, None
+    passes).
 
     Example:
     ```python
-    check_smoothing(0.8)
+    check_smoothing(np.float32(0.5))  # 0.5
     ```
     """
     if smoothing is None and allow_none:
-        return
-    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0 <= smoothing <= 1:
+        return None
+    number = (int, float, np.integer, np.floating)
+    if isinstance(smoothing, (bool, np.bool_)) or not isinstance(smoothing, number) or not 0 <= smoothing <= 1:
         also = " or None" if allow_none else ""
         raise ValueError(f"`smoothing` must be a number in [0, 1] (SmoothQuant's alpha){also}, got {smoothing!r}.")
+    return float(smoothing)
 
 
 def check_input_ranges(input_ranges):
@@ -231,10 +240,19 @@ def _check_calibration(mode, calibration_steps):
         raise ValueError(
             f"Calibration (input smoothing) applies to int8, got mode={mode!r}: quantize to int4 without `calibration`."
         )
-    if calibration_steps is not None and (
-        isinstance(calibration_steps, bool) or not isinstance(calibration_steps, int) or calibration_steps < 1
+
+
+def _check_calibration_steps(calibration_steps):
+    """`calibration_steps` as an int (NumPy's included) or None; checked with or without calibration."""
+    if calibration_steps is None:
+        return None
+    if (
+        isinstance(calibration_steps, (bool, np.bool_))
+        or not isinstance(calibration_steps, (int, np.integer))
+        or calibration_steps < 1
     ):
         raise ValueError(f"`calibration_steps` must be an int >= 1 or None (all batches), got {calibration_steps!r}.")
+    return int(calibration_steps)
 
 
 def _not_yet_quantized(select):

@@ -113,7 +113,8 @@ def export_saved_model(
             several times faster), served by x86 TensorFlow
             builds with oneDNN (the default Linux and Windows builds).
             `"auto"`: `"onednn"` when this machine can run it, else
-            `"portable"`. Recorded in the metadata; float models ignore it.
+            `"portable"`. Recorded in the metadata as what runs: float,
+            int4 and weight-only int8 models ignore it ("portable").
             Under `jit_compile` the int8 layers are Keras's standard int8
             ops, compiled by XLA.
         jit_compile: run the model in the serving graph as one XLA-compiled
@@ -175,7 +176,8 @@ def export_saved_model(
             "int8_kernels='onednn' cannot be combined with jit_compile=True: the fused oneDNN kernel does not "
             "run under XLA. Pass one of them (int8_kernels='auto' follows jit_compile)."
         )
-    if int8_kernels == "onednn" and quantized and not onednn_int8_available():  # Float models ignore it.
+    # Float, int4 and weight-only int8 models ignore it (no int8 inputs to multiply).
+    if int8_kernels == "onednn" and quantizes_int8_inputs(model) and not onednn_int8_available():
         raise ValueError(
             "int8_kernels='onednn' needs TensorFlow's fused oneDNN int8 kernel, which this machine cannot run "
             f"({fused_int8_status()[1]}). Export with int8_kernels='portable'."
@@ -260,11 +262,11 @@ def _serving_kernels(model, quantized, jit_compile, int8_kernels):
         if not quantized or int8_kernels == "auto":
             pinned = getattr(model, "compile_pin", lambda: None)()  # The user's compile() decides predict.
             jit_compile = bool(pinned if pinned is not None else default_jit_compile(model, mode="predict"))
-    if jit_compile:
-        return True, "portable"  # The fused kernel never runs under XLA.
+    if jit_compile or not quantizes_int8_inputs(model):
+        # What runs: the fused kernel never runs under XLA, nor for int4 or weight-only int8 layers.
+        return bool(jit_compile), "portable"
     if int8_kernels == "auto":
-        fused = quantizes_int8_inputs(model) and onednn_int8_available()  # Not weight-only int8.
-        int8_kernels = "onednn" if fused else "portable"
+        int8_kernels = "onednn" if onednn_int8_available() else "portable"
     return False, int8_kernels
 
 

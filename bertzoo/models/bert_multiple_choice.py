@@ -133,12 +133,25 @@ class BertMultipleChoice(Task):
                 f"a list of lists of {self.num_choices} strings."
             )
         contexts, choices = x
+        if isinstance(choices, (str, bytes)) or (isinstance(choices, np.ndarray) and choices.ndim == 0):
+            raise ValueError(
+                f"The choices are one string, {choices!r}: give a list of {self.num_choices} strings per example "
+                "(for one example, (context, ['choice 1', 'choice 2', ...]))."
+            )
         choices = choices.tolist() if isinstance(choices, np.ndarray) else list(choices)
-        if isinstance(contexts, str):  # One example: its context and its list of choices.
+        if isinstance(contexts, np.ndarray) and contexts.ndim == 0:
+            contexts = contexts.item()
+        if isinstance(contexts, (str, bytes)):  # One example: its context and its list of choices.
             contexts = [contexts]
-            if choices and all(isinstance(c, str) for c in choices):
+            if choices and all(isinstance(c, (str, bytes)) for c in choices):
                 choices = [choices]
         contexts = list(contexts)
+        for i, options in enumerate(choices):
+            if isinstance(options, (str, bytes)):  # list() would split it into characters.
+                raise ValueError(
+                    f"Example {i}'s choices are one string, {options!r}: give each example a list of "
+                    f"{self.num_choices} strings, e.g. (['a context'], [['choice 1', 'choice 2', ...]])."
+                )
         choices = [list(c) for c in choices]
         if len(contexts) != len(choices):
             raise ValueError(
@@ -154,18 +167,41 @@ class BertMultipleChoice(Task):
                     f"Example {i} has {len(options)} choices; this model takes exactly "
                     f"num_choices={self.num_choices} strings per example."
                 )
-            odd = [o for o in options if not isinstance(o, str)]
-            if odd:
-                raise ValueError(
-                    f"Example {i} has a choice that is not a string: {odd[0]!r} ({type(odd[0]).__name__}). Pass "
-                    "each choice as text (decode bytes; fill missing choices, e.g. with '')."
-                )
+            for j, option in enumerate(options):
+                options[j] = self._choice_text(option, i)
         return (tf.constant(contexts, tf.string), tf.constant(choices, tf.string)), self._checked_labels(y)
 
+    @staticmethod
+    def _choice_text(option, example):
+        """A choice as `str`: UTF-8 bytes decoded (a string tensor with one
+        undecodable entry comes back as bytes throughout), anything else refused."""
+        if isinstance(option, bytes):
+            try:
+                return option.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(
+                    f"Example {example} has a choice that is not UTF-8 text: {option!r}. Decode it to a string "
+                    "first (e.g. bytes.decode('latin-1') for Latin-1 text)."
+                ) from None
+        if not isinstance(option, str):
+            raise ValueError(
+                f"Example {example} has a choice that is not a string: {option!r} ({type(option).__name__}). "
+                "Pass each choice as text (fill missing choices, e.g. with '')."
+            )
+        return option
+
     def _checked_labels(self, y, features=None):
-        if y is None or not isinstance(getattr(self, "loss", None), keras.losses.SparseCategoricalCrossentropy):
-            return y  # Soft targets under a loss of your own are not choice indices.
+        """Labels as choice indices, checked up front: one per example
+        (shape `(n,)` or `(n, 1)`, returned as `(n,)` as the classifier's
+        are: Keras retraces for another label rank with an unknown one)
+        whatever the loss; other shapes (soft targets under a loss of your
+        own) only with the default sparse cross-entropy, which refuses them."""
+        if y is None:
+            return y
         values = np.asarray(y)
+        one_per_example = values.ndim == 1 or (values.ndim == 2 and values.shape[1] == 1)
+        if not (one_per_example or isinstance(getattr(self, "loss", None), keras.losses.SparseCategoricalCrossentropy)):
+            return y
         if values.dtype.kind not in "iufb":
             raise ValueError(
                 f"Multiple-choice labels are the index of the right choice (0 to {self.num_choices - 1}), got "
@@ -173,7 +209,7 @@ class BertMultipleChoice(Task):
             )
         refuse_one_hot(values.shape, self.num_choices, what="choice index")
         check_class_ids(values, self.num_choices, what="choices")
-        return y
+        return values.reshape(-1) if values.ndim == 2 else y
 
     def _choice_count_message(self, given=None):
         have = (
@@ -200,9 +236,12 @@ class BertMultipleChoice(Task):
         return dataset
 
     def _labels_checked_in_graph(self, labels):
-        loss = getattr(self, "loss", None)
-        if isinstance(loss, keras.losses.SparseCategoricalCrossentropy) and labels.shape.rank is not None:
+        sparse = isinstance(getattr(self, "loss", None), keras.losses.SparseCategoricalCrossentropy)
+        if sparse and labels.shape.rank is not None:
             refuse_one_hot(tuple(labels.shape), self.num_choices, what="choice index")
+        rank, last = labels.shape.rank, labels.shape[-1] if labels.shape.rank else None
+        if not sparse and rank is not None and rank > 1 and last != 1:
+            return labels  # Soft targets under a loss of your own, as `_checked_labels` leaves them.
         return class_ids_checked_in_graph(labels, self.num_choices, what="choices")
 
     @deterministic_preprocess

@@ -95,8 +95,9 @@ def eager_strings_as_arrays(x):
     sentences of words) as a NumPy array of Python `str` (an object
     array), a 0-d one as one `str`: the tasks read raw text as Python
     sequences, as they read lists and arrays; a ragged one (words split
-    from sentences) as nested lists of `str`. Bytes that are not UTF-8 stay
-    bytes. Anything else comes back unchanged.
+    from sentences) as nested lists of `str`; a 0-d NumPy string array as
+    one `str` too. Bytes that are not UTF-8 stay bytes. Anything else comes
+    back unchanged.
 
     Example:
     ```python
@@ -108,17 +109,21 @@ def eager_strings_as_arrays(x):
     def decoded(values):
         if isinstance(values, list):
             return [decoded(v) for v in values]
+        if not isinstance(values, bytes):
+            return values
         try:
             return values.decode("utf-8")
         except UnicodeDecodeError:
             return values
 
     def convert(part):
+        if isinstance(part, np.ndarray) and part.ndim == 0 and part.dtype.kind in "USO":
+            return decoded(part.item())  # One text, as a 0-d tensor gives it.
         if is_tf_ragged(part) and part.dtype.name == "string":
             return decoded(part.to_list())  # As lists (a tagger's words).
         if not (is_tf_tensor(part) and part.dtype.name == "string" and hasattr(part, "numpy")):
             return part
-        values = part.numpy()
+        values = np.asarray(part.numpy(), dtype=object)  # A 0-d tensor's `numpy()` is bytes, not an array.
         try:
             texts = [value.decode("utf-8") for value in values.reshape(-1).tolist()]
         except UnicodeDecodeError:
@@ -168,7 +173,9 @@ def holds_no_examples(x):
 
 
 def _is_empty(part):
-    if isinstance(part, (list, tuple, np.ndarray)):
+    if isinstance(part, np.ndarray):
+        return part.ndim > 0 and len(part) == 0  # A 0-d array is one example.
+    if isinstance(part, (list, tuple)):
         return len(part) == 0
     return is_tf_tensor(part) and bool(part.shape.rank) and part.shape[0] == 0
 
@@ -399,7 +406,7 @@ class RawInputsMixin:
                 f"{type(self).__name__}.{method} got a {kind} of raw text, which it cannot tokenize "
                 "batch by batch: wrap its batches in a tf.data.Dataset, which bertzoo tokenizes in its pipeline, "
                 "e.g. tf.data.Dataset.from_generator(make_batches, output_signature=(tf.TensorSpec([None], "
-                "tf.string), tf.TensorSpec([None], tf.int32))), or yield model.preprocessor(texts) features."
+                "tf.string), tf.TensorSpec([None], tf.int32))), or yield model.preprocess(inputs) features."
             )
         return x
 
@@ -416,9 +423,9 @@ class RawInputsMixin:
         # Keras's input check as "received N input tensors".
         if self.preprocessor is not None and not is_tokenized(x) and holds_text(x):
             raise ValueError(
-                f"{method} takes the model's features (a dict like model.preprocessor(texts) returns), not raw "
+                f"{method} takes the model's features (a dict like model.preprocess(inputs) returns), not raw "
                 f"text: call {'predict' if method == 'predict_on_batch' else 'fit or evaluate'} with the texts, "
-                f"or pass {method} model.preprocessor(texts)."
+                f"or pass {method} model.preprocess(inputs) (inputs as predict takes them)."
             )
 
     def predict_on_batch(self, x):

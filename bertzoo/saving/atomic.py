@@ -210,10 +210,26 @@ def make_parent_directories(path):
     missing = []
     for parent in Path(path).parents:
         if parent.exists():
+            if not parent.is_dir():  # mkdir's own error: "[Errno 17] File exists: '<that file>'".
+                raise NotADirectoryError(
+                    f"Cannot write {path}: {parent} is a file, not a directory. Choose a path under a directory."
+                )
             break
         missing.append(parent)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise _unwritable(path, Path(path).parent, error) from None
     return missing
+
+
+def _unwritable(target, directory, error):
+    """`error` (an OSError from creating something in `directory`) again,
+    of the same class, naming `target` rather than a temporary name."""
+    return type(error)(
+        error.errno,
+        f"Cannot write {target}: nothing can be created in {directory} ({error.strerror}). Choose a writable location.",
+    )
 
 
 def remove_empty_directories(directories):
@@ -247,7 +263,11 @@ def atomic_directory(target, overwrite=True):
     clean_leftovers(target)
     if occupied(target) and not overwrite:
         raise _exists_error(target)
-    tmp = hidden_sibling(target, "tmp")
+    try:
+        tmp = hidden_sibling(target, "tmp")
+    except OSError as error:  # Its message names the temporary directory, not `target`.
+        remove_empty_directories(created)
+        raise _unwritable(target, target.parent, error) from None
     written = False
     try:
         yield tmp
