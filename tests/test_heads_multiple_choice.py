@@ -165,6 +165,11 @@ def test_labels_are_checked_whatever_the_loss_and_a_column_of_labels_is_one_per_
     with pytest.raises(ValueError, match=r"Labels \[3\] are outside"):  # Under XLA: NaN weights, no error.
         model.fit((CONTEXTS, CHOICES), [0, 3], verbose=0)
     model.compile(optimizer=keras.optimizers.SGD(0.1), jit_compile=False)
+    answers = tf.data.Dataset.from_tensor_slices(((CONTEXTS, CHOICES), ["the car is red", "it is blue"])).batch(2)
+    with pytest.raises(ValueError, match=r"index of the right choice \(0 to 2\), got strings in a tf.data dataset"):
+        model.fit(answers, verbose=0)
+    with pytest.raises(ValueError, match=r"one sample weight per example \(shape \(n,\)\), got shape \(2, 3\)"):
+        model.fit((CONTEXTS, CHOICES), [0, 1], sample_weight=np.ones((2, 3)), verbose=0)
     # (n, 1) labels come back as (n,): a later fit with (n,) labels failed ("unknown rank") in Keras's retrace.
     model.fit((CONTEXTS, CHOICES), np.array([[0], [1]]), verbose=0)
     model.fit((CONTEXTS, CHOICES), np.array([0, 1]), verbose=0)

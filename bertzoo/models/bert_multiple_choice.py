@@ -171,6 +171,15 @@ class BertMultipleChoice(Task):
                 options[j] = self._choice_text(option, i)
         return (tf.constant(contexts, tf.string), tf.constant(choices, tf.string)), self._checked_labels(y)
 
+    def _raw_sample_weight(self, sample_weight, x):
+        shape = np.shape(sample_weight)
+        if len(shape) > 1 and shape[1:] != (1,):  # TensorFlow: "Incompatible shapes", inside the step.
+            raise ValueError(
+                f"Multiple choice takes one sample weight per example (shape (n,)), got shape {shape}: weigh the "
+                "example, e.g. by its right choice's weight, not each choice."
+            )
+        return sample_weight
+
     @staticmethod
     def _choice_text(option, example):
         """A choice as `str`: UTF-8 bytes decoded (a string tensor with one
@@ -203,10 +212,7 @@ class BertMultipleChoice(Task):
         if not (one_per_example or isinstance(getattr(self, "loss", None), keras.losses.SparseCategoricalCrossentropy)):
             return y
         if values.dtype.kind not in "iufb":
-            raise ValueError(
-                f"Multiple-choice labels are the index of the right choice (0 to {self.num_choices - 1}), got "
-                f"{values.ravel()[:3].tolist()}: pass `choices[i].index(answer)`, not the answer's text."
-            )
+            raise ValueError(self._text_labels_message(values.ravel()[:3].tolist()))
         refuse_one_hot(values.shape, self.num_choices, what="choice index")
         check_class_ids(values, self.num_choices, what="choices")
         return values.reshape(-1) if values.ndim == 2 else y
@@ -235,7 +241,15 @@ class BertMultipleChoice(Task):
             self._check_choice_count(parts[1].shape)
         return dataset
 
+    def _text_labels_message(self, shown):
+        return (
+            f"Multiple-choice labels are the index of the right choice (0 to {self.num_choices - 1}), got "
+            f"{shown}: pass `choices[i].index(answer)`, not the answer's text."
+        )
+
     def _labels_checked_in_graph(self, labels):
+        if labels.dtype == tf.string:  # TensorFlow: "Cast string to float is not supported", mid-step.
+            raise ValueError(self._text_labels_message("strings in a tf.data dataset"))
         sparse = isinstance(getattr(self, "loss", None), keras.losses.SparseCategoricalCrossentropy)
         if sparse and labels.shape.rank is not None:
             refuse_one_hot(tuple(labels.shape), self.num_choices, what="choice index")
