@@ -175,6 +175,12 @@ def test_labels_are_checked_whatever_the_loss_and_a_column_of_labels_is_one_per_
     model.fit((CONTEXTS, CHOICES), np.array([0, 1]), verbose=0)
     assert np.isfinite(model.evaluate((CONTEXTS, CHOICES), np.array([[0], [1]]), verbose=0)).all()
 
+    def column_loss(y, logits):  # A loss of your own gets the labels as given.
+        return own_loss(y[:, 0], logits)
+
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=column_loss, metrics=[], jit_compile=False)
+    assert np.isfinite(model.fit((CONTEXTS, CHOICES), np.array([[0], [1]]), verbose=0).history["loss"]).all()
+
 
 def test_a_string_where_a_list_of_choices_belongs_is_refused_not_split_into_letters():
     model = tiny_model(num_choices=2)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import bertzoo
+from bertzoo.compression.quantization import DEFAULT_SMOOTHING
 from bertzoo.compression.quantization import input_peaks
 from bertzoo.compression.quantization import smoothing_factors
 from bertzoo.layers.dense import Dense
@@ -217,10 +218,13 @@ def test_bad_smoothing_requests(model):
     with pytest.raises(ValueError, match=r"`smoothing` must be a number in \[0, 1\]"):
         bertzoo.quantize(model, "int8", smoothing=-1)  # Checked with or without calibration.
     # Arguments that would be ignored are refused, as the command line refuses them.
-    with pytest.raises(ValueError, match=r"smoothing=0.3 scales .* no `calibration` was given: pass calibration="):
-        bertzoo.quantize(model, "int8", smoothing=0.3)
-    with pytest.raises(ValueError, match=r"smoothing=0.5 scales .* no `calibration`"):
+    with pytest.raises(ValueError, match=r"smoothing=0.3 scales .* no `calibration` was given; pass calibration="):
+        bertzoo.quantize(model, "int8", smoothing=np.float32(0.3))
+    with pytest.raises(ValueError, match=r"no `calibration` was given; this weight-only int8 .* no inputs to smooth"):
         bertzoo.quantize(model, "int8", weight_only=True, smoothing=0.5)
+    with pytest.raises(ValueError, match=r"no `calibration` was given; this int4 quantization has no inputs"):
+        bertzoo.quantize(model, "int4", smoothing=0.5)
+    bertzoo.quantize(model, "int4", smoothing=np.float32(DEFAULT_SMOOTHING))  # The default, as a NumPy number.
     with pytest.raises(ValueError, match="`calibration_steps` must be an int >= 1"):
         bertzoo.quantize(model, "int8", calibration_steps=-5)
     # NumPy numbers are numbers (the float is what calibration reads).

@@ -10,6 +10,7 @@ model built from that config (`from_preset`, `from_config`) has those layers
 quantized before its weights load (see `bertzoo.saving.serialization`).
 """
 
+import math
 import warnings
 
 import keras
@@ -137,10 +138,14 @@ def quantize(
     check_input_ranges(input_ranges)
     weight_only = check_weight_only(weight_only)
     calibration_steps = _check_calibration_steps(calibration_steps)
-    if calibration is None and smoothing != DEFAULT_SMOOTHING:
+    if calibration is None and not math.isclose(smoothing, DEFAULT_SMOOTHING, rel_tol=1e-6):  # float32 too.
+        if weight_only or mode != "int8":
+            fix = f"this {'weight-only int8' if weight_only else mode} quantization has no inputs to smooth: drop it"
+        else:
+            fix = "pass calibration=texts the model will see, or drop it"
         raise ValueError(
-            f"smoothing={smoothing} scales each layer's inputs by what the calibration texts show, and no "
-            "`calibration` was given: pass calibration=texts the model will see, or drop `smoothing`."
+            f"smoothing={smoothing} scales each layer's int8 inputs by what calibration texts show, and no "
+            f"`calibration` was given; {fix}."
         )
     if weight_only and (calibration is not None or input_ranges != "dynamic"):
         raise ValueError(
@@ -205,7 +210,7 @@ def _quantize_weights_only(model, select):
 
 
 def check_smoothing(smoothing, allow_none=False):
-    """`smoothing` as a float; raises ValueError unless it is a migration
+    """`smoothing` as a Python number; raises ValueError unless it is a migration
     strength in [0, 1] (NumPy numbers included; with `allow_none`, None
     passes).
 
@@ -220,7 +225,9 @@ def check_smoothing(smoothing, allow_none=False):
     if isinstance(smoothing, (bool, np.bool_)) or not isinstance(smoothing, number) or not 0 <= smoothing <= 1:
         also = " or None" if allow_none else ""
         raise ValueError(f"`smoothing` must be a number in [0, 1] (SmoothQuant's alpha){also}, got {smoothing!r}.")
-    return float(smoothing)
+    if isinstance(smoothing, np.floating):
+        return float(str(smoothing))  # The decimal written: np.float32(0.3) -> 0.3, not 0.30000001192092896.
+    return smoothing.item() if isinstance(smoothing, np.integer) else smoothing
 
 
 def check_input_ranges(input_ranges):

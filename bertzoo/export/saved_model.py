@@ -107,10 +107,11 @@ def export_saved_model(
             `"portable"`: Keras's int8 ops (with a layer's fixed scale when
             it was quantized with static input ranges), standard TensorFlow
             ops that serve anywhere (slow on CPU without XLA). `"onednn"`: TensorFlow's fused
-            oneDNN int8 matmul, what `predict` runs on x86 CPUs (same outputs
-            as `predict` for the same batch: one input range per batch,
-            so a text's outputs move a little with its batch-mates;
-            several times faster), served by x86 TensorFlow
+            oneDNN int8 matmul, what `predict` runs on x86 CPUs (several
+            times faster; as in `predict`, one input range per batch, so a
+            text's outputs move a little with its batch-mates, and a
+            batch's outputs may differ from `predict`'s by that much),
+            served by x86 TensorFlow
             builds with oneDNN (the default Linux and Windows builds).
             `"auto"`: `"onednn"` when this machine can run it, else
             `"portable"`. Recorded in the metadata as what runs: float,
@@ -123,9 +124,10 @@ def export_saved_model(
             shape it meets, so shapes are bucketed: batches are padded to
             1, 2, 4, ..., 32 rows, then multiples of 32
             (`bertzoo.models.serving.batch_bucket`); text batches are cut
-            to multiples of 16 tokens with or without XLA, as in `predict`
-            (at most 8 lengths for 128-token inputs; `serving_tokenized`
-            keeps the length it is sent). `"auto"`: XLA
+            to multiples of 16 tokens with or without XLA, as the
+            classifier's `predict` cuts them (at most 8 lengths for
+            128-token inputs; `serving_tokenized` keeps the length it is
+            sent). `"auto"`: XLA
             when the model's `compile()` pinned it, else when bertzoo's
             fast-path measurement on this machine picks it for the model's
             `predict` (`bertzoo.explain_fast_path(model)`; measured here

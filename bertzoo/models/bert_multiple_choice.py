@@ -201,21 +201,24 @@ class BertMultipleChoice(Task):
 
     def _checked_labels(self, y, features=None):
         """Labels as choice indices, checked up front: one per example
-        (shape `(n,)` or `(n, 1)`, returned as `(n,)` as the classifier's
-        are: Keras retraces for another label rank with an unknown one)
-        whatever the loss; other shapes (soft targets under a loss of your
-        own) only with the default sparse cross-entropy, which refuses them."""
+        (shape `(n,)` or `(n, 1)`) whatever the loss; other shapes (soft
+        targets under a loss of your own) only with the default sparse
+        cross-entropy, which refuses them. Under that loss `(n, 1)` comes
+        back as `(n,)`, as the classifier's: Keras retraces its step for
+        another label rank with an unknown one, which the loss cannot take.
+        A loss of your own gets the labels as given."""
         if y is None:
             return y
         values = np.asarray(y)
         one_per_example = values.ndim == 1 or (values.ndim == 2 and values.shape[1] == 1)
-        if not (one_per_example or isinstance(getattr(self, "loss", None), keras.losses.SparseCategoricalCrossentropy)):
+        sparse = isinstance(getattr(self, "loss", None), keras.losses.SparseCategoricalCrossentropy)
+        if not (one_per_example or sparse):
             return y
         if values.dtype.kind not in "iufb":
             raise ValueError(self._text_labels_message(values.ravel()[:3].tolist()))
         refuse_one_hot(values.shape, self.num_choices, what="choice index")
         check_class_ids(values, self.num_choices, what="choices")
-        return values.reshape(-1) if values.ndim == 2 else y
+        return values.reshape(-1) if sparse and values.ndim == 2 else y
 
     def _choice_count_message(self, given=None):
         have = (

@@ -117,7 +117,7 @@ def eager_strings_as_arrays(x):
             return values
 
     def convert(part):
-        if isinstance(part, np.ndarray) and part.ndim == 0 and part.dtype.kind in "USO":
+        if isinstance(part, np.ndarray) and part.ndim == 0 and isinstance(part.item(), (str, bytes)):
             return decoded(part.item())  # One text, as a 0-d tensor gives it.
         if is_tf_ragged(part) and part.dtype.name == "string":
             return decoded(part.to_list())  # As lists (a tagger's words).

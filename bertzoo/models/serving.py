@@ -18,7 +18,8 @@ Signatures call the model through `serving_call`; inside `xla_serving()` that
 call is one XLA-compiled function (compiled per input shape by the serving
 process): batches are padded to `batch_bucket` rows, so that few shapes
 arise. Text batches are cut to a multiple of `LENGTH_MULTIPLE` tokens, with
-or without XLA, as `Task.predict` cuts them.
+or without XLA, as `Task.predict` cuts those of the tasks with one output
+row per example (`trims_padding`: classifier, multiple choice).
 
 Writing the files (SavedModel, ONNX, LiteRT) is `bertzoo.export`'s job, which
 sits above the models in the package order; it registers its writer here with
@@ -34,10 +35,10 @@ from bertzoo.utils.optional import tf
 
 TOKENIZED_KEYS = ("token_ids", "segment_ids", "padding_mask")
 # Trimmed text batches keep a multiple of this many tokens, in serving graphs
-# and in `Task.predict` alike: few shapes for XLA to compile (at most 8
-# lengths per batch size for 128-token inputs), and the same inputs in both,
-# which dynamic int8 needs for the same outputs (its per-tensor input range
-# covers the padding positions).
+# and in `Task.predict` (tasks with `trims_padding`) alike: few shapes for XLA
+# to compile (at most 8 lengths per batch size for 128-token inputs), and the
+# same inputs in both, which dynamic int8 needs for the same outputs (its
+# per-tensor input range covers the padding positions).
 LENGTH_MULTIPLE = 16
 
 _tracing = threading.local()
