@@ -211,6 +211,21 @@ def test_from_preset_arguments_keep_the_saved_head_or_are_refused(tmp_path):
     assert bertzoo.BertBackbone.from_preset(tmp_path / "p", dropout=0.0).dropout == 0.0
 
 
+def test_a_config_of_fewer_layers_than_its_weights_is_refused(tmp_path):
+    bertzoo.BertClassifier.from_preset("tiny", load_weights=False, sequence_length=16).save_to_preset(tmp_path / "p")
+    config = json.loads((tmp_path / "p" / "config.json").read_text())
+    backbone = config["backbone"]["config"]
+    assert backbone["num_layers"] == 2
+    backbone.update(num_layers=1, num_groups=1)  # Keras skips the second layer's weights in the file.
+    (tmp_path / "p" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(
+        bertzoo.PresetError,
+        match=r"config.json describes a backbone of [\d,]+ parameters, but .*"
+        r"metadata.json records [\d,]+ \(`backbone_parameter_count`\)",
+    ):
+        bertzoo.BertClassifier.from_preset(tmp_path / "p")
+
+
 def test_backbone_weights_that_load_are_never_drawn_at_random_first(tmp_path, monkeypatch):
     model = bertzoo.BertClassifier.from_preset("tiny", load_weights=False, preprocessor=None, num_classes=2)
     model.save_to_preset(tmp_path / "p")

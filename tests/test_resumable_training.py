@@ -283,6 +283,12 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path, interrupted_in_epoch_0
         train(classifier(0), backup, x=texts, y=labels)
     with pytest.raises(ValueError, match=r"ResumableTraining runs whole passes"):
         train(classifier(0), backup, steps_per_epoch=2)
+    # Class weights weigh the loss as sample weights do (those are in the data's fingerprint).
+    with pytest.raises(ValueError, match=r"its class_weight is None, this fit's is \{'0': 1.0, '1': 9.0\}"):
+        train(classifier(0), backup, class_weight={0: 1, 1: 9})
+    two = [bertzoo.ResumableTraining(backup), bertzoo.ResumableTraining(tmp_path / "other")]
+    with pytest.raises(ValueError, match=r"fit got 2 ResumableTraining callbacks: pass one"):
+        classifier(0).fit(*sentiment(), callbacks=two, verbose=0)
     # Other optimizer settings: a new peak learning rate, another weight decay.
     # Refused before the training and validation datasets are built (they trace the preprocessing).
     for optimizer, changed in ((bert_optimizer(0.5), "peak_learning_rate"), (bert_optimizer(1e-2), "weight_decay")):

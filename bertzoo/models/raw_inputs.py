@@ -326,6 +326,10 @@ class RawInputsMixin:
         callbacks = kwargs.get("callbacks")
         callbacks = getattr(callbacks, "callbacks", callbacks) or []
         resumable = [c for c in callbacks if callable(getattr(c, "run_fit", None))]
+        if len(resumable) > 1:  # The second one failed with "fit does not support it".
+            raise ValueError(
+                f"fit got {len(resumable)} ResumableTraining callbacks: pass one (it checkpoints the whole run)."
+            )
         if resumable:  # `bertzoo.ResumableTraining` runs the fit (and checkpoints it).
             return resumable[0].run_fit(
                 self,

@@ -34,10 +34,10 @@ new process can rebuild it, skip the batches already done, and go on.
 
 Contract: resume with the same model (built the same way), the same
 compile settings, the same data, and the same `fit` arguments (`epochs`,
-`batch_size`, `shuffle`) and callback `seed`; the data's fingerprint, batch
-size, epochs, seed, shuffling and the optimizer's class and config are
-checked before training, the model's and optimizer's variables (number,
-shapes, dtypes) before any is restored. Preprocessing must be deterministic
+`batch_size`, `shuffle`, `class_weight`) and callback `seed`; the data's
+fingerprint, batch size, epochs, seed, shuffling, class weights and the
+optimizer's class and config are checked before training, the model's and
+optimizer's variables (number, shapes, dtypes) before any is restored. Preprocessing must be deterministic
 (masked-LM pre-training draws its masks at random in `tf.data`, so
 `BertPretrainer` resumes on schedule but not bit for bit). A
 `tf.data.Dataset` given to `fit` must yield the same batches in the same
@@ -108,6 +108,24 @@ def _set_global_random_states(arrays):
     cuda = sorted(key for key in arrays if key.startswith(f"{_TORCH_RNG}cuda"))
     if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all([torch.from_numpy(np.array(arrays[key])) for key in cuda])
+
+
+def _class_weight_setting(class_weight):
+    """`fit`'s `class_weight` as the checkpoint records it (JSON: string
+    keys, in order), or None: it weighs the loss as `sample_weight` does,
+    which the data fingerprint covers."""
+    if class_weight is None:
+        return None
+    if not isinstance(class_weight, dict):
+        return repr(class_weight)  # Keras refuses it.
+
+    def number(value):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            return repr(value)  # Keras refuses it; recorded as given meanwhile.
+
+    return {str(k): number(v) for k, v in sorted(class_weight.items(), key=lambda item: str(item[0]))}
 
 
 class EpochOrder:
@@ -422,6 +440,7 @@ class ResumableTraining(keras.callbacks.Callback):
             "steps_per_epoch": run["steps_per_epoch"],
             "seed": run["seed"],
             "shuffle": run["shuffle"],
+            "class_weight": run["class_weight"],
             "num_examples": run["num_examples"],
             "fingerprint": run["fingerprint"],
             "optimizer": run["optimizer"],
@@ -485,6 +504,7 @@ class ResumableTraining(keras.callbacks.Callback):
         "batch_size": "batch size",
         "seed": "seed",
         "shuffle": "shuffle",
+        "class_weight": "class_weight",
         "steps_per_epoch": "batches per epoch",
         "num_examples": "examples",
         "fingerprint": "data (fingerprint)",
@@ -610,6 +630,7 @@ class ResumableTraining(keras.callbacks.Callback):
             "batch_size": batch_size,
             "seed": seed,
             "shuffle": bool(shuffle),
+            "class_weight": _class_weight_setting(kwargs.get("class_weight")),
             "optimizer": _optimizer_settings(model.optimizer),
         }
         if meta is not None:
@@ -617,7 +638,7 @@ class ResumableTraining(keras.callbacks.Callback):
             # preprocessing), so a refused resume fails fast.
             if "optimizer" in meta:
                 self._check_optimizer(meta["optimizer"], run["optimizer"])
-            self._check_same_run(meta, run, ("batch_size", "epochs", "seed", "shuffle"))
+            self._check_same_run(meta, run, ("batch_size", "epochs", "seed", "shuffle", "class_weight"))
 
         def dataset(order):
             data = model._as_dataset(x, y, sample_weight, batch_size, shuffle=order, training=True)

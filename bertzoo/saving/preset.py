@@ -340,6 +340,13 @@ class Preset:
                 if task_config.pop(key, None) is not None:
                     raise PresetError(f"{config_path}: `task.config.{key}` must be absent (it is stored in `{key}`).")
             self._validate_node("task", task_class, task_config, config_path)
+        length = ((config.get("preprocessor") or {}).get("config") or {}).get("sequence_length")
+        longest = self.backbone_config.get("max_sequence_length")
+        if isinstance(length, int) and isinstance(longest, int) and not isinstance(length, bool) and length > longest:
+            raise PresetError(
+                f"{config_path}: `preprocessor.config.sequence_length` is {length}, but the backbone has position "
+                f"embeddings for {longest} tokens (`backbone.config.max_sequence_length`); expected at most {longest}."
+            )
         if self.directory is None:
             return
         self._validate_metadata()
@@ -716,6 +723,16 @@ class Preset:
             self.warn_random_init()
             return
         _load_weights(backbone, self._weights_path(BACKBONE_WEIGHTS_FILE))
+        # Keras skips the groups of a weights file the model has no layer for:
+        # a config.json of fewer layers than the weights loaded without a word.
+        recorded = self.metadata.get("backbone_parameter_count") if isinstance(self.metadata, dict) else None
+        if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded != backbone.count_params():
+            raise PresetError(
+                f"{self.directory / CONFIG_FILE} describes a backbone of {backbone.count_params():,} parameters, but "
+                f"{self.directory / METADATA_FILE} records {recorded:,} (`backbone_parameter_count`) for the weights "
+                f"saved with it: the config was edited, or the files come from different presets. Restore the "
+                "preset's own config.json, or save the model again."
+            )
 
     def load_task_weights(self, task):
         """Loads the whole task: the backbone's weights, then the head's."""
