@@ -7,6 +7,7 @@ with unmaterialized variables (see `variables_not_materialized`).
 """
 
 import contextlib
+import json
 import math
 
 import keras
@@ -365,12 +366,29 @@ def test_get_config_from_config_round_trip(config, tiny_inputs, rng):
     randomize(model, rng)
     clone = BertBackbone.from_config(model.get_config())
     assert clone.get_config() == model.get_config()
-    for key, value in config.items():
-        assert clone.get_config()[key] == value, key
+    for key, value in config.items():  # Derived values (here `head_dim`) are saved as None: the attributes hold them.
+        assert getattr(clone, key) == value, key
     clone.set_weights(model.get_weights())
     expected, got = as_float32(model(tiny_inputs)), as_float32(clone(tiny_inputs))
     for key in expected:
         np.testing.assert_array_equal(got[key], expected[key])
+
+
+def test_derived_settings_are_saved_as_none_so_that_overrides_derive_them_again(tmp_path):
+    model = BertBackbone(**dict(TINY, dropout=0.1, layer_norm_epsilon=np.float32(1e-6)))
+    config = model.get_config()
+    assert (config["num_groups"], config["head_dim"], config["attention_dropout"]) == (None, None, None)
+    json.dumps(config)  # NumPy floats are saved as Python floats.
+    model.save_to_preset(tmp_path / "p")
+    # A saved plain BERT stays unshared with more layers, as one built with num_layers=4 (it shared 2 by 2).
+    deeper = BertBackbone.from_preset(tmp_path / "p", num_layers=4, load_weights=False)
+    assert deeper.num_groups == 4 and len(deeper.attention_blocks) == 4
+    assert BertBackbone.from_preset(tmp_path / "p", dropout=0.0, load_weights=False).attention_dropout == 0.0
+    wider = BertBackbone.from_preset(tmp_path / "p", hidden_dim=64, num_heads=2, load_weights=False)
+    assert wider.head_dim == 32
+    # Chosen values other than the derived ones are kept.
+    chosen = BertBackbone(**dict(TINY, num_layers=4, num_groups=2, head_dim=4, attention_dropout=0.2)).get_config()
+    assert (chosen["num_groups"], chosen["head_dim"], chosen["attention_dropout"]) == (2, 4, 0.2)
 
 
 @pytest.mark.parametrize(

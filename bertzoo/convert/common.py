@@ -145,7 +145,7 @@ class ConversionResult:
             f"{c['num_heads']} heads, intermediate {c['intermediate_dim']}, "
             f"vocabulary {c['vocabulary_size']}, activation {c['activation']}"
             + (f", embedding_dim {c['embedding_dim']}" if c.get("embedding_dim") else "")
-            + (f", {c['num_groups']} weight group(s)" if c["num_groups"] != c["num_layers"] else "")
+            + (f", {c['num_groups']} weight group(s)" if c.get("num_groups") not in (None, c["num_layers"]) else "")
             + f" ({self.parameter_count:,} parameters)",
         ]
         if self.heads:

@@ -208,12 +208,12 @@ def _check_expressible(backbone):
     for key in ("num_heads", "intermediate_dim"):
         if not isinstance(c[key], int):
             problems.append(f"per-layer {key}={c[key]} (keras-hub layers are all the same size)")
-    if isinstance(c["num_heads"], int) and c["head_dim"] * c["num_heads"] != c["hidden_dim"]:
+    if isinstance(c["num_heads"], int) and backbone.head_dim * c["num_heads"] != c["hidden_dim"]:
         problems.append(
-            f"head_dim={c['head_dim']} x num_heads={c['num_heads']} != hidden_dim={c['hidden_dim']} "
+            f"head_dim={backbone.head_dim} x num_heads={c['num_heads']} != hidden_dim={c['hidden_dim']} "
             "(keras-hub uses hidden_dim // num_heads)"
         )
-    shared = c["num_groups"] != c["num_layers"]
+    shared = backbone.num_groups != backbone.num_layers
     if shared and c["shared_sublayers"] != "all":
         problems.append(f"shared_sublayers={c['shared_sublayers']!r} (keras-hub ALBERT shares whole layers)")
     if shared and backbone.embeddings.projection is None:

@@ -582,6 +582,12 @@ class BertBackbone(Backbone):
         return self.embeddings.token_embedding
 
     def get_config(self):
+        # What the constructor derives is saved as None, so it is derived
+        # again: `from_preset(..., num_layers=4)` of a saved plain BERT stays
+        # unshared, `dropout=0.0` turns the attention dropout off too, as for
+        # a model built with those arguments.
+        largest_heads = max(self.num_heads) if isinstance(self.num_heads, list) else self.num_heads
+        derived_head_dim = self.hidden_dim // largest_heads if self.hidden_dim % largest_heads == 0 else None
         config = super().get_config()
         config.update(
             {
@@ -591,16 +597,16 @@ class BertBackbone(Backbone):
                 "num_heads": self.num_heads,
                 "intermediate_dim": self.intermediate_dim,
                 "embedding_dim": self.embedding_dim,
-                "num_groups": self.num_groups,
+                "num_groups": None if self.num_groups == self.num_layers else self.num_groups,
                 "shared_sublayers": self.shared_sublayers,
-                "head_dim": self.head_dim,
+                "head_dim": None if self.head_dim == derived_head_dim else self.head_dim,
                 "activation": self.activation,
                 "dropout": self.dropout,
-                "attention_dropout": self.attention_dropout,
+                "attention_dropout": None if self.attention_dropout == self.dropout else self.attention_dropout,
                 "max_sequence_length": self.max_sequence_length,
                 "num_segments": self.num_segments,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "initializer_range": self.initializer_range,
+                "layer_norm_epsilon": float(self.layer_norm_epsilon),  # Not a NumPy float: configs are JSON.
+                "initializer_range": float(self.initializer_range),
             }
         )
         return config
