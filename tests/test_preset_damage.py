@@ -420,11 +420,6 @@ CASES += [
         set_key("preprocessor", "sequence_length", 1),
         ["config.json", "sequence_length"],
     ),
-    (  # Longer than the backbone's 32 positions: was a plain ValueError from the task's constructor.
-        "preprocessor-sequence_length-over-positions",
-        set_key("preprocessor", "sequence_length", 64),
-        ["config.json", "preprocessor.config.sequence_length", "max_sequence_length"],
-    ),
     ("preprocessor-truncate-nope", set_key("preprocessor", "truncate", "nope"), ["config.json", "truncate"]),
     ("preprocessor-not-an-object", edit_config(lambda c: c.update(preprocessor="x")), ["config.json", "preprocessor"]),
     (

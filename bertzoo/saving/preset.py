@@ -340,13 +340,6 @@ class Preset:
                 if task_config.pop(key, None) is not None:
                     raise PresetError(f"{config_path}: `task.config.{key}` must be absent (it is stored in `{key}`).")
             self._validate_node("task", task_class, task_config, config_path)
-        length = ((config.get("preprocessor") or {}).get("config") or {}).get("sequence_length")
-        longest = self.backbone_config.get("max_sequence_length")
-        if isinstance(length, int) and isinstance(longest, int) and not isinstance(length, bool) and length > longest:
-            raise PresetError(
-                f"{config_path}: `preprocessor.config.sequence_length` is {length}, but the backbone has position "
-                f"embeddings for {longest} tokens (`backbone.config.max_sequence_length`); expected at most {longest}."
-            )
         if self.directory is None:
             return
         self._validate_metadata()
