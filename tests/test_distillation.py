@@ -646,6 +646,26 @@ def test_a_student_of_a_shared_teacher_keeps_its_sharing():
     assert unshared.backbone.num_groups == 3
 
 
+def test_a_student_of_a_structurally_pruned_teacher_keeps_its_head_size(tmp_path):
+    keras.utils.set_random_seed(0)
+    teacher = classifier(num_layers=2, hidden_dim=32, num_heads=4)  # Heads of 8.
+    scores = {"heads": [np.arange(4, 0, -1, dtype="float32")] * 2, "neurons": [np.ones(64, "float32")] * 2}
+    pruned = bertzoo.prune_heads_and_neurons(teacher, heads_to_keep=[4, 2], importance=scores)
+    assert pruned.backbone.get_config()["head_dim"] is None  # 32 // 4, derived: saved as None.
+    # Layer 2 alone has 2 heads, from which a student's config would derive heads of 16.
+    for kwargs in ({"layers": [2]}, {}):
+        student = init_student_from_teacher(pruned, {"num_layers": 1}, **kwargs)
+        assert student.backbone.head_dim == 8 and student.backbone.num_heads == 2
+    # A student preset of that head size fits; one whose config derives another is refused plainly.
+    BertBackbone = bertzoo.BertBackbone
+    common = dict(vocabulary_size=len(VOCAB), num_layers=1, hidden_dim=32, intermediate_dim=64, max_sequence_length=16)
+    BertBackbone(**common, num_heads=[2], head_dim=8).save_to_preset(tmp_path / "fits")
+    assert init_student_from_teacher(pruned, tmp_path / "fits", layers=[2]).backbone.head_dim == 8
+    BertBackbone(**common, num_heads=[2]).save_to_preset(tmp_path / "other")
+    with pytest.raises(ValueError, match=r"the student's `head_dim` is 16 but the teacher's is 8"):
+        init_student_from_teacher(pruned, tmp_path / "other", layers=[2])
+
+
 # --- Training -----------------------------------------------------------------------------------
 def repeated(texts, labels, times):
     """`times` copies of the examples, for one epoch as long as `times` epochs:

@@ -29,6 +29,15 @@ def _per_layer(value, num_layers):
     return list(value) if isinstance(value, (list, tuple)) else [value] * num_layers
 
 
+def _head_dim(config):
+    """A backbone config's head size: its `head_dim`, or the one the
+    constructor derives (`hidden_dim // max(num_heads)`), None where it cannot."""
+    if config.get("head_dim") is not None:
+        return config["head_dim"]
+    largest = max(_per_layer(config["num_heads"], config["num_layers"]))
+    return config["hidden_dim"] // largest if config["hidden_dim"] % largest == 0 else None
+
+
 def _shared_groups(teacher_config, selected):
     """The student's `num_groups` that keeps the teacher's cross-layer
     sharing (ALBERT) for the teacher layers `selected` (from 1), or None
@@ -156,8 +165,12 @@ def init_student_from_teacher(teacher, student, layers="every_k"):
             )
         return [check_layer_index("layers", t, t_layers, "teacher") for t in chosen]
 
-    config, selected = _student_config(backbone.get_config(), student, teacher_layers_of)
-    t_config = backbone.get_config()
+    # The teacher's head size as built: `get_config` saves a derived one as
+    # None, and a subset of a pruned teacher's layers (fewer heads) would
+    # derive another.
+    t_config = {**backbone.get_config(), "head_dim": backbone.head_dim}
+    config, selected = _student_config(t_config, student, teacher_layers_of)
+    config = {**config, "head_dim": _head_dim(config)}
     for key in _SHAPE_KEYS:
         if config.get(key) != t_config.get(key):
             raise ValueError(
