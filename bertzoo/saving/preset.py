@@ -54,6 +54,7 @@ import importlib.resources
 import inspect
 import json
 import logging
+import math
 import os
 import shlex
 import warnings
@@ -853,6 +854,20 @@ def _load_weights(model, path, objects_to_skip=()):
         ) from e
 
 
+def _saved_parameter_count(model):
+    """`model.count_params()` as the saved weights hold them: a LoRA layer
+    is saved with its update merged into the kernel, and loads without the
+    `lora_*` factors."""
+    factors = sum(
+        math.prod(weight.shape)
+        for layer in flatten_layers(model)
+        if getattr(layer, "lora_enabled", False)
+        for weight in layer.weights
+        if weight.name.startswith("lora_")
+    )
+    return int(model.count_params()) - factors
+
+
 def _fill_sequence_length(settings, longest):
     """Sets `settings["sequence_length"]`, when absent, to the preprocessor's
     default if the backbone's position table (`longest`) holds it, else to
@@ -1050,8 +1065,8 @@ def save_preset(
             "keras_version": keras.__version__,
             "backend": keras.backend.backend(),
             "class_name": type(model).__name__,
-            "parameter_count": int(model.count_params()),
-            "backbone_parameter_count": int(backbone.count_params()),
+            "parameter_count": _saved_parameter_count(model),
+            "backbone_parameter_count": _saved_parameter_count(backbone),
             "source_preset": getattr(model, "source_preset", None),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "files": {
