@@ -4,6 +4,7 @@ import warnings
 
 from bertzoo.compression.layer_maps import check_layer_index
 from bertzoo.models.bert_backbone import BertBackbone
+from bertzoo.models.bert_backbone import derived_head_dim
 from bertzoo.models.task import Task
 from bertzoo.saving.preset import Preset
 from bertzoo.utils import quantization_mode
@@ -27,15 +28,6 @@ _SHAPE_FIXES = {
 
 def _per_layer(value, num_layers):
     return list(value) if isinstance(value, (list, tuple)) else [value] * num_layers
-
-
-def _head_dim(config):
-    """A backbone config's head size: its `head_dim`, or the one the
-    constructor derives (`hidden_dim // max(num_heads)`), None where it cannot."""
-    if config.get("head_dim") is not None:
-        return config["head_dim"]
-    largest = max(_per_layer(config["num_heads"], config["num_layers"]))
-    return config["hidden_dim"] // largest if config["hidden_dim"] % largest == 0 else None
 
 
 def _shared_groups(teacher_config, selected):
@@ -170,7 +162,10 @@ def init_student_from_teacher(teacher, student, layers="every_k"):
     # derive another.
     t_config = {**backbone.get_config(), "head_dim": backbone.head_dim}
     config, selected = _student_config(t_config, student, teacher_layers_of)
-    config = {**config, "head_dim": _head_dim(config)}
+    config = {
+        **config,
+        "head_dim": config.get("head_dim") or derived_head_dim(config["hidden_dim"], config["num_heads"]),
+    }
     for key in _SHAPE_KEYS:
         if config.get(key) != t_config.get(key):
             raise ValueError(

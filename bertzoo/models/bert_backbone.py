@@ -47,6 +47,21 @@ def _largest(name, value):
     return check_positive_int(name, value)
 
 
+def derived_head_dim(hidden_dim, num_heads):
+    """The head size a backbone takes when `head_dim` is None:
+    `hidden_dim // max(num_heads)` (an int or one per layer), or None where
+    that does not divide.
+
+    Example:
+    ```python
+    derived_head_dim(768, 12)  # 64
+    derived_head_dim(32, [4, 2])  # 8
+    ```
+    """
+    largest = max(num_heads) if isinstance(num_heads, (list, tuple)) else num_heads
+    return hidden_dim // largest if hidden_dim % largest == 0 else None
+
+
 def _check_size(
     vocabulary_size,
     num_layers,
@@ -166,12 +181,12 @@ def check_backbone_arguments(
     if shared_sublayers not in SHARING_MODES:
         raise ValueError(f"Unknown `shared_sublayers`={shared_sublayers!r}. Expected one of {list(SHARING_MODES)}.")
     if head_dim is None:
-        if hidden_dim % max(heads):
+        head_dim = derived_head_dim(hidden_dim, heads)
+        if head_dim is None:
             raise ValueError(
                 f"`hidden_dim`={hidden_dim} is not divisible by `num_heads`={max(heads)}: "
                 "choose a head count that divides the hidden size, or pass `head_dim`."
             )
-        head_dim = hidden_dim // max(heads)
     head_dim = check_positive_int("head_dim", head_dim)
     if not isinstance(activation, str):
         raise ValueError(f"`activation` must be an activation name, got {activation!r}.")
@@ -586,8 +601,6 @@ class BertBackbone(Backbone):
         # again: `from_preset(..., num_layers=4)` of a saved plain BERT stays
         # unshared, `dropout=0.0` turns the attention dropout off too, as for
         # a model built with those arguments.
-        largest_heads = max(self.num_heads) if isinstance(self.num_heads, list) else self.num_heads
-        derived_head_dim = self.hidden_dim // largest_heads if self.hidden_dim % largest_heads == 0 else None
         config = super().get_config()
         config.update(
             {
@@ -599,7 +612,9 @@ class BertBackbone(Backbone):
                 "embedding_dim": self.embedding_dim,
                 "num_groups": None if self.num_groups == self.num_layers else self.num_groups,
                 "shared_sublayers": self.shared_sublayers,
-                "head_dim": None if self.head_dim == derived_head_dim else self.head_dim,
+                "head_dim": None
+                if self.head_dim == derived_head_dim(self.hidden_dim, self.num_heads)
+                else self.head_dim,
                 "activation": self.activation,
                 "dropout": self.dropout,
                 "attention_dropout": None if self.attention_dropout == self.dropout else self.attention_dropout,
@@ -623,7 +638,7 @@ def count_backbone_parameters(config):
     E = c.get("embedding_dim") or H
     heads = _per_layer("num_heads", c["num_heads"], L)
     inter = _per_layer("intermediate_dim", c["intermediate_dim"], L)
-    head_dim = c.get("head_dim") or H // max(heads)
+    head_dim = c.get("head_dim") or derived_head_dim(H, heads)
     groups = c.get("num_groups") or L
     mode = c.get("shared_sublayers", "all")
     group_size = L // groups

@@ -37,12 +37,12 @@ compile settings, the same data, and the same `fit` arguments (`epochs`,
 `batch_size`, `shuffle`, `class_weight`) and callback `seed`; the data's
 fingerprint, batch size, epochs, seed, shuffling, class weights and the
 optimizer's class and config are checked before training, the model's and
-optimizer's variables (number, shapes, dtypes) before any is restored. Preprocessing must be deterministic
-(masked-LM pre-training draws its masks at random in `tf.data`, so
-`BertPretrainer` resumes on schedule but not bit for bit). A
-`tf.data.Dataset` given to `fit` must yield the same batches in the same
-order on every pass and in every process: a `shuffle` in it needs a `seed`
-and `reshuffle_each_iteration=False`. One whose first batches change from
+optimizer's variables (number, shapes, dtypes) before any is restored.
+Preprocessing must be deterministic (masked-LM pre-training draws its masks
+at random in `tf.data`, so `BertPretrainer` resumes on schedule but not bit
+for bit). A `tf.data.Dataset` given to `fit` must yield the same batches in
+the same order on every pass and in every process: a `shuffle` in it needs a
+`seed` and `reshuffle_each_iteration=False`. One whose first batches change from
 one pass to the next is refused when `fit` starts; one whose order changes
 from process to process changes the fingerprint, and its resume is refused.
 Pass raw texts or arrays instead to let bertzoo shuffle reproducibly, in
