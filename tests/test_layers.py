@@ -14,6 +14,7 @@ from bertzoo.layers import FeedForwardBlock
 from bertzoo.layers import PositionEmbedding
 from bertzoo.layers import SelfAttentionBlock
 from bertzoo.layers import get_activation
+from bertzoo.layers.masked_lm_head import MaskedLMHead
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 
@@ -471,3 +472,24 @@ def test_same_global_seed_gives_the_same_initial_weights():
 
     for a, b in zip(build(), build()):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "make, name, value",
+    [
+        (lambda: SelfAttentionBlock(num_heads=0, head_dim=8), "num_heads", "0"),
+        (lambda: SelfAttentionBlock(num_heads=2.5, head_dim=8), "num_heads", "2.5"),
+        (lambda: SelfAttentionBlock(num_heads=2, head_dim=-4), "head_dim", "-4"),
+        (lambda: SelfAttentionBlock(num_heads=2, head_dim=8, attention_dropout=1.0), "attention_dropout", "1.0"),
+        (lambda: FeedForwardBlock(intermediate_dim=0), "intermediate_dim", "0"),
+        (lambda: FeedForwardBlock(intermediate_dim=64, dropout=-0.1), "dropout", "-0.1"),
+        (lambda: PositionEmbedding(max_sequence_length=0, embedding_dim=8), "max_sequence_length", "0"),
+        (lambda: BertEmbeddings(vocabulary_size=10, hidden_dim=8, num_segments=0), "num_segments", "0"),
+        (lambda: BertEmbeddings(vocabulary_size=10, hidden_dim=8, embedding_dim=3.0), "embedding_dim", "3.0"),
+        (lambda: MaskedLMHead(vocabulary_size=0, embedding_dim=8), "vocabulary_size", "0"),
+    ],
+)
+def test_layers_name_a_bad_size_or_rate_by_their_own_argument(make, name, value):
+    # Keras's Dense would say "units" (or build a 2.5 * 8 = 20-wide projection).
+    with pytest.raises(ValueError, match=rf"`{name}` must be .*got {value}"):
+        make()

@@ -7,6 +7,8 @@ from bertzoo.layers.dense import Dense
 from bertzoo.layers.dense import project_shared_input
 from bertzoo.layers.dropout import Dropout
 from bertzoo.utils import device
+from bertzoo.utils.checks import check_positive_int
+from bertzoo.utils.checks import check_rate
 
 
 def _fused_attention_available(dtype):
@@ -127,10 +129,10 @@ class SelfAttentionBlock(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.num_heads = int(num_heads)
-        self.head_dim = int(head_dim)
-        self.dropout = float(dropout)
-        self.attention_dropout = float(attention_dropout)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.head_dim = check_positive_int("head_dim", head_dim)
+        self.dropout = check_rate("dropout", dropout)
+        self.attention_dropout = check_rate("attention_dropout", attention_dropout)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.initializer_range = float(initializer_range)
 

@@ -6,6 +6,8 @@ from keras import ops
 from bertzoo.layers.dense import Dense
 from bertzoo.layers.dropout import Dropout
 from bertzoo.utils import private_api
+from bertzoo.utils.checks import check_positive_int
+from bertzoo.utils.checks import check_rate
 from bertzoo.utils.checks import concrete_value
 from bertzoo.utils.optional import tf
 
@@ -24,8 +26,8 @@ class PositionEmbedding(keras.layers.Layer):
 
     def __init__(self, max_sequence_length, embedding_dim, initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
-        self.max_sequence_length = int(max_sequence_length)
-        self.embedding_dim = int(embedding_dim)
+        self.max_sequence_length = check_positive_int("max_sequence_length", max_sequence_length)
+        self.embedding_dim = check_positive_int("embedding_dim", embedding_dim)
         self.initializer = keras.initializers.get(initializer)
 
     def build(self, input_shape=None):
@@ -106,12 +108,12 @@ class BertEmbeddings(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.vocabulary_size = int(vocabulary_size)
-        self.hidden_dim = int(hidden_dim)
-        self.embedding_dim = None if embedding_dim is None else int(embedding_dim)
-        self.max_sequence_length = int(max_sequence_length)
-        self.num_segments = int(num_segments)
-        self.dropout = float(dropout)
+        self.vocabulary_size = check_positive_int("vocabulary_size", vocabulary_size)
+        self.hidden_dim = check_positive_int("hidden_dim", hidden_dim)
+        self.embedding_dim = None if embedding_dim is None else check_positive_int("embedding_dim", embedding_dim)
+        self.max_sequence_length = check_positive_int("max_sequence_length", max_sequence_length)
+        self.num_segments = check_positive_int("num_segments", num_segments)
+        self.dropout = check_rate("dropout", dropout)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.initializer_range = float(initializer_range)
 

@@ -7,6 +7,8 @@ from bertzoo.layers.activations import get_activation
 from bertzoo.layers.attention import _flatten
 from bertzoo.layers.dense import Dense
 from bertzoo.layers.dropout import Dropout
+from bertzoo.utils.checks import check_positive_int
+from bertzoo.utils.checks import check_rate
 
 
 @keras.saving.register_keras_serializable(package="bertzoo")
@@ -31,9 +33,9 @@ class FeedForwardBlock(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.intermediate_dim = int(intermediate_dim)
+        self.intermediate_dim = check_positive_int("intermediate_dim", intermediate_dim)
         self.activation = activation
-        self.dropout = float(dropout)
+        self.dropout = check_rate("dropout", dropout)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.initializer_range = float(initializer_range)
         self._activation_fn = get_activation(activation)

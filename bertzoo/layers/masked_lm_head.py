@@ -5,6 +5,7 @@ from keras import ops
 
 from bertzoo.layers.activations import get_activation
 from bertzoo.layers.dense import Dense
+from bertzoo.utils.checks import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="bertzoo")
@@ -61,8 +62,8 @@ class MaskedLMHead(keras.layers.Layer):
                 "`vocabulary_size` and `embedding_dim` (untied decoder)."
             )
         self.token_embedding = token_embedding
-        self.vocabulary_size = int(vocabulary_size)
-        self.embedding_dim = int(embedding_dim)
+        self.vocabulary_size = check_positive_int("vocabulary_size", vocabulary_size)
+        self.embedding_dim = check_positive_int("embedding_dim", embedding_dim)
         self.activation = activation
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.initializer_range = float(initializer_range)
