@@ -115,6 +115,16 @@ def test_short_sequences_and_single_rows():
     assert default_max_selections(128) == 20
 
 
+@pytest.mark.parametrize("selectable", [20, 190, 350, 670])
+def test_masker_selects_round_of_the_rate_times_the_selectable_tokens_as_python_does(selectable):
+    # 0.15 * 190 = 28.499999999999996 in Python (BERT's reference code): 28. In float32 it read as 28.5000001: 29.
+    masker = bertzoo.BertMaskGenerator(
+        vocabulary_size=50, mask_token_id=MASK, unselectable_token_ids=[PAD], max_selections=200, seed=3
+    )
+    out = masker([[17] * selectable + [PAD] * 4])
+    assert int((out["mask_labels"].numpy() != -100).sum()) == max(1, round(selectable * 0.15))
+
+
 def test_masker_runs_in_tf_data():
     masker = bertzoo.BertMaskGenerator(
         vocabulary_size=VOCAB, mask_token_id=MASK, unselectable_token_ids=[PAD, CLS, SEP], max_selections=4, seed=1

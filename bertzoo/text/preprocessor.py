@@ -30,6 +30,30 @@ def _check_sequence_length(sequence_length):
     return int(sequence_length)
 
 
+def _check_tokenizer(tokenizer):
+    if not isinstance(tokenizer, (BertTokenizer, SentencePieceTokenizer)):
+        raise ValueError(
+            "`tokenizer` must be a bertzoo BertTokenizer or SentencePieceTokenizer, got "
+            f"{type(tokenizer).__name__}. Build one with BertTokenizer(vocabulary) "
+            "(WordPiece) or SentencePieceTokenizer(proto) (ALBERT)."
+        )
+
+
+def _packer(tokenizer, sequence_length, truncate):
+    """keras-hub's packer adding `tokenizer`'s [CLS], [SEP] and [PAD] ids."""
+    # Imported here: keras-hub imports TensorFlow when it is installed,
+    # which `import bertzoo` on the JAX or torch backend should not.
+    from keras_hub.layers import MultiSegmentPacker
+
+    return MultiSegmentPacker(
+        sequence_length=sequence_length,
+        start_value=tokenizer.cls_token_id,
+        end_value=tokenizer.sep_token_id,
+        pad_value=tokenizer.pad_token_id,
+        truncate=truncate,
+    )
+
+
 def _check_truncate(truncate):
     if truncate not in TRUNCATE_MODES:
         raise ValueError(
@@ -86,27 +110,24 @@ class BertPreprocessor(keras.layers.Layer):
     def __init__(self, tokenizer, sequence_length=128, truncate="round_robin", **kwargs):
         super().__init__(**kwargs)
         private_api.accept_raw_inputs(self)
-        if not isinstance(tokenizer, (BertTokenizer, SentencePieceTokenizer)):
-            raise ValueError(
-                "`tokenizer` must be a bertzoo BertTokenizer or SentencePieceTokenizer, got "
-                f"{type(tokenizer).__name__}. Build one with BertTokenizer(vocabulary) "
-                "(WordPiece) or SentencePieceTokenizer(proto) (ALBERT)."
-            )
+        _check_tokenizer(tokenizer)
         sequence_length = _check_sequence_length(sequence_length)
         _check_truncate(truncate)
-        self.tokenizer = tokenizer
-        # Imported here: keras-hub imports TensorFlow when it is installed,
-        # which `import bertzoo` on the JAX or torch backend should not.
-        from keras_hub.layers import MultiSegmentPacker
-
-        self.packer = MultiSegmentPacker(
-            sequence_length=sequence_length,
-            start_value=tokenizer.cls_token_id,
-            end_value=tokenizer.sep_token_id,
-            pad_value=tokenizer.pad_token_id,
-            truncate=truncate,
-        )
+        self._tokenizer = tokenizer
+        self.packer = _packer(tokenizer, sequence_length, truncate)
         self.built = True
+
+    @property
+    def tokenizer(self):
+        return self._tokenizer
+
+    @tokenizer.setter
+    def tokenizer(self, tokenizer):
+        # A new packer too: it holds the [CLS], [SEP] and [PAD] ids, which the new vocabulary may place elsewhere.
+        _check_tokenizer(tokenizer)
+        packer = _packer(tokenizer, self.sequence_length, self.truncate)
+        self._tokenizer = tokenizer
+        self.packer = packer
 
     # The packer reads both on every call: set there, so a change after construction packs as it says.
     @property

@@ -176,12 +176,13 @@ class BertMaskGenerator(keras.layers.Layer):
         selectable = tf.reduce_all(
             tf.not_equal(token_ids[..., tf.newaxis], tf.constant(self.unselectable_token_ids or [-1])), axis=-1
         )
-        available = tf.reduce_sum(tf.cast(selectable, tf.float32), axis=1)
+        available = tf.reduce_sum(tf.cast(selectable, tf.float64), axis=1)
         # BERT: max(1, round(n * rate)) capped at the slots (n: the selectable
         # tokens here); tf.round rounds half to even, as Python's round() does
-        # in the reference code.
-        count = tf.maximum(1.0, tf.round(available * self.selection_rate))
-        count = tf.where(available > 0, tf.minimum(count, float(slots)), 0.0)
+        # in the reference code. In float64 as there: float32's 0.15 is a bit
+        # more than 0.15, so n = 190 would give round(28.5000001) = 29, not 28.
+        count = tf.maximum(tf.ones_like(available), tf.round(available * self.selection_rate))
+        count = tf.where(available > 0, tf.minimum(count, tf.cast(slots, tf.float64)), tf.zeros_like(count))
         count = tf.cast(count, tf.int32)
 
         # A random order of the selectable positions (others sort last); the

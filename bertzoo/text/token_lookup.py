@@ -100,13 +100,24 @@ class TokenLookupMixin:
             raise ValueError(f"`detokenize` expects integer token ids, got {ids.dtype.name}.")
         if ids.shape.rank == 0:
             raise ValueError("`detokenize` expects a sequence of ids, got a scalar.")
-        if tf.executing_eagerly():  # Before the cast to int32, which would wrap large ids into range.
-            flat = ids.flat_values if isinstance(ids, tf.RaggedTensor) else ids
+        # Checked before the cast to int32, which would wrap large ids into range.
+        flat = ids.flat_values if isinstance(ids, tf.RaggedTensor) else ids
+        size = len(self._vocabulary)
+        if tf.executing_eagerly():
             if tf.size(flat) > 0:
                 low, high = int(tf.reduce_min(flat)), int(tf.reduce_max(flat))
-                if low < 0 or high >= len(self._vocabulary):
-                    raise ValueError(
-                        f"Token ids must be in [0, {len(self._vocabulary) - 1}], got values in [{low}, {high}]."
-                    )
-        ids = tf.cast(ids, tf.int32)
-        return ids
+                if low < 0 or high >= size:
+                    raise ValueError(f"Token ids must be in [0, {size - 1}], got values in [{low}, {high}].")
+        else:
+            # In a graph (a tf.data map, an exported signature) the detokenizer
+            # ops would read past their table: a segmentation fault, not an error.
+            wide = tf.cast(flat, tf.int64)
+            message = f"Token ids must be in [0, {size - 1}]"
+            checks = [
+                tf.debugging.assert_non_negative(wide, message=message),
+                tf.debugging.assert_less(wide, tf.constant(size, tf.int64), message=message),
+            ]
+            with tf.control_dependencies(checks):
+                flat = tf.identity(flat)
+            ids = ids.with_flat_values(flat) if isinstance(ids, tf.RaggedTensor) else flat
+        return tf.cast(ids, tf.int32)

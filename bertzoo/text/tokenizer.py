@@ -181,7 +181,7 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
             words = self._words_keeping_special_tokens(strings)
         else:
             words = pretokenize(strings, self.lowercase, self.strip_accents, self.split_on_cjk)
-        too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > self.max_chars_per_word
+        too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > self._word_length_limit()
         if self.special_tokens_in_strings:  # A special token written in the text is itself, however short the limit.
             special = tf.equal(words.flat_values[:, tf.newaxis], tf.constant(SPECIAL_TOKENS)[tf.newaxis, :])
             too_long &= ~tf.reduce_any(special, axis=1)
@@ -231,7 +231,7 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
         text, alignment = normalize_characters(strings, lambda t: normalize(t, self.lowercase, self.strip_accents))
         words, word_starts, _ = split_words(text, self.split_on_cjk, with_offsets=True)
         flat_words = words.flat_values
-        too_long = tf.strings.length(flat_words, unit="UTF8_CHAR") > self.max_chars_per_word
+        too_long = tf.strings.length(flat_words, unit="UTF8_CHAR") > self._word_length_limit()
         # As in `tokenize`: a word too long is one [UNK], which covers it all.
         ids, piece_starts, piece_ends = self._wordpiece.tokenize_with_offsets(tf.where(too_long, UNK_TOKEN, flat_words))
         pieces = ids.row_lengths()
@@ -289,6 +289,10 @@ class BertTokenizer(TokenLookupMixin, keras.layers.Layer):
         if ids.shape.rank == 1:
             return self._wordpiece.detokenize(ids[tf.newaxis])[0]
         return self._wordpiece.detokenize(ids)
+
+    def _word_length_limit(self):
+        # Compared with int32 lengths: a larger limit (e.g. sys.maxsize for "none") would wrap negative.
+        return min(self.max_chars_per_word, 2**31 - 1)
 
     @classmethod
     def from_config(cls, config):

@@ -272,6 +272,20 @@ def test_errors(tokenizer):
         preprocessor(("a", ["b", "c"]))
 
 
+def test_a_new_tokenizer_brings_its_own_special_token_ids():
+    preprocessor = BertPreprocessor(BertTokenizer(VOCAB), sequence_length=6)
+    assert preprocessor("the")["token_ids"].numpy().tolist() == [CLS, THE, SEP, PAD, PAD, PAD]
+    # The same words, with [CLS], [SEP] and [PAD] at other ids.
+    moved = ["the", "[SEP]", "[UNK]", "[MASK]", "[CLS]", "x", "[PAD]"]
+    preprocessor.tokenizer = BertTokenizer(moved)
+    out = preprocessor("the")
+    assert out["token_ids"].numpy().tolist() == [4, 0, 1, 6, 6, 6]
+    assert out["padding_mask"].numpy().tolist() == [True, True, True, False, False, False]
+    assert (preprocessor.sequence_length, preprocessor.truncate) == (6, "round_robin")
+    with pytest.raises(ValueError, match="`tokenizer` must be a bertzoo BertTokenizer"):
+        preprocessor.tokenizer = moved
+
+
 def test_config_round_trip(tokenizer):
     preprocessor = BertPreprocessor(tokenizer, sequence_length=9, truncate="waterfall", name="prep")
     config = preprocessor.get_config()

@@ -134,6 +134,13 @@ def test_max_chars_per_word(real_tokenizer):
     assert len(real_tokenizer("a" * 100).numpy()) > 1
     # Characters, not bytes: 100 two-byte letters still get word pieces.
     assert unk not in real_tokenizer("ж" * 100).numpy().tolist()
+    # A limit past int32 (sys.maxsize for "none") is no limit, not a negative one making every word [UNK].
+    unlimited = BertTokenizer(_real_vocab(), max_chars_per_word=2**63 - 1)
+    long_word = unlimited("a" * 101).numpy().tolist()
+    assert unk not in long_word and len(long_word) > 1
+    assert unlimited("a" * 101 + " the").numpy().tolist() == long_word + [1996]
+    ids, _, _ = unlimited.tokenize_with_offsets(["a" * 101])
+    assert ids.to_list() == [long_word]
     short = BertTokenizer(_real_vocab(), max_chars_per_word=5)
     assert short("hello worlds").numpy().tolist() == [7592, unk]
     # A special token written in the text stays itself (as Hugging Face's), however short the limit.
@@ -229,6 +236,19 @@ def test_detokenize():
     with pytest.raises(ValueError, match="must be in"):
         tokenizer.detokenize([[5], [2**32 + 5]])
     assert tokenizer.detokenize([]).numpy() == b""  # As tokenize("") gives [].
+
+
+@pytest.mark.parametrize("ids", [[[5, 17]], [[5, -1]], [[5, 2**32 + 5]]], ids=["past", "negative", "wrapping"])
+def test_detokenize_in_a_graph_refuses_ids_outside_the_vocabulary(ids):
+    # tf-text's detokenizer reads past its table there (a segmentation fault, or a wrapped id read as another).
+    tokenizer = BertTokenizer(TINY_VOCAB)
+    graph = tf.function(tokenizer.detokenize)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Token ids must be in \[0, 16\]"):
+        graph(tf.constant(ids, tf.int64))
+    dataset = tf.data.Dataset.from_tensor_slices(tf.ragged.constant(ids, tf.int64)).map(tokenizer.detokenize)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Token ids must be in"):
+        list(dataset)
+    assert graph(tf.constant([[5, 6]], tf.int64)).numpy().tolist() == [b"the fox"]
 
 
 def test_vocabulary_accessors(real_tokenizer):
