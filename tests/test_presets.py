@@ -465,6 +465,18 @@ def test_a_preprocessor_longer_than_the_position_table_is_refused_up_front():
         bertzoo.BertClassifier(tiny.backbone, 2, preprocessor=longer)
 
 
+def test_a_preprocessor_made_longer_after_construction_is_refused_at_use(word_classifier):
+    model = word_classifier(["good", "bad"], sequence_length=8)
+    model.preprocessor.sequence_length = 12  # TensorFlow's own message: a bare slice error mid-step.
+    for call in (lambda: model.predict(["good"], verbose=0), lambda: model.fit(["good"], [1], verbose=0)):
+        with pytest.raises(
+            ValueError, match=r"packs sequences of 12 tokens but the backbone has position embeddings for 8"
+        ):
+            call()
+    model.preprocessor.sequence_length = 8
+    assert model.predict(["good"], verbose=0).shape == (1, 2)
+
+
 @pytest.mark.parametrize(
     "task", [bertzoo.BertClassifier, bertzoo.BertTokenClassifier, bertzoo.BertMultipleChoice, bertzoo.BertPretrainer]
 )

@@ -903,6 +903,11 @@ class Task(
         preprocessor = self.preprocessor if preprocessor is None else preprocessor
         return preprocessor(x, y, sample_weight)
 
+    def _check_text_has_a_preprocessor(self, method, x):
+        super()._check_text_has_a_preprocessor(method, x)
+        # Again at each use: `model.preprocessor.sequence_length` may have grown since construction.
+        check_preprocessor_fits(self.backbone, self.preprocessor)
+
     def predict(self, x, batch_size=None, **kwargs):
         if self.preprocessor is not None and holds_no_examples(x):
             # Keras cannot predict on zero batches; an empty input gives empty outputs.
