@@ -843,6 +843,56 @@ def test_a_trainer_that_already_trained_prunes_once_prepared():
         assert np.mean(w == 0) == pytest.approx(0.5, abs=1 / w.size), path
 
 
+def test_a_trainer_that_trained_before_the_pruner_attached_prunes_without_being_prepared():
+    # Its step, traced before the masks existed, ran on silently: sparsity 0 after the fit.
+    teacher, student = tiny_classifier(seed=1), tiny_classifier(seed=2)
+    x, y = tokenized(16)
+    distiller = bertzoo.Distiller(teacher, student, alpha=0.5)
+    distiller.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
+    distiller.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    pruner = bertzoo.Pruner(student, bertzoo.ConstantSparsity(0.5, begin_step=0, frequency=1))
+    distiller.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    assert pruner.sparsity() == pytest.approx(0.5, abs=0.01)
+
+
+def test_a_pruner_on_a_tasks_backbone_is_seen_from_the_task(tmp_path):
+    # The task saved a preset that could not load ("config.json describes a backbone of ... parameters"),
+    # and its copies failed with "its config rebuilds a model with 41 weights, but it has 67".
+    model = tiny_classifier()
+    x, y = tokenized(16)
+    pruner = bertzoo.Pruner(model.backbone, bertzoo.ConstantSparsity(0.5, begin_step=0, frequency=1))
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    assert pruner.sparsity() == pytest.approx(0.5, abs=0.01)
+    with pytest.raises(ValueError, match=r"BertClassifier '\w+' \(its BertBackbone '\w+'\) is being pruned"):
+        model.save_to_preset(tmp_path / "task")
+    assert not (tmp_path / "task").exists()
+    with pytest.raises(ValueError, match=r"has a Pruner attached: quantize `pruner.strip\(\)`"):
+        bertzoo.quantize(model, "int8")
+    with pytest.raises(ValueError, match=r"already has a Pruner attached"):
+        bertzoo.Pruner(model, bertzoo.ConstantSparsity(0.5, begin_step=0))
+    copy = copy_model(model)  # What the task computes, without the masks and counters.
+    assert len(copy.weights) == len(tiny_classifier().weights)
+    np.testing.assert_allclose(copy.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-6)
+    assert len(model.backbone.named_weights()) == len(copy.backbone.weights)
+
+
+def test_lottery_ticket_rewinds_a_lora_layer_to_its_merged_kernel():
+    model = tiny_classifier()
+    query = model.backbone.attention_blocks[0].query_dense
+    query.enable_lora(2)
+    query.lora_kernel_b.assign(np.random.default_rng(1).normal(0.0, 1.0, query.lora_kernel_b.shape).astype("float32"))
+    merged = keras.ops.convert_to_numpy(query.kernel)
+    starts = []
+
+    def train(m):
+        starts.append(keras.ops.convert_to_numpy(m.backbone.attention_blocks[0].query_dense.kernel))
+
+    ticket = bertzoo.lottery_ticket(model, train, 0.5, rounds=1, layers=["attention_0/key"])
+    for start in starts + [keras.ops.convert_to_numpy(ticket.model.backbone.attention_blocks[0].query_dense.kernel)]:
+        np.testing.assert_allclose(start, merged, atol=1e-6)  # Was the base kernel, the update dropped.
+
+
 def test_bad_inputs_give_clear_errors():
     model = tiny_classifier()
     schedule = bertzoo.ConstantSparsity(0.5, 0)
@@ -866,6 +916,14 @@ def test_bad_inputs_give_clear_errors():
         bertzoo.lottery_ticket(model, lambda m: None, final_sparsity=0.5, rounds=0)
     with pytest.raises(ValueError, match=r"`rewind_weights` must be a model .* or a list of \d+ arrays"):
         bertzoo.lottery_ticket(model, lambda m: None, final_sparsity=0.5, rewind_weights=[np.zeros(3)])
+    # A model of another shape is described as the model given, not as the list made of it.
+    with pytest.raises(ValueError, match=r"got BertClassifier '\w+' with \d+ weights"):
+        bertzoo.lottery_ticket(model, lambda m: None, final_sparsity=0.5, rewind_weights=tiny_classifier(layers=2))
+    with pytest.raises(ValueError, match=r"`include_embeddings` must be True or False, got 'false'"):
+        bertzoo.Pruner(model, schedule, include_embeddings="false")  # bool("false") is True.
+    for bad in (0, -1, 2, float("nan"), "0.5"):
+        with pytest.raises(ValueError, match=r"`min_sparsity` must be a fraction in \(0, 1\]"):
+            bertzoo.Pruner.holding_zeros(model, min_sparsity=bad)
     with pytest.raises(ValueError, match=r"pruning schedule"):
         bertzoo.Pruner(model, 0.5)
     with pytest.raises(ValueError, match=r"matched nothing"):

@@ -76,6 +76,9 @@ def test_numpy_numbers_are_numbers_too():
         (lambda: bertzoo.ConstantSparsity(0.5, begin_step=-1), r"begin_step.*>= 0"),
         (lambda: bertzoo.ConstantSparsity(0.5, begin_step=0, frequency=0), r"frequency"),
         (lambda: bertzoo.PolynomialDecay(0.0, 0.5, 0, 10, power=0), r"power"),
+        # NaN kept the sparsity at NaN (nothing pruned); inf made the ramp a step at end_step.
+        (lambda: bertzoo.PolynomialDecay(0.0, 0.5, 0, 10, power=float("nan")), r"`power` must be a finite positive"),
+        (lambda: bertzoo.PolynomialDecay(0.0, 0.5, 0, 10, power=float("inf")), r"`power` must be a finite positive"),
         (lambda: check_schedule(0.5), r"pruning schedule"),
     ],
 )

@@ -31,6 +31,7 @@ from keras import ops
 from bertzoo.compression.model_copy import copy_model
 from bertzoo.compression.model_copy import model_weights
 from bertzoo.compression.model_copy import pruning_state
+from bertzoo.compression.model_copy import weight_values
 from bertzoo.compression.pruner import SCOPES
 from bertzoo.compression.pruner import Pruner
 
@@ -59,15 +60,20 @@ def _rewind_values(model, rewind_weights):
     """The rewind point as a list of arrays in `model_weights(model)` order."""
     variables = model_weights(model)
     if rewind_weights is None:
-        return [np.array(ops.convert_to_numpy(v)) for v in variables]
+        return weight_values(model)  # LoRA updates merged, as the round copies hold them.
+    given = rewind_weights
     if isinstance(rewind_weights, keras.Model):
-        rewind_weights = [ops.convert_to_numpy(v) for v in model_weights(rewind_weights)]
+        rewind_weights = weight_values(rewind_weights)
     values = list(rewind_weights) if isinstance(rewind_weights, (list, tuple)) else None
     if values is None or len(values) != len(variables):
-        count = "?" if values is None else len(values)
+        what = (
+            f"{type(given).__name__} '{given.name}' with {len(values)} weights"
+            if isinstance(given, keras.Model)
+            else f"{type(given).__name__}" + ("" if values is None else f" with {len(values)} entries")
+        )
         raise ValueError(
             f"`rewind_weights` must be a model of the same architecture or a list of {len(variables)} arrays "
-            f"(`model.get_weights()`), got {type(rewind_weights).__name__} with {count} entries."
+            f"(`model.get_weights()`), got {what}."
         )
     for variable, value in zip(variables, values):
         if tuple(np.shape(value)) != tuple(variable.shape):

@@ -1,17 +1,19 @@
 """Helpers shared by the compression tools: a pruner's state, model copies."""
 
 import keras
+import numpy as np
 
 from bertzoo.utils import private_api
-from bertzoo.utils.layers import PRUNING_STATE_ATTR
+from bertzoo.utils.layers import attached_pruning_state
 from bertzoo.utils.layers import copy_trainable_flags
 from bertzoo.utils.layers import leaf_layers
 from bertzoo.utils.private_api import deferred_initialization
 
 
 def pruning_state(model):
-    """The pruning state a `Pruner` attached to `model`, or None."""
-    return getattr(model, PRUNING_STATE_ATTR, None)
+    """The pruning state a `Pruner` attached to `model` or to a model
+    inside it (a task's backbone), or None."""
+    return attached_pruning_state(model)[1]
 
 
 def model_weights(model):
@@ -19,6 +21,27 @@ def model_weights(model):
     state = pruning_state(model)
     skip = {id(v) for v in state.weights} if state is not None else set()
     return [v for v in model.weights if id(v) not in skip]
+
+
+def _lora_layers(model):
+    """`(merged, lora)`: each LoRA layer by the id of its kernel variable, and
+    the ids of its two LoRA weights."""
+    merged, lora = {}, set()
+    for layer in leaf_layers(model):
+        if getattr(layer, "lora_enabled", False):
+            merged[id(private_api.dense_kernel_variable(layer))] = layer
+            lora.update(id(v) for v in (layer.lora_kernel_a, layer.lora_kernel_b))
+    return merged, lora
+
+
+def weight_values(model):
+    """NumPy copies of `model_weights(model)`'s values, each LoRA layer's
+    kernel with its update merged in: the weights `copy_model` starts from."""
+    merged, _ = _lora_layers(model)
+    return [
+        np.array(keras.ops.convert_to_numpy(merged[id(v)].kernel if id(v) in merged else v))
+        for v in model_weights(model)
+    ]
 
 
 def copy_model(model, transform=None):
@@ -45,11 +68,7 @@ def copy_model(model, transform=None):
         clone = type(model).from_config({**config, "backbone": clone_backbone})
     # A LoRA layer's kernel is copied with its update merged in (as `save_to_preset` writes it); its two
     # LoRA weights are not copied: the config rebuilds the layer without them.
-    merged, lora = {}, set()
-    for layer in leaf_layers(model):
-        if getattr(layer, "lora_enabled", False):
-            merged[id(private_api.dense_kernel_variable(layer))] = layer
-            lora.update(id(v) for v in (layer.lora_kernel_a, layer.lora_kernel_b))
+    merged, lora = _lora_layers(model)
     sources, targets = [v for v in model_weights(model) if id(v) not in lora], clone.weights
     if len(sources) != len(targets):
         raise ValueError(

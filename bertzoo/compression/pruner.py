@@ -36,6 +36,7 @@ moment): that is the Fisher estimate, so these scores cost no extra state.
 import contextlib
 import difflib
 import logging
+import numbers
 import re
 import weakref
 
@@ -58,6 +59,7 @@ from bertzoo.compression.model_copy import pruning_state
 from bertzoo.compression.schedules import check_schedule
 from bertzoo.utils import private_api
 from bertzoo.utils import quantization_mode
+from bertzoo.utils.checks import check_bool
 from bertzoo.utils.device import strategy_scope_of
 from bertzoo.utils.layers import PRUNING_STATE_ATTR
 from bertzoo.utils.layers import assign_copy
@@ -226,6 +228,11 @@ class _MaskConstraint(keras.constraints.Constraint):
                 "An optimizer with use_ema=True overwrites the pruned weights with their moving averages at the "
                 "end of fit, so pruned weights grow back: train a pruned model with use_ema=False."
             )
+        if trainer not in self.pruner._retraced:
+            # A trainer that ran before the Pruner attached (a Distiller of the model) keeps its traced step,
+            # which reads the constraints as they were then: it would train on without ever pruning.
+            trainer.train_function = None
+            self.pruner._retraced.add(trainer)
         if keras.backend.backend() == "jax" and not private_api.carries_jax_step_values(
             trainer, self.pruner.state.variables
         ):
@@ -415,7 +422,7 @@ class Pruner:
                     f"bertzoo.ConstantSparsity({1 - n / m:g}, begin_step=0)."
                 )
         self.layers = layers
-        self.include_embeddings = bool(include_embeddings)
+        self.include_embeddings = check_bool("include_embeddings", include_embeddings)
         self._model = model
         self.targets = self._select(model, layers, self.include_embeddings)
 
@@ -437,6 +444,7 @@ class Pruner:
             target.variable.constraint = _MaskConstraint(self, index, inner=target.variable.constraint)
         # Steps traced before the constraints existed would not prune.
         model.train_function = None
+        self._retraced = weakref.WeakSet([model])  # Trainers whose step was traced with the constraints.
 
     @classmethod
     def holding_zeros(cls, model, min_sparsity=0.01):
@@ -458,6 +466,15 @@ class Pruner:
         pruned = pruner.strip()
         ```
         """
+        if (
+            isinstance(min_sparsity, (bool, np.bool_))
+            or not isinstance(min_sparsity, numbers.Real)
+            or not 0.0 < min_sparsity <= 1.0
+        ):
+            raise ValueError(
+                f"`min_sparsity` must be a fraction in (0, 1] (the share of exact zeros that marks a kernel as "
+                f"pruned, e.g. 0.01), got {min_sparsity!r}."
+            )
         backbone = getattr(model, "backbone", model)
         named = backbone.named_weights() if hasattr(backbone, "named_weights") else {}
 
@@ -770,6 +787,7 @@ class Pruner:
             # would never prune. The next `fit` traces the step again; later
             # ones with the same trainer reuse it (a trace costs seconds).
             trainer.train_function = None
+            self._retraced.add(trainer)
         if keras.backend.backend() != "jax":
             return
         if isinstance(getattr(trainer, "optimizer", None), keras.optimizers.LossScaleOptimizer):

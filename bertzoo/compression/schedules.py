@@ -12,6 +12,7 @@ the update pruned weights received is zeroed at once). The steps that
 prune and the sparsity reached are the same; the masks lag by one update.
 """
 
+import math
 import numbers
 
 import keras
@@ -107,8 +108,14 @@ class PolynomialDecay(PruningSchedule):
         self.initial_sparsity = check_sparsity("initial_sparsity", initial_sparsity)
         self.final_sparsity = check_sparsity("final_sparsity", final_sparsity)
         _check_steps(begin_step, end_step, frequency, allow_no_end=False)
-        if isinstance(power, (bool, np.bool_)) or not isinstance(power, numbers.Real) or power <= 0:
-            raise ValueError(f"`power` must be a positive number, got {power!r}.")
+        if (
+            isinstance(power, (bool, np.bool_))
+            or not isinstance(power, numbers.Real)
+            or not math.isfinite(power)
+            or power <= 0
+        ):
+            # NaN would keep the sparsity at NaN (nothing pruned); inf would jump to the final sparsity at the end.
+            raise ValueError(f"`power` must be a finite positive number (e.g. 3, tfmot's default), got {power!r}.")
         self.begin_step, self.end_step, self.frequency = int(begin_step), int(end_step), int(frequency)
         self.power = power if isinstance(power, int) else float(power)
 

@@ -16,6 +16,7 @@ from bertzoo.utils.checks import check_positive_int
 from bertzoo.utils.checks import check_positive_number
 from bertzoo.utils.checks import check_rate
 from bertzoo.utils.checks import memory_limit_bytes
+from bertzoo.utils.layers import PRUNING_STATE_ATTR
 from bertzoo.utils.layers import leaf_layers
 from bertzoo.utils.private_api import flatten_layers
 from bertzoo.utils.private_api import settle_dtype_policy
@@ -525,10 +526,13 @@ class BertBackbone(Backbone):
             weights.update(dense(f"feedforward_{k}/output", block.output_dense))
             weights.update(norm(f"feedforward_{k}/layer_norm", block.layer_norm))
         weights.update(dense("pooler", self.pooler))
-        if len(weights) != len(self.weights):
+        # A Pruner attached to the backbone itself adds its masks and counters.
+        state = getattr(self, PRUNING_STATE_ATTR, None)
+        own = len(self.weights) - (len(state.weights) if state is not None else 0)
+        if len(weights) != own:
             raise RuntimeError(
                 f"named_weights() names {len(weights)} weights but {type(self).__name__} '{self.name}' has "
-                f"{len(self.weights)}: the canonical naming is out of date with the model."
+                f"{own}: the canonical naming is out of date with the model."
             )
         return weights
 

@@ -77,7 +77,7 @@ from bertzoo.text.sentencepiece_tokenizer import SentencePieceTokenizer
 from bertzoo.text.tokenizer import BertTokenizer
 from bertzoo.utils.checks import constructor_arguments
 from bertzoo.utils.checks import vocabulary_overflow
-from bertzoo.utils.layers import PRUNING_STATE_ATTR
+from bertzoo.utils.layers import attached_pruning_state
 from bertzoo.utils.optional import installed
 from bertzoo.utils.private_api import flatten_layers
 from bertzoo.utils.private_api import load_weights_only
@@ -992,10 +992,12 @@ def save_preset(
     """
     _check_replaceable(directory)
     model = task if task is not None else backbone
-    if getattr(model, PRUNING_STATE_ATTR, None) is not None:
+    pruned, _ = attached_pruning_state(model)
+    if pruned is not None:
+        where = "" if pruned is model else f" (its {type(pruned).__name__} '{pruned.name}')"
         raise ValueError(
-            f"{type(model).__name__} '{model.name}' is being pruned (a Pruner's masks and counters are attached), "
-            "which a preset does not keep: save `pruner.strip()`, the pruned model itself."
+            f"{type(model).__name__} '{model.name}'{where} is being pruned (a Pruner's masks and counters are "
+            "attached), which a preset does not keep: save `pruner.strip()`, the pruned model itself."
         )
     if metadata is not None and not isinstance(metadata, dict):
         raise ValueError(f"`metadata` must be a dict of JSON values (e.g. {{'notes': '...'}}), got {metadata!r}.")

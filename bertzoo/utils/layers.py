@@ -10,6 +10,17 @@ from bertzoo.utils import private_api
 PRUNING_STATE_ATTR = "_pruning_state"
 
 
+def attached_pruning_state(model):
+    """`(owner, state)`: the pruning state a `Pruner` attached to `model` or
+    to a model inside it (a task's backbone), and the model holding it; or
+    `(None, None)`."""
+    for layer in private_api.flatten_layers(model, include_self=True, recursive=True):
+        state = getattr(layer, PRUNING_STATE_ATTR, None)
+        if state is not None:
+            return layer, state
+    return None, None
+
+
 def leaf_layers(model):
     """Every layer of `model` (nested ones included) without sub-layers,
     each once, in the model's order."""
