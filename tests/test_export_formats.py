@@ -183,6 +183,38 @@ def test_onnx_export_of_one_head_layers_runs_in_onnxruntime(features, tmp_path):
     assert model.export(no_suffix, format="onnx", overwrite=True) == no_suffix  # Its own earlier export.
 
 
+def test_onnx_export_of_an_exact_gelu_model_runs_in_onnxruntime(features, tmp_path):
+    # Every converted Hugging Face BERT: TensorFlow's exact GELU is an Erfc op, which tf2onnx left unconverted
+    # in a file onnxruntime refused ("No Op registered for Erfc"), after exporting without an error.
+    needs_onnx()
+    import onnxruntime
+
+    model = small_classifier(activation="gelu_exact")
+    path = model.export(tmp_path / "exact.onnx", format="onnx")
+    (logits,) = onnxruntime.InferenceSession(str(path)).run(None, features)
+    np.testing.assert_allclose(logits, model.predict(features, verbose=0), atol=1e-5)
+
+
+def test_an_invalid_onnx_graph_is_refused_and_a_trailing_slash_names_no_file(model, tmp_path):
+    needs_onnx()
+    import onnx
+    from onnx import TensorProto
+    from onnx import helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Erfc", ["x"], ["y"])],
+        "unconverted",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    onnx.save(helper.make_model(graph), tmp_path / "bad.onnx")
+    with pytest.raises(ValueError, match=r"invalid ONNX graph \(.*Erfc.*\), so nothing was written"):
+        portable._check_onnx_graph(tmp_path / "bad.onnx")
+    with pytest.raises(IsADirectoryError, match=r"names a directory; onnx export writes one file.*model\.onnx"):
+        model.export(f"{tmp_path / 'folder'}/", format="onnx")
+    assert not (tmp_path / "folder").exists()
+
+
 def test_onnx_export_without_its_packages_says_what_to_install(model, tmp_path, monkeypatch):
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(

@@ -24,6 +24,7 @@ LiteRT's own dynamic-range quantization,
 Keras backend but TensorFlow (save a preset, export it under TensorFlow).
 """
 
+import contextlib
 import importlib.util
 import numbers
 import os
@@ -33,6 +34,7 @@ from pathlib import Path
 import keras
 
 from bertzoo.export.saved_model import _backbone_of
+from bertzoo.layers.activations import exact_gelu_as_erf
 from bertzoo.layers.dense import portable_kernels
 from bertzoo.models.serving import TOKENIZED_KEYS
 from bertzoo.saving.atomic import clean_leftovers
@@ -132,8 +134,13 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
             f"sequence_length={sequence_length} is longer than the backbone's max_sequence_length="
             f"{backbone.max_sequence_length}."
         )
-    path = Path(path).expanduser().absolute()
     suffix = PORTABLE_FORMATS[format]["suffix"]
+    if os.fspath(path).endswith(("/", os.sep)):  # Path() drops the slash: the file would take the folder's name.
+        raise IsADirectoryError(
+            f"{os.fspath(path)} names a directory; {format} export writes one file: give its name "
+            f"(e.g. {os.path.join(os.fspath(path), 'model' + suffix)})."
+        )
+    path = Path(path).expanduser().absolute()
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a directory; {format} export writes one file (e.g. model{suffix}).")
     if path.exists() and not overwrite:
@@ -162,8 +169,12 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
     try:
         # Keras's exporters insist on the format's suffix; the file then takes the name asked for.
         written = tmp / f"model{suffix}"
-        with portable_kernels():  # Standard ops only: the converters know no others.
+        # Standard ops only: the converters know no others (tf2onnx has no `Erfc`, TensorFlow's exact GELU).
+        gelu = exact_gelu_as_erf() if format == "onnx" else contextlib.nullcontext()
+        with portable_kernels(), gelu:
             keras.Model.export(model, str(written), format=format, verbose=verbose, input_signature=signature, **kwargs)
+        if format == "onnx":
+            _check_onnx_graph(written)
         sync_tree(tmp)  # On disk before the rename makes it the export (power loss, not only kill -9).
         os.replace(written, path)
         sync_directory(path.parent)
@@ -172,6 +183,22 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
         if not path.exists():
             remove_empty_directories(created)
     return path
+
+
+def _check_onnx_graph(path):
+    """Raises a ValueError when the ONNX file at `path` is not a valid graph:
+    tf2onnx writes ops it could not convert as they were, with a log line,
+    and ONNX runtimes then refuse the whole file."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(str(path))
+    except onnx.checker.ValidationError as error:
+        problem = str(error).strip().splitlines()[0]
+        raise ValueError(
+            f"tf2onnx converted this model to an invalid ONNX graph ({problem}), so nothing was written. "
+            "Export format='litert', or a SavedModel (`export`), which run every TensorFlow op."
+        ) from None
 
 
 def _check_convertible(model, backbone, format):

@@ -17,7 +17,9 @@ BERT-base training step is faster (docs/performance.md, "Fast paths";
 oneDNN fuses into the preceding matmul.
 """
 
+import contextlib
 import math
+import threading
 
 import keras
 
@@ -35,9 +37,33 @@ def _gelu_tanh(x):
 
 
 def _gelu_exact(x):
+    if getattr(_erf_form, "depth", 0):
+        return 0.5 * x * (1.0 + keras.ops.erf(x * (1.0 / math.sqrt(2.0))))
     if _fused_gradient_applies():
         return _fused_gelu(approximate=False)(x)
     return keras.activations.gelu(x, approximate=False)
+
+
+_erf_form = threading.local()
+
+
+@contextlib.contextmanager
+def exact_gelu_as_erf():
+    """Within this context, the exact GELU is written with `erf` instead of
+    TensorFlow's `erfc` (same values up to float rounding), e.g. while
+    tracing an ONNX export: tf2onnx has no conversion for `Erfc`.
+
+    Example:
+    ```python
+    with exact_gelu_as_erf():
+        keras.Model.export(model, "model.onnx", format="onnx")
+    ```
+    """
+    _erf_form.depth = getattr(_erf_form, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _erf_form.depth -= 1
 
 
 def _fused_gradient_applies():
