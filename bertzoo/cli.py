@@ -283,14 +283,14 @@ def _quantize(args):
         weight_only=args.weight_only,
         calibration_steps=None,  # The whole sample.
     )
-    before = gzip_size(args.preset)  # Before an --overwrite of the same directory.
+    before = gzip_size(args.preset, recursive=False)  # Before an --overwrite of the same directory.
     # As save_to_preset, with the save refusing, at the swap, a directory that appeared during the quantization.
     if preset.class_name == "BertBackbone":
         preprocessor = preset.build_preprocessor() if preset.has_tokenizer_files else None
         save_preset(args.output, quantized, preprocessor=preprocessor, overwrite=args.overwrite)
     else:
         save_preset(args.output, quantized.backbone, task=quantized, overwrite=args.overwrite)
-    after = gzip_size(args.output)
+    after = gzip_size(args.output, recursive=False)
     mode = f"{args.mode}, weight-only" if args.weight_only else args.mode
     print(f"Wrote {args.output} ({mode}): {after / 1e6:.1f} MB gzipped, was {before / 1e6:.1f} MB")
     return 0

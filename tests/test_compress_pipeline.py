@@ -5,6 +5,7 @@ import csv
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -593,6 +594,30 @@ def test_overwrite_keeps_the_users_files_and_refuses_to_remove_its_own_inputs(
         "report.md",
         "tradeoff.png",
     ]
+
+
+def test_an_output_inside_a_preset_is_refused_before_training_and_sizes_count_the_presets_own_files(
+    workspace, tmp_path, capsys
+):
+    teacher = tmp_path / "teacher"
+    shutil.copytree(workspace / "teacher", teacher)
+    train = workspace / "train.tsv"
+    # Accepted before: every later size report counted the stages inside the teacher, which could not be re-saved.
+    for out in (teacher / "compressed", teacher):
+        with pytest.raises(FileExistsError, match=rf"--out {out} lies inside the preset {teacher}"):
+            bertzoo.compress(teacher, train, train, out, stages="int8", verbose=0)
+    assert not (teacher / "compressed").exists()
+    own = bertzoo.compression.gzip_size(teacher, recursive=False)
+    (teacher / "notes").mkdir()
+    (teacher / "notes" / "big.bin").write_bytes(os.urandom(200_000))
+    assert bertzoo.compression.gzip_size(teacher, recursive=False) == own
+    assert bertzoo.compression.gzip_size(teacher) > own + 190_000
+    with pytest.raises(FileExistsError, match=r"lies inside the preset .*teacher.*Save to a directory outside it"):
+        bertzoo.BertClassifier.from_preset(teacher).save_to_preset(teacher / "notes" / "int8")
+    assert not (teacher / "notes" / "int8").exists()
+    assert cli.main(["quantize", str(teacher), str(tmp_path / "int8")]) == 0
+    was = float(re.search(r"was ([0-9.]+) MB", capsys.readouterr().out).group(1))
+    assert was == pytest.approx(own / 1e6, abs=0.051)
 
 
 def test_the_chart_leaves_the_callers_matplotlib_alone(run, tmp_path):

@@ -73,6 +73,7 @@ from bertzoo.models.optimizers import bert_optimizer
 from bertzoo.saving.atomic import atomic_directory
 from bertzoo.saving.atomic import clean_leftovers
 from bertzoo.saving.preset import Preset
+from bertzoo.saving.preset import enclosing_preset
 from bertzoo.utils import quantization_mode
 from bertzoo.utils.checks import BackendError
 from bertzoo.utils.checks import check_positive_int
@@ -166,6 +167,9 @@ def _check_output(out, overwrite, inputs=()):
     out = Path(out).expanduser()
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out} exists and is not a directory; choose another --out.")
+    outer = enclosing_preset(out, include_self=True)
+    if outer is not None:  # Each stage's preset would be saved inside it, once trained.
+        raise FileExistsError(f"--out {out} lies inside the preset {outer}: choose a directory outside it.")
     if out.is_dir() and any(out.iterdir()):
         if not overwrite:
             raise FileExistsError(
@@ -282,8 +286,8 @@ def _batch(preprocessor, texts, size):
 
 
 def _directory_mb(path):
-    path = Path(path)
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
+    """The size of the files directly in `path` (a preset's own), in MB."""
+    return sum(f.stat().st_size for f in Path(path).iterdir() if f.is_file()) / 1e6
 
 
 def _measure(name, model, preset_dir, eval_data, batches, batch_size, repeats, parameters=None):
@@ -302,7 +306,7 @@ def _measure(name, model, preset_dir, eval_data, batches, batch_size, repeats, p
         "parameters": parameters,
         "nonzero_parameters": nonzero,
         "preset_mb": _directory_mb(preset_dir) if preset_dir is not None else None,
-        "preset_gzip_mb": gzip_size(preset_dir) / 1e6 if preset_dir is not None else None,
+        "preset_gzip_mb": gzip_size(preset_dir, recursive=False) / 1e6 if preset_dir is not None else None,
         "latency_b1_ms": _latency_ms(model, batches[0], repeats),
         "latency_b32_ms": _latency_ms(model, batches[1], repeats),
     }

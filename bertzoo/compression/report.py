@@ -73,16 +73,19 @@ class SparsityReport:
         )
 
 
-def gzip_size(path, level=6):
-    """Bytes of `path` (a file, or every file of a directory) after gzip."""
+def gzip_size(path, level=6, recursive=True):
+    """Bytes of `path` (a file, or every file of a directory; with
+    `recursive=False` only those directly in it, e.g. a preset's own) after
+    gzip."""
     path = os.path.expanduser(os.fspath(path))
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} does not exist: nothing to measure.")
-    files = (
-        [path]
-        if os.path.isfile(path)
-        else sorted(os.path.join(root, name) for root, _, names in os.walk(path) for name in names)
-    )
+    if os.path.isfile(path):
+        files = [path]
+    elif recursive:
+        files = sorted(os.path.join(root, name) for root, _, names in os.walk(path) for name in names)
+    else:
+        files = sorted(entry.path for entry in os.scandir(path) if entry.is_file())
     total = 0
     for name in files:
         with open(name, "rb") as f:

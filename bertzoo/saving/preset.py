@@ -926,19 +926,39 @@ def _detach(node, cls, key, filename):
     return found[0] if found else None
 
 
+def _is_preset_directory(path):
+    """Whether `path` is a directory bertzoo saved a preset to."""
+    try:
+        return (path / CONFIG_FILE).is_file() and "bertzoo_version" in json.loads((path / METADATA_FILE).read_text())
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def enclosing_preset(path, include_self=False):
+    """The bertzoo preset directory `path` lies inside (at any depth; or is,
+    with `include_self`), or None."""
+    path = Path(path).expanduser().absolute()
+    for candidate in ([path] if include_self else []) + list(path.parents):
+        if _is_preset_directory(candidate):
+            return candidate
+    return None
+
+
 def _check_replaceable(directory):
     """Refuses to save over a directory that is not empty and not a bertzoo
     preset, or a preset with other files beside its own: the save replaces
-    the whole directory."""
+    the whole directory. Refuses a directory inside a preset too: that
+    preset could not be saved again."""
     target = Path(directory).expanduser()
+    outer = enclosing_preset(target)
+    if outer is not None:
+        raise FileExistsError(
+            f"{target} lies inside the preset {outer}, whose directory holds its own files only (its sizes would "
+            "count the new preset, and saving it again would refuse to delete it). Save to a directory outside it."
+        )
     if not target.is_dir() or target.is_symlink() or not any(target.iterdir()):
         return
-    metadata = target / METADATA_FILE
-    try:
-        is_preset = (target / CONFIG_FILE).is_file() and "bertzoo_version" in json.loads(metadata.read_text())
-    except (OSError, ValueError, TypeError):
-        is_preset = False
-    if not is_preset:
+    if not _is_preset_directory(target):
         raise FileExistsError(
             f"{target} exists and is not a bertzoo preset; saving a preset replaces the whole directory, so it "
             "refuses to delete what is there. Save to a new or empty directory (e.g. runs/my_model)."
