@@ -105,6 +105,8 @@ from benchmarks.harness import SENTIMENT_FILES
 from benchmarks.harness import append_results
 from benchmarks.harness import chart_or_none
 from benchmarks.harness import check_markers
+from benchmarks.harness import check_results_file
+from benchmarks.harness import comma_choices
 from benchmarks.harness import command_line
 from benchmarks.harness import machine
 from benchmarks.harness import machine_label
@@ -829,14 +831,6 @@ def chart(summary, path, title):
 # --- Main ---------------------------------------------------------------------
 
 
-def _csv(value, allowed, flag):
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    unknown = [v for v in items if v not in allowed]
-    if unknown or not items:
-        raise SystemExit(f"{flag}: unknown {unknown or value!r}; choose from {', '.join(allowed)}.")
-    return items
-
-
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--files", default=",".join(FILES), help="comma list of amazon, tweets, nyt")
@@ -938,14 +932,43 @@ def parse_args(argv):
         "(file, method, seed) made with these settings",
     )
     args = parser.parse_args(argv)
-    args.files = _csv(args.files, FILES, "--files")
-    args.methods = _csv(args.methods, METHODS, "--methods")
+    args.files = comma_choices(args.files, FILES, "--files")
+    args.methods = comma_choices(args.methods, METHODS, "--methods")
     try:
         args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     except ValueError:
         raise SystemExit(f"--seeds takes integers separated by commas (e.g. 0,1,2), got {args.seeds!r}.") from None
     if not args.seeds or args.runs < 1:
         raise SystemExit("--seeds must name a seed and --runs be positive.")
+    if len(set(args.seeds)) < len(args.seeds):  # Each seed's result would count once per mention.
+        raise SystemExit(f"--seeds names a seed twice ({','.join(map(str, args.seeds))}); name each once.")
+    epochs = [("--hard-epochs", args.hard_epochs), ("--prune-epochs", args.prune_epochs)]
+    epochs += [("--structured-epochs", args.structured_epochs), ("--qat-epochs", args.qat_epochs)]
+    for flag, value in epochs:
+        if value < 1:
+            raise SystemExit(f"{flag} must be a positive number of epochs, got {value}.")
+    stages = args.distill_epochs.split(",")
+    if not all(s.strip().isdigit() and int(s) >= 1 for s in stages):
+        raise SystemExit(
+            f"--distill-epochs takes positive integers, one per recipe stage (e.g. 1,2), got {args.distill_epochs!r}."
+        )
+    if args.heads < 1 or not 0.0 < args.ffn <= 1.0:
+        raise SystemExit(
+            f"--heads must be positive and --ffn in (0, 1] (the fraction kept), got {args.heads}, {args.ffn}."
+        )
+    if not 0.0 <= args.smoothing <= 1.0:
+        raise SystemExit(f"--smoothing (SmoothQuant's migration strength) must be in [0, 1], got {args.smoothing}.")
+    if args.prune_scores not in ("magnitude", "movement", "fisher"):
+        raise SystemExit(f"--prune-scores: unknown {args.prune_scores!r}; choose from magnitude, movement, fisher.")
+    if args.transfer_size < 0:
+        raise SystemExit(f"--transfer-size must be >= 0 (0: all), got {args.transfer_size}.")
+    if "distill" in args.methods and not args.from_results:
+        from bertzoo.compression.recipes import RECIPES
+
+        if args.recipe not in RECIPES:
+            raise SystemExit(f"--recipe: unknown {args.recipe!r}; choose from {', '.join(sorted(RECIPES))}.")
+    if args.from_results or not args.no_record:
+        check_results_file(args.results, reading=args.from_results)
     if min(args.train_size, args.test_size) < 0 or args.sequence_length < 1:
         raise SystemExit("--train-size and --test-size must be >= 0 (0: the whole split), --sequence-length positive.")
     if not 0.0 < args.student_ffn <= 1.0:

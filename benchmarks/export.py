@@ -53,6 +53,7 @@ import bertzoo
 from benchmarks.harness import RESULTS_FILE
 from benchmarks.harness import SENTIMENT_FILES
 from benchmarks.harness import append_results
+from benchmarks.harness import comma_choices
 from benchmarks.harness import command_line
 from benchmarks.harness import minilm_path
 from benchmarks.harness import print_table
@@ -142,7 +143,13 @@ def main(argv=None):
         "../shared is missing) or a TSV file's path",
     )
     args = parser.parse_args(argv)
-    batches = [int(b) for b in args.batches.split(",")]
+    try:
+        batches = [int(b) for b in args.batches.split(",")]
+    except ValueError:
+        parser.error(f"--batches takes positive integers separated by commas (e.g. 1,32), got {args.batches!r}.")
+    if min(batches) < 1:
+        parser.error(f"--batches takes positive integers, got {args.batches!r}.")
+    comma_choices(args.variants, ["float32", "int8", "mixed_bfloat16"], "--variants")  # Before the model is built.
 
     if args.data in SENTIMENT_FILES:
         sentiment = sentiment_path(args.data, required=False)

@@ -597,6 +597,41 @@ def check_markers(path, start, end):
         raise SystemExit(f"{path} needs exactly one {start} and one {end} line around the table.")
 
 
+def builtin_preset_file(name):
+    """The JSON file of the built-in preset `name`; SystemExit listing the
+    names otherwise. Read without `bertzoo`, which would import TensorFlow
+    (the PyTorch and JAX workers must not)."""
+    folder = ROOT / "presets"
+    names = sorted(p.stem for p in folder.glob("*.json"))
+    if name not in names:
+        raise SystemExit(f"Unknown preset {name!r}: choose one of {names}.")
+    return folder / f"{name}.json"
+
+
+def comma_choices(value, allowed, flag):
+    """The items of a comma list `value` (a command-line flag), each one of
+    `allowed` and each once; SystemExit naming the problem otherwise (an
+    item twice would be measured, or counted, twice)."""
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [v for v in items if v not in allowed]
+    if unknown or not items:
+        raise SystemExit(f"{flag}: unknown {unknown or value!r}; choose from {', '.join(allowed)}.")
+    twice = sorted({v for v in items if items.count(v) > 1})
+    if twice:
+        raise SystemExit(f"{flag}: {', '.join(twice)} given twice; name each once.")
+    return items
+
+
+def check_results_file(path, reading=False):
+    """SystemExit, before anything is measured, unless the results file
+    `path` can be appended to (its folder exists) or, `reading`, exists."""
+    path = Path(path)
+    if reading and not path.is_file():
+        raise SystemExit(f"--results {path} does not exist: nothing to read (the default is {RESULTS_FILE}).")
+    if not path.parent.is_dir():
+        raise SystemExit(f"--results {path}: the folder {path.parent} does not exist; create it first.")
+
+
 def chart_or_none(path):
     """`path` to draw a chart to, or None (said) where matplotlib is not
     installed, so the benchmark still measures, records and rewrites its

@@ -62,10 +62,10 @@ import gc
 import json
 import os
 import sys
-from pathlib import Path
 
 import numpy as np
 
+from benchmarks.harness import builtin_preset_file
 from benchmarks.harness import library_versions
 from benchmarks.harness import time_interleaved
 from benchmarks.harness import token_batch
@@ -101,11 +101,7 @@ def backbone_config(preset):
     Read from the preset file rather than through `bertzoo`, so that the
     PyTorch worker does not import TensorFlow.
     """
-    folder = Path(__file__).resolve().parents[1] / "presets"
-    names = sorted(p.stem for p in folder.glob("*.json"))
-    if preset not in names:
-        raise SystemExit(f"Unknown preset {preset!r}: choose one of {names}.")
-    config = dict(json.loads((folder / f"{preset}.json").read_text())["backbone"])
+    config = dict(json.loads(builtin_preset_file(preset).read_text())["backbone"])
     if config.get("embedding_dim") or config.get("num_groups") or config.get("activation", "gelu_tanh") != "gelu_tanh":
         raise SystemExit(f"Preset {preset!r} is not a plain BERT (needs gelu_tanh, no factorization or sharing).")
     return config

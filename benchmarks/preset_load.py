@@ -22,6 +22,7 @@ import sys
 import tempfile
 
 from benchmarks.harness import alternating_workers
+from benchmarks.harness import builtin_preset_file
 from benchmarks.harness import machine
 from benchmarks.harness import print_table
 from benchmarks.harness import record
@@ -89,6 +90,7 @@ def main(argv=None):
         return worker(args.directory, args.task, args.worker)
     if args.repeats < 1:
         raise SystemExit("--repeats must be positive.")
+    builtin_preset_file(args.preset)  # An unknown name: one line, not a traceback from the first worker.
     print(f"{machine()}; {args.preset} {args.task} preset, from_preset in fresh processes", flush=True)
     with tempfile.TemporaryDirectory() as parent:
         directory = os.path.join(parent, "preset")

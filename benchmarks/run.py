@@ -57,6 +57,8 @@ from benchmarks.harness import RESULTS_FILE
 from benchmarks.harness import append_results
 from benchmarks.harness import chart_or_none
 from benchmarks.harness import check_markers
+from benchmarks.harness import check_results_file
+from benchmarks.harness import comma_choices
 from benchmarks.harness import command_line
 from benchmarks.harness import cpu_features
 from benchmarks.harness import fast_path_constant
@@ -428,14 +430,6 @@ def in_turn(libraries, turn):
     return list(libraries) if turn % 2 == 0 else list(libraries)[::-1]
 
 
-def _csv(value, allowed, flag):
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    unknown = [v for v in items if v not in allowed]
-    if unknown or not items:
-        raise SystemExit(f"{flag}: unknown {unknown or value!r}; choose from {', '.join(allowed)}.")
-    return items
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(LIBRARIES), help=f"comma list of {', '.join(LIBRARIES)}")
@@ -472,11 +466,14 @@ def main(argv=None):
         help="rewrite the results table between the markers in this file",
     )
     args = parser.parse_args(argv)
-    models = _csv(args.models, list(LIBRARIES), "--models")
-    dtypes = _csv(args.dtypes, list(DTYPES), "--dtypes")
-    modes = _csv(args.modes, list(MODES), "--modes")
+    models = comma_choices(args.models, list(LIBRARIES), "--models")
+    dtypes = comma_choices(args.dtypes, list(DTYPES), "--dtypes")
+    modes = comma_choices(args.modes, list(MODES), "--modes")
     if args.runs < 1 or args.batch_size < 1 or args.sequence_length < 1:
         raise SystemExit("--runs, --batch-size and --sequence-length must be positive.")
+    if args.worker_timeout < 1 or not 0 <= args.max_wait < float("inf"):
+        raise SystemExit("--worker-timeout must be positive (seconds) and --max-wait a number of seconds >= 0.")
+    check_results_file(args.results)
     if args.readme:  # Either table may be the one rewritten: both sets of markers, checked before measuring.
         check_markers(args.readme, README_START, README_END)
         check_markers(args.readme, GPU_README_START, GPU_README_END)

@@ -613,3 +613,32 @@ def test_a_readme_run_that_finds_no_results_leaves_the_table_and_a_bad_readme_st
         compression.main(arguments + ["--readme", str(tmp_path / "READMEE.md")])
     with pytest.raises(SystemExit, match=r"--seeds takes integers"):
         compression.main(["--seeds", "a"])
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        # A seed or file named twice counted twice: "--seeds 0,0,0" reported n=3 and a goal met on 3 seeds.
+        (["--seeds", "0,0,0"], r"--seeds names a seed twice"),
+        (["--files", "amazon,amazon"], r"--files: amazon given twice"),
+        (["--methods", "distill,distill"], r"--methods: distill given twice"),
+        # Trained nothing and reported it, or failed after the teacher's fine-tuning (hours on a real run).
+        (["--hard-epochs", "-1"], r"--hard-epochs must be a positive number of epochs"),
+        (["--qat-epochs", "0"], r"--qat-epochs must be a positive"),
+        (["--distill-epochs", "abc"], r"--distill-epochs takes positive integers"),
+        (["--heads", "0"], r"--heads must be positive"),
+        (["--ffn", "1.5"], r"--ffn in \(0, 1\]"),
+        (["--smoothing", "2"], r"--smoothing .* must be in \[0, 1\]"),
+        (["--prune-scores", "gradient"], r"--prune-scores: unknown 'gradient'"),
+        (["--transfer-size", "-1"], r"--transfer-size must be >= 0"),
+        (["--methods", "distill", "--recipe", "tinybret"], r"--recipe: unknown 'tinybret'; choose from .*tinybert"),
+        (["--from-results", "--results", "MISSING.jsonl"], r"none.jsonl does not exist: nothing to read"),
+        (["--results", "NODIR/r.jsonl"], r"the folder .*missing does not exist"),
+    ],
+)
+def test_bad_settings_are_refused_before_the_teacher_trains(tmp_path, arguments, message):
+    arguments = [
+        a.replace("NODIR", str(tmp_path / "missing")).replace("MISSING", str(tmp_path / "none")) for a in arguments
+    ]
+    with pytest.raises(SystemExit, match=message):
+        compression.parse_args(arguments)

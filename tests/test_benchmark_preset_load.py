@@ -27,3 +27,6 @@ def test_a_tiny_run_records_both_settings(tmp_path):
 def test_bad_arguments_are_refused():
     with pytest.raises(SystemExit, match="must be positive"):
         preset_load.main(["--repeats", "0"])
+    # An unknown name: one line naming the choices (a PresetError traceback from the first worker before).
+    with pytest.raises(SystemExit, match=r"Unknown preset 'bogus': choose one of \[.*'tiny'\]"):
+        preset_load.main(["--preset", "bogus", "--repeats", "1"])

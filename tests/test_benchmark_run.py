@@ -134,6 +134,23 @@ def test_a_readme_without_its_tables_is_refused_before_anything_runs(monkeypatch
         run.main(arguments + [str(tmp_path / "README.md")])
 
 
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--dtypes", "float32,float32"], r"--dtypes: float32 given twice"),  # Timed the same configuration twice.
+        (["--worker-timeout", "-5"], r"--worker-timeout must be positive"),  # "timed out after -5 s", after the wait.
+        (["--max-wait", "-1"], r"--max-wait a number of seconds >= 0"),
+        (["--results", "NODIR/r.jsonl"], r"the folder .*missing does not exist"),  # After the first measurement.
+    ],
+)
+def test_bad_settings_are_refused_before_anything_is_measured(monkeypatch, tmp_path, arguments, message):
+    monkeypatch.setattr(run, "run_worker", lambda args, **worker_args: pytest.fail("measured"))
+    monkeypatch.setattr(run, "missing", lambda name: None)
+    arguments = [a.replace("NODIR", str(tmp_path / "missing")) for a in arguments]
+    with pytest.raises(SystemExit, match=message):
+        run.main(["--models", "bertzoo", "--preset", "tiny", "--chart", ""] + arguments)
+
+
 def test_the_libraries_take_turns_at_running_first(monkeypatch):
     asked = []
 
