@@ -487,6 +487,9 @@ def main(argv=None):
     except (ValueError, OSError, BackendError) as e:  # Bad input or setup (a backend): a message, not a traceback.
         print(f"bertzoo {args.command}: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: outputs are written to temporary names first, so none is half-written.
+        print(f"bertzoo {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -124,6 +124,16 @@ def test_quantize_refuses_an_output_that_appears_while_it_quantizes(float_preset
     assert Preset.resolve(out).quantization["mode"] == "int8"
 
 
+def test_ctrl_c_ends_a_command_with_one_line_and_status_130(float_preset, tmp_path, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "save_preset", interrupted)  # Mid-save: a full traceback before.
+    status, _, err = run(capsys, "quantize", float_preset, tmp_path / "int8")
+    assert (status, err.strip()) == (130, "bertzoo quantize: interrupted")
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("command", ["quantize", "convert"])
 @pytest.mark.parametrize("target", ["file", "directory", "link"])
 def test_an_output_no_save_could_replace_is_refused_before_the_work(
