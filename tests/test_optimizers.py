@@ -250,6 +250,28 @@ def test_a_bfloat16_classifier_trains_with_the_default_optimizer():
     assert losses[-1] < 0.9 * losses[0]
 
 
+def test_keras_adam_on_bfloat16_weights_is_refused_before_its_zero_steps():
+    from bertzoo.models.bert_backbone import BertBackbone
+    from bertzoo.models.bert_classifier import BertClassifier
+
+    backbone = BertBackbone(
+        vocabulary_size=30, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16, dtype="bfloat16"
+    )
+    model = BertClassifier(backbone, num_classes=2, preprocessor=None)
+    inputs = {"token_ids": np.ones((4, 8), "int32"), "segment_ids": np.zeros((4, 8), "int32")}
+    inputs["padding_mask"] = np.ones((4, 8), "int32")
+    before = keras.ops.convert_to_numpy(keras.ops.cast(backbone.pooler.kernel, "float32"))
+    # compile(optimizer="adam") trained the float32 head and left every bfloat16 weight as it was, silently.
+    for optimizer in ("adam", keras.optimizers.AdamW(1e-3)):
+        model.compile(optimizer=optimizer)
+        with pytest.raises(ValueError, match=r"bfloat16 weights, and Keras's Adam.* beta_2=0.999 is 1.0"):
+            model.fit(inputs, np.zeros(4, "int32"), verbose=0)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(keras.ops.cast(backbone.pooler.kernel, "float32")), before)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2, beta_2=0.99))  # 0.99 is 0.98828125 in bfloat16: steps.
+    model.fit(inputs, np.zeros(4, "int32"), verbose=0)
+    assert np.any(keras.ops.convert_to_numpy(keras.ops.cast(backbone.pooler.kernel, "float32")) != before)
+
+
 def test_a_float16_weights_moments_are_float32_and_its_steps_keras_sized():
     # In float16, (1 - beta_2) * (1e-4)**2 underflows: a zero second moment
     # made every step 1 / epsilon times the gradient (up to ~30x too large here).

@@ -8,6 +8,7 @@ import math
 import keras
 import numpy as np
 
+from bertzoo.models.optimizers import AdamW
 from bertzoo.models.schedules import WarmupLinearDecay
 from bertzoo.models.serving import TOKENIZED_KEYS
 from bertzoo.utils import private_api
@@ -280,6 +281,29 @@ def _check_gradients_can_be_summed_over_replicas(model):
         )
 
 
+def _check_optimizer_steps_low_precision_weights(model):
+    """Refuses, before any step, Keras's Adam-family optimizers on bfloat16
+    or float16 trainable weights at a `beta_2` that rounds to 1 in their
+    dtype (the default 0.999 does in bfloat16): Keras computes the step in
+    the weights' dtype, where `1 - beta_2 ** t` is 0, so every step is 0 and
+    the weights never change (keras-hub issue 2629). bertzoo's `AdamW`
+    (`compile()`'s default, `bert_optimizer`) steps in float32."""
+    optimizer = getattr(model, "optimizer", None)
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # Under a LossScaleOptimizer.
+    beta_2 = getattr(optimizer, "beta_2", None)
+    if beta_2 is None or isinstance(optimizer, AdamW) or not isinstance(beta_2, (int, float)):
+        return
+    for dtype in sorted({keras.backend.standardize_dtype(v.dtype) for v in model.trainable_variables}):
+        if dtype in ("bfloat16", "float16") and float(keras.ops.cast(beta_2, dtype)) == 1.0:
+            raise ValueError(
+                f"{type(model).__name__} has {dtype} weights, and Keras's {type(optimizer).__name__} computes their "
+                f"steps in {dtype}, where beta_2={beta_2} is 1.0: every step would be 0 and they would never "
+                "change. Compile with bertzoo's optimizer (`compile()` without one, or "
+                "optimizer=bertzoo.models.optimizers.bert_optimizer(learning_rate)), which steps in float32, or "
+                "build the model with dtype='mixed_bfloat16' (float32 weights)."
+            )
+
+
 class RawInputsMixin:
     """Runs `fit` and `evaluate` inputs through `self._as_dataset` first,
     and builds the optimizer before the first training step is traced.
@@ -307,6 +331,7 @@ class RawInputsMixin:
             validation_data = self._checked_stream("fit (validation_data)", validation_data)
         self._check_fit_inputs(x, y, validation_data=validation_data, batch_size=batch_size)
         _check_gradients_can_be_summed_over_replicas(self)
+        _check_optimizer_steps_low_precision_weights(self)
         for variable in self.trainable_variables:  # Before Keras's step: an error inside it loses state on JAX.
             check = getattr(variable.constraint, "check_trainer", None)
             if check is not None:
