@@ -22,7 +22,9 @@ model, with the library's own building blocks:
 
 Each stage writes `OUT/<index>_<stage>/preset` (a preset) and
 `OUT/<index>_<stage>/saved_model` (a SavedModel for serving); a stage's
-directory appears whole or not at all (`atomic_directory`). At the end
+directory appears whole or not at all (`atomic_directory`). A teacher that
+is not a classifier preset (a backbone preset, given a new head and
+fine-tuned first, or a model) is saved as `OUT/0_teacher/preset`. At the end
 `OUT/report.md`, `OUT/report.json` and `OUT/tradeoff.png` compare the teacher
 and every stage: accuracy on the evaluation file, % of the teacher's
 accuracy, parameters, preset size, and the median latency of
