@@ -142,14 +142,22 @@ def test_saving_never_replaces_a_directory_that_is_not_a_preset(tmp_path):
     assert (target / "data" / "important.csv").read_text() == "keep me"
     model.save_to_preset(tmp_path / "p")
     model.save_to_preset(tmp_path / "p")  # A preset is replaced, as before.
-    # Not with files of yours beside it: notes, an export, a preset saved inside (they were deleted).
+    # Not with files of yours beside it: notes, an export (they were deleted).
     (tmp_path / "p" / "NOTES.md").write_text("eval results")
-    model.save_to_preset(tmp_path / "p" / "inner")
+    (tmp_path / "p" / "export").mkdir()
+    (tmp_path / "p" / "export" / "saved_model.pb").write_text("mine")
     before = sorted(path.name for path in (tmp_path / "p").iterdir())
-    with pytest.raises(FileExistsError, match=r"holds a bertzoo preset and other files \(NOTES.md, inner/\)"):
+    with pytest.raises(FileExistsError, match=r"holds a bertzoo preset and other files \(NOTES.md, export/\)"):
         model.save_to_preset(tmp_path / "p")
     assert sorted(path.name for path in (tmp_path / "p").iterdir()) == before
-    assert (tmp_path / "p" / "inner" / "config.json").is_file()
+    assert (tmp_path / "p" / "export" / "saved_model.pb").read_text() == "mine"
+    # Nor a preset inside a preset (the outer one could not be saved again), however the path is spelled.
+    for inner in (tmp_path / "p" / "inner", tmp_path / "p" / "export" / ".." / "inner"):
+        with pytest.raises(FileExistsError, match=r"lies inside the preset .*p\b"):
+            model.save_to_preset(inner)
+    assert not (tmp_path / "p" / "inner").exists()
+    model.save_to_preset(tmp_path / "p" / ".." / "beside")  # Beside it, through "..": fine.
+    assert (tmp_path / "beside" / "config.json").is_file()
     (tmp_path / "empty").mkdir()
     model.save_to_preset(tmp_path / "empty")  # So is an empty directory.
     assert (tmp_path / "empty" / "config.json").is_file()
@@ -466,6 +474,8 @@ def test_a_preprocessor_longer_than_the_position_table_is_refused_up_front():
 
 
 def test_a_preprocessor_made_longer_after_construction_is_refused_at_use(word_classifier):
+    from bertzoo.text import BertPreprocessor
+
     model = word_classifier(["good", "bad"], sequence_length=8)
     model.preprocessor.sequence_length = 12  # TensorFlow's own message: a bare slice error mid-step.
     for call in (lambda: model.predict(["good"], verbose=0), lambda: model.fit(["good"], [1], verbose=0)):
@@ -473,6 +483,8 @@ def test_a_preprocessor_made_longer_after_construction_is_refused_at_use(word_cl
             ValueError, match=r"packs sequences of 12 tokens but the backbone has position embeddings for 8"
         ):
             call()
+    features = BertPreprocessor(model.preprocessor.tokenizer, sequence_length=8)(["good"])
+    assert model.predict(features, verbose=0).shape == (1, 2)  # Tokenized inputs: the preprocessor is not used.
     model.preprocessor.sequence_length = 8
     assert model.predict(["good"], verbose=0).shape == (1, 2)
 

@@ -19,6 +19,7 @@ from bertzoo.models.raw_inputs import RawInputsMixin
 from bertzoo.models.raw_inputs import check_dataset_carries_targets
 from bertzoo.models.raw_inputs import eager_strings_as_arrays
 from bertzoo.models.raw_inputs import holds_no_examples
+from bertzoo.models.raw_inputs import holds_text
 from bertzoo.models.raw_inputs import is_stream
 from bertzoo.models.raw_inputs import is_tokenized
 from bertzoo.models.raw_inputs import validation_parts
@@ -905,8 +906,9 @@ class Task(
 
     def _check_text_has_a_preprocessor(self, method, x):
         super()._check_text_has_a_preprocessor(method, x)
-        # Again at each use: `model.preprocessor.sequence_length` may have grown since construction.
-        check_preprocessor_fits(self.backbone, self.preprocessor)
+        if self.preprocessor is not None and holds_text(x, datasets=True):
+            # Again at each use: `model.preprocessor.sequence_length` may have grown since construction.
+            check_preprocessor_fits(self.backbone, self.preprocessor)
 
     def predict(self, x, batch_size=None, **kwargs):
         if self.preprocessor is not None and holds_no_examples(x):

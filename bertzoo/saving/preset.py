@@ -937,7 +937,7 @@ def _is_preset_directory(path):
 def enclosing_preset(path, include_self=False):
     """The bertzoo preset directory `path` lies inside (at any depth; or is,
     with `include_self`), or None."""
-    path = Path(path).expanduser().absolute()
+    path = Path(path).expanduser().resolve()  # "p/../copy" is beside p, not inside it.
     for candidate in ([path] if include_self else []) + list(path.parents):
         if _is_preset_directory(candidate):
             return candidate

@@ -46,8 +46,8 @@ def check_vocabulary(tokens, source="vocabulary"):
 def load_vocabulary(path):
     """Reads a vocabulary file (one token per line, UTF-8) into a list.
 
-    Line `i` (counting from 0) is the token with id `i`. A UTF-8 byte-order mark,
-    whitespace after a token and trailing blank lines are ignored.
+    Line `i` (counting from 0) is the token with id `i`. A UTF-8 byte-order mark
+    and trailing blank lines are ignored.
 
     Raises:
         FileNotFoundError: `path` does not exist or is a directory.
@@ -71,12 +71,8 @@ def load_vocabulary(path):
             "Save it as UTF-8, one token per line (e.g. iconv -f latin1 -t utf-8)."
         ) from None
     lines = text.split("\n")
-    # One line break per token; tolerate Windows line endings. Whitespace
-    # after a token is dropped, as Hugging Face's tokenizers and Google's BERT
-    # read vocab.txt (words never contain whitespace, so "hello " could never
-    # match); a line of whitespace only is kept as it is.
+    # One line break per token; tolerate Windows line endings.
     lines = [line[:-1] if line.endswith("\r") else line for line in lines]
-    lines = [line.rstrip() or line for line in lines]
     while lines and lines[-1] == "":
         lines.pop()
     if not lines:

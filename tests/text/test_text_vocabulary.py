@@ -24,16 +24,6 @@ def test_save_load_round_trip(tmp_path):
     assert load_vocabulary(str(path)) == tokens
 
 
-def test_whitespace_after_a_token_is_dropped_as_hugging_face_reads_vocab_files(tmp_path):
-    # Hugging Face's BertWordPieceTokenizer maps "hello worlds" to [UNK], world, ##s with this file: a leading
-    # space stays part of the token (unreachable), trailing ones go; ids stay the line numbers.
-    path = tmp_path / "vocab.txt"
-    path.write_text("\n".join(SPECIALS + [" hello", "##s ", "world\t", "hello \r", "   "]) + "\n", encoding="utf-8")
-    tokens = load_vocabulary(path)
-    assert tokens == SPECIALS + [" hello", "##s", "world", "hello", "   "]
-    assert BertTokenizer(path)("hello worlds").numpy().tolist() == [8, 7, 6]
-
-
 def test_load_tolerates_bom_crlf_and_trailing_blank_lines(tmp_path):
     path = tmp_path / "vocab.txt"
     path.write_bytes("\ufeff[PAD]\r\n[UNK]\r\nfoo\r\n\r\n\n".encode())
