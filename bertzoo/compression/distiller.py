@@ -355,7 +355,8 @@ class Distiller(DefaultCompileMixin, RawInputsMixin, keras.distillation.Distille
     Example:
     ```python
     teacher = bertzoo.BertClassifier.from_preset("runs/teacher")  # fine-tuned
-    # A random student may take the teacher's tokenizer (one vocabulary for both):
+    # A random student may take the teacher's tokenizer (one vocabulary for both; "tiny" has
+    # BERT's 30522-token table, so this fits a teacher with that vocabulary, e.g. BERT-uncased, MiniLM):
     student = bertzoo.BertClassifier.from_preset(
         "tiny", num_classes=2, preprocessor=teacher.preprocessor, load_weights=False)
     # ...or start from every k-th teacher layer (same width):

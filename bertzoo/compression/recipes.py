@@ -75,7 +75,7 @@ def augment_texts(texts, copies=1, seed=0, rate=0.1):
     Example:
     ```python
     augment_texts(["a fine and moving film"], copies=2, seed=0)
-    # e.g. ['a fine moving film', 'a fine and moving and']
+    # ['a fine film', 'a and film']
     ```
     """
     copies = check_non_negative_int("copies", copies)

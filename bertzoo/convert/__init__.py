@@ -3,7 +3,8 @@
 ```python
 bertzoo.convert_checkpoint("path/to/hf_bert_dir", "presets_out/minilm")
 bertzoo.convert_checkpoint("uncased_L-12_H-768_A-12", "out/base")
-keras_hub_backbone = bertzoo.convert.to_keras_hub("out/base")
+# Google's BERT uses the exact GELU; keras-hub's BERT the tanh form, accepted explicitly:
+keras_hub_backbone = bertzoo.convert.to_keras_hub("out/base", allow_gelu_approximation=True)
 ```
 """
 

@@ -175,7 +175,7 @@ def shared_folders():
 
     Example:
     ```python
-    shared_folders()  # [PosixPath('../shared'), ...] without $BERTZOO_SHARED
+    shared_folders()  # e.g. [PosixPath('/home/me/shared'), ...]: absolute, without $BERTZOO_SHARED
     ```
     """
     root = os.environ.get(SHARED_ENV)

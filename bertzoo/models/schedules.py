@@ -23,7 +23,7 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     ```python
     schedule = WarmupLinearDecay(5e-5, warmup_fraction=0.1, total_steps=1000)
     float(schedule(100))
-    # 5e-05
+    # 4.999999873689376e-05 (5e-05 in float32)
     ```
     """
 

@@ -135,7 +135,7 @@ class PresetError(ValueError):
     try:
         model = bertzoo.BertClassifier.from_preset("runs/sentiment")
     except bertzoo.PresetError as e:
-        print(e)  # e.g. ".../config.json: `backbone.config.num_layers` is missing ..."
+        print(e)  # e.g. "runs/sentiment/config.json: `backbone.config` is invalid for BertBackbone: `num_layers` is missing ..."
     ```
     """
 
