@@ -149,7 +149,7 @@ def main(argv=None):
         parser.error(f"--batches takes positive integers separated by commas (e.g. 1,32), got {args.batches!r}.")
     if min(batches) < 1:
         parser.error(f"--batches takes positive integers, got {args.batches!r}.")
-    comma_choices(args.variants, ["float32", "int8", "mixed_bfloat16"], "--variants")  # Before the model is built.
+    variants = comma_choices(args.variants, ["float32", "int8", "mixed_bfloat16"], "--variants")  # Before the build.
 
     if args.data in SENTIMENT_FILES:
         sentiment = sentiment_path(args.data, required=False)
@@ -166,7 +166,7 @@ def main(argv=None):
         base, model_name = build_model(workdir, args.sequence_length)
         base.save_to_preset(workdir / "preset")
         task_weights = (workdir / "preset" / "task.weights.h5").stat().st_size
-        for kind in args.variants.split(","):
+        for kind in variants:
             model = variant(base, kind, workdir)
             start = time.perf_counter()
             path = bertzoo.export_saved_model(model, workdir / "export" / kind)

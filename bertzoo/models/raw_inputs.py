@@ -281,24 +281,32 @@ def _check_gradients_can_be_summed_over_replicas(model):
         )
 
 
+_BIAS_CORRECTED = ("Adam", "AdamW", "Nadam", "Lamb")
+
+
 def _check_optimizer_steps_low_precision_weights(model):
     """Refuses, before any step, Keras's Adam-family optimizers on bfloat16
     or float16 trainable weights at a `beta_2` that rounds to 1 in their
     dtype (the default 0.999 does in bfloat16): Keras computes the step in
-    the weights' dtype, where `1 - beta_2 ** t` is 0, so every step is 0 and
-    the weights never change (keras-hub issue 2629). bertzoo's `AdamW`
+    the weights' dtype, where `1 - beta_2 ** t` is 0, so Adam's steps are 0
+    and the weights never change (keras-hub issue 2629; Nadam's and Lamb's
+    are NaN). bertzoo's `AdamW`
     (`compile()`'s default, `bert_optimizer`) steps in float32."""
     optimizer = getattr(model, "optimizer", None)
     optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # Under a LossScaleOptimizer.
-    beta_2 = getattr(optimizer, "beta_2", None)
-    if beta_2 is None or isinstance(optimizer, AdamW) or not isinstance(beta_2, (int, float)):
+    # Those dividing by (the root of) `1 - beta_2 ** t`; Adamax and Lion use beta_2 otherwise and do step.
+    bias_corrected = tuple(getattr(keras.optimizers, n) for n in _BIAS_CORRECTED if hasattr(keras.optimizers, n))
+    if not isinstance(optimizer, bias_corrected) or isinstance(optimizer, AdamW):
+        return
+    beta_2 = optimizer.beta_2
+    if isinstance(beta_2, bool) or not isinstance(beta_2, (int, float, np.integer, np.floating)):
         return
     for dtype in sorted({keras.backend.standardize_dtype(v.dtype) for v in model.trainable_variables}):
         if dtype in ("bfloat16", "float16") and float(keras.ops.cast(beta_2, dtype)) == 1.0:
             raise ValueError(
                 f"{type(model).__name__} has {dtype} weights, and Keras's {type(optimizer).__name__} computes their "
-                f"steps in {dtype}, where beta_2={beta_2} is 1.0: every step would be 0 and they would never "
-                "change. Compile with bertzoo's optimizer (`compile()` without one, or "
+                f"steps in {dtype}, where beta_2={beta_2} is 1.0: its steps would be 0 (or NaN) and they would "
+                "not train. Compile with bertzoo's optimizer (`compile()` without one, or "
                 "optimizer=bertzoo.models.optimizers.bert_optimizer(learning_rate)), which steps in float32, or "
                 "build the model with dtype='mixed_bfloat16' (float32 weights)."
             )
