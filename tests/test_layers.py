@@ -493,3 +493,25 @@ def test_layers_name_a_bad_size_or_rate_by_their_own_argument(make, name, value)
     # Keras's Dense would say "units" (or build a 2.5 * 8 = 20-wide projection).
     with pytest.raises(ValueError, match=rf"`{name}` must be .*got {value}"):
         make()
+
+
+def test_the_erf_gelu_scope_nests_and_stays_in_its_thread():
+    import threading
+
+    from bertzoo.layers.activations import _gelu_exact
+    from bertzoo.layers.activations import exact_gelu_as_erf
+    from bertzoo.utils.scopes import ThreadScope
+
+    x = ops.convert_to_tensor(np.linspace(-6, 6, 49).astype("float32"))
+    reference = ops.convert_to_numpy(keras.activations.gelu(x, approximate=False))
+    with exact_gelu_as_erf():
+        with exact_gelu_as_erf():
+            pass
+        np.testing.assert_allclose(ops.convert_to_numpy(_gelu_exact(x)), reference, atol=1e-6)
+    scope, seen = ThreadScope(), []
+    with scope():
+        other = threading.Thread(target=lambda: seen.append(scope.active()))
+        other.start()
+        other.join()
+        assert scope.active()
+    assert seen == [False] and not scope.active()

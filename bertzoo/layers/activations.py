@@ -17,14 +17,13 @@ BERT-base training step is faster (docs/performance.md, "Fast paths";
 oneDNN fuses into the preceding matmul.
 """
 
-import contextlib
 import math
-import threading
 
 import keras
 
 from bertzoo.utils import private_api
 from bertzoo.utils.optional import tf
+from bertzoo.utils.scopes import ThreadScope
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _CUBIC = 0.044715  # The tanh approximation's cubic coefficient.
@@ -37,17 +36,16 @@ def _gelu_tanh(x):
 
 
 def _gelu_exact(x):
-    if getattr(_erf_form, "depth", 0):
+    if _ERF_FORM.active():
         return 0.5 * x * (1.0 + keras.ops.erf(x * (1.0 / math.sqrt(2.0))))
     if _fused_gradient_applies():
         return _fused_gelu(approximate=False)(x)
     return keras.activations.gelu(x, approximate=False)
 
 
-_erf_form = threading.local()
+_ERF_FORM = ThreadScope()
 
 
-@contextlib.contextmanager
 def exact_gelu_as_erf():
     """Within this context, the exact GELU is written with `erf` instead of
     TensorFlow's `erfc` (same values up to float rounding), e.g. while
@@ -59,11 +57,7 @@ def exact_gelu_as_erf():
         keras.Model.export(model, "model.onnx", format="onnx")
     ```
     """
-    _erf_form.depth = getattr(_erf_form, "depth", 0) + 1
-    try:
-        yield
-    finally:
-        _erf_form.depth -= 1
+    return _ERF_FORM()
 
 
 def _fused_gradient_applies():

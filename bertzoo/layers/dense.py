@@ -98,6 +98,7 @@ from bertzoo.utils.layers import own_dtype_policy
 from bertzoo.utils.onednn import FUSED_INT8_OP
 from bertzoo.utils.onednn import onednn_int8_available
 from bertzoo.utils.optional import tf
+from bertzoo.utils.scopes import ThreadScope
 
 # oneDNN post-op names of the activations it can fuse.
 _FUSED_ACTIVATIONS = {
@@ -107,10 +108,9 @@ _FUSED_ACTIVATIONS = {
     keras.activations.tanh: "Tanh",
 }
 
-_portable = threading.local()
+_PORTABLE = ThreadScope()
 
 
-@contextlib.contextmanager
 def portable_kernels():
     """Within this context, quantized `Dense` layers build only standard
     TensorFlow ops (Keras's own int8 path), e.g. while tracing an export.
@@ -121,15 +121,11 @@ def portable_kernels():
         tf.saved_model.save(module, path)
     ```
     """
-    _portable.depth = getattr(_portable, "depth", 0) + 1
-    try:
-        yield
-    finally:
-        _portable.depth -= 1
+    return _PORTABLE()
 
 
 def _fused_kernel_applies(layer, inputs, training):
-    if getattr(_portable, "depth", 0) or training or not onednn_int8_available():
+    if _PORTABLE.active() or training or not onednn_int8_available():
         return False
     if layer.lora_enabled or type(layer.inputs_quantizer) is not keras.quantizers.AbsMaxQuantizer:
         return False
