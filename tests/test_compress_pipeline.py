@@ -500,6 +500,40 @@ def test_labels_map_by_sorted_order_and_student_depth_follows_the_speedup():
             student_layers(6, target_speedup=bad)
 
 
+def test_a_speedup_beyond_one_layer_keeps_one_and_says_so(
+    workspace, monkeypatch, caplog, quick_reports, quick_accuracy
+):
+    monkeypatch.setattr(pipeline, "distill", lambda *args, **kwargs: None)  # Trains nothing: only the depth matters.
+    out = workspace / "deep_speedup_out"
+    with caplog.at_level("WARNING", logger="bertzoo"):
+        report = bertzoo.compress(
+            workspace / "teacher",
+            workspace / "train.tsv",
+            workspace / "test.jsonl",
+            out,
+            stages="distill",
+            target_speedup=5,
+            verbose=0,
+        )
+    assert "target_speedup=5 asks for fewer than one of the model's 2 layers: the student keeps 1 layer" in caplog.text
+    assert "about 2x by depth" in caplog.text
+    assert bertzoo.BertClassifier.from_preset(out / "1_distill" / "preset").backbone.num_layers == 1
+    assert report["target_speedup"] == 5
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="bertzoo"):  # 2 / 2 = 1 layer: what was asked, nothing to say.
+        bertzoo.compress(
+            workspace / "teacher",
+            workspace / "train.tsv",
+            workspace / "test.jsonl",
+            out,
+            stages="distill",
+            target_speedup=2,
+            overwrite=True,
+            verbose=0,
+        )
+    assert "target_speedup" not in caplog.text
+
+
 def test_settings_a_run_would_ignore_or_lose_work_on_are_refused_first(workspace, tmp_path):
     teacher, train = workspace / "teacher", workspace / "train.tsv"
 

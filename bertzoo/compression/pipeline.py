@@ -33,6 +33,7 @@ accuracy, parameters, preset size, and the median latency of
 
 import io
 import json
+import logging
 import math
 import os
 import re
@@ -80,6 +81,7 @@ from bertzoo.utils import quantization_mode
 from bertzoo.utils.checks import BackendError
 from bertzoo.utils.checks import check_positive_int
 
+logger = logging.getLogger("bertzoo")
 STAGES = ("distill", "prune", "prune_structured", "int8")
 # The prune stage's peak learning rate: 90% sparse, a model must move its
 # remaining weights far. In the compression benchmark 3e-4 kept 4 points
@@ -373,7 +375,8 @@ def compress(
             `"prune_structured"`, `"int8"` (last), as a list or
             comma-separated string.
         target_speedup: the distilled student keeps `L / target_speedup`
-            of the teacher's `L` layers (default: every 3rd layer). Without
+            of the teacher's `L` layers, rounded down, at least one (a
+            warning says when one is more; default: every 3rd layer). Without
             a distill stage, `"prune_structured"` keeps `1 / target_speedup`
             of the heads and neurons instead (default: half).
         epochs: training epochs of each trained stage (small by default;
@@ -662,6 +665,14 @@ def compress(
         parent = model
         if stage == "distill":
             layers = student_layers(parent.backbone.num_layers, target_speedup)
+            if target_speedup is not None and parent.backbone.num_layers / target_speedup < 1:
+                logger.warning(
+                    "target_speedup=%s asks for fewer than one of the model's %d layers: the student keeps 1 "
+                    "layer, the fewest it can (about %dx by depth).",
+                    target_speedup,
+                    parent.backbone.num_layers,
+                    parent.backbone.num_layers,
+                )
             student = init_student_from_teacher(parent, {"num_layers": len(layers)}, layers=layers)
             model = train_student(parent, student, recipe)
         elif stage == "prune":
