@@ -70,6 +70,11 @@ def load_vocabulary(path):
             f"Vocabulary file '{path}' is not UTF-8 text (line {line}, byte {error.start}: {error.reason}). "
             "Save it as UTF-8, one token per line (e.g. iconv -f latin1 -t utf-8)."
         ) from None
+    if "\n" not in text and "\r" in text.rstrip("\r"):  # Splitting on "\n" would make the whole file one token.
+        raise ValueError(
+            f"Vocabulary file '{path}' separates its lines with carriage returns alone (\\r, classic Mac OS "
+            "line endings). Save it with \\n line endings, one token per line (e.g. tr '\\r' '\\n')."
+        )
     lines = text.split("\n")
     # One line break per token; tolerate Windows line endings.
     lines = [line[:-1] if line.endswith("\r") else line for line in lines]

@@ -28,6 +28,16 @@ def test_load_tolerates_bom_crlf_and_trailing_blank_lines(tmp_path):
     path = tmp_path / "vocab.txt"
     path.write_bytes("\ufeff[PAD]\r\n[UNK]\r\nfoo\r\n\r\n\n".encode())
     assert load_vocabulary(path) == ["[PAD]", "[UNK]", "foo"]
+    path.write_bytes(b"[PAD]\r")
+    assert load_vocabulary(path) == ["[PAD]"]
+
+
+def test_carriage_returns_alone_are_named_with_the_fix(tmp_path):
+    # Split on "\n" alone, such a file read as one token holding every line.
+    path = tmp_path / "mac.txt"
+    path.write_bytes(b"[PAD]\r[UNK]\rfoo\r")
+    with pytest.raises(ValueError, match=r"mac.txt' separates its lines with carriage returns alone .* tr '\\r' '\\n'"):
+        load_vocabulary(path)
 
 
 def test_load_errors(tmp_path):
