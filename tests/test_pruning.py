@@ -323,6 +323,7 @@ def test_copies_merge_a_lora_update_and_weight_names_refuse_an_unmerged_one(tmp_
     assert not ticket.model.output_dense.lora_enabled
     # On the backbone: the weight names (structured pruning, masks, converters) say to merge first, as a preset does.
     block = model.backbone.feedforward_blocks[0].intermediate_dense
+    block.kernel.assign(np.zeros(block.kernel.shape, "float32"))  # A pruned-away base: the update alone remains.
     block.enable_lora(2)
     block.lora_kernel_b.assign(np.ones(block.lora_kernel_b.shape, "float32"))
     importance = {"heads": [np.arange(2.0)], "neurons": [np.arange(32.0)]}
@@ -333,6 +334,11 @@ def test_copies_merge_a_lora_update_and_weight_names_refuse_an_unmerged_one(tmp_
     # (Called, not `predict`: Keras's traced predict function predates the LoRA just enabled.)
     np.testing.assert_allclose(merged(x, training=False), model(x, training=False), atol=1e-6)
     assert bertzoo.prune_heads_and_neurons(merged, heads_to_keep=1, importance=importance).backbone.num_heads == 1
+    # The report counts the kernels as the preset holds them (it said the LoRA'd zero base was 100% sparse).
+    report, saved = bertzoo.sparsity_report(model).to_dict(), bertzoo.sparsity_report(merged).to_dict()
+    assert report["layers"] == saved["layers"] and report["parameters"] == saved["parameters"]
+    assert report["total_sparsity"] == saved["total_sparsity"] < 0.01
+    assert next(row for row in report["layers"] if row["path"] == "feedforward_0/intermediate")["zeros"] == 0
 
 
 def test_shared_albert_weights_are_pruned_once_per_step():

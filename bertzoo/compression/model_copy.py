@@ -38,10 +38,21 @@ def weight_values(model):
     """NumPy copies of `model_weights(model)`'s values, each LoRA layer's
     kernel with its update merged in: the weights `copy_model` starts from."""
     merged, _ = _lora_layers(model)
-    return [
-        np.array(keras.ops.convert_to_numpy(merged[id(v)].kernel if id(v) in merged else v))
-        for v in model_weights(model)
-    ]
+    return _merged_values(model_weights(model), merged)
+
+
+def _merged_values(variables, merged):
+    return [np.array(keras.ops.convert_to_numpy(merged[id(v)].kernel if id(v) in merged else v)) for v in variables]
+
+
+def saved_weights(model):
+    """`(variables, values)`: the weights a preset of `model` holds, as
+    NumPy arrays: `model_weights(model)` without LoRA's two factors, each
+    LoRA layer's kernel with its update merged in (as `save_to_preset`
+    saves it)."""
+    merged, lora = _lora_layers(model)
+    variables = [v for v in model_weights(model) if id(v) not in lora]
+    return variables, _merged_values(variables, merged)
 
 
 def copy_model(model, transform=None):

@@ -9,7 +9,7 @@ import numpy as np
 from keras import ops
 
 from bertzoo.compression.masks import prunable_weights
-from bertzoo.compression.model_copy import model_weights
+from bertzoo.compression.model_copy import saved_weights
 from bertzoo.utils.layers import quantization_mode
 
 
@@ -97,7 +97,8 @@ def sparsity_report(model):
     """Per-layer and total sparsity, and dense vs gzip-compressed weight size.
 
     Sizes count the model's weights only: not the optimizer state of a
-    compiled model, nor the masks of a model with a `Pruner` attached.
+    compiled model, nor the masks of a model with a `Pruner` attached. A
+    LoRA layer counts as saved: its kernel with the update merged in.
 
     Example:
     ```python
@@ -115,10 +116,12 @@ def sparsity_report(model):
             "report the sparsity of the model before quantizing it (int4 keeps its zeros), or of an int8 copy."
         )
     rows = []
+    weights, arrays = saved_weights(model)
+    values = {id(v): a for v, a in zip(weights, arrays)}
     order = {id(v): i for i, v in enumerate(model.weights)}
     candidates = sorted(prunable_weights(model).items(), key=lambda kv: order.get(id(kv[1][1]), len(order)))
     for path, (_layer, variable, _) in candidates:
-        value = ops.convert_to_numpy(variable)
+        value = values[id(variable)] if id(variable) in values else ops.convert_to_numpy(variable)
         zeros = int(np.sum(value == 0))
         rows.append(
             {
@@ -131,8 +134,6 @@ def sparsity_report(model):
         )
     import h5py
 
-    weights = model_weights(model)
-    arrays = [ops.convert_to_numpy(v) for v in weights]
     total_params = sum(a.size for a in arrays)
     total_zeros = sum(int(np.sum(a == 0)) for a in arrays)
     # The model's own weights, one HDF5 dataset each as in a Keras weights
