@@ -87,6 +87,47 @@ def test_litert_export_runs_in_the_tflite_interpreter(model, features, float_tfl
         model.export(tmp_path / "long.tflite", format="litert", sequence_length=65)
 
 
+@pytest.mark.filterwarnings("ignore:.*tf.lite.Interpreter is deprecated")
+def test_a_pretrainer_converts_to_builtin_litert_ops_and_a_select_op_is_refused(tmp_path, monkeypatch):
+    keras.utils.set_random_seed(7)
+    backbone = bertzoo.BertBackbone(
+        vocabulary_size=64, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, max_sequence_length=16
+    )
+    model = bertzoo.BertPretrainer(backbone, sentence_objective="nsp")
+    features = {
+        "token_ids": np.arange(16, dtype="int32").reshape(2, 8) + 5,
+        "mask_positions": np.array([[1, 3], [2, 6]]),
+    }
+    features.update(segment_ids=np.zeros((2, 8), "int32"), padding_mask=np.ones((2, 8), "int32"))
+    features["mask_positions"] = features["mask_positions"].astype("int32")
+    # The masked-LM head's gather wrote a TensorFlow StridedSlice, which the plain interpreter refused to run
+    # ("Select TensorFlow op(s) ... not supported by this interpreter"), after an export that reported success.
+    path = model.export(tmp_path / "pretrainer.tflite", format="litert")
+    outputs = tf.lite.Interpreter(model_path=str(path)).get_signature_runner()(**features)
+    reference = model.predict(features, verbose=0)
+    for name in ("mlm", "sentence"):
+        np.testing.assert_allclose(outputs[name], reference[name], atol=1e-5)
+    # An op without a LiteRT builtin (the head's old gather) is refused, and nothing is written ...
+    import bertzoo.layers.masked_lm_head as head_module
+
+    class OldIndexing:
+        def __getattr__(self, name):
+            return getattr(keras.ops, name)
+
+        def expand_dims(self, x, axis):
+            return x[:, :, None]
+
+    monkeypatch.setattr(head_module, "ops", OldIndexing())
+    with pytest.raises(
+        ValueError, match=r"no builtin kernel for the TensorFlow op\(s\) StridedSlice .*nothing was written"
+    ):
+        model.export(tmp_path / "select.tflite", format="litert")
+    assert not (tmp_path / "select.tflite").exists()
+    # ... unless the caller allows TensorFlow's ops for a runtime that has them.
+    allowed = {"supported_ops": [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]}
+    assert model.export(tmp_path / "select.tflite", format="litert", target_spec=allowed).stat().st_size > 0
+
+
 def test_a_one_file_export_is_flushed_to_disk_before_it_takes_its_name(model, tmp_path, monkeypatch):
     # The rename alone is atomic against a killed process, not against a power loss: the file's data
     # must be on disk first, and the directory entry after.

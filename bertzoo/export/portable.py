@@ -16,7 +16,10 @@ attention mask is expanded with `expand_dims`, which LiteRT has builtin
 kernels for), and the exported input signature leaves the token axis `None`.
 
 What converts: float32 models to both formats; Keras int8 and int4 models
-(`model.quantize("int8")`) to ONNX. Refused with an explanation:
+(`model.quantize("int8")`) to ONNX. LiteRT files hold builtin ops only
+(Keras's exporter would let TensorFlow "select" ops in, which a standard
+LiteRT runtime refuses to run), unless the caller passes a `target_spec`
+of their own. Refused with an explanation:
 mixed-precision (bfloat16/float16) models (export the float32 model), other
 Keras quantization modes (float8) to ONNX, Keras int8 models to LiteRT (use
 LiteRT's own dynamic-range quantization,
@@ -28,6 +31,7 @@ import contextlib
 import importlib.util
 import numbers
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -171,8 +175,18 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
         written = tmp / f"model{suffix}"
         # Standard ops only: the converters know no others (tf2onnx has no `Erfc`, TensorFlow's exact GELU).
         gelu = exact_gelu_as_erf() if format == "onnx" else contextlib.nullcontext()
+        if format == "litert":
+            # Keras lets TensorFlow ops the LiteRT runtime lacks into the file ("select" ops), which a
+            # standard LiteRT interpreter then refuses to run: builtins only, unless asked otherwise.
+            kwargs.setdefault("target_spec", {"supported_ops": [_litert_builtins()]})
         with portable_kernels(), gelu:
-            keras.Model.export(model, str(written), format=format, verbose=verbose, input_signature=signature, **kwargs)
+            try:
+                keras.Model.export(
+                    model, str(written), format=format, verbose=verbose, input_signature=signature, **kwargs
+                )
+            except Exception as error:
+                _raise_for_select_ops(error)
+                raise
         if format == "onnx":
             _check_onnx_graph(written)
         sync_tree(tmp)  # On disk before the rename makes it the export (power loss, not only kill -9).
@@ -183,6 +197,26 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
         if not path.exists():
             remove_empty_directories(created)
     return path
+
+
+def _litert_builtins():
+    import tensorflow as tf
+
+    return tf.lite.OpsSet.TFLITE_BUILTINS
+
+
+def _raise_for_select_ops(error):
+    """A ValueError naming the TensorFlow ops LiteRT has no builtin kernel
+    for, when the converter's `error` says so (its "TF Select ops:" line)."""
+    found = re.search(r"TF Select ops: ([^\n]+)", str(error))
+    if found is None:
+        return
+    raise ValueError(
+        f"LiteRT has no builtin kernel for the TensorFlow op(s) {found.group(1).strip()} in this model, so nothing "
+        "was written: a standard LiteRT runtime could not run the file. Export format='onnx' or a SavedModel "
+        "(`export`), or, for a runtime linked with TensorFlow's Flex delegate, allow those ops: "
+        "target_spec={'supported_ops': [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]}."
+    ) from None
 
 
 def _check_onnx_graph(path):

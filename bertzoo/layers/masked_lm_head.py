@@ -109,7 +109,8 @@ class MaskedLMHead(keras.layers.Layer):
 
     def call(self, sequence_output, mask_positions):
         positions = ops.cast(mask_positions, "int32")
-        x = ops.take_along_axis(sequence_output, positions[:, :, None], axis=1)
+        # expand_dims, not `[:, :, None]`: LiteRT has no builtin kernel for a strided slice adding an axis.
+        x = ops.take_along_axis(sequence_output, ops.expand_dims(positions, -1), axis=1)
         x = self.layer_norm(self.transform(x))
         logits = ops.matmul(x, ops.cast(self.decoder_matrix(), self.compute_dtype))
         return logits + ops.cast(self.output_bias, self.compute_dtype)
