@@ -556,6 +556,44 @@ def test_a_refused_restore_leaves_the_weights_alone(tmp_path, interrupted_in_epo
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_damaged_or_edited_checkpoint_is_refused_before_any_weight_changes(tmp_path, interrupted_in_epoch_0):
+    def refused(match, change=None, arrays_change=None, model=None):
+        backup = copy_of(interrupted_in_epoch_0, tmp_path / str(len(list(tmp_path.iterdir()))))
+        if change is not None:
+            rewrite_checkpoint(backup, change)
+        if arrays_change is not None:
+            with np.load(backup / CHECKPOINT_NAME) as archive:
+                arrays = {name: archive[name] for name in archive.files}
+            arrays_change(arrays)
+            np.savez(backup / CHECKPOINT_NAME, **arrays)
+        model = model or classifier(1)
+        before = model.get_weights()
+        with pytest.raises(ValueError, match=match):
+            train(model, backup)
+        for a, b in zip(before, model.get_weights()):
+            np.testing.assert_array_equal(a, b)
+
+    # A cut array: 10 variables were assigned before Keras's own shape error.
+    cut = r"Cannot read the training checkpoint .*its array v00010 has shape \(1,\), for attention_0/query/bias of shape \(16,\).*Delete it"
+    refused(cut, arrays_change=lambda arrays: arrays.update(v00010=arrays["v00010"][:1]))
+    refused(r"its array o00003 is missing", arrays_change=lambda arrays: arrays.pop("o00003"))  # A bare KeyError.
+    refused(
+        r"epoch, step and seed must be counts >= 0, found \{'epoch': 0, 'step': \d, 'seed': None\}",
+        lambda m: m.pop("seed"),
+    )
+    refused(r"epoch, step and seed must be counts", lambda meta: meta.update(step=-1))
+    # A position past the run: epoch 7 of 3 trained nothing and deleted the checkpoint as finished; step 5 of 3
+    # batches skipped into the next epoch and ended 2 steps short.
+    refused(r"its position, epoch 7 step \d, is past a run of 3 epochs of 3 batches", lambda m: m.update(epoch=7))
+    refused(r"its position, epoch 0 step 5, is past", lambda meta: meta.update(step=5))
+    # A mixed-precision model keeps float32 variables: only the layers' policies tell it from the float32 run.
+    refused(
+        r"its layers' dtype policies is \['float32', 'int32'\], this fit's is \[.*'mixed_bfloat16'\]\. Resume "
+        r"with the model built with the same dtype",
+        model=classifier(1, dtype="mixed_bfloat16"),
+    )
+
+
 def test_an_unwritable_backup_dir_is_refused_before_training(tmp_path):
     (tmp_path / "a_file").write_text("")
     model = classifier(0)

@@ -35,9 +35,11 @@ new process can rebuild it, skip the batches already done, and go on.
 Contract: resume with the same model (built the same way), the same
 compile settings, the same data, and the same `fit` arguments (`epochs`,
 `batch_size`, `shuffle`, `class_weight`) and callback `seed`; the data's
-fingerprint, batch size, epochs, seed, shuffling, class weights and the
-optimizer's class and config are checked before training, the model's and
-optimizer's variables (number, shapes, dtypes) before any is restored.
+fingerprint, batch size, epochs, seed, shuffling, class weights, the
+layers' dtype policies and the optimizer's class and config are checked
+before training, the model's and optimizer's variables (number, shapes,
+dtypes, as recorded and as stored) before any is restored; a position past
+the run, or arrays that do not fit their variables, are refused as damage.
 Preprocessing must be deterministic (masked-LM pre-training draws its masks
 at random in `tf.data`, so `BertPretrainer` resumes on schedule but not bit
 for bit). A `tf.data.Dataset` given to `fit` must yield the same batches in
@@ -295,6 +297,13 @@ def _state_variables(model):
     return [v for v in model.variables if id(v) not in skip]
 
 
+def _dtype_policies(model):
+    """The names of the dtype policies `model`'s layers compute in: a
+    mixed-precision model keeps float32 variables, so the variables' dtypes
+    alone would not tell it from the float32 one."""
+    return sorted({layer.dtype_policy.name for layer in private_api.flatten_layers(model)})
+
+
 def _describe(variables):
     return [[v.path, list(v.shape), str(v.dtype)] for v in variables]
 
@@ -394,7 +403,32 @@ class ResumableTraining(keras.callbacks.Callback):
     def read_checkpoint(self):
         """The checkpoint's metadata (epoch, step, ...) or None without one."""
         arrays = self._load()
-        return None if arrays is None else json.loads(str(arrays[_META]))
+        return None if arrays is None else self._meta(arrays)
+
+    def _damaged(self, problem):
+        return ValueError(
+            f"Cannot read the training checkpoint {self.checkpoint_path!r} ({problem}). Delete it to train "
+            "from the start."
+        )
+
+    def _meta(self, arrays):
+        """The checkpoint's metadata, refused (`_damaged`) unless it holds
+        what every checkpoint does: the position as counts, the seed, and
+        the variables' descriptions."""
+        try:
+            meta = json.loads(str(arrays[_META]))
+        except (KeyError, ValueError) as e:
+            raise self._damaged(f"no readable metadata: {type(e).__name__}: {e}") from None
+        counts = ("epoch", "step", "seed")
+        if not isinstance(meta, dict) or any(
+            isinstance(meta.get(k), bool) or not isinstance(meta.get(k), int) or meta[k] < 0 for k in counts
+        ):
+            found = {k: meta.get(k) for k in counts} if isinstance(meta, dict) else meta
+            raise self._damaged(f"its epoch, step and seed must be counts >= 0, found {found}")
+        for key in ("variables", "optimizer_variables"):
+            if not isinstance(meta.get(key), list) or not all(isinstance(v, list) and len(v) == 3 for v in meta[key]):
+                raise self._damaged(f"its metadata does not describe the {key.replace('_', ' ')}")
+        return meta
 
     def _load(self):
         path = self.checkpoint_path
@@ -444,6 +478,7 @@ class ResumableTraining(keras.callbacks.Callback):
             "num_examples": run["num_examples"],
             "fingerprint": run["fingerprint"],
             "optimizer": run["optimizer"],
+            "dtype_policies": run["dtype_policies"],
             "schedule_total_steps": getattr(schedule, "total_steps", None),
             "variables": _describe(variables),
             "optimizer_variables": _describe(slots),
@@ -471,7 +506,7 @@ class ResumableTraining(keras.callbacks.Callback):
 
     def _restore(self, arrays):
         model = self.model
-        meta = json.loads(str(arrays[_META]))
+        meta = self._meta(arrays)
         if model.optimizer is not None and not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)
         restored = []  # (variable, saved value): every one checked before any is assigned.
@@ -488,10 +523,18 @@ class ResumableTraining(keras.callbacks.Callback):
                     f"{len(variables)}{_first_difference(saved, variables)}. Build the model (and compile "
                     "it, attach a Pruner) exactly as the interrupted run did, or delete the checkpoint."
                 )
-            restored += [(variable, arrays[f"{prefix}{i:05d}"]) for i, variable in enumerate(variables)]
+            for i, variable in enumerate(variables):
+                name = f"{prefix}{i:05d}"
+                value = arrays.get(name)
+                if value is not None and value.dtype.kind == "V":  # NumPy stores bfloat16 as raw bytes, intact.
+                    value = value.view(np.dtype(keras.backend.standardize_dtype(variable.dtype)))
+                if value is None or value.shape != tuple(variable.shape):
+                    found = "is missing" if value is None else f"has shape {value.shape}"
+                    raise self._damaged(
+                        f"its array {name} {found}, for {variable.path} of shape {tuple(variable.shape)}"
+                    )
+                restored.append((variable, value))
         for variable, value in restored:
-            if value.dtype.kind == "V":  # NumPy stores ml_dtypes arrays (bfloat16) as raw bytes, intact.
-                value = value.view(np.dtype(keras.backend.standardize_dtype(variable.dtype)))
             variable.assign(value)
         self._random_states = {key: arrays[key] for key in arrays if key.startswith(_TORCH_RNG)} or None
         schedule = private_api.learning_rate_schedule(model.optimizer)
@@ -508,6 +551,7 @@ class ResumableTraining(keras.callbacks.Callback):
         "steps_per_epoch": "batches per epoch",
         "num_examples": "examples",
         "fingerprint": "data (fingerprint)",
+        "dtype_policies": "layers' dtype policies",
     }
 
     def _check_optimizer(self, saved, settings):
@@ -546,10 +590,13 @@ class ResumableTraining(keras.callbacks.Callback):
                         " (of a tf.data.Dataset: its element spec and first batches, which must be the same in "
                         "every process: give a `shuffle` in it a `seed`)"
                     )
+                same = "same data, fit arguments and seed"
+                if key == "dtype_policies":
+                    same = "model built with the same dtype"
                 raise ValueError(
                     f"The training checkpoint {self.checkpoint_path!r} belongs to another run: its "
                     f"{self._WHAT[key]} is {meta[key]!r}, this fit's is {run[key]!r}{hint}. Resume with the "
-                    "same data, fit arguments and seed, or delete the checkpoint to start over."
+                    f"{same}, or delete the checkpoint to start over."
                 )
 
     def _check_writable(self):
@@ -614,7 +661,7 @@ class ResumableTraining(keras.callbacks.Callback):
         self._remove_leftovers()
         batch_size = batch_size or DEFAULT_BATCH_SIZE
         arrays = self._load()
-        meta = None if arrays is None else json.loads(str(arrays[_META]))
+        meta = None if arrays is None else self._meta(arrays)
         if meta is not None:
             self._check_format(meta)
         seed = self.seed
@@ -632,13 +679,15 @@ class ResumableTraining(keras.callbacks.Callback):
             "shuffle": bool(shuffle),
             "class_weight": _class_weight_setting(kwargs.get("class_weight")),
             "optimizer": _optimizer_settings(model.optimizer),
+            "dtype_policies": _dtype_policies(model),
         }
         if meta is not None:
             # Before the training datasets are built (each traces the
             # preprocessing), so a refused resume fails fast.
             if "optimizer" in meta:
                 self._check_optimizer(meta["optimizer"], run["optimizer"])
-            self._check_same_run(meta, run, ("batch_size", "epochs", "seed", "shuffle", "class_weight"))
+            keys = ("batch_size", "epochs", "seed", "shuffle", "class_weight", "dtype_policies")
+            self._check_same_run(meta, run, keys)
 
         def dataset(order):
             data = model._as_dataset(x, y, sample_weight, batch_size, shuffle=order, training=True)
@@ -665,6 +714,12 @@ class ResumableTraining(keras.callbacks.Callback):
         )
         if meta is not None:
             self._check_same_run(meta, run, ("steps_per_epoch", "num_examples", "fingerprint"))
+            # Saved mid-epoch before its last batch, or at an epoch's end as (next epoch, 0).
+            if meta["epoch"] > epochs or meta["step"] >= order.steps_per_epoch or (meta["epoch"] == epochs and skip):
+                raise self._damaged(
+                    f"its position, epoch {meta['epoch']} step {meta['step']}, is past a run of {epochs} epochs "
+                    f"of {order.steps_per_epoch} batches"
+                )
         if "validation_data" in kwargs:  # Raw from the model's `fit`: built once the checks pass.
             kwargs["validation_data"] = model._as_validation_data(kwargs["validation_data"], batch_size, kwargs)
         set_schedule_length(model.optimizer, None, None, epochs, order.steps_per_epoch)
