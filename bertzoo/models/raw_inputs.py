@@ -291,17 +291,13 @@ def _check_optimizer_steps_low_precision_weights(model):
     the weights' dtype, where `1 - beta_2 ** t` is 0, so Adam's steps are 0
     and the weights never change (keras-hub issue 2629; Nadam's and Lamb's
     are NaN). bertzoo's `AdamW`
-    (`compile()`'s default, `bert_optimizer`) steps in float32, and so may
-    a subclass with an `update_step` of its own: only Keras's steps are
-    refused."""
+    (`compile()`'s default, `bert_optimizer`) steps in float32."""
     optimizer = getattr(model, "optimizer", None)
     optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # Under a LossScaleOptimizer.
     # Those dividing by (the root of) `1 - beta_2 ** t`; Adamax and Lion use beta_2 otherwise and do step.
     bias_corrected = tuple(getattr(keras.optimizers, n) for n in _BIAS_CORRECTED if hasattr(keras.optimizers, n))
     if not isinstance(optimizer, bias_corrected) or isinstance(optimizer, AdamW):
         return
-    if type(optimizer).update_step not in {cls.update_step for cls in bias_corrected}:
-        return  # A step of the user's own.
     beta_2 = optimizer.beta_2
     if isinstance(beta_2, bool) or not isinstance(beta_2, (int, float, np.integer, np.floating)):
         return
