@@ -578,20 +578,27 @@ def test_a_damaged_or_edited_checkpoint_is_refused_before_any_weight_changes(tmp
     refused(cut, arrays_change=lambda arrays: arrays.update(v00010=arrays["v00010"][:1]))
     refused(r"its array o00003 is missing", arrays_change=lambda arrays: arrays.pop("o00003"))  # A bare KeyError.
     refused(
-        r"epoch, step and seed must be counts >= 0, found \{'epoch': 0, 'step': \d, 'seed': None\}",
+        r"epoch, step and seed must be integers, found \{'epoch': 0, 'step': \d, 'seed': None\}",
         lambda m: m.pop("seed"),
     )
-    refused(r"epoch, step and seed must be counts", lambda meta: meta.update(step=-1))
+    refused(r"its position, epoch 0 step -1, is negative", lambda meta: meta.update(step=-1))
     # A position past the run: epoch 7 of 3 trained nothing and deleted the checkpoint as finished; step 5 of 3
     # batches skipped into the next epoch and ended 2 steps short.
     refused(r"its position, epoch 7 step \d, is past a run of 3 epochs of 3 batches", lambda m: m.update(epoch=7))
     refused(r"its position, epoch 0 step 5, is past", lambda meta: meta.update(step=5))
     # A mixed-precision model keeps float32 variables: only the layers' policies tell it from the float32 run.
     refused(
-        r"its layers' dtype policies is \['float32', 'int32'\], this fit's is \[.*'mixed_bfloat16'\]\. Resume "
+        r"its set of the layers' dtype policies is \['float32', 'int32'\], this fit's is \[.*'mixed_bfloat16'\]\. Resume "
         r"with the model built with the same dtype",
         model=classifier(1, dtype="mixed_bfloat16"),
     )
+    # Any integer seeds a run: a negative one resumes.
+    backup = copy_of(interrupted_in_epoch_0, tmp_path / "negative_seed")
+    rewrite_checkpoint(backup, lambda meta: meta.update(seed=-3))
+    assert bertzoo.ResumableTraining(backup).read_checkpoint()["seed"] == -3
+    callbacks = [bertzoo.ResumableTraining(backup, save_every=1)]
+    resumed = classifier(1).fit(*sentiment(), batch_size=BATCH_SIZE, epochs=EPOCHS, verbose=0, callbacks=callbacks)
+    assert resumed.epoch == [0, 1, 2] and not backup.exists()
 
 
 def test_an_unwritable_backup_dir_is_refused_before_training(tmp_path):

@@ -419,12 +419,14 @@ class ResumableTraining(keras.callbacks.Callback):
             meta = json.loads(str(arrays[_META]))
         except (KeyError, ValueError) as e:
             raise self._damaged(f"no readable metadata: {type(e).__name__}: {e}") from None
-        counts = ("epoch", "step", "seed")
+        keys = ("epoch", "step", "seed")
         if not isinstance(meta, dict) or any(
-            isinstance(meta.get(k), bool) or not isinstance(meta.get(k), int) or meta[k] < 0 for k in counts
+            isinstance(meta.get(k), bool) or not isinstance(meta.get(k), int) for k in keys
         ):
-            found = {k: meta.get(k) for k in counts} if isinstance(meta, dict) else meta
-            raise self._damaged(f"its epoch, step and seed must be counts >= 0, found {found}")
+            found = {k: meta.get(k) for k in keys} if isinstance(meta, dict) else meta
+            raise self._damaged(f"its epoch, step and seed must be integers, found {found}")
+        if meta["epoch"] < 0 or meta["step"] < 0:  # (Any integer seeds a run.)
+            raise self._damaged(f"its position, epoch {meta['epoch']} step {meta['step']}, is negative")
         for key in ("variables", "optimizer_variables"):
             if not isinstance(meta.get(key), list) or not all(isinstance(v, list) and len(v) == 3 for v in meta[key]):
                 raise self._damaged(f"its metadata does not describe the {key.replace('_', ' ')}")
@@ -551,7 +553,7 @@ class ResumableTraining(keras.callbacks.Callback):
         "steps_per_epoch": "batches per epoch",
         "num_examples": "examples",
         "fingerprint": "data (fingerprint)",
-        "dtype_policies": "layers' dtype policies",
+        "dtype_policies": "set of the layers' dtype policies",
     }
 
     def _check_optimizer(self, saved, settings):
