@@ -123,6 +123,10 @@ def test_a_pretrainer_converts_to_builtin_litert_ops_and_a_select_op_is_refused(
     ):
         model.export(tmp_path / "select.tflite", format="litert")
     assert not (tmp_path / "select.tflite").exists()
+    with pytest.raises(
+        ValueError, match=r"no builtin kernel for the TensorFlow op\(s\) StridedSlice"
+    ):  # Other settings.
+        model.export(tmp_path / "select.tflite", format="litert", target_spec={"supported_types": [tf.float32]})
     # ... unless the caller allows TensorFlow's ops for a runtime that has them.
     allowed = {"supported_ops": [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]}
     assert model.export(tmp_path / "select.tflite", format="litert", target_spec=allowed).stat().st_size > 0

@@ -18,8 +18,8 @@ kernels for), and the exported input signature leaves the token axis `None`.
 What converts: float32 models to both formats; Keras int8 and int4 models
 (`model.quantize("int8")`) to ONNX. LiteRT files hold builtin ops only
 (Keras's exporter would let TensorFlow "select" ops in, which a standard
-LiteRT runtime refuses to run), unless the caller passes a `target_spec`
-of their own. Refused with an explanation:
+LiteRT runtime refuses to run), unless the caller's `target_spec` names
+its own `supported_ops`. Refused with an explanation:
 mixed-precision (bfloat16/float16) models (export the float32 model), other
 Keras quantization modes (float8) to ONNX, Keras int8 models to LiteRT (use
 LiteRT's own dynamic-range quantization,
@@ -178,7 +178,9 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
         if format == "litert":
             # Keras lets TensorFlow ops the LiteRT runtime lacks into the file ("select" ops), which a
             # standard LiteRT interpreter then refuses to run: builtins only, unless asked otherwise.
-            kwargs.setdefault("target_spec", {"supported_ops": [_litert_builtins()]})
+            target_spec = dict(kwargs.get("target_spec") or {})  # A copy: the caller's dict stays as given.
+            target_spec.setdefault("supported_ops", [_litert_builtins()])
+            kwargs["target_spec"] = target_spec
         with portable_kernels(), gelu:
             try:
                 keras.Model.export(
