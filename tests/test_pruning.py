@@ -339,6 +339,10 @@ def test_copies_merge_a_lora_update_and_weight_names_refuse_an_unmerged_one(tmp_
     assert report["layers"] == saved["layers"] and report["parameters"] == saved["parameters"]
     assert report["total_sparsity"] == saved["total_sparsity"] < 0.01
     assert next(row for row in report["layers"] if row["path"] == "feedforward_0/intermediate")["zeros"] == 0
+    embedding = model.backbone.token_embedding
+    embedding.enable_lora(2)  # An Embedding's LoRA has no kernel to merge: counted as its variables.
+    factors = sum(int(np.prod(v.shape)) for v in embedding.trainable_weights if "lora" in v.path)
+    assert factors > 0 and bertzoo.sparsity_report(model).to_dict()["parameters"] == report["parameters"] + factors
 
 
 def test_shared_albert_weights_are_pruned_once_per_step():

@@ -23,11 +23,15 @@ def model_weights(model):
     return [v for v in model.weights if id(v) not in skip]
 
 
-def _lora_layers(model):
+def _lora_layers(model, float_kernels_only=False):
     """`(merged, lora)`: each LoRA layer by the id of its kernel variable, and
-    the ids of its two LoRA weights."""
+    the ids of its two LoRA weights. `float_kernels_only`: only layers whose
+    merged `kernel` is a float kernel (not a quantized one's integers plus
+    the update, not an Embedding's table)."""
     merged, lora = {}, set()
     for layer in leaf_layers(model):
+        if float_kernels_only and (getattr(layer, "quantization_mode", None) or not hasattr(layer, "lora_kernel_a")):
+            continue
         if getattr(layer, "lora_enabled", False):
             merged[id(private_api.dense_kernel_variable(layer))] = layer
             lora.update(id(v) for v in (layer.lora_kernel_a, layer.lora_kernel_b))
@@ -46,11 +50,11 @@ def _merged_values(variables, merged):
 
 
 def saved_weights(model):
-    """`(variables, values)`: the weights a preset of `model` holds, as
-    NumPy arrays: `model_weights(model)` without LoRA's two factors, each
-    LoRA layer's kernel with its update merged in (as `save_to_preset`
-    saves it)."""
-    merged, lora = _lora_layers(model)
+    """`(variables, values)`: `model_weights(model)` as NumPy arrays, each
+    float LoRA layer's kernel with its update merged in and its two factors
+    left out (as `save_to_preset` saves it); a quantized LoRA layer, whose
+    preset re-quantizes the merged kernel, as its variables."""
+    merged, lora = _lora_layers(model, float_kernels_only=True)
     variables = [v for v in model_weights(model) if id(v) not in lora]
     return variables, _merged_values(variables, merged)
 

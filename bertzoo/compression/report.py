@@ -98,7 +98,7 @@ def sparsity_report(model):
 
     Sizes count the model's weights only: not the optimizer state of a
     compiled model, nor the masks of a model with a `Pruner` attached. A
-    LoRA layer counts as saved: its kernel with the update merged in.
+    float LoRA layer counts as saved: its kernel with the update merged in.
 
     Example:
     ```python
