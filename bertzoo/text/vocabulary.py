@@ -9,6 +9,7 @@ model's ids beyond the special tokens.
 """
 
 import numbers
+import re
 from pathlib import Path
 
 from bertzoo.text.normalization import pretokenize
@@ -70,7 +71,8 @@ def load_vocabulary(path):
             f"Vocabulary file '{path}' is not UTF-8 text (line {line}, byte {error.start}: {error.reason}). "
             "Save it as UTF-8, one token per line (e.g. iconv -f latin1 -t utf-8)."
         ) from None
-    if "\n" not in text and "\r" in text.rstrip("\r"):  # Splitting on "\n" would make the whole file one token.
+    lone = len(re.findall("\r(?!\n)", text.rstrip("\r\n")))
+    if lone and lone >= text.count("\n"):  # Split on "\n", its lines would run together into one token.
         raise ValueError(
             f"Vocabulary file '{path}' separates its lines with carriage returns alone (\\r, classic Mac OS "
             "line endings). Save it with \\n line endings, one token per line (e.g. tr '\\r' '\\n')."

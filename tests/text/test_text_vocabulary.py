@@ -38,6 +38,9 @@ def test_carriage_returns_alone_are_named_with_the_fix(tmp_path):
     path.write_bytes(b"[PAD]\r[UNK]\rfoo\r")
     with pytest.raises(ValueError, match=r"mac.txt' separates its lines with carriage returns alone .* tr '\\r' '\\n'"):
         load_vocabulary(path)
+    path.write_bytes(b"[PAD]\r[UNK]\rfoo\n")  # A last line break of another kind.
+    with pytest.raises(ValueError, match=r"carriage returns alone"):
+        load_vocabulary(path)
 
 
 def test_load_errors(tmp_path):
