@@ -505,32 +505,16 @@ def test_a_speedup_beyond_one_layer_keeps_one_and_says_so(
 ):
     monkeypatch.setattr(pipeline, "distill", lambda *args, **kwargs: None)  # Trains nothing: only the depth matters.
     out = workspace / "deep_speedup_out"
+    files = (workspace / "teacher", workspace / "train.tsv", workspace / "test.jsonl", out)
     with caplog.at_level("WARNING", logger="bertzoo"):
-        report = bertzoo.compress(
-            workspace / "teacher",
-            workspace / "train.tsv",
-            workspace / "test.jsonl",
-            out,
-            stages="distill",
-            target_speedup=5,
-            verbose=0,
-        )
+        report = bertzoo.compress(*files, stages="distill", target_speedup=5, verbose=0)
     assert "target_speedup=5 asks for fewer than one of the model's 2 layers: the student keeps 1 layer" in caplog.text
     assert "about 2x by depth" in caplog.text
     assert bertzoo.BertClassifier.from_preset(out / "1_distill" / "preset").backbone.num_layers == 1
     assert report["target_speedup"] == 5
     caplog.clear()
     with caplog.at_level("WARNING", logger="bertzoo"):  # 2 / 2 = 1 layer: what was asked, nothing to say.
-        bertzoo.compress(
-            workspace / "teacher",
-            workspace / "train.tsv",
-            workspace / "test.jsonl",
-            out,
-            stages="distill",
-            target_speedup=2,
-            overwrite=True,
-            verbose=0,
-        )
+        bertzoo.compress(*files, stages="distill", target_speedup=2, overwrite=True, verbose=0)
     assert "target_speedup" not in caplog.text
 
 
