@@ -50,6 +50,7 @@ from bertzoo.saving.atomic import sync_tree
 from bertzoo.utils import quantization_mode
 from bertzoo.utils.checks import BackendError
 from bertzoo.utils.layers import quantizes_int8_inputs
+from bertzoo.utils.optional import tf
 
 PORTABLE_FORMATS = {
     "onnx": {"suffix": ".onnx", "modules": ("tf2onnx", "onnx")},
@@ -179,7 +180,7 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
             # Keras lets TensorFlow ops the LiteRT runtime lacks into the file ("select" ops), which a
             # standard LiteRT interpreter then refuses to run: builtins only, unless asked otherwise.
             target_spec = dict(kwargs.get("target_spec") or {})  # A copy: the caller's dict stays as given.
-            target_spec.setdefault("supported_ops", [_litert_builtins()])
+            target_spec.setdefault("supported_ops", [tf.lite.OpsSet.TFLITE_BUILTINS])
             kwargs["target_spec"] = target_spec
         with portable_kernels(), gelu:
             try:
@@ -199,12 +200,6 @@ def export_portable(model, path, format, overwrite=False, sequence_length=None, 
         if not path.exists():
             remove_empty_directories(created)
     return path
-
-
-def _litert_builtins():
-    import tensorflow as tf
-
-    return tf.lite.OpsSet.TFLITE_BUILTINS
 
 
 def _raise_for_select_ops(error):
